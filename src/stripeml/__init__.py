@@ -1,0 +1,29 @@
+"""stripeml: a tensor compiler for machine learning built on Stripe.
+
+Public API (pinned, see DESIGN §2)::
+
+    f = stripeml.compile(source, target="interp")
+    y = f(a, b)            # or f(A=a, B=b)
+    exe = f.lower(a, b)    # .ir, .stages, .code
+"""
+
+from __future__ import annotations
+
+from . import ir
+from .errors import ShapeError, StripeError, TileSyntaxError
+
+__version__ = "0.1.0"
+
+__all__ = ["ShapeError", "StripeError", "TileSyntaxError", "__version__", "compile", "ir"]
+
+
+def __getattr__(name: str):
+    # The compile entry point pulls in the frontend and runtimes; import lazily
+    # so `import stripeml.ir` stays light.
+    if name == "compile":
+        from .api import compile
+
+        return compile
+    if name == "onnx":
+        raise AttributeError("stripeml.onnx is not available yet")
+    raise AttributeError(name)

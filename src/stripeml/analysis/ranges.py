@@ -1,0 +1,107 @@
+"""Index-range inference and output coverage for contractions, answered with isl.
+
+A contraction aggregates over every integer index tuple for which each access
+is in bounds and each constraint holds.  That set of tuples is a polyhedron;
+its bounding box gives each index's range, and the bounds the box does not
+imply stay behind as block constraints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..ir.affine import Affine
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """``0 <= expr <= hi`` (``hi`` inclusive), with a label for diagnostics."""
+
+    expr: Affine
+    hi: int
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class RangeResult:
+    """Per index ``(lo, hi)`` inclusive; ``empty`` when no tuple is valid."""
+
+    ranges: dict[str, tuple[int, int]]
+    empty: bool
+    unbounded: tuple[str, ...]
+
+
+def _isl_affine(expr: Affine) -> str:
+    parts = [f"{c}*{n}" for n, c in expr.terms]
+    parts.append(str(expr.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def _names(indices: Sequence[str]) -> dict[str, str]:
+    # isl identifiers must not clash with its keywords; map to safe names.
+    return {n: f"v{i}_" for i, n in enumerate(indices)}
+
+
+def domain_set(indices: Sequence[str], bounds: Sequence[Bound]) -> isl.Set:
+    """The set of integer tuples ``[indices]`` satisfying every bound."""
+    safe = _names(indices)
+    conds = []
+    for b in bounds:
+        e = _isl_affine(b.expr.rename(safe))
+        conds.append(f"0 <= {e} <= {b.hi}")
+    body = " and ".join(conds) if conds else "true"
+    return isl.Set(f"{{ [{', '.join(safe[n] for n in indices)}] : {body} }}")
+
+
+def infer_ranges(indices: Sequence[str], bounds: Sequence[Bound]) -> RangeResult:
+    """Bounding box of the valid index tuples (exact integer projections)."""
+    dom = domain_set(indices, bounds)
+    if dom.is_empty():
+        return RangeResult({}, True, ())
+    ranges: dict[str, tuple[int, int]] = {}
+    unbounded = []
+    for pos, name in enumerate(indices):
+        lo = dom.dim_min_val(pos)
+        hi = dom.dim_max_val(pos)
+        if lo.is_infty() or lo.is_neginfty() or hi.is_infty() or hi.is_neginfty():
+            unbounded.append(name)
+            continue
+        ranges[name] = (int(lo.to_python()), int(hi.to_python()))
+    return RangeResult(ranges, False, tuple(unbounded))
+
+
+def implied_by_box(expr: Affine, hi: int, box: dict[str, tuple[int, int]]) -> bool:
+    """Whether ``0 <= expr <= hi`` holds at every point of ``box`` (exact for boxes)."""
+    lo_v = hi_v = expr.const
+    for n, c in expr.terms:
+        a, b = box[n]
+        lo_v += min(c * a, c * b)
+        hi_v += max(c * a, c * b)
+    return lo_v >= 0 and hi_v <= hi
+
+
+def covers(
+    indices: Sequence[str],
+    bounds: Sequence[Bound],
+    out_access: Sequence[Affine],
+    out_sizes: Sequence[int],
+) -> bool:
+    """Whether every output element is reached by some valid tuple."""
+    if any(s <= 0 for s in out_sizes):
+        return True
+    dom = domain_set(indices, bounds)
+    if dom.is_empty():
+        return False
+    safe = _names(indices)
+    outs = [f"o{i}_" for i in range(len(out_access))]
+    eqs = [f"{o} = {_isl_affine(a.rename(safe))}" for o, a in zip(outs, out_access)]
+    src = ", ".join(safe[n] for n in indices)
+    body = " and ".join(eqs) if eqs else "true"
+    access = isl.Map(f"{{ [{src}] -> [{', '.join(outs)}] : {body} }}")
+    image = access.intersect_domain(dom).range()
+    box_conds = " and ".join(f"0 <= {o} < {s}" for o, s in zip(outs, out_sizes)) or "true"
+    box = isl.Set(f"{{ [{', '.join(outs)}] : {box_conds} }}")
+    return box.is_subset(image)

@@ -1,0 +1,144 @@
+"""The public entry point: ``stripeml.compile`` and the callables it returns.
+
+``compile`` parses and checks the Tile source at once.  Shapes bind at call
+time: each new signature (input shapes and dtypes) is bound, lowered, run
+through the target's pass pipeline and compiled once, then cached in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ShapeError, StripeError
+from .ir.nodes import Program
+from .ir.printer import format as format_ir
+from .passes.manager import run_pipeline
+from .runtime.backend import Backend, Compiled, get_backend
+from .tile import ast
+from .tile.bind import Signature, bind, signature_of
+from .tile.check import check
+from .tile.lower import lower
+from .tile.parser import parse
+
+
+class Executable:
+    """A program specialised for one signature on one target."""
+
+    def __init__(self, fn: Function, program: Program, stages: list[tuple[str, str]], compiled: Compiled):
+        self.function = fn
+        self.program = program
+        self.stages = stages
+        self._compiled = compiled
+        self.ir = stages[-1][1] if stages else format_ir(program)
+        self.output_specs = tuple(
+            (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
+        )
+
+    @property
+    def code(self) -> str:
+        """The generated backend source ("" for the interpreter)."""
+        return self._compiled.code
+
+    def run_named(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._compiled.run(inputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        arrays = self.function._arrays(args, kwargs)
+        sig = signature_of(arrays)
+        if sig != self.signature:
+            raise ShapeError(f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}")
+        return self.function._results(self.run_named(dict(zip(self.function.params, arrays))))
+
+    @property
+    def signature(self) -> Signature:
+        return tuple((r.shape.sizes, str(_np_dtype(r.shape.dtype))) for r in self.program.inputs)
+
+
+def _np_dtype(name: str) -> np.dtype:
+    from .ir.dtypes import to_numpy
+
+    return to_numpy(name)
+
+
+def _fmt_sig(sig: Signature) -> str:
+    return ", ".join(f"{'x'.join(map(str, s)) or 'scalar'}:{d}" for s, d in sig)
+
+
+class Function:
+    """A compiled Tile function; call it with NumPy arrays."""
+
+    def __init__(self, source: str, target: str = "interp", name: str = "main") -> None:
+        if not isinstance(source, str):
+            raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
+        self.source = source
+        self.name = name
+        self.ast: ast.Function = parse(source)
+        check(self.ast)
+        self.target = target
+        self.backend: Backend = get_backend(target)
+        self.params: tuple[str, ...] = tuple(p.name for p in self.ast.params)
+        self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
+        self._cache: dict[Signature, Executable] = {}
+
+    def __repr__(self) -> str:
+        return f"<stripeml.Function {self.name}({', '.join(self.params)}) -> ({', '.join(self.outputs)}) target={self.target!r}>"
+
+    # -- argument handling -------------------------------------------------
+    def _arrays(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
+        if len(args) > len(self.params):
+            raise ShapeError(f"{self.name} takes {len(self.params)} input(s) ({', '.join(self.params)}), got {len(args)}")
+        values: dict[str, Any] = dict(zip(self.params, args))
+        for k, v in kwargs.items():
+            if k not in self.params:
+                raise ShapeError(f"{self.name} has no input named '{k}' (inputs: {', '.join(self.params)})")
+            if k in values:
+                raise ShapeError(f"input '{k}' given twice (positionally and by name)")
+            values[k] = v
+        missing = [p for p in self.params if p not in values]
+        if missing:
+            raise ShapeError(f"{self.name}: missing input(s) {', '.join(missing)}")
+        out = []
+        for p in self.params:
+            v = values[p]
+            try:
+                arr = np.asarray(v)
+            except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
+                raise ShapeError(f"input '{p}' is not array-like: {exc}") from None
+            if arr.dtype == object or arr.dtype.kind in "USVMmc":
+                raise ShapeError(f"input '{p}' has unsupported dtype {arr.dtype}")
+            out.append(arr)
+        return out
+
+    def _results(self, named: Mapping[str, np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
+        outs = tuple(named[o] for o in self.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    # -- compilation -------------------------------------------------------
+    def _executable(self, arrays: Sequence[np.ndarray]) -> Executable:
+        sig = signature_of(arrays)
+        exe = self._cache.get(sig)
+        if exe is None:
+            binding = bind(self.ast, sig)
+            program = lower(self.ast, binding, self.name)
+            result = run_pipeline(program, self.backend.pipeline())
+            compiled = self.backend.compile(result.program)
+            exe = Executable(self, result.program, result.stages, compiled)
+            self._cache[sig] = exe
+        return exe
+
+    def lower(self, *args: Any, **kwargs: Any) -> Executable:
+        """Specialise for these inputs' shapes and dtypes without running."""
+        return self._executable(self._arrays(args, kwargs))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        arrays = self._arrays(args, kwargs)
+        exe = self._executable(arrays)
+        return self._results(exe.run_named(dict(zip(self.params, arrays))))
+
+
+def compile(source: str, target: str = "interp", *, name: str = "main") -> Function:  # noqa: A001
+    """Parse and check Tile ``source``; return a callable compiled per signature."""
+    return Function(source, target, name)

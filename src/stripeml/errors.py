@@ -1,0 +1,68 @@
+"""Errors raised by stripeml.
+
+Every error a user can cause derives from :class:`StripeError`, so callers can
+catch one type.  Source errors carry a location and render the offending line
+with a caret.
+"""
+
+from __future__ import annotations
+
+
+class StripeError(Exception):
+    """Base of every error stripeml raises on bad input."""
+
+
+class TileSyntaxError(StripeError):
+    """A Tile program does not parse.
+
+    ``line`` and ``column`` are 1-based; ``str(err)`` shows the message, the
+    source line and a caret under the column.
+    """
+
+    def __init__(self, message: str, line: int, column: int, source: str = "") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source = source
+        super().__init__(format_located(message, line, column, source))
+
+
+class TileNameError(StripeError):
+    """A Tile program refers to something that is not defined (or misuses a name)."""
+
+
+class TileTypeError(StripeError):
+    """A Tile statement is ill-formed: wrong arity, non-affine index, bad dtype use."""
+
+
+class ShapeError(StripeError):
+    """Bad shapes or dtypes at call time, or sizes that come out invalid."""
+
+
+class IRSyntaxError(StripeError):
+    """Stripe IR text does not parse."""
+
+    def __init__(self, message: str, line: int, column: int, source: str = "") -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        super().__init__(format_located(message, line, column, source))
+
+
+class VerifyError(StripeError):
+    """A Stripe program is not valid IR (see ``stripeml.ir.verify``)."""
+
+
+class ExecutionError(StripeError):
+    """A program failed while running (for example a race on an ``assign`` output)."""
+
+
+def format_located(message: str, line: int, column: int, source: str = "") -> str:
+    """Render ``message`` at 1-based ``line``/``column`` with the line and a caret."""
+    head = f"{line}:{column}: {message}"
+    lines = source.splitlines()
+    if not (1 <= line <= len(lines)):
+        return head
+    text = lines[line - 1].expandtabs(1)
+    caret = " " * (max(column, 1) - 1) + "^"
+    return f"{head}\n    {text}\n    {caret}"

@@ -1,0 +1,235 @@
+"""Statement rules of the Stripe IR verifier (see :mod:`stripeml.ir.verifier`).
+
+:data:`STMT_RULES` maps each statement class to its rules.  A rule gets the
+statement and an :class:`Env` (the block's scope and the scalars defined so
+far, with their dtypes) and yields a message per violation; its docstring
+states the rule.  :data:`SPECIALS` is the vocabulary of special operations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .dtypes import DTYPES, is_float, is_int
+from .intrinsics import INTRINSICS
+from .nodes import Constant, Intrinsic, Load, LoadIndex, Refinement, Special, Store
+
+if TYPE_CHECKING:
+    from .verifier import Scope
+
+READS = ("in", "inout", "none")
+WRITES = ("out", "inout", "none")
+
+Rule = Callable[..., Iterator[str]]
+STMT_RULES: dict[type, list[Rule]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialInfo:
+    """Arity of a special op and the names of the integer params it requires."""
+
+    n_inputs: int
+    n_outputs: int
+    int_params: tuple[str, ...] = ()
+
+
+SPECIALS: dict[str, SpecialInfo] = {
+    "copy": SpecialInfo(1, 1),
+    "reshape": SpecialInfo(1, 1),
+    "gather": SpecialInfo(2, 1, ("axis",)),
+}
+
+
+@dataclass
+class Env:
+    """The statement rules' view: the scope and the scalars defined so far (name -> dtype)."""
+
+    scope: Scope
+    scalars: dict[str, str] = field(default_factory=dict)
+
+    def ref(self, name: str) -> Refinement | None:
+        return next((r for r in self.scope.block.refs if r.into == name), None)
+
+
+def stmt_rule(*kinds: type) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for kind in kinds:
+            STMT_RULES.setdefault(kind, []).append(fn)
+        return fn
+
+    return register
+
+
+def _unknown(names, known) -> list[str]:
+    return sorted({n for n in names if n not in known})
+
+
+def _fresh(name: str, env: Env) -> Iterator[str]:
+    if not name.startswith("$"):
+        yield f"scalar names start with '$', not {name!r}"
+    elif name in env.scalars:
+        yield f"scalar '{name}' is assigned twice (scalars are SSA)"
+
+
+def _defined(names: tuple[str, ...], env: Env) -> Iterator[str]:
+    for name in names:
+        if name not in env.scalars:
+            yield f"scalar '{name}' is used before it is defined in this block"
+
+
+def _dtype(dtype: str) -> Iterator[str]:
+    if dtype not in DTYPES:
+        yield f"unknown dtype {dtype!r}"
+
+
+@stmt_rule(Load)
+def load(stmt: Load, env: Env) -> Iterator[str]:
+    """``$x = load(R)``: R is a readable (in/inout/none) ref of this block; $x is fresh."""
+    yield from _fresh(stmt.into, env)
+    ref = env.ref(stmt.ref)
+    if ref is None:
+        yield f"loads from '{stmt.ref}', which this block does not declare"
+    elif ref.dir not in READS:
+        yield f"loads from '{stmt.ref}', an {ref.dir} ref"
+
+
+@stmt_rule(Store)
+def store(stmt: Store, env: Env) -> Iterator[str]:
+    """``R = store($x)``: R is a writable (out/inout/none) ref; $x is defined, of R's dtype."""
+    yield from _defined((stmt.value,), env)
+    ref = env.ref(stmt.ref)
+    if ref is None:
+        yield f"stores to '{stmt.ref}', which this block does not declare"
+        return
+    if ref.dir not in WRITES:
+        yield f"stores to '{stmt.ref}', an {ref.dir} ref"
+    dtype = env.scalars.get(stmt.value)
+    if dtype is not None and dtype != ref.shape.dtype:
+        yield f"stores a {dtype} value to '{stmt.ref}' of dtype {ref.shape.dtype}"
+
+
+@stmt_rule(LoadIndex)
+def load_index(stmt: LoadIndex, env: Env) -> Iterator[str]:
+    """``$i = index(aff)``: aff uses visible indices; $i is fresh."""
+    yield from _fresh(stmt.into, env)
+    bad = _unknown(stmt.expr.names, env.scope.visible_idxs)
+    if bad:
+        yield f"index expression uses unknown indices {bad}"
+
+
+@stmt_rule(Constant)
+def constant(stmt: Constant, env: Env) -> Iterator[str]:
+    """``$c = const(v): T``: v is a bool/int/float, T a dtype; inf/nan only for floats."""
+    yield from _fresh(stmt.into, env)
+    yield from _dtype(stmt.dtype)
+    value = stmt.value
+    if not isinstance(value, (bool, int, float)):
+        yield f"constant value {value!r} is not a bool, int or float"
+    elif isinstance(value, float) and not math.isfinite(value):
+        if stmt.dtype in DTYPES and not is_float(stmt.dtype):
+            yield f"non-finite constant {value!r} needs a float dtype, not {stmt.dtype}"
+
+
+@stmt_rule(Intrinsic)
+def intrinsic(stmt: Intrinsic, env: Env) -> Iterator[str]:
+    """A known op with its arity; typing rules of :mod:`stripeml.ir.intrinsics`."""
+    yield from _fresh(stmt.into, env)
+    yield from _dtype(stmt.dtype)
+    info = INTRINSICS.get(stmt.op)
+    if info is None:
+        yield f"unknown intrinsic {stmt.op!r}"
+        return
+    if len(stmt.inputs) != info.arity:
+        yield f"{stmt.op} takes {info.arity} inputs, got {len(stmt.inputs)}"
+        return
+    undefined = list(_defined(stmt.inputs, env))
+    yield from undefined
+    if undefined:
+        return
+    types = [env.scalars[n] for n in stmt.inputs]
+    out = stmt.dtype
+    if info.kind in ("arith", "math", "minmax") and any(t != out for t in types):
+        yield f"{stmt.op} inputs {types} must all be the result dtype {out}"
+    elif info.kind == "cmp":
+        if len(set(types)) != 1:
+            yield f"{stmt.op} inputs {types} must share a dtype"
+        if out != "bool":
+            yield f"{stmt.op} yields bool, not {out}"
+    elif info.kind == "logic" and (any(t != "bool" for t in types) or out != "bool"):
+        yield f"{stmt.op} takes and yields bool (inputs {types}, result {out})"
+    elif info.kind == "select":
+        if types[0] != "bool":
+            yield f"select condition is {types[0]}, not bool"
+        if types[1] != out or types[2] != out:
+            yield f"select branches {types[1:]} must be the result dtype {out}"
+    if info.float_only and out in DTYPES and not is_float(out):
+        yield f"{stmt.op} is defined on floats only, not {out}"
+
+
+@stmt_rule(Special)
+def special(stmt: Special, env: Env) -> Iterator[str]:
+    """A known special op (copy, reshape, gather) with its arity, on refs of this block."""
+    info = SPECIALS.get(stmt.op)
+    if info is None:
+        yield f"unknown special {stmt.op!r} (known: {', '.join(SPECIALS)})"
+        return
+    if (len(stmt.inputs), len(stmt.outputs)) != (info.n_inputs, info.n_outputs):
+        yield f"{stmt.op} takes {info.n_inputs} inputs and {info.n_outputs} outputs"
+        return
+    readable = READS + ("out",) if env.scope.is_root else READS
+    for names, allowed, verb in (
+        (stmt.inputs, readable, "reads"),
+        (stmt.outputs, WRITES, "writes"),
+    ):
+        for name in names:
+            ref = env.ref(name)
+            if ref is None:
+                yield f"{verb} '{name}', which this block does not declare"
+            elif ref.dir not in allowed:
+                yield f"{verb} '{name}', an {ref.dir} ref"
+    params = dict(stmt.params)
+    for key in info.int_params:
+        if not isinstance(params.get(key), int) or isinstance(params.get(key), bool):
+            yield f"{stmt.op} needs an integer param '{key}'"
+
+
+@stmt_rule(Special)
+def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
+    """copy: same sizes; reshape: same element count; gather: NumPy ``take`` shapes."""
+    refs = [env.ref(n) for n in stmt.inputs + stmt.outputs]
+    if stmt.op not in SPECIALS or any(r is None for r in refs) or len(refs) < 2:
+        return
+    src, dst = refs[0].shape, refs[-1].shape  # type: ignore[union-attr]
+    if stmt.op == "copy" and src.sizes != dst.sizes:
+        yield f"copy between sizes {src.sizes} and {dst.sizes}"
+    elif stmt.op == "reshape" and src.elem_count != dst.elem_count:
+        yield f"reshape from {src.elem_count} to {dst.elem_count} elements"
+    elif stmt.op == "gather" and len(refs) == 3:
+        index = refs[1].shape  # type: ignore[union-attr]
+        axis = dict(stmt.params).get("axis")
+        if not is_int(index.dtype):
+            yield f"gather indices have dtype {index.dtype}, not an integer"
+        if isinstance(axis, int) and -src.rank <= axis < src.rank:
+            axis %= src.rank
+            want = src.sizes[:axis] + index.sizes + src.sizes[axis + 1 :]
+            if dst.sizes != want:
+                yield f"gather result has sizes {dst.sizes}, expected {want}"
+        elif isinstance(axis, int):
+            yield f"gather axis {axis} out of range for rank {src.rank}"
+        if dst.dtype != src.dtype:
+            yield f"gather result dtype {dst.dtype} differs from the source's {src.dtype}"
+
+
+def scalar_dtype(stmt: object, env: Env) -> str | None:
+    """The dtype of the scalar ``stmt`` defines, or ``None`` if it defines none."""
+    if isinstance(stmt, Load):
+        ref = env.ref(stmt.ref)
+        return ref.shape.dtype if ref is not None else None
+    if isinstance(stmt, LoadIndex):
+        return "i64"
+    if isinstance(stmt, (Constant, Intrinsic)):
+        return stmt.dtype
+    return None

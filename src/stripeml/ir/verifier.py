@@ -1,0 +1,333 @@
+"""The Stripe IR verifier: what valid IR is, written down once.
+
+``verify(program)`` walks the block tree and applies three tables of rules:
+:data:`BLOCK_RULES` (one block and what it sees), :data:`REF_RULES` (one
+refinement against its parent's) and :data:`~stripeml.ir.stmt_rules.STMT_RULES`
+(one statement, in order, with the scalars defined so far).  A rule is a small generator whose
+docstring states the rule; it yields a message for each violation.  The first
+violation raises :class:`~stripeml.errors.VerifyError` naming the block (the
+path of block names, plus its comment) and the refinement or statement.
+
+Rules in a table run in order, so later rules may rely on earlier ones (the
+isl bounds check runs only once the names in an access are known to be
+visible).  The semantics are in ``docs/stripe-ir.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import VerifyError
+from .dtypes import DTYPES
+from .nodes import AGGREGATIONS, DIRECTIONS, Block, Program, Refinement, Special
+from .printer import format_stmt
+from .stmt_rules import SPECIALS, STMT_RULES, Env, scalar_dtype
+
+VIEW_DIRS = ("in", "out", "inout")
+OUTPUT_AGGS = tuple(a for a in AGGREGATIONS if a)
+
+
+@dataclass(eq=False)
+class Scope:
+    """One block in its nest: what its rules may look at."""
+
+    block: Block
+    parent: Scope | None
+    label: str
+    outer_idxs: frozenset[str] = frozenset()
+    _domain: Any = field(default=None, repr=False)
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is None
+
+    @property
+    def visible_idxs(self) -> frozenset[str]:
+        return self.outer_idxs | {i.name for i in self.block.idxs}
+
+    @property
+    def path(self) -> str:
+        return self.label if self.parent is None else f"{self.parent.path}/{self.label}"
+
+    @property
+    def where(self) -> str:
+        text = f"block '{self.path}'"
+        return text + (f" (// {self.block.comment})" if self.block.comment else "")
+
+    def parent_ref(self, name: str) -> Refinement | None:
+        if self.parent is None:
+            return None
+        return next((r for r in self.parent.block.refs if r.into == name), None)
+
+    def domain(self):
+        """The isl domain of this block over the whole nest (built once, lazily)."""
+        if self._domain is None:
+            from ..analysis.isl_util import block_domain
+
+            outer = self.parent.domain() if self.parent is not None else None
+            self._domain = block_domain(self.block, outer)
+        return self._domain
+
+
+Rule = Callable[..., Iterator[str]]
+BLOCK_RULES: list[Rule] = []
+REF_RULES: list[Rule] = []
+
+
+def block_rule(fn: Rule) -> Rule:
+    BLOCK_RULES.append(fn)
+    return fn
+
+
+def ref_rule(fn: Rule) -> Rule:
+    REF_RULES.append(fn)
+    return fn
+
+
+def _unknown(names, known) -> list[str]:
+    return sorted({n for n in names if n not in known})
+
+
+# -- blocks ----------------------------------------------------------------------
+
+
+@block_rule
+def root_shape(block: Block, scope: Scope) -> Iterator[str]:
+    """The root is tagged #program, has no idxs or constraints, holds blocks and specials."""
+    if not scope.is_root:
+        return
+    if "program" not in block.tags:
+        yield "the root block must be tagged #program"
+    if block.idxs:
+        yield "the root block has no indices"
+    if block.constraints:
+        yield "the root block has no constraints"
+    for k, stmt in enumerate(block.stmts):
+        if not isinstance(stmt, (Block, Special)):
+            yield f"statement {k} '{format_stmt(stmt)}': the root holds only blocks and specials"
+
+
+@block_rule
+def single_line_text(block: Block, scope: Scope) -> Iterator[str]:
+    """Names, comments and tags are single-line text."""
+    for what, text in [("name", block.name), ("comment", block.comment)] + [
+        ("tag", t) for t in block.tags
+    ]:
+        if "\n" in text or "\r" in text:
+            yield f"the {what} {text!r} spans lines"
+
+
+@block_rule
+def index_declarations(block: Block, scope: Scope) -> Iterator[str]:
+    """Index names are non-empty and unique along the nest; ranges are >= 1."""
+    seen: set[str] = set()
+    for idx in block.idxs:
+        if not idx.name:
+            yield "an index has an empty name"
+        elif idx.name in seen:
+            yield f"index '{idx.name}' is declared twice"
+        elif idx.name in scope.outer_idxs:
+            yield f"index '{idx.name}' shadows an index of an enclosing block"
+        seen.add(idx.name)
+        if not isinstance(idx.range, int) or idx.range < 1:
+            yield f"index '{idx.name}' has range {idx.range!r}; ranges are >= 1"
+
+
+@block_rule
+def index_affines(block: Block, scope: Scope) -> Iterator[str]:
+    """An index offset (``i:R = aff``) uses only indices of enclosing blocks."""
+    for idx in block.idxs:
+        if idx.affine is not None:
+            bad = _unknown(idx.affine.names, scope.outer_idxs)
+            if bad:
+                yield f"index '{idx.name}' offset uses {bad}, not indices of enclosing blocks"
+
+
+@block_rule
+def constraint_names(block: Block, scope: Scope) -> Iterator[str]:
+    """Constraints use only this block's and enclosing blocks' indices."""
+    for con in block.constraints:
+        bad = _unknown(con.expr.names, scope.visible_idxs)
+        if bad:
+            yield f"constraint '{con.expr} >= 0' uses unknown indices {bad}"
+
+
+@block_rule
+def ref_names(block: Block, scope: Scope) -> Iterator[str]:
+    """Refinement names are non-empty and unique in a block."""
+    seen: set[str] = set()
+    for ref in block.refs:
+        if not ref.into:
+            yield "a refinement has an empty name"
+        elif ref.into in seen:
+            yield f"refinement '{ref.into}' is declared twice"
+        seen.add(ref.into)
+
+
+# -- refinements ---------------------------------------------------------------------
+
+
+@ref_rule
+def ref_shape(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """A known direction and dtype; one stride per size; sizes >= 0; a location."""
+    if ref.dir not in DIRECTIONS:
+        yield f"unknown direction {ref.dir!r} (expected one of {', '.join(DIRECTIONS)})"
+    if ref.shape.dtype not in DTYPES:
+        yield f"unknown dtype {ref.shape.dtype!r}"
+    if len(ref.shape.sizes) != len(ref.shape.strides):
+        yield f"{len(ref.shape.sizes)} sizes but {len(ref.shape.strides)} strides"
+    if any(s < 0 for s in ref.shape.sizes):
+        yield f"negative size in {ref.shape.sizes}"
+    if not ref.location:
+        yield "empty memory location"
+    if ref.offset is not None and ref.offset < 0:
+        yield f"negative offset {ref.offset}"
+
+
+@ref_rule
+def root_refs(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """Root refs are parameters/results/temporaries: dir in/out/none, no from, access or agg."""
+    if not scope.is_root:
+        return
+    if ref.dir not in ("in", "out", "none"):
+        yield f"root refinements are in, out or none, not {ref.dir!r}"
+    if ref.from_ or ref.access:
+        yield "a root refinement refines nothing (no from, no access)"
+    if ref.agg:
+        yield "a root refinement has no aggregation"
+
+
+@ref_rule
+def allocations(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """A ``none`` ref is fresh memory: no from, no access, no aggregation."""
+    if ref.dir == "none" and not scope.is_root:
+        if ref.from_ or ref.access:
+            yield "an allocation (none) refines nothing (no from, no access)"
+        if ref.agg:
+            yield "an allocation (none) has no aggregation"
+
+
+@ref_rule
+def view_parent(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """A view names a refinement of the parent block, of the same rank, dtype and strides."""
+    if scope.is_root or ref.dir not in VIEW_DIRS:
+        return
+    if not ref.from_:
+        yield "a view (in/out/inout) must name the parent buffer it refines"
+        return
+    parent = scope.parent_ref(ref.from_)
+    if parent is None:
+        yield f"refines '{ref.from_}', which the parent block does not declare"
+        return
+    if not (len(ref.access) == ref.shape.rank == parent.shape.rank):
+        yield (
+            f"access has {len(ref.access)} dims, shape rank {ref.shape.rank}, "
+            f"parent '{parent.into}' rank {parent.shape.rank}; all must agree"
+        )
+    if ref.shape.strides != parent.shape.strides:
+        yield f"strides {ref.shape.strides} differ from the parent's {parent.shape.strides}"
+    if ref.shape.dtype != parent.shape.dtype:
+        yield f"dtype {ref.shape.dtype} differs from the parent's {parent.shape.dtype}"
+
+
+@ref_rule
+def view_direction(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """Parent in -> in; parent out -> out; parent inout, none or root -> in/out/inout."""
+    parent = scope.parent_ref(ref.from_) if ref.from_ and ref.dir in VIEW_DIRS else None
+    if parent is None or scope.parent is None or scope.parent.is_root:
+        return
+    if parent.dir in ("in", "out") and ref.dir != parent.dir:
+        yield f"a view of '{parent.into}' ({parent.dir}) must be {parent.dir}, not {ref.dir}"
+
+
+@ref_rule
+def aggregation(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """out/inout views aggregate with assign/add/max/min/mul, as their parent does; others don't."""
+    if scope.is_root or ref.dir not in DIRECTIONS:
+        return
+    if ref.dir in ("out", "inout"):
+        if ref.agg not in OUTPUT_AGGS:
+            yield f"{ref.dir} needs an aggregation in {', '.join(OUTPUT_AGGS)}, not {ref.agg!r}"
+        parent = scope.parent_ref(ref.from_)
+        if parent is not None and parent.agg and ref.agg != parent.agg:
+            yield f"aggregation {ref.agg!r} differs from the parent's {parent.agg!r}"
+    elif ref.agg:
+        yield f"an {ref.dir} refinement has no aggregation (found {ref.agg!r})"
+
+
+@ref_rule
+def access_names(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """Access affines use only this block's and enclosing blocks' indices."""
+    for expr in ref.access:
+        bad = _unknown(expr.names, scope.visible_idxs)
+        if bad:
+            yield f"access '{expr}' uses unknown indices {bad}"
+
+
+@ref_rule
+def view_in_bounds(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """Over every point of the block: 0 <= access_d and access_d + size_d <= parent size_d (isl)."""
+    parent = scope.parent_ref(ref.from_) if ref.from_ and not scope.is_root else None
+    if parent is None or len(ref.access) != ref.shape.rank or ref.shape.rank != parent.shape.rank:
+        return
+    if 0 in ref.shape.sizes:
+        return  # an empty view touches nothing
+    from ..analysis.isl_util import exists_point
+
+    domain = scope.domain()
+    for d, (expr, size, psize) in enumerate(zip(ref.access, ref.shape.sizes, parent.shape.sizes)):
+        if exists_point(domain, -expr - 1):
+            yield f"dim {d}: access '{expr}' can be negative"
+        if exists_point(domain, expr + (size - psize - 1)):
+            yield f"dim {d}: access '{expr}' + size {size} can exceed the parent size {psize}"
+
+
+# -- driver -------------------------------------------------------------------------------
+
+
+def _fail(where: str, message: str) -> VerifyError:
+    return VerifyError(f"{where}: {message}")
+
+
+def _verify_block(scope: Scope) -> None:
+    block = scope.block
+    for rule in BLOCK_RULES:
+        for message in rule(block, scope):
+            raise _fail(scope.where, message)
+    for ref in block.refs:
+        for rule in REF_RULES:
+            for message in rule(ref, scope):
+                raise _fail(f"{scope.where}, ref '{ref.into}'", message)
+    env = Env(scope)
+    outer = scope.visible_idxs
+    for k, stmt in enumerate(block.stmts):
+        if isinstance(stmt, Block):
+            label = stmt.name or f"<{k}>"
+            _verify_block(Scope(stmt, scope, label, outer))
+            continue
+        rules = STMT_RULES.get(type(stmt))
+        try:
+            text = format_stmt(stmt)
+        except TypeError:
+            text = repr(stmt)
+        if rules is None:
+            raise _fail(f"{scope.where}, statement {k}", f"not a statement: {text}")
+        for rule in rules:
+            for message in rule(stmt, env):
+                raise _fail(f"{scope.where}, statement {k} '{text}'", message)
+        dtype = scalar_dtype(stmt, env)
+        if dtype is not None:
+            env.scalars[stmt.into] = dtype  # type: ignore[union-attr]
+
+
+def verify(program: Program) -> None:
+    """Raise :class:`VerifyError` if ``program`` is not valid Stripe IR."""
+    if not isinstance(program, Program) or not isinstance(program.root, Block):
+        raise VerifyError(f"not a Stripe program: {type(program).__name__}")
+    root = program.root
+    _verify_block(Scope(root, None, root.name or "root"))
+
+
+__all__ = ["BLOCK_RULES", "REF_RULES", "SPECIALS", "STMT_RULES", "verify"]

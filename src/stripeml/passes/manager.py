@@ -1,0 +1,58 @@
+"""The pass manager: runs a target's pipeline over a program.
+
+Each pass is a pure function of the program and its options.  After each pass
+the program is verified; its text is recorded in the stages only when the pass
+changed it (an identity check on the immutable IR), and the time each pass took
+is kept.  With ``check`` set, the interpreter re-runs the program after each
+pass and compares with the unoptimised result (semantic preservation).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..ir.nodes import Program
+from ..ir.printer import format as format_ir
+from ..ir.verifier import verify
+
+
+class Pass(Protocol):
+    """A pass: a frozen dataclass (its fields are its options) with ``name`` and ``run``."""
+
+    name: str
+
+    def run(self, program: Program) -> Program: ...
+
+
+@dataclass
+class PipelineResult:
+    program: Program
+    stages: list[tuple[str, str]]
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+
+def run_pipeline(
+    program: Program,
+    passes: Sequence[Pass],
+    *,
+    check: Callable[[str, Program], None] | None = None,
+) -> PipelineResult:
+    """Run ``passes`` in order; the first stage is ``("lower", text)``."""
+    verify(program)
+    stages = [("lower", format_ir(program))]
+    timings: list[tuple[str, float]] = []
+    for p in passes:
+        start = time.perf_counter()
+        new = p.run(program)
+        timings.append((p.name, time.perf_counter() - start))
+        if new is program:
+            continue
+        verify(new)
+        if check is not None:
+            check(p.name, new)
+        stages.append((p.name, format_ir(new)))
+        program = new
+    return PipelineResult(program, stages, timings)

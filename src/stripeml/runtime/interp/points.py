@@ -1,0 +1,146 @@
+"""Sets of block points, and affine expressions evaluated over them.
+
+The points of one chunk of a block are ``G`` consecutive points of the parent
+chunk times a sub-box of the block's own index box, filtered by the
+constraints.  Affines are evaluated on that grid by broadcasting (one axis per
+index, never a Python loop per point), then flattened and compressed by the
+constraint mask: the result has one entry per point, in the same order for
+every expression, so scalars, offsets and index values line up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from ...ir.affine import Affine
+from ...ir.nodes import Block
+
+
+class Points:
+    """The points of the root block: exactly one, where all affines are constant."""
+
+    n = 1
+
+    def eval(self, aff: Affine, extra: np.ndarray | None = None) -> np.ndarray:
+        """``aff`` at every point, as int64 of shape ``(n,)``.
+
+        ``extra`` (one value per point of the *parent* level) is added first.
+        """
+        out = np.full(1, aff.const, dtype=np.int64)
+        return out if extra is None else out + extra
+
+    def index_names(self) -> frozenset[str]:
+        return frozenset()
+
+
+class BoxPoints(Points):
+    """Points ``parent[g0:g1] x box``, filtered by ``block``'s constraints.
+
+    ``offsets[name]`` is the index's affine offset at every parent point (or 0).
+    ``starts``/``lens`` select the sub-box of local index values (0-based).
+    """
+
+    def __init__(
+        self,
+        parent: Points,
+        g0: int,
+        g1: int,
+        names: Sequence[str],
+        offsets: Sequence[np.ndarray | int],
+        starts: Sequence[int],
+        lens: Sequence[int],
+        block: Block,
+    ) -> None:
+        self.parent = parent
+        self.g0, self.g1 = g0, g1
+        self.names = tuple(names)
+        self.axis = {name: k for k, name in enumerate(self.names)}
+        self.offsets = tuple(offsets)
+        self.starts = tuple(starts)
+        self.lens = tuple(lens)
+        self.shape = (g1 - g0, *self.lens)
+        self._cache: dict[Affine, np.ndarray] = {}
+        self.mask: np.ndarray | None = None
+        for c in block.constraints:
+            ok = self._grid(c.expr) >= 0
+            self.mask = ok if self.mask is None else self.mask & ok
+        if self.mask is None:
+            self.n = int(np.prod(self.shape))
+        else:
+            self.mask = np.broadcast_to(self.mask, self.shape)
+            self.n = int(np.count_nonzero(self.mask))
+
+    def index_names(self) -> frozenset[str]:
+        return frozenset(self.names) | self.parent.index_names()
+
+    def eval(self, aff: Affine, extra: np.ndarray | None = None) -> np.ndarray:
+        if extra is None and aff in self._cache:
+            return self._cache[aff]
+        grid = np.broadcast_to(self._grid(aff, extra), self.shape)
+        flat = grid.reshape(-1) if self.mask is None else grid[self.mask]
+        flat = flat.astype(np.int64, copy=False)
+        if extra is None:
+            self._cache[aff] = flat
+        return flat
+
+    def _grid(self, aff: Affine, extra: np.ndarray | None = None) -> np.ndarray | int:
+        """``aff`` on the (unfiltered) grid, possibly not yet broadcast to full shape."""
+        own = [(self.axis[n], c) for n, c in aff.terms if n in self.axis]
+        outer = Affine(tuple((n, c) for n, c in aff.terms if n not in self.axis), aff.const)
+        # Parent-level part: one value per parent point of the group.
+        g: np.ndarray | int = outer.const
+        if outer.terms:
+            g = self.parent.eval(outer)[self.g0 : self.g1]
+        if extra is not None:
+            g = g + extra[self.g0 : self.g1]
+        for k, c in own:
+            off = self.offsets[k]
+            if isinstance(off, np.ndarray):
+                g = g + c * off[self.g0 : self.g1]
+            elif off:
+                g = g + c * off
+        rank = len(self.shape)
+        out: np.ndarray | int = g
+        if isinstance(g, np.ndarray):
+            out = g.reshape((g.size,) + (1,) * (rank - 1))
+        # Add the smallest axes first so that intermediates stay small.
+        for k, c in sorted(own, key=lambda t: self.lens[t[0]]):
+            start = self.starts[k]
+            ar = np.arange(start * c, (start + self.lens[k]) * c, c, dtype=np.int64)
+            shape = [1] * rank
+            shape[k + 1] = self.lens[k]
+            out = out + ar.reshape(shape)
+        return out
+
+
+def iter_chunks(
+    block: Block, parent: Points, limit: int
+) -> Iterator[tuple[int, int, list[int], list[int]]]:
+    """Split ``parent x box(block)`` into chunks of at most ``limit`` grid points.
+
+    Yields ``(g0, g1, starts, lens)``: parent points ``g0:g1`` times the sub-box.
+    """
+    ranges = [i.range for i in block.idxs]
+    box = int(np.prod(ranges)) if ranges else 1
+    n_par = parent.n
+    if box <= limit:
+        step = max(1, limit // box)
+        for g0 in range(0, n_par, step):
+            yield g0, min(n_par, g0 + step), [0] * len(ranges), list(ranges)
+        return
+    # Split the box: axes before `split` are fixed one value at a time, axis
+    # `split` is cut into slabs, the axes after it are whole.
+    inner = 1
+    split = len(ranges) - 1
+    while split > 0 and inner * ranges[split] <= limit:
+        inner *= ranges[split]
+        split -= 1
+    slab = max(1, limit // inner)
+    for g in range(n_par):
+        for head in np.ndindex(*ranges[:split]):
+            for s in range(0, ranges[split], slab):
+                starts = [*head, s] + [0] * (len(ranges) - split - 1)
+                lens = [1] * split + [min(slab, ranges[split] - s)] + ranges[split + 1 :]
+                yield g, g + 1, starts, lens

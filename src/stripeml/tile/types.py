@@ -1,0 +1,254 @@
+"""Types of elementwise expressions: shapes (NumPy broadcasting) and dtypes
+(NumPy promotion with Python-style weak scalars).
+
+Literals and dimension names are *weak*: they carry a Python value, not a
+dtype, and take the dtype of the tensor they meet (``X * 0.5`` stays float32),
+as NumPy 2 does for Python scalars.  Integer ``/`` is floor division.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ShapeError, TileTypeError
+from ..ir import dtypes
+from . import ast
+from .exprs import BINARY_FUNCTIONS, UNARY_FUNCTIONS
+
+Weak = int | float | bool
+
+# Functions whose result is floating point (ints promote to float64, as in NumPy).
+FLOAT_FUNCS = UNARY_FUNCTIONS - {"abs", "relu"}
+SAME_FUNCS = frozenset({"abs", "relu"})
+BINARY_FUNCS = BINARY_FUNCTIONS
+CASTS = {"as_float": "f", "as_int": "i", "as_uint": "u", "as_bool": "bool"}
+CMP_OPS = {
+    "<": "cmp_lt",
+    ">": "cmp_gt",
+    "<=": "cmp_le",
+    ">=": "cmp_ge",
+    "==": "cmp_eq",
+    "!=": "cmp_ne",
+}
+ARITH_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
+LOGIC_OPS = {"&&": "and", "||": "or"}
+
+
+@dataclass(frozen=True, slots=True)
+class EType:
+    """Shape and dtype of an expression; ``dtype is None`` marks a weak constant."""
+
+    shape: tuple[int, ...]
+    dtype: str | None
+    const: Weak | None = None
+
+    @property
+    def weak(self) -> bool:
+        return self.dtype is None
+
+
+def loc(pos: ast.Pos, stmt: object) -> str:
+    text = getattr(stmt, "text", "")
+    return f"{pos.line}:{pos.column}: " + (f"in '{text}': " if text else "")
+
+
+def join(a: EType, b: EType) -> str | None:
+    """The common dtype of two operands (None when both are weak)."""
+    if a.weak and b.weak:
+        return None
+    if a.weak:
+        a, b = b, a
+    if b.weak:
+        res = np.result_type(dtypes.to_numpy(a.dtype), b.const)
+    else:
+        res = np.result_type(dtypes.to_numpy(a.dtype), dtypes.to_numpy(b.dtype))
+    name = dtypes.from_numpy(res)
+    assert name is not None
+    return name
+
+
+def float_of(t: EType) -> str | None:
+    if t.weak:
+        return None
+    return t.dtype if dtypes.is_float(t.dtype) else "f64"
+
+
+def default_dtype(value: Weak) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    return "i64" if isinstance(value, int) else "f64"
+
+
+def broadcast(
+    a: tuple[int, ...], b: tuple[int, ...], pos: ast.Pos, stmt: object
+) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(a, b))
+    except ValueError:
+        raise ShapeError(f"{loc(pos, stmt)}shapes {a} and {b} do not broadcast") from None
+
+
+def fold(op: str, *vals: Weak) -> Weak:
+    """Evaluate an operator on weak constants (Python semantics, floor ``/`` on ints)."""
+    a = vals[0]
+    if op == "neg":
+        return -a
+    if op == "not":
+        return not a
+    b = vals[1] if len(vals) > 1 else None
+    ints = all(isinstance(v, int) for v in vals)
+    table = {
+        "add": lambda: a + b,
+        "sub": lambda: a - b,
+        "mul": lambda: a * b,
+        "div": lambda: (
+            (a // b if b else 0)
+            if ints
+            else (a / b if b else math.copysign(math.inf, a) if a else math.nan)
+        ),
+        "mod": lambda: a % b if b else 0,
+        "cmp_lt": lambda: a < b,
+        "cmp_gt": lambda: a > b,
+        "cmp_le": lambda: a <= b,
+        "cmp_ge": lambda: a >= b,
+        "cmp_eq": lambda: a == b,
+        "cmp_ne": lambda: a != b,
+        "and": lambda: bool(a) and bool(b),
+        "or": lambda: bool(a) or bool(b),
+        "max": lambda: max(a, b),
+        "min": lambda: min(a, b),
+        "pow": lambda: a**b,
+    }
+    return table[op]()
+
+
+def expr_type(
+    expr: ast.Expr,
+    dims: Mapping[str, int],
+    tensors: Mapping[str, object],
+    stmt: object,
+) -> tuple[tuple[int, ...], str]:
+    """Shape and dtype of a whole elementwise statement's value."""
+    t = type_of(expr, dims, tensors, stmt)
+    return t.shape, (t.dtype if t.dtype is not None else default_dtype(t.const))
+
+
+def type_of(
+    expr: ast.Expr, dims: Mapping[str, int], tensors: Mapping[str, object], stmt: object
+) -> EType:
+    """Type an expression (constant-folding weak sub-expressions)."""
+    if isinstance(expr, ast.IntLit):
+        return EType((), None, expr.value)
+    if isinstance(expr, ast.FloatLit):
+        return EType((), None, expr.value)
+    if isinstance(expr, ast.Name):
+        if expr.name in tensors:
+            info = tensors[expr.name]
+            return EType(info.shape, info.dtype)  # type: ignore[attr-defined]
+        if expr.name in dims:
+            return EType((), None, dims[expr.name])
+        raise TileTypeError(f"{loc(expr.pos, stmt)}unknown name '{expr.name}'")
+    if isinstance(expr, ast.Unary):
+        t = type_of(expr.operand, dims, tensors, stmt)
+        if expr.op == "!":
+            return EType(t.shape, None, fold("not", t.const)) if t.weak else EType(t.shape, "bool")
+        if t.weak:
+            return EType((), None, fold("neg", t.const))
+        if t.dtype == "bool":
+            raise TileTypeError(f"{loc(expr.pos, stmt)}cannot negate a bool value")
+        return t
+    if isinstance(expr, ast.Binary):
+        a = type_of(expr.lhs, dims, tensors, stmt)
+        b = type_of(expr.rhs, dims, tensors, stmt)
+        shape = broadcast(a.shape, b.shape, expr.pos, stmt)
+        op = ARITH_OPS.get(expr.op) or CMP_OPS.get(expr.op) or LOGIC_OPS[expr.op]
+        if a.weak and b.weak:
+            return EType(shape, None, fold(op, a.const, b.const))
+        if expr.op in LOGIC_OPS or expr.op in CMP_OPS:
+            return EType(shape, "bool")
+        dt = join(a, b)
+        if dt == "bool" and expr.op in ("-", "/", "%"):
+            dt = "i64" if expr.op != "-" else None
+            if dt is None:
+                raise TileTypeError(f"{loc(expr.pos, stmt)}cannot subtract bool values")
+        return EType(shape, dt)
+    if isinstance(expr, ast.Ternary):
+        c = type_of(expr.cond, dims, tensors, stmt)
+        a = type_of(expr.then, dims, tensors, stmt)
+        b = type_of(expr.other, dims, tensors, stmt)
+        shape = broadcast(broadcast(c.shape, a.shape, expr.pos, stmt), b.shape, expr.pos, stmt)
+        if c.weak and a.weak and b.weak:
+            return EType(shape, None, a.const if c.const else b.const)
+        dt = join(a, b)
+        if dt is None:
+            dt = default_dtype(a.const) if isinstance(a.const, float) else default_dtype(b.const)
+            dt = "f64" if isinstance(a.const, float) or isinstance(b.const, float) else dt
+        return EType(shape, dt)
+    if isinstance(expr, ast.Call):
+        return _call_type(expr, dims, tensors, stmt)
+    raise TileTypeError(f"unsupported expression {expr!r}")  # pragma: no cover
+
+
+def cast_target(call: ast.Call, stmt: object) -> str:
+    kind = CASTS[call.func]
+    if kind == "bool":
+        return "bool"
+    bits_arg = call.args[1]
+    if not isinstance(bits_arg, ast.IntLit):
+        raise TileTypeError(f"{loc(call.pos, stmt)}{call.func} needs an integer literal bit width")
+    name = f"{kind}{bits_arg.value}"
+    if name not in dtypes.DTYPES:
+        raise TileTypeError(
+            f"{loc(call.pos, stmt)}{call.func}: unsupported bit width {bits_arg.value}"
+        )
+    return name
+
+
+def _call_type(call: ast.Call, dims, tensors, stmt) -> EType:
+    f = call.func
+    if f in CASTS:
+        t = type_of(call.args[0], dims, tensors, stmt)
+        return EType(t.shape, cast_target(call, stmt))
+    args = [type_of(a, dims, tensors, stmt) for a in call.args]
+    if f in FLOAT_FUNCS or f in SAME_FUNCS:
+        t = args[0]
+        if t.weak:
+            return EType((), None, fold_call(f, t.const))
+        return EType(t.shape, float_of(t) if f in FLOAT_FUNCS else t.dtype)
+    if f in BINARY_FUNCS:
+        a, b = args
+        shape = broadcast(a.shape, b.shape, call.pos, stmt)
+        if a.weak and b.weak:
+            return EType(shape, None, fold(f, a.const, b.const))
+        return EType(shape, join(a, b))
+    raise TileTypeError(f"{loc(call.pos, stmt)}unknown function '{f}'")
+
+
+def fold_call(f: str, x: Weak) -> Weak:
+    if f in ("abs", "relu") and isinstance(x, int) and not isinstance(x, bool):
+        return abs(x) if f == "abs" else max(x, 0)
+    x = float(x)
+    table = {
+        "exp": math.exp,
+        "log": lambda v: math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan),
+        "sqrt": lambda v: math.sqrt(v) if v >= 0 else math.nan,
+        "tanh": math.tanh,
+        "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)) if v > -700 else 0.0,
+        "sin": math.sin,
+        "cos": math.cos,
+        "tan": math.tan,
+        "erf": math.erf,
+        "floor": lambda v: float(math.floor(v)),
+        "ceil": lambda v: float(math.ceil(v)),
+        "round": lambda v: float(round(v)),
+        "abs": abs,
+        "relu": lambda v: max(v, 0.0),
+    }
+    try:
+        return table[f](x)
+    except OverflowError:
+        return math.inf
