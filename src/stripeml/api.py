@@ -7,12 +7,13 @@ through the target's pass pipeline and compiled once, then cached in memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from .errors import ShapeError, StripeError
+from .errors import InternalError, ShapeError, StripeError
 from .ir.nodes import Program
 from .ir.printer import format as format_ir
 from .passes.manager import run_pipeline
@@ -43,7 +44,8 @@ class Executable:
         return self._compiled.code
 
     def run_named(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._compiled.run(inputs)
+        with _internal_errors(f"running {self.function.name}"):
+            return self._compiled.run(inputs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         arrays = self.function._arrays(args, kwargs)
@@ -55,6 +57,17 @@ class Executable:
     @property
     def signature(self) -> Signature:
         return tuple((r.shape.sizes, str(_np_dtype(r.shape.dtype))) for r in self.program.inputs)
+
+
+@contextmanager
+def _internal_errors(what: str) -> Iterator[None]:
+    """Re-raise anything that is not a StripeError as an InternalError."""
+    try:
+        yield
+    except StripeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
+        raise InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}") from exc
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -121,11 +134,12 @@ class Function:
         sig = signature_of(arrays)
         exe = self._cache.get(sig)
         if exe is None:
-            binding = bind(self.ast, sig)
-            program = lower(self.ast, binding, self.name)
-            result = run_pipeline(program, self.backend.pipeline())
-            compiled = self.backend.compile(result.program)
-            exe = Executable(self, result.program, result.stages, compiled)
+            with _internal_errors(f"compiling {self.name} for {_fmt_sig(sig)}"):
+                binding = bind(self.ast, sig)
+                program = lower(self.ast, binding, self.name)
+                result = run_pipeline(program, self.backend.pipeline())
+                compiled = self.backend.compile(result.program)
+                exe = Executable(self, result.program, result.stages, compiled)
             self._cache[sig] = exe
         return exe
 

@@ -57,6 +57,14 @@ class ExecutionError(StripeError):
     """A program failed while running (for example a race on an ``assign`` output)."""
 
 
+class InternalError(StripeError):
+    """A bug in stripeml surfaced while handling valid-looking input.
+
+    Raised in place of a raw Python exception so callers only ever see
+    :class:`StripeError`; the original exception is chained as ``__cause__``.
+    """
+
+
 def format_located(message: str, line: int, column: int, source: str = "") -> str:
     """Render ``message`` at 1-based ``line``/``column`` with the line and a caret."""
     head = f"{line}:{column}: {message}"

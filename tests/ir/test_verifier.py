@@ -231,6 +231,8 @@ def test_view_direction():
     fill_inout = replace(fill, refs=(fill.refs[0], replace(fill.refs[1], dir="inout")))
     verify(with_kernel(p, stmts=(fill_inout,)))
     verify(with_ref(matmul(2, 3, 4), "C", dir="inout"))
+    # ... except program inputs, which are read-only.
+    fails(with_ref(matmul(2, 3, 4), "A", dir="out", agg="add"), "program input 'A' is read-only")
 
 
 def test_aggregation():

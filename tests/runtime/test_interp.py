@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stripeml.errors import ExecutionError, ShapeError
-from stripeml.ir.nodes import Intrinsic, Load, LoadIndex, Store
+from stripeml.ir.nodes import Constant, Intrinsic, Load, LoadIndex, Store
 from stripeml.runtime.interp import run
 
 from .helpers import run_all
@@ -508,3 +508,56 @@ def test_large_constrained_block_in_chunks():
     for kw in ({"chunk_points": 1000}, {"chunk_points": 100}, {"mode": "fast"}):
         out = run(p, {"I": x}, **kw)["O"]
         np.testing.assert_allclose(out, np.cumsum(x), rtol=1e-4, atol=1e-4)
+
+
+def test_scalar_buffers_and_index_free_kernel():
+    """Rank-0 root buffers and a kernel without indices."""
+    a = root_ref("in", "A", "f64", ())
+    o = root_ref("out", "O", "f64", ())
+    k = block(
+        {},
+        [view("in", "A", a.shape, []), view("out", "O", o.shape, [])],
+        [Load("$a", "A"), Intrinsic("exp", ("$a",), "$e", "f64"), Store("O", "$e")],
+    )
+    out = run_all(program([a, o], [k]), {"A": np.array(2.0)})["O"]
+    assert out.shape == () and out == np.exp(2.0)
+
+
+def test_overflow_does_not_warn(recwarn):
+    a = np.full((2, 3), 3e38, np.float32)
+    b = np.full((3, 2), 10.0, np.float32)
+    for mode in ("general", "fast"):
+        out = run(matmul(2, 2, 3), {"A": a, "B": b}, mode=mode)["C"]
+        assert np.isinf(out).all()
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_three_levels_store_at_every_level_of_one_scope():
+    """Stores from the scope block and from blocks nested in it combine into one element."""
+    x = randn(4, 3, 2)
+    xr, orr = root_ref("in", "X", "f32", (4, 3, 2)), root_ref("out", "O", "f32", (4,))
+    inner = block(
+        {"k": 2},
+        [view("in", "X", xr.shape, "0, 0, k"), view("out", "O", orr.shape, "0", agg="add")],
+        [Load("$x", "X"), Store("O", "$x")],
+        tags=(),
+    )
+    middle = block(
+        {"c": 3},
+        [view("in", "X", xr.shape, "0, c, 0", (1, 1, 2)),
+         view("out", "O", orr.shape, "0", agg="add")],
+        [Load("$x", "X"), Constant("$ten", 10.0, "f32"),
+         Intrinsic("mul", ("$x", "$ten"), "$y", "f32"), Store("O", "$y"), inner],
+        tags=(),
+    )  # fmt: skip
+    outer = block(
+        {"r": 4},
+        [
+            view("in", "X", xr.shape, "r, 0, 0", (1, 3, 2)),
+            view("out", "O", orr.shape, "r", agg="add"),
+        ],
+        [middle],
+    )
+    expected = 10 * x[:, :, 0].sum(axis=1) + x.sum(axis=(1, 2))
+    out = run_all(program([xr, orr], [outer]), {"X": x})["O"]
+    np.testing.assert_allclose(out, expected, rtol=1e-5)

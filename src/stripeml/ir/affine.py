@@ -100,7 +100,11 @@ class Affine:
         return out
 
     def rename(self, mapping: Mapping[str, str]) -> Affine:
-        return Affine.build({mapping.get(n, n): c for n, c in self.terms}, self.const)
+        coeffs: dict[str, int] = {}
+        for n, c in self.terms:
+            m = mapping.get(n, n)
+            coeffs[m] = coeffs.get(m, 0) + c
+        return Affine.build(coeffs, self.const)
 
     def evaluate(self, env: Mapping[str, object]):
         """Evaluate with ``env`` mapping names to ints or integer NumPy arrays."""

@@ -7,8 +7,8 @@ Any malformed text raises :class:`~stripeml.errors.IRSyntaxError` with a
 meaning).
 
 Whitespace and newlines are insignificant.  ``//`` starts a comment that runs
-to the end of the line; the comment on the same line as a block's ``(`` is
-that block's ``comment``, every other comment is ignored.
+to the end of the line; a comment that directly follows a block's ``(`` on
+the same line is that block's ``comment``, every other comment is ignored.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ _TOKEN_RE = re.compile(
     r"""
     (?P<ws>[ \t\r\n]+)
     |(?P<comment>//[^\n]*)
-    |(?P<float>\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
-    |(?P<int>\d+)
+    |(?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)
+    |(?P<int>[0-9]+)
     |(?P<ident>[A-Za-z_][A-Za-z0-9_.]*|\$[A-Za-z0-9_.]+)
     |(?P<string>")
     |(?P<op>->|>=|[\[\](){},:=\#@+\-*])

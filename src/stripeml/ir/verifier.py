@@ -234,9 +234,17 @@ def view_parent(ref: Refinement, scope: Scope) -> Iterator[str]:
 
 @ref_rule
 def view_direction(ref: Refinement, scope: Scope) -> Iterator[str]:
-    """Parent in -> in; parent out -> out; parent inout, none or root -> in/out/inout."""
+    """Parent in -> in; parent out -> out; parent inout or none -> in/out/inout.
+
+    At the root, program inputs are read-only; outputs and temporaries may be
+    read back by later kernels, so their views take any direction.
+    """
     parent = scope.parent_ref(ref.from_) if ref.from_ and ref.dir in VIEW_DIRS else None
-    if parent is None or scope.parent is None or scope.parent.is_root:
+    if parent is None or scope.parent is None:
+        return
+    if scope.parent.is_root:
+        if parent.dir == "in" and ref.dir != "in":
+            yield f"program input '{parent.into}' is read-only: its views must be in, not {ref.dir}"
         return
     if parent.dir in ("in", "out") and ref.dir != parent.dir:
         yield f"a view of '{parent.into}' ({parent.dir}) must be {parent.dir}, not {ref.dir}"

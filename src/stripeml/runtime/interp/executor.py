@@ -40,7 +40,7 @@ def exec_stmts(stmts: tuple[Statement, ...], frame: Frame, opts: Options) -> Non
     for s in stmts:
         if isinstance(s, Load):
             st = refs[s.ref]
-            scalars[s.into] = st.storage[st.base]
+            scalars[s.into] = np.take(st.storage, st.base)
         elif isinstance(s, Store):
             st = refs[s.ref]
             values = np.broadcast_to(scalars[s.value], st.base.shape)

@@ -40,7 +40,9 @@ MAX_ENUM_CANDIDATES = 16
 _REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 _LETTERS = string.ascii_letters
 
-Coefs = dict[str, int]
+Coefs = dict[str, int]  # coefficient per local index
+Fixed = dict[str, int]  # values of the enumerated indices at one tap
+Box = dict[str, tuple[int, int]]  # (low, length) of every rest index at one tap
 
 
 @dataclass(frozen=True)
@@ -189,7 +191,7 @@ class _Runner:
                 else:
                     self._map(p, fixed, box)
 
-    def _box(self, p: int, fixed: dict[str, int]) -> dict[str, tuple[int, int]] | None:
+    def _box(self, p: int, fixed: Fixed) -> Box | None:
         """``{index: (low, length)}`` of the rest indices at this tap, or None if empty."""
         lo = {v: 0 for v in self.plan.rest}
         hi = {v: self.plan.ranges[v] - 1 for v in self.plan.rest}
@@ -209,17 +211,19 @@ class _Runner:
             return None
         return {v: (lo[v], hi[v] - lo[v] + 1) for v in lo}
 
-    def _start(self, entry: tuple[Coefs, np.ndarray], p: int, fixed, box) -> int:
+    def _start(self, entry: tuple[Coefs, np.ndarray], p: int, fixed: Fixed, box: Box) -> int:
         coefs, consts = entry
         start = int(consts[p])
         for v, c in coefs.items():
             start += c * (fixed[v] if v in fixed else box[v][0])
         return start
 
-    def _axes(self, box) -> list[str]:
+    def _axes(self, box: Box) -> list[str]:
         return [v for v in self.plan.rest if box[v][1] > 1]
 
-    def _view(self, flat: np.ndarray, name: str, p: int, fixed, box, axes) -> np.ndarray:
+    def _view(
+        self, flat: np.ndarray, name: str, p: int, fixed: Fixed, box: Box, axes: list[str]
+    ) -> np.ndarray:
         """``flat`` (laid out like ref ``name``'s storage) as a view over ``axes``."""
         entry = self.refs[name]
         coefs = entry[0]
@@ -230,17 +234,16 @@ class _Runner:
             flat[start:], shape=shape, strides=strides, writeable=False
         )
 
-    def _store(self, values: np.ndarray, p: int, fixed, box, axes: list[str]) -> None:
+    def _store(self, values: np.ndarray, p: int, fixed: Fixed, box: Box, axes: list[str]) -> None:
         """Store ``values`` (one axis per entry of ``axes``, broadcastable)."""
         coefs = self.refs[self.plan.store.ref][0]
         keep = [v for v in axes if coefs.get(v)]
         lens = tuple(box[v][1] for v in keep)
-        values = np.broadcast_to(values, lens) if values.ndim == len(keep) else values
         start = self._start(self.refs[self.plan.store.ref], p, fixed, box)
         self.out.sink.store_box(start, lens, tuple(coefs[v] for v in keep), values)
 
     # -- map mode -----------------------------------------------------------
-    def _map(self, p: int, fixed, box) -> None:
+    def _map(self, p: int, fixed: Fixed, box: Box) -> None:
         axes = self._axes(box)
         vals: dict[str, np.ndarray] = {}
         value = None
@@ -269,7 +272,9 @@ class _Runner:
                 full = _REDUCE[agg].reduce(full, axis=reduced)
         self._store(full, p, fixed, box, axes)
 
-    def _index_grid(self, entry, p: int, fixed, box, axes) -> np.ndarray:
+    def _index_grid(
+        self, entry: tuple[Coefs, np.ndarray], p: int, fixed: Fixed, box: Box, axes: list[str]
+    ) -> np.ndarray:
         coefs = entry[0]
         grid = np.asarray(self._start(entry, p, fixed, box), dtype=np.int64).reshape(
             (1,) * len(axes)
@@ -306,7 +311,7 @@ class _Runner:
             out[f] = (ref[0] if ref else None, arr)
         return out
 
-    def _contract(self, p: int, fixed, box, factors) -> None:
+    def _contract(self, p: int, fixed: Fixed, box: Box, factors: dict) -> None:
         axes = self._axes(box)
         dtype = to_numpy(self.out.ref.shape.dtype)
         ops, subs = [], []

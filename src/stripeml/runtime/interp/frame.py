@@ -17,9 +17,12 @@ MODES = ("auto", "fast", "general")
 
 @dataclass(frozen=True)
 class Options:
-    """How to run: ``mode`` picks the kernel fast path (``auto`` decides by
-    cost, ``fast`` uses it whenever the pattern fits, ``general`` never);
-    ``chunk_points`` bounds the points executed at once."""
+    """How to run a program.
+
+    ``mode`` picks the kernel fast path: ``auto`` uses it when it pays off,
+    ``fast`` whenever the pattern fits, ``general`` never.  ``chunk_points``
+    bounds the number of points executed at once (memory).
+    """
 
     mode: str = "auto"
     chunk_points: int = 1 << 21
@@ -66,5 +69,6 @@ def write(state: RefState, offsets: np.ndarray, values: np.ndarray) -> None:
 
 
 def constant(value: object, dtype: str) -> np.ndarray:
+    """A ``const`` statement's value: a 0-d array of ``dtype`` (cast like ``astype``)."""
     with np.errstate(all="ignore"):
         return np.asarray(value).astype(to_numpy(dtype))

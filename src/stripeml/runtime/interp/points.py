@@ -61,6 +61,13 @@ class BoxPoints(Points):
         self.starts = tuple(starts)
         self.lens = tuple(lens)
         self.shape = (g1 - g0, *self.lens)
+        # Own axes before `_split` go with the parent axis, the others apart.
+        self._split = 0
+        size = g1 - g0
+        total = int(np.prod(self.shape))
+        while self._split < len(self.lens) and size * size < total:
+            size *= self.lens[self._split]
+            self._split += 1
         self._cache: dict[Affine, np.ndarray] = {}
         self.mask: np.ndarray | None = None
         for c in block.constraints:
@@ -69,7 +76,7 @@ class BoxPoints(Points):
         if self.mask is None:
             self.n = int(np.prod(self.shape))
         else:
-            self.mask = np.broadcast_to(self.mask, self.shape)
+            self.mask = np.ascontiguousarray(np.broadcast_to(self.mask, self.shape)).reshape(-1)
             self.n = int(np.count_nonzero(self.mask))
 
     def index_names(self) -> frozenset[str]:
@@ -78,8 +85,12 @@ class BoxPoints(Points):
     def eval(self, aff: Affine, extra: np.ndarray | None = None) -> np.ndarray:
         if extra is None and aff in self._cache:
             return self._cache[aff]
-        grid = np.broadcast_to(self._grid(aff, extra), self.shape)
-        flat = grid.reshape(-1) if self.mask is None else grid[self.mask]
+        grid = self._grid(aff, extra)
+        if not isinstance(grid, np.ndarray) or grid.shape != self.shape:
+            grid = np.broadcast_to(grid, self.shape)
+        flat = grid.reshape(-1)  # copies only when broadcast
+        if self.mask is not None:
+            flat = flat[self.mask]
         flat = flat.astype(np.int64, copy=False)
         if extra is None:
             self._cache[aff] = flat
@@ -102,17 +113,23 @@ class BoxPoints(Points):
             elif off:
                 g = g + c * off
         rank = len(self.shape)
-        out: np.ndarray | int = g
+        lead: np.ndarray | int = g
         if isinstance(g, np.ndarray):
-            out = g.reshape((g.size,) + (1,) * (rank - 1))
-        # Add the smallest axes first so that intermediates stay small.
-        for k, c in sorted(own, key=lambda t: self.lens[t[0]]):
+            lead = g.reshape((g.size,) + (1,) * (rank - 1))
+        # Two partial sums over the leading and trailing axes (each small), so
+        # that only the final addition is as large as the grid.
+        split = self._split
+        trail: np.ndarray | int = 0
+        for k, c in sorted(own):
             start = self.starts[k]
             ar = np.arange(start * c, (start + self.lens[k]) * c, c, dtype=np.int64)
             shape = [1] * rank
             shape[k + 1] = self.lens[k]
-            out = out + ar.reshape(shape)
-        return out
+            if k < split:
+                lead = lead + ar.reshape(shape)
+            else:
+                trail = trail + ar.reshape(shape)
+        return lead + trail
 
 
 def iter_chunks(

@@ -54,7 +54,10 @@ def run(
         elif ref.dir == "out" and ref.into in outputs:
             _logical(storage, origin, ref.shape)[...] = _checked(ref, outputs[ref.into], "output")
         refs[ref.into] = RefState(ref, storage, np.full(1, origin, dtype=np.int64), None)
-    exec_stmts(root.stmts, Frame(Points(), refs), opts)
+    # Floating-point warnings are NumPy's business, not the program's: inf and
+    # nan results are values like any other.
+    with np.errstate(all="ignore"):
+        exec_stmts(root.stmts, Frame(Points(), refs), opts)
     result: dict[str, np.ndarray] = {}
     for ref in program.outputs:
         state = refs[ref.into]
@@ -64,7 +67,7 @@ def run(
             target[...] = view
             result[ref.into] = target
         else:
-            result[ref.into] = np.ascontiguousarray(view)
+            result[ref.into] = view.copy()  # C order; keeps rank 0
     return result
 
 
