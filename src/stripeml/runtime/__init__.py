@@ -1,1 +1,2 @@
-"""runtime."""
+"""Executors: the reference interpreter today; the CPU JIT and GPU runtimes plug in via
+:mod:`stripeml.runtime.backend`."""
