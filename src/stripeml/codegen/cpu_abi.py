@@ -1,0 +1,56 @@
+"""The contract between the CPU code generator and the CPU runtime.
+
+The generator turns a Stripe program into one LLVM module with one function
+per root-level kernel block, plus this metadata.  Every kernel function has
+the C signature::
+
+    void kernel(void **buffers, int64_t start, int64_t end);
+
+``buffers[i]`` is the base pointer of the i-th root refinement of the program
+(``program.root.refs`` order: parameters, results and program-level
+temporaries alike).  The kernel runs the iterations ``start <= p < end`` of
+its *parallel index* (``KernelInfo.parallel_extent`` iterations in all); when
+``splittable`` is true, disjoint ranges may run concurrently on different
+threads without races, otherwise the runtime must call it once with
+``(0, parallel_extent)``.  Root-level ``special`` statements are not compiled:
+the runtime executes them between kernels (``Step.special``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.nodes import Special
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInfo:
+    symbol: str  # the LLVM function name
+    block_name: str  # the Stripe block it came from
+    parallel_extent: int  # iterations of the split index (>= 1)
+    splittable: bool  # disjoint [start, end) ranges may run concurrently
+    work: int  # estimated scalar operations, to decide whether threads pay off
+
+
+@dataclass(frozen=True, slots=True)
+class BufferInfo:
+    name: str
+    dtype: str  # Stripe dtype name
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    kind: str  # "in" | "out" | "none" (program temporary)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One root statement in order: a compiled kernel or a special run by the runtime."""
+
+    kernel: KernelInfo | None = None
+    special: Special | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuModule:
+    llvm_ir: str
+    buffers: tuple[BufferInfo, ...]
+    steps: tuple[Step, ...]
