@@ -1,0 +1,481 @@
+"""Stripe -> LLVM IR for the CPU backend.
+
+Each root-level kernel block becomes one function with the ABI of
+:mod:`stripeml.codegen.cpu_abi`.  Blocks become loop nests; refinements become
+a base pointer plus an element offset that is an affine function of the
+indices (views keep their parent's strides, so offsets compose by addition);
+constraints become loop bounds (each constraint bounds the innermost loop it
+mentions, so no guard remains inside a loop); ``none`` refinements become stack
+allocations, zeroed per point.
+
+Aggregation (the scope rule of docs/stripe-ir.md): a block whose output view
+aggregates while its parent does not is a *scope*.  When the scope is a leaf
+block with a single store, its loops are ordered with the store's address
+indices outside and the rest inside, and the value accumulates in a register
+(``reassoc`` on float add/mul so the loop vectoriser may reduce in vector
+lanes), stored once per element if any point reached it.  Otherwise the scope
+first writes the aggregation's identity to every element it will touch (a
+copy of its loop nest that only stores), then accumulates in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from ..errors import StripeError
+from ..ir.affine import Affine
+from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Program, Special, Store
+from .cpu_abi import BufferInfo, CpuModule, KernelInfo, Step
+from .llvm_ops import call_intrinsic, combine, intrinsic
+from .llvm_types import I1, I8, I64, PTR, const, identity, mem_type, reg_type
+
+
+@dataclass
+class Bind:
+    """A refinement as seen by generated code."""
+
+    base: ir.Value  # pointer to element 0 of the underlying memory
+    offset: Affine  # element offset of the view's origin
+    dtype: str
+    agg: str
+    mode: str  # "plain" | "mem" | "reg" | "read" | "init" | "skip"
+    root: str | None  # root buffer name (None for allocations)
+    acc: ir.Value | None = None  # register accumulator slot (mode "reg")
+    touched: ir.Value | None = None
+
+
+def generate(program: Program, *, vector_width: int = 8, triple: str = "") -> CpuModule:
+    """Generate the LLVM module and the metadata the CPU runtime needs."""
+    module = ir.Module(name=program.root.name or "stripeml")
+    if triple:
+        module.triple = triple
+    root = program.root
+    buffers = tuple(
+        BufferInfo(r.into, r.shape.dtype, r.shape.sizes, r.shape.strides, r.dir) for r in root.refs
+    )
+    steps: list[Step] = []
+    for n, stmt in enumerate(root.stmts):
+        if isinstance(stmt, Special):
+            steps.append(Step(special=stmt))
+        elif isinstance(stmt, Block):
+            symbol = f"k{n}_{_sanitize(stmt.name)}"
+            info = _KernelGen(module, root, stmt, symbol, vector_width).run()
+            steps.append(Step(kernel=info))
+        else:
+            raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
+    return CpuModule(str(module), buffers, tuple(steps))
+
+
+def _sanitize(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
+
+
+class _KernelGen:
+    def __init__(self, module: ir.Module, root: Block, kernel: Block, symbol: str, vector_width: int):
+        self.module = module
+        self.root = root
+        self.kernel = kernel
+        self.symbol = symbol
+        self.vector_width = vector_width
+        used = []
+        for r in kernel.refs:
+            if r.from_ and r.from_ not in used:
+                used.append(r.from_)
+        self.used = used
+        root_index = {r.into: i for i, r in enumerate(root.refs)}
+        # The ABI wrapper loads the buffer pointers and calls a body whose pointer
+        # parameters are noalias (each root buffer appears once).
+        wrapper_ty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+        self.wrapper = ir.Function(module, wrapper_ty, symbol)
+        body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(used) + [I64, I64])
+        self.fn = ir.Function(module, body_ty, symbol + ".body")
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("alwaysinline")
+        for a in self.fn.args[: len(used)]:
+            a.add_attribute("noalias")
+        wb = ir.IRBuilder(self.wrapper.append_basic_block("entry"))
+        bufs, start, end = self.wrapper.args
+        ptrs = []
+        for name in used:
+            slot = wb.gep(bufs, [ir.Constant(I64, root_index[name])], source_etype=PTR)
+            ptrs.append(wb.load(slot, typ=PTR))
+        wb.call(self.fn, [*ptrs, start, end])
+        wb.ret_void()
+        self.entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(self.entry)
+        first = self.fn.append_basic_block("start")
+        self.b = ir.IRBuilder(first)
+        self.start, self.end = self.fn.args[len(used)], self.fn.args[len(used) + 1]
+        self.root_binds = {
+            name: Bind(self.fn.args[i], Affine(), root.ref(name).shape.dtype, "", "read", name)
+            for i, name in enumerate(used)
+        }
+        self.counter = 0
+
+    # -- driver ---------------------------------------------------------------
+    def run(self) -> KernelInfo:
+        par = _parallel_index(self.kernel)
+        self.par = par
+        self.emit_block(self.kernel, {}, self.root_binds, top=True)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.fn.blocks[1])
+        extent = self.kernel.idx(par).range if par else 1
+        return KernelInfo(self.symbol, self.kernel.name, extent, par is not None, _work(self.kernel))
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}.{self.counter}"
+
+    # -- values ---------------------------------------------------------------
+    def affine(self, a: Affine, env: dict[str, ir.Value]) -> ir.Value:
+        v: ir.Value | None = None
+        for name, c in a.terms:
+            if name not in env:
+                raise StripeError(f"cpu: index '{name}' is not visible")
+            term = env[name] if c == 1 else self.b.mul(env[name], ir.Constant(I64, c))
+            v = term if v is None else self.b.add(v, term)
+        if v is None:
+            return ir.Constant(I64, a.const)
+        return self.b.add(v, ir.Constant(I64, a.const)) if a.const else v
+
+    def address(self, bind: Bind, env: dict[str, ir.Value]) -> ir.Value:
+        return self.b.gep(bind.base, [self.affine(bind.offset, env)], source_etype=mem_type(bind.dtype))
+
+    def load(self, bind: Bind, env: dict[str, ir.Value]) -> ir.Value:
+        v = self.b.load(self.address(bind, env), typ=mem_type(bind.dtype))
+        return self.b.trunc(v, I1) if bind.dtype == "bool" else v
+
+    def store(self, bind: Bind, env: dict[str, ir.Value], v: ir.Value) -> None:
+        if bind.dtype == "bool":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.address(bind, env))
+
+    # -- refinements -----------------------------------------------------------
+    def bind_refs(self, blk: Block, prefs: dict[str, Bind], init: set[int] | None) -> dict[str, Bind]:
+        binds: dict[str, Bind] = {}
+        for r in blk.refs:
+            if r.dir == "none":
+                slot = self.alloca_builder.alloca(mem_type(r.shape.dtype), size=max(r.shape.extent, 1), name=self.fresh("alloc"))
+                binds[r.into] = Bind(slot, Affine(), r.shape.dtype, "", "skip" if init is not None else "plain", None)
+                continue
+            p = prefs[r.from_]
+            off = p.offset
+            for a, s in zip(r.access, r.shape.strides):
+                off = off + a * s
+            if init is not None:
+                mode = "init" if id(p) in init or p.mode == "init" else ("skip" if r.dir != "in" else "read")
+            elif r.dir == "in":
+                mode = "read"
+            elif r.agg in ("", "assign") or p.mode == "plain" and p.agg == "":
+                mode = "plain" if r.agg in ("", "assign") else "scope"
+            else:
+                mode = p.mode if p.mode in ("mem", "reg") else "scope"
+            if r.dir == "inout" and r.agg not in ("", "assign") and mode == "scope":
+                mode = "mem"
+            binds[r.into] = Bind(p.base, off, r.shape.dtype, r.agg, mode, p.root)
+        return binds
+
+    # -- blocks ---------------------------------------------------------------
+    def emit_block(self, blk: Block, env: dict[str, ir.Value], prefs: dict[str, Bind], top: bool = False, init: set[int] | None = None) -> None:
+        binds = self.bind_refs(blk, prefs, init)
+        scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
+        reg = None
+        if scopes:
+            reg = _reg_candidate(blk, scopes)
+            for n in scopes:
+                binds[n].mode = "reg" if n == reg else "mem"
+            mem = {id(binds[n]) for n in scopes if n != reg}
+            if mem:
+                # Write the identity to every element the scope will touch.
+                init_binds = dict(prefs)
+                self.emit_block(blk, env, init_binds, top, init=_init_targets(prefs, blk, [n for n in scopes if n != reg]))
+                for n in scopes:
+                    if n != reg:
+                        binds[n].mode = "mem"
+        order = _loop_order(blk, binds, reg, self.par if top else None)
+        if init is not None:
+            order = [n for n in order if _needed_in_init(blk, n)]
+        outer = order
+        inner: list[str] = []
+        if reg is not None:
+            addr = set(binds[reg].offset.names)
+            outer = [n for n in order if n in addr]
+            inner = [n for n in order if n not in addr]
+
+        def point(env2: dict[str, ir.Value]) -> None:
+            if reg is not None:
+                bd = binds[reg]
+                bd.acc = self.alloca_builder.alloca(reg_type(bd.dtype), name=self.fresh("acc"))
+                bd.touched = self.alloca_builder.alloca(I1, name=self.fresh("touched"))
+                self.b.store(identity(bd.agg, bd.dtype), bd.acc)
+                self.b.store(ir.Constant(I1, 0), bd.touched)
+                self.loops(blk, inner, env2, lambda e3: self.stmts(blk, e3, binds, init), top)
+                with self.b.if_then(self.b.load(bd.touched, typ=I1)):
+                    self.store(bd, env2, self.b.load(bd.acc, typ=reg_type(bd.dtype)))
+            else:
+                self.stmts(blk, env2, binds, init)
+
+        self.loops(blk, outer, env, point, top, guards_here=True)
+
+    def stmts(self, blk: Block, env: dict[str, ir.Value], binds: dict[str, Bind], init: set[int] | None) -> None:
+        for r in blk.refs:
+            if r.dir == "none" and init is None:
+                bd = binds[r.into]
+                size = max(r.shape.extent, 1)
+                if size == 1:
+                    self.b.store(ir.Constant(mem_type(bd.dtype), None), bd.base)
+                else:
+                    self._memset(bd.base, size * _bytes(bd.dtype))
+        vals: dict[str, tuple[ir.Value, str]] = {}
+        for s in blk.stmts:
+            if isinstance(s, Block):
+                self.emit_block(s, env, binds, init=init)
+            elif isinstance(s, Store):
+                bd = binds[s.ref]
+                if init is not None:
+                    if bd.mode == "init":
+                        self.store(bd, env, identity(bd.agg, bd.dtype))
+                    continue
+                v = vals[s.value][0]
+                if bd.mode == "reg":
+                    acc = self.b.load(bd.acc, typ=reg_type(bd.dtype))
+                    self.b.store(combine(self.b, bd.agg, acc, v, bd.dtype), bd.acc)
+                    self.b.store(ir.Constant(I1, 1), bd.touched)
+                elif bd.mode == "mem":
+                    old = self.load(bd, env)
+                    self.store(bd, env, combine(self.b, bd.agg, old, v, bd.dtype))
+                else:
+                    self.store(bd, env, v)
+            elif init is not None:
+                continue
+            elif isinstance(s, Load):
+                bd = binds[s.ref]
+                vals[s.into] = (self.load(bd, env), bd.dtype)
+            elif isinstance(s, Constant):
+                vals[s.into] = (const(s.dtype, s.value), s.dtype)
+            elif isinstance(s, LoadIndex):
+                vals[s.into] = (self.affine(s.expr, env), "i64")
+            elif isinstance(s, Intrinsic):
+                args = [vals[a][0] for a in s.inputs]
+                dts = [vals[a][1] for a in s.inputs]
+                vals[s.into] = (intrinsic(self.b, s.op, args, dts, s.dtype), s.dtype)
+            elif isinstance(s, Special):
+                raise StripeError(f"cpu: special '{s.op}' inside a kernel is not supported yet")
+
+    def _memset(self, ptr: ir.Value, nbytes: int) -> None:
+        args = [ptr, ir.Constant(I8, 0), ir.Constant(I64, nbytes), ir.Constant(I1, 0)]
+        call_intrinsic(self.b, "llvm.memset", args, ret=ir.VoidType(), overloads=[PTR, I64])
+
+    # -- loops ----------------------------------------------------------------
+    def loops(self, blk: Block, order: list[str], env: dict[str, ir.Value], body: Callable[[dict[str, ir.Value]], None], top: bool, guards_here: bool = False) -> None:
+        """Emit loops over ``order``; each constraint bounds the innermost loop it
+        mentions; constraints on enclosing indices only become one guard."""
+        pos = {n: i for i, n in enumerate(order)}
+        own = blk_idx_names(blk)
+        guards, per_loop = [], {n: [] for n in order}
+        for c in blk.constraints:
+            names = [n for n in c.expr.names if n in pos]
+            if any(n in own and n not in pos and n not in env for n in c.expr.names):
+                continue  # bounds a loop emitted by another call (the reduction loops)
+            if names:
+                per_loop[max(names, key=pos.__getitem__)].append(c)
+            elif guards_here and not any(n in own for n in c.expr.names):
+                guards.append(c)
+        b = self.b
+
+        def rec(k: int, env2: dict[str, ir.Value]) -> None:
+            if k == len(order):
+                body(env2)
+                return
+            name = order[k]
+            idx = blk.idx(name)
+            base = idx.affine or Affine()
+            lo: ir.Value = ir.Constant(I64, 0)
+            hi: ir.Value = ir.Constant(I64, idx.range)
+            for c in per_loop[name]:
+                coef = c.expr.coeff(name)
+                r = self.affine(c.expr - Affine.index(name, coef) + base * coef, env2)
+                if coef > 0:
+                    lo = _smax(b, lo, _ceildiv(b, b.neg(r), coef))
+                else:
+                    hi = _smin(b, hi, b.add(_floordiv(b, r, -coef), ir.Constant(I64, 1)))
+            if top and name == self.par:
+                lo = _smax(b, lo, self.start)
+                hi = _smin(b, hi, self.end)
+            base_v = self.affine(base, env2) if base.terms or base.const else None
+
+            def inner(v: ir.Value) -> None:
+                env3 = dict(env2)
+                env3[name] = b.add(base_v, v) if base_v is not None else v
+                rec(k + 1, env3)
+
+            self.loop(name, lo, hi, inner)
+
+        if guards:
+            ok = None
+            for c in guards:
+                t = b.icmp_signed(">=", self.affine(c.expr, env), ir.Constant(I64, 0))
+                ok = t if ok is None else b.and_(ok, t)
+            with b.if_then(ok):
+                rec(0, env)
+        else:
+            rec(0, env)
+
+    def loop(self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None]) -> None:
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block(self.fresh(f"{name}.head"))
+        loop_body = self.fn.append_basic_block(self.fresh(f"{name}.body"))
+        exit_ = self.fn.append_basic_block(self.fresh(f"{name}.exit"))
+        b.branch(head)
+        b.position_at_end(head)
+        phi = b.phi(I64, name=name)
+        phi.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", phi, hi), loop_body, exit_)
+        b.position_at_end(loop_body)
+        body(phi)
+        nxt = b.add(phi, ir.Constant(I64, 1), flags=("nsw",))
+        phi.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(exit_)
+
+
+def blk_idx_names(blk: Block) -> set[str]:
+    return {i.name for i in blk.idxs}
+
+
+def _is_zero(v: ir.Value) -> bool:
+    return isinstance(v, ir.Constant) and v.constant == 0
+
+
+def _bytes(dt: str) -> int:
+    from ..ir.dtypes import itemsize
+
+    return itemsize(dt)
+
+
+def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _floordiv(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
+    if d == 1:
+        return x
+    dc = ir.Constant(I64, d)
+    q = b.sdiv(x, dc)
+    r = b.srem(x, dc)
+    return b.select(b.icmp_signed("<", r, ir.Constant(I64, 0)), b.sub(q, ir.Constant(I64, 1)), q)
+
+
+def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
+    return b.neg(_floordiv(b, b.neg(x), d))
+
+
+# -- analysis helpers ------------------------------------------------------------
+
+
+def _reg_candidate(blk: Block, scopes: list[str]) -> str | None:
+    """A scope ref that can accumulate in a register: a leaf block whose only store it is."""
+    if len(scopes) != 1 or blk.sub_blocks:
+        return None
+    stores = [s for s in blk.stmts if isinstance(s, Store)]
+    if len(stores) != 1 or stores[0].ref != scopes[0]:
+        return None
+    if any(isinstance(s, Special) for s in blk.stmts):
+        return None
+    return scopes[0]
+
+
+def _init_targets(prefs: dict[str, Bind], blk: Block, names: list[str]) -> set[int]:
+    # Identify the scope refs by the parent binds they refine; bind_refs marks
+    # children of those (in init mode) as "init".
+    out = set()
+    for r in blk.refs:
+        if r.into in names and r.from_ in prefs:
+            out.add(id(prefs[r.from_]))
+    return out
+
+
+def _needed_in_init(blk: Block, name: str) -> bool:
+    """In the identity-writing copy, an index matters if it can change which elements are touched."""
+    if blk.sub_blocks:
+        return True
+    if any(name in c.expr.names for c in blk.constraints):
+        return True
+    return any(r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs)
+
+
+def _loop_order(blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None) -> list[str]:
+    names = [i.name for i in blk.idxs]
+    if reg is not None:
+        addr = set(binds[reg].offset.names)
+        names = [n for n in names if n in addr] + [n for n in names if n not in addr]
+    if par is not None and par in names:
+        names.remove(par)
+        names.insert(0, par)
+    return names
+
+
+def _root_writes(blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], out: list, reads: set[str]) -> None:
+    """Collect (root name, access in root coordinates) of every write to a root buffer."""
+    local: dict[str, tuple[str, tuple[Affine, ...]] | None] = {}
+    for r in blk.refs:
+        if r.dir == "none" or r.from_ not in chain or chain[r.from_] is None:
+            local[r.into] = None
+            continue
+        root, acc = chain[r.from_]  # type: ignore[misc]
+        composed = tuple(a + b for a, b in zip(acc, r.access)) if acc else r.access
+        local[r.into] = (root, composed)
+        if r.dir in ("out", "inout"):
+            out.append((root, composed))
+        if r.dir in ("in", "inout"):
+            reads.add(root)
+    for s in blk.stmts:
+        if isinstance(s, Block):
+            _root_writes(s, local, out, reads)  # type: ignore[arg-type]
+
+
+def _parallel_index(kernel: Block) -> str | None:
+    """An index of the kernel whose distinct values write distinct elements of every
+    root buffer the kernel writes (and the kernel reads none of them): safe to split."""
+    chain = {}
+    for r in kernel.refs:
+        if r.from_:
+            chain[r.from_] = (r.from_, ())
+    writes: list = []
+    reads: set[str] = set()
+    chain_root = {r.from_: (r.from_, tuple(Affine() for _ in r.access)) for r in kernel.refs if r.from_}
+    _root_writes_top(kernel, chain_root, writes, reads)
+    if not writes or any(root in reads for root, _ in writes):
+        return None
+    best = None
+    for idx in kernel.idxs:
+        if idx.affine is not None or idx.range < 2:
+            continue
+        ok = all(
+            any(a.names == (idx.name,) for a in acc)
+            for _, acc in writes
+        )
+        if ok and (best is None or idx.range > kernel.idx(best).range):
+            best = idx.name
+    return best
+
+
+def _root_writes_top(kernel: Block, chain, writes, reads) -> None:
+    _root_writes(kernel, chain, writes, reads)
+
+
+def _work(blk: Block) -> int:
+    points = 1
+    for i in blk.idxs:
+        points *= i.range
+    inner = sum(_work(s) for s in blk.sub_blocks)
+    own = sum(1 for s in blk.stmts if not isinstance(s, Block))
+    return points * (own + inner)

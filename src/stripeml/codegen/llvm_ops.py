@@ -1,0 +1,196 @@
+"""Scalar intrinsics and aggregation as LLVM instructions.
+
+Semantics follow ``docs/stripe-ir.md`` (and the interpreter, the oracle):
+NaN-propagating ``max``/``min``, floor division and floor modulo on integers
+with division by zero giving 0, ``cmp_ne`` true for NaN, saturating float to
+integer casts (never poison).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..errors import StripeError
+from ..ir import dtypes
+from .llvm_types import I1, identity, is_float, is_unsigned, reg_type
+
+
+def mangle(t: ir.Type) -> str:
+    """LLVM's overload suffix for a type: f32, f64, i32, v8f32, p0."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{mangle(t.element)}"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    if isinstance(t, ir.PointerType):
+        return "p0"
+    raise AssertionError(t)
+
+
+def call_intrinsic(b: ir.IRBuilder, base: str, args: list[ir.Value], ret: ir.Type | None = None, overloads: list[ir.Type] | None = None):
+    """Call ``llvm.<base>.<overloads>`` (declared on first use with the exact signature)."""
+    ret = ret or args[0].type
+    overloads = overloads if overloads is not None else [args[0].type]
+    name = base + "".join("." + mangle(t) for t in overloads)
+    fn = b.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return b.call(fn, args)
+
+
+def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], types: list[ir.Type] | None = None):
+    if types and len(types) == 2:  # (result, source) overloads, e.g. fptosi.sat
+        return call_intrinsic(b, name, args, ret=types[0], overloads=types)
+    return call_intrinsic(b, name, args)
+
+
+def _zero(t: ir.Type) -> ir.Constant:
+    return ir.Constant(t, 0.0 if isinstance(t, (ir.FloatType, ir.DoubleType)) else 0)
+
+
+def _is_nonzero(b: ir.IRBuilder, v: ir.Value, dt: str) -> ir.Value:
+    if dt == "bool":
+        return v
+    if is_float(dt):
+        return b.fcmp_unordered("!=", v, _zero(v.type))
+    return b.icmp_unsigned("!=", v, _zero(v.type))
+
+
+def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
+    if src == dst:
+        return v
+    to = reg_type(dst)
+    if dst == "bool":
+        return _is_nonzero(b, v, src)
+    if is_float(src) and is_float(dst):
+        return b.fpext(v, to) if dtypes.bits(dst) > dtypes.bits(src) else b.fptrunc(v, to)
+    if is_float(dst):
+        return b.uitofp(v, to) if is_unsigned(src) else b.sitofp(v, to)
+    if is_float(src):
+        # Saturating conversions: defined for NaN and out-of-range values (no poison).
+        name = "llvm.fptoui.sat" if is_unsigned(dst) else "llvm.fptosi.sat"
+        return _intrinsic(b, name, [v], [to, v.type])
+    sw, dw = v.type.width, to.width
+    if dw == sw:
+        return v
+    if dw < sw:
+        return b.trunc(v, to)
+    return b.zext(v, to) if is_unsigned(src) else b.sext(v, to)
+
+
+def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod: bool) -> ir.Value:
+    zero = _zero(x.type)
+    is_zero = b.icmp_unsigned("==", y, zero)
+    safe_y = b.select(is_zero, ir.Constant(y.type, 1), y)
+    if unsigned:
+        r = b.urem(x, safe_y) if mod else b.udiv(x, safe_y)
+        return b.select(is_zero, zero, r)
+    # Avoid INT_MIN / -1 overflow (UB): NumPy wraps to INT_MIN there.
+    q = b.sdiv(x, safe_y)
+    r = b.srem(x, safe_y)
+    adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", safe_y, zero)))
+    if mod:
+        out = b.select(adjust, b.add(r, safe_y), r)
+    else:
+        out = b.select(adjust, b.sub(q, ir.Constant(q.type, 1)), q)
+    return b.select(is_zero, zero, out)
+
+
+def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    r = b.frem(x, y)
+    zero = _zero(x.type)
+    adjust = b.and_(b.fcmp_ordered("!=", r, zero), b.icmp_unsigned("!=", b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
+    return b.select(adjust, b.fadd(r, y), r)
+
+
+def _minmax(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: str, flags=()) -> ir.Value:
+    if is_float(dt):
+        return _intrinsic(b, "llvm.maximum" if op == "max" else "llvm.minimum", [x, y])
+    pred = ">" if op == "max" else "<"
+    cmp = b.icmp_unsigned(pred, x, y) if is_unsigned(dt) else b.icmp_signed(pred, x, y)
+    return b.select(cmp, x, y)
+
+
+_CMP = {"cmp_lt": "<", "cmp_le": "<=", "cmp_gt": ">", "cmp_ge": ">=", "cmp_eq": "==", "cmp_ne": "!="}
+_MATH = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "erf", "pow")
+_LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven"}
+
+
+def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str) -> ir.Value:
+    """Emit Stripe intrinsic ``op`` producing dtype ``dt``."""
+    if op == "cast":
+        return cast(b, args[0], in_dts[0], dt)
+    if op == "ident":
+        return args[0]
+    if op == "select":
+        return b.select(args[0], args[1], args[2])
+    if op in _CMP:
+        src = in_dts[0]
+        pred = _CMP[op]
+        if is_float(src):
+            return b.fcmp_unordered(pred, *args) if op == "cmp_ne" else b.fcmp_ordered(pred, *args)
+        return (b.icmp_unsigned if is_unsigned(src) else b.icmp_signed)(pred, *args)
+    if op in ("and", "or"):
+        return (b.and_ if op == "and" else b.or_)(*args)
+    if op == "not":
+        return b.xor(args[0], ir.Constant(I1, 1))
+    fl = is_float(dt)
+    if dt == "bool":
+        # Bool arithmetic as NumPy does it on bool arrays: + is or, * is and, - is xor.
+        table = {"add": b.or_, "mul": b.and_, "sub": b.xor, "max": b.or_, "min": b.and_}
+        if op in table:
+            return table[op](*args)
+        if op in ("neg", "abs", "relu"):
+            return args[0]
+        raise StripeError(f"intrinsic {op} on bool is not supported by the cpu target")
+    if op in ("add", "sub", "mul"):
+        name = {"add": "fadd", "sub": "fsub", "mul": "fmul"}[op] if fl else op
+        return getattr(b, name)(*args)
+    if op == "div":
+        if fl:
+            return b.fdiv(*args)
+        return _int_floordiv(b, args[0], args[1], is_unsigned(dt), mod=False)
+    if op == "mod":
+        if fl:
+            return _float_mod(b, *args)
+        return _int_floordiv(b, args[0], args[1], is_unsigned(dt), mod=True)
+    if op == "neg":
+        return b.fneg(args[0]) if fl else b.sub(_zero(args[0].type), args[0])
+    if op == "abs":
+        if fl:
+            return _intrinsic(b, "llvm.fabs", args)
+        if is_unsigned(dt):
+            return args[0]
+        neg = b.sub(_zero(args[0].type), args[0])
+        return b.select(b.icmp_signed("<", args[0], _zero(args[0].type)), neg, args[0])
+    if op in ("max", "min"):
+        return _minmax(b, op, args[0], args[1], dt)
+    if op == "relu":
+        return _minmax(b, "max", args[0], _zero(args[0].type), dt)
+    if op in _LLVM_UNARY and fl:
+        return _intrinsic(b, _LLVM_UNARY[op], args)
+    if op in _MATH and fl:
+        from .llvm_math import emit_math
+
+        return emit_math(b, op, list(args))
+    raise StripeError(f"intrinsic {op} on {dt} is not supported by the cpu target")
+
+
+def combine(b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str) -> ir.Value:
+    """``acc (agg) v`` for a reduction: float add/mul carry only ``reassoc``
+    (what a vectorised reduction needs, nothing more)."""
+    if agg == "add":
+        return b.fadd(acc, v, flags=("reassoc",)) if is_float(dt) else (b.or_(acc, v) if dt == "bool" else b.add(acc, v))
+    if agg == "mul":
+        return b.fmul(acc, v, flags=("reassoc",)) if is_float(dt) else (b.and_(acc, v) if dt == "bool" else b.mul(acc, v))
+    if agg in ("max", "min"):
+        if dt == "bool":
+            return b.or_(acc, v) if agg == "max" else b.and_(acc, v)
+        return _minmax(b, agg, acc, v, dt)
+    raise AssertionError(agg)
+
+
+__all__ = ["cast", "combine", "identity", "intrinsic"]

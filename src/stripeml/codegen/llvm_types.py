@@ -1,0 +1,74 @@
+"""Stripe dtypes and scalar intrinsics as LLVM IR (llvmlite.ir).
+
+Values live in registers with these types: floats as half/float/double,
+integers as iN (signedness comes from the Stripe dtype), bool as i1.  In
+memory a bool is one byte (NumPy's layout), so loads and stores convert.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..errors import StripeError
+from ..ir import dtypes
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+
+_FLOATS = {"f32": ir.FloatType(), "f64": ir.DoubleType()}
+
+
+def reg_type(dt: str) -> ir.Type:
+    """The register type of a Stripe dtype."""
+    if dt == "bool":
+        return I1
+    if dt in _FLOATS:
+        return _FLOATS[dt]
+    if dt == "f16":
+        raise StripeError("float16 is not supported by the cpu target yet")
+    return ir.IntType(dtypes.bits(dt))
+
+
+def mem_type(dt: str) -> ir.Type:
+    """The in-memory element type (bool is a byte)."""
+    return I8 if dt == "bool" else reg_type(dt)
+
+
+def is_float(dt: str) -> bool:
+    return dt in _FLOATS
+
+
+def is_unsigned(dt: str) -> bool:
+    return dt.startswith("u") or dt == "bool"
+
+
+def const(dt: str, value: object) -> ir.Constant:
+    t = reg_type(dt)
+    if dt == "bool":
+        return ir.Constant(t, int(bool(value)))
+    if is_float(dt):
+        return ir.Constant(t, float(value))  # type: ignore[arg-type]
+    bits = dtypes.bits(dt)
+    v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+    return ir.Constant(t, v)
+
+
+def identity(agg: str, dt: str) -> ir.Constant:
+    """The neutral element of an aggregation (add: -0.0 so that -0.0 + x == x exactly)."""
+    if agg == "add":
+        return const(dt, -0.0 if is_float(dt) else 0)
+    if agg == "mul":
+        return const(dt, 1)
+    if agg in ("max", "min"):
+        big = agg == "min"
+        if is_float(dt):
+            return const(dt, float("inf") if big else float("-inf"))
+        if dt == "bool":
+            return const(dt, big)
+        bits = dtypes.bits(dt)
+        if is_unsigned(dt):
+            return const(dt, (1 << bits) - 1 if big else 0)
+        return const(dt, (1 << (bits - 1)) - 1 if big else -(1 << (bits - 1)))
+    raise AssertionError(agg)
