@@ -29,8 +29,8 @@ from ..errors import StripeError
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Program, Special, Store
 from .cpu_abi import BufferInfo, CpuModule, KernelInfo, Step
-from .llvm_ops import call_intrinsic, combine, intrinsic
-from .llvm_types import I1, I8, I64, PTR, const, identity, mem_type, reg_type
+from .llvm_ops import call_intrinsic, combine, hreduce, intrinsic
+from .llvm_types import I1, I8, I64, PTR, const, identity, mem_type, reg_type, splat, vec
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Bind:
     mode: str  # "plain" | "mem" | "reg" | "read" | "init" | "skip"
     root: str | None  # root buffer name (None for allocations)
     acc: ir.Value | None = None  # register accumulator slot (mode "reg")
+    vacc: ir.Value | None = None  # vector accumulator slot (vectorised reductions)
     touched: ir.Value | None = None
 
 
@@ -187,14 +188,10 @@ class _KernelGen:
             reg = _reg_candidate(blk, scopes)
             for n in scopes:
                 binds[n].mode = "reg" if n == reg else "mem"
-            mem = {id(binds[n]) for n in scopes if n != reg}
-            if mem:
+            if any(n != reg for n in scopes):
                 # Write the identity to every element the scope will touch.
-                init_binds = dict(prefs)
-                self.emit_block(blk, env, init_binds, top, init=_init_targets(prefs, blk, [n for n in scopes if n != reg]))
-                for n in scopes:
-                    if n != reg:
-                        binds[n].mode = "mem"
+                targets = _init_targets(prefs, blk, [n for n in scopes if n != reg])
+                self.emit_block(blk, env, dict(prefs), top, init=targets)
         order = _loop_order(blk, binds, reg, self.par if top else None)
         if init is not None:
             order = [n for n in order if _needed_in_init(blk, n)]
@@ -204,23 +201,69 @@ class _KernelGen:
             addr = set(binds[reg].offset.names)
             outer = [n for n in order if n in addr]
             inner = [n for n in order if n not in addr]
+        vidx = None
+        if init is None and self.vector_width > 1:
+            cand = (inner or outer)[-1:]
+            if cand and _vectorizable(blk, binds, cand[0]) and not (top and cand[0] == self.par):
+                vidx = cand[0]
 
-        def point(env2: dict[str, ir.Value]) -> None:
-            if reg is not None:
-                bd = binds[reg]
-                bd.acc = self.alloca_builder.alloca(reg_type(bd.dtype), name=self.fresh("acc"))
+        def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
+            self.stmts(blk, env3, binds, init, lanes, vidx)
+
+        def point(env2: dict[str, ir.Value], lanes: int | None) -> None:
+            if reg is None:
+                body(env2, lanes)
+                return
+            bd = binds[reg]
+            rt = reg_type(bd.dtype)
+            bd.acc = self.alloca_builder.alloca(rt, name=self.fresh("acc"))
+            self.b.store(identity(bd.agg, bd.dtype), bd.acc)
+            if vidx is not None:
+                bd.vacc = self.alloca_builder.alloca(vec(rt, self.vector_width), name=self.fresh("vacc"))
+                self.b.store(splat(identity(bd.agg, bd.dtype), self.vector_width), bd.vacc)
+            # Without constraints on the reduction indices every output point has
+            # reduction points, so no "was it reached" flag is needed.
+            flagged = any(n in inner for c in blk.constraints for n in c.expr.names)
+            bd.touched = None
+            if flagged:
                 bd.touched = self.alloca_builder.alloca(I1, name=self.fresh("touched"))
-                self.b.store(identity(bd.agg, bd.dtype), bd.acc)
                 self.b.store(ir.Constant(I1, 0), bd.touched)
-                self.loops(blk, inner, env2, lambda e3: self.stmts(blk, e3, binds, init), top)
+            self.loops(blk, inner, env2, body, top, vector=vidx)
+            result = self.b.load(bd.acc, typ=rt)
+            if vidx is not None:
+                lanes_v = self.b.load(bd.vacc, typ=vec(rt, self.vector_width))
+                result = combine(self.b, bd.agg, result, hreduce(self.b, bd.agg, lanes_v, bd.dtype), bd.dtype)
+            if flagged:
                 with self.b.if_then(self.b.load(bd.touched, typ=I1)):
-                    self.store(bd, env2, self.b.load(bd.acc, typ=reg_type(bd.dtype)))
+                    self.store(bd, env2, result)
             else:
-                self.stmts(blk, env2, binds, init)
+                self.store(bd, env2, result)
 
-        self.loops(blk, outer, env, point, top, guards_here=True)
+        self.loops(blk, outer, env, point, top, guards_here=True, vector=vidx if reg is None else None)
 
-    def stmts(self, blk: Block, env: dict[str, ir.Value], binds: dict[str, Bind], init: set[int] | None) -> None:
+    def vload(self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None) -> ir.Value:
+        if lanes is None or bd.offset.coeff(vidx) == 0:  # type: ignore[arg-type]
+            v = self.load(bd, env)
+            return self.broadcast(v, lanes) if lanes else v
+        v = self.b.load(self.address(bd, env), typ=vec(mem_type(bd.dtype), lanes), align=_bytes(bd.dtype))
+        return self.b.trunc(v, vec(I1, lanes)) if bd.dtype == "bool" else v
+
+    def vstore(self, bd: Bind, env: dict[str, ir.Value], v: ir.Value, lanes: int | None) -> None:
+        if lanes is None:
+            self.store(bd, env, v)
+            return
+        if bd.dtype == "bool":
+            v = self.b.zext(v, vec(I8, lanes))
+        ptr = self.b.bitcast(self.address(bd, env), v.type.as_pointer())
+        self.b.store(v, ptr, align=_bytes(bd.dtype))
+
+    def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
+        t = ir.VectorType(v.type, lanes)
+        one = self.b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        return self.b.shuffle_vector(one, ir.Constant(t, ir.Undefined), mask)
+
+    def stmts(self, blk: Block, env: dict[str, ir.Value], binds: dict[str, Bind], init: set[int] | None, lanes: int | None = None, vidx: str | None = None) -> None:
         for r in blk.refs:
             if r.dir == "none" and init is None:
                 bd = binds[r.into]
@@ -241,23 +284,30 @@ class _KernelGen:
                     continue
                 v = vals[s.value][0]
                 if bd.mode == "reg":
-                    acc = self.b.load(bd.acc, typ=reg_type(bd.dtype))
-                    self.b.store(combine(self.b, bd.agg, acc, v, bd.dtype), bd.acc)
-                    self.b.store(ir.Constant(I1, 1), bd.touched)
+                    slot = bd.vacc if lanes else bd.acc
+                    acc = self.b.load(slot, typ=v.type)
+                    self.b.store(combine(self.b, bd.agg, acc, v, bd.dtype), slot)
+                    if bd.touched is not None:
+                        self.b.store(ir.Constant(I1, 1), bd.touched)
                 elif bd.mode == "mem":
-                    old = self.load(bd, env)
-                    self.store(bd, env, combine(self.b, bd.agg, old, v, bd.dtype))
+                    old = self.vload(bd, env, lanes, vidx)
+                    self.vstore(bd, env, combine(self.b, bd.agg, old, v, bd.dtype), lanes)
                 else:
-                    self.store(bd, env, v)
+                    self.vstore(bd, env, v, lanes)
             elif init is not None:
                 continue
             elif isinstance(s, Load):
                 bd = binds[s.ref]
-                vals[s.into] = (self.load(bd, env), bd.dtype)
+                vals[s.into] = (self.vload(bd, env, lanes, vidx), bd.dtype)
             elif isinstance(s, Constant):
-                vals[s.into] = (const(s.dtype, s.value), s.dtype)
+                vals[s.into] = (splat(const(s.dtype, s.value), lanes), s.dtype)
             elif isinstance(s, LoadIndex):
-                vals[s.into] = (self.affine(s.expr, env), "i64")
+                v = self.affine(s.expr, env)
+                if lanes:
+                    c = s.expr.coeff(vidx)  # type: ignore[arg-type]
+                    steps = ir.Constant(ir.VectorType(I64, lanes), [c * i for i in range(lanes)])
+                    v = self.b.add(self.broadcast(v, lanes), steps)
+                vals[s.into] = (v, "i64")
             elif isinstance(s, Intrinsic):
                 args = [vals[a][0] for a in s.inputs]
                 dts = [vals[a][1] for a in s.inputs]
@@ -270,7 +320,7 @@ class _KernelGen:
         call_intrinsic(self.b, "llvm.memset", args, ret=ir.VoidType(), overloads=[PTR, I64])
 
     # -- loops ----------------------------------------------------------------
-    def loops(self, blk: Block, order: list[str], env: dict[str, ir.Value], body: Callable[[dict[str, ir.Value]], None], top: bool, guards_here: bool = False) -> None:
+    def loops(self, blk: Block, order: list[str], env: dict[str, ir.Value], body: Callable[[dict[str, ir.Value], int | None], None], top: bool, guards_here: bool = False, vector: str | None = None) -> None:
         """Emit loops over ``order``; each constraint bounds the innermost loop it
         mentions; constraints on enclosing indices only become one guard."""
         pos = {n: i for i, n in enumerate(order)}
@@ -286,9 +336,9 @@ class _KernelGen:
                 guards.append(c)
         b = self.b
 
-        def rec(k: int, env2: dict[str, ir.Value]) -> None:
+        def rec(k: int, env2: dict[str, ir.Value], lanes: int | None = None) -> None:
             if k == len(order):
-                body(env2)
+                body(env2, lanes)
                 return
             name = order[k]
             idx = blk.idx(name)
@@ -307,12 +357,20 @@ class _KernelGen:
                 hi = _smin(b, hi, self.end)
             base_v = self.affine(base, env2) if base.terms or base.const else None
 
-            def inner(v: ir.Value) -> None:
+            def inner(v: ir.Value, lanes: int | None = None) -> None:
                 env3 = dict(env2)
                 env3[name] = b.add(base_v, v) if base_v is not None else v
-                rec(k + 1, env3)
+                rec(k + 1, env3, lanes)
 
-            self.loop(name, lo, hi, inner)
+            if name == vector and k == len(order) - 1:
+                # Vector loop over whole chunks of lanes, then a scalar tail.
+                w = self.vector_width
+                span = _smax(b, b.sub(hi, lo), ir.Constant(I64, 0))
+                main_end = b.add(lo, b.mul(b.udiv(span, ir.Constant(I64, w)), ir.Constant(I64, w)))
+                self.loop(name, lo, main_end, lambda v: inner(v, w), step=w)
+                self.loop(name, main_end, hi, inner)
+            else:
+                self.loop(name, lo, hi, inner)
 
         if guards:
             ok = None
@@ -324,7 +382,7 @@ class _KernelGen:
         else:
             rec(0, env)
 
-    def loop(self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    def loop(self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1) -> None:
         b = self.b
         pre = b.block
         head = self.fn.append_basic_block(self.fresh(f"{name}.head"))
@@ -337,7 +395,7 @@ class _KernelGen:
         b.cbranch(b.icmp_signed("<", phi, hi), loop_body, exit_)
         b.position_at_end(loop_body)
         body(phi)
-        nxt = b.add(phi, ir.Constant(I64, 1), flags=("nsw",))
+        nxt = b.add(phi, ir.Constant(I64, step), flags=("nsw",))
         phi.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(exit_)
@@ -391,6 +449,40 @@ def _reg_candidate(blk: Block, scopes: list[str]) -> str | None:
     if any(isinstance(s, Special) for s in blk.stmts):
         return None
     return scopes[0]
+
+
+_VECTOR_OPS = frozenset(
+    "add sub mul div neg abs ident max min relu exp log sqrt tanh sigmoid sin cos tan erf floor ceil "
+    "round pow cmp_lt cmp_le cmp_gt cmp_ge cmp_eq cmp_ne and or not select cast".split()
+)
+
+
+def _vectorizable(blk: Block, binds: dict[str, Bind], vidx: str) -> bool:
+    """Whether the innermost loop over ``vidx`` can run in vector lanes: a leaf block whose
+    loads are unit-stride or invariant in ``vidx``, whose stores are unit-stride (or a
+    register reduction over ``vidx``), with no per-point allocations."""
+    if blk.sub_blocks or blk.idx(vidx).affine is not None:
+        return False
+    if any(r.dir == "none" for r in blk.refs):
+        return False
+    for s in blk.stmts:
+        if isinstance(s, Load):
+            if binds[s.ref].offset.coeff(vidx) not in (0, 1):
+                return False
+        elif isinstance(s, Store):
+            bd = binds[s.ref]
+            c = bd.offset.coeff(vidx)
+            if bd.mode == "reg":
+                if c != 0:
+                    return False
+            elif c != 1:
+                return False
+        elif isinstance(s, Intrinsic):
+            if s.op not in _VECTOR_OPS:
+                return False
+        elif isinstance(s, Special):
+            return False
+    return True
 
 
 def _init_targets(prefs: dict[str, Bind], blk: Block, names: list[str]) -> set[int]:

@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 
 from ..errors import StripeError
 from ..ir import dtypes
-from .llvm_types import I1, identity, is_float, is_unsigned, reg_type
+from .llvm_types import identity, is_float, is_unsigned, lanes_of, reg_type, typed_const, vec
 
 
 def mangle(t: ir.Type) -> str:
@@ -48,7 +48,7 @@ def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], types: list[ir.
 
 
 def _zero(t: ir.Type) -> ir.Constant:
-    return ir.Constant(t, 0.0 if isinstance(t, (ir.FloatType, ir.DoubleType)) else 0)
+    return typed_const(t, 0)
 
 
 def _is_nonzero(b: ir.IRBuilder, v: ir.Value, dt: str) -> ir.Value:
@@ -62,7 +62,7 @@ def _is_nonzero(b: ir.IRBuilder, v: ir.Value, dt: str) -> ir.Value:
 def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if src == dst:
         return v
-    to = reg_type(dst)
+    to = vec(reg_type(dst), lanes_of(v))
     if dst == "bool":
         return _is_nonzero(b, v, src)
     if is_float(src) and is_float(dst):
@@ -73,7 +73,7 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
         # Saturating conversions: defined for NaN and out-of-range values (no poison).
         name = "llvm.fptoui.sat" if is_unsigned(dst) else "llvm.fptosi.sat"
         return _intrinsic(b, name, [v], [to, v.type])
-    sw, dw = v.type.width, to.width
+    sw, dw = dtypes.bits(src) if src != "bool" else 1, dtypes.bits(dst)
     if dw == sw:
         return v
     if dw < sw:
@@ -84,7 +84,7 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
 def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod: bool) -> ir.Value:
     zero = _zero(x.type)
     is_zero = b.icmp_unsigned("==", y, zero)
-    safe_y = b.select(is_zero, ir.Constant(y.type, 1), y)
+    safe_y = b.select(is_zero, typed_const(y.type, 1), y)
     if unsigned:
         r = b.urem(x, safe_y) if mod else b.udiv(x, safe_y)
         return b.select(is_zero, zero, r)
@@ -95,7 +95,7 @@ def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod
     if mod:
         out = b.select(adjust, b.add(r, safe_y), r)
     else:
-        out = b.select(adjust, b.sub(q, ir.Constant(q.type, 1)), q)
+        out = b.select(adjust, b.sub(q, typed_const(q.type, 1)), q)
     return b.select(is_zero, zero, out)
 
 
@@ -136,7 +136,7 @@ def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str],
     if op in ("and", "or"):
         return (b.and_ if op == "and" else b.or_)(*args)
     if op == "not":
-        return b.xor(args[0], ir.Constant(I1, 1))
+        return b.xor(args[0], typed_const(args[0].type, 1))
     fl = is_float(dt)
     if dt == "bool":
         # Bool arithmetic as NumPy does it on bool arrays: + is or, * is and, - is xor.
@@ -194,3 +194,25 @@ def combine(b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str) -> i
 
 
 __all__ = ["cast", "combine", "identity", "intrinsic"]
+
+
+def hreduce(b: ir.IRBuilder, agg: str, v: ir.Value, dt: str) -> ir.Value:
+    """Reduce the lanes of ``v`` with ``agg`` (``reassoc`` for float add/mul)."""
+    el = v.type.element
+    if is_float(dt):
+        if agg in ("add", "mul"):
+            start = typed_const(el, -0.0 if agg == "add" else 1.0)
+            name = "llvm.vector.reduce.fadd" if agg == "add" else "llvm.vector.reduce.fmul"
+            fn = b.module.globals.get(f"{name}.{mangle(v.type)}")
+            if fn is None:
+                fn = ir.Function(b.module, ir.FunctionType(el, [el, v.type]), f"{name}.{mangle(v.type)}")
+            return b.call(fn, [start, v], fastmath=("reassoc",))
+        name = "llvm.vector.reduce.fmaximum" if agg == "max" else "llvm.vector.reduce.fminimum"
+        return call_intrinsic(b, name, [v], ret=el, overloads=[v.type])
+    if dt == "bool":
+        name = {"add": "or", "max": "or", "mul": "and", "min": "and"}[agg]
+    elif agg in ("max", "min"):
+        name = ("u" if is_unsigned(dt) else "s") + agg
+    else:
+        name = agg
+    return call_intrinsic(b, f"llvm.vector.reduce.{name}", [v], ret=el, overloads=[v.type])

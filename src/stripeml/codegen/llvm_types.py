@@ -72,3 +72,27 @@ def identity(agg: str, dt: str) -> ir.Constant:
             return const(dt, (1 << bits) - 1 if big else 0)
         return const(dt, (1 << (bits - 1)) - 1 if big else -(1 << (bits - 1)))
     raise AssertionError(agg)
+
+
+def typed_const(t: ir.Type, value: object) -> ir.Constant:
+    """A constant of type ``t``; for a vector type, ``value`` in every lane."""
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [typed_const(t.element, value).constant] * t.count)
+    if isinstance(t, (ir.FloatType, ir.DoubleType)):
+        return ir.Constant(t, float(value))  # type: ignore[arg-type]
+    return ir.Constant(t, int(value))  # type: ignore[call-overload]
+
+
+def splat(c: ir.Constant, lanes: int | None) -> ir.Constant:
+    """A scalar constant broadcast to ``lanes`` (unchanged when ``lanes`` is None)."""
+    if not lanes:
+        return c
+    return ir.Constant(ir.VectorType(c.type, lanes), [c.constant] * lanes)
+
+
+def lanes_of(v: ir.Value) -> int | None:
+    return v.type.count if isinstance(v.type, ir.VectorType) else None
+
+
+def vec(t: ir.Type, lanes: int | None) -> ir.Type:
+    return ir.VectorType(t, lanes) if lanes else t
