@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench clean
+.PHONY: demo test test-slow lint bench bench-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+
+# PyTorch, a baseline for bench/bench_cpu.py only (never a dependency, never in CI).
+# 2.13.0 is the CPU build already on the machine's disk; another version downloads gigabytes.
+bench-deps: $(STAMP)
+	$(VENV)/bin/pip install torch==2.13.0
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

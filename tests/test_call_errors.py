@@ -119,3 +119,23 @@ def test_non_array_input():
 def test_every_error_is_a_stripe_error():
     for cls in (ShapeError, TileTypeError, stripeml.TileSyntaxError):
         assert issubclass(cls, StripeError)
+
+
+@pytest.mark.parametrize("target", ["interp", "cpu"])
+def test_out_receives_results_in_place(target):
+    f = stripeml.compile(MATMUL, target=target)
+    a, b = f32(2, 3), f32(3, 4)
+    out = np.full((2, 4), np.nan, np.float32)
+    got = f(a, b, out=out)
+    assert got is out
+    np.testing.assert_allclose(out, a @ b)
+
+
+def test_out_errors():
+    f = stripeml.compile(MATMUL)
+    with pytest.raises(ShapeError, match="must be an array of shape"):
+        f(f32(2, 3), f32(3, 4), out=np.zeros((2, 4), np.float64))
+    with pytest.raises(ShapeError, match="needs 1 array"):
+        f(f32(2, 3), f32(3, 4), out=(f32(2, 4), f32(2, 4)))
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        f(f32(2, 3), f32(3, 4), out=np.zeros((4, 2), np.float32).T)

@@ -43,16 +43,36 @@ class Executable:
         """The generated backend source ("" for the interpreter)."""
         return self._compiled.code
 
-    def run_named(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run_named(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         with _internal_errors(f"running {self.function.name}"):
-            return self._compiled.run(inputs)
+            return self._compiled.run(inputs, outputs)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+    def out_arrays(self, out: np.ndarray | Sequence[np.ndarray] | None) -> dict[str, np.ndarray] | None:
+        """Check ``out=`` (one array per output, exact shape and dtype, C-contiguous)."""
+        if out is None:
+            return None
+        arrays = (out,) if isinstance(out, np.ndarray) else tuple(out)
+        if len(arrays) != len(self.output_specs):
+            raise ShapeError(f"out= needs {len(self.output_specs)} array(s), got {len(arrays)}")
+        named = {}
+        for arr, (name, shape, dtype) in zip(arrays, self.output_specs):
+            if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape) or arr.dtype != dtype:
+                got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise ShapeError(f"out= for '{name}' must be an array of shape {tuple(shape)} and dtype {dtype}, got {got}")
+            if not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise ShapeError(f"out= for '{name}' must be a writeable C-contiguous array")
+            named[name] = arr
+        return named
+
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         arrays = self.function._arrays(args, kwargs)
         sig = signature_of(arrays)
         if sig != self.signature:
             raise ShapeError(f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}")
-        return self.function._results(self.run_named(dict(zip(self.function.params, arrays))))
+        named = dict(zip(self.function.params, arrays))
+        return self.function._results(self.run_named(named, self.out_arrays(out)))
 
     @property
     def signature(self) -> Signature:
@@ -147,10 +167,13 @@ class Function:
         """Specialise for these inputs' shapes and dtypes without running."""
         return self._executable(self._arrays(args, kwargs))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run on NumPy arrays; ``out=`` (an array, or a tuple for several outputs)
+        receives the results in place and is returned."""
         arrays = self._arrays(args, kwargs)
         exe = self._executable(arrays)
-        return self._results(exe.run_named(dict(zip(self.params, arrays))))
+        named = dict(zip(self.params, arrays))
+        return self._results(exe.run_named(named, exe.out_arrays(out)))
 
 
 def compile(source: str, target: str = "interp", *, name: str = "main") -> Function:  # noqa: A001

@@ -4,10 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from stripeml.errors import StripeError
 from stripeml.ir.nodes import Program
 from stripeml.runtime.interp import run
 
 MODES = ("general", "fast", "auto")
+# The CPU backend runs every program too and must agree with the interpreter:
+# scalar code on one thread and 8-lane vector code on two threads.
+CPU_VARIANTS = (dict(threads=1, vector_width=1), dict(threads=2, vector_width=8))
+# What the CPU backend does not compile yet (it says so with a StripeError).
+CPU_UNSUPPORTED = ("inside a kernel is not supported", "float16 is not supported")
+
+
+def run_cpu(program: Program, inputs, outputs=None, **options):
+    """Compile ``program`` for the CPU and run it (None when the backend says it can't)."""
+    from stripeml.runtime.cpu import CpuBackend
+
+    try:
+        compiled = CpuBackend(**options).compile(program)
+    except StripeError as exc:
+        if any(m in str(exc) for m in CPU_UNSUPPORTED):
+            return None
+        raise
+    outs = None if outputs is None else {k: v.copy() for k, v in outputs.items()}
+    return compiled.run(inputs, outs)
 
 
 def run_all(program: Program, inputs, outputs=None, rtol=1e-5, atol=1e-5, chunk=True):
@@ -19,12 +39,24 @@ def run_all(program: Program, inputs, outputs=None, rtol=1e-5, atol=1e-5, chunk=
     for kw in variants:
         outs = None if outputs is None else {k: v.copy() for k, v in outputs.items()}
         results.append(run(program, inputs, outs, **kw))
+    for options in CPU_VARIANTS:
+        got = run_cpu(program, inputs, outputs, **options)
+        if got is not None:
+            results.append(got)
+            variants.append(dict(target="cpu", **options))
     first = results[0]
     for other, kw in zip(results[1:], variants[1:]):
         assert first.keys() == other.keys()
         for name in first:
             assert other[name].dtype == first[name].dtype, (kw, name)
+            # Native math functions may differ from NumPy's in the last bits
+            # (their accuracy is tested against NumPy in tests/codegen).
+            cpu = kw.get("target") == "cpu"
             np.testing.assert_allclose(
-                other[name], first[name], rtol=rtol, atol=atol, err_msg=str(kw)
+                other[name],
+                first[name],
+                rtol=max(rtol, 4e-6) if cpu else rtol,
+                atol=max(atol, 1e-6) if cpu else atol,
+                err_msg=str(kw),
             )
     return first

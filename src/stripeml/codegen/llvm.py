@@ -184,15 +184,20 @@ class _KernelGen:
         binds = self.bind_refs(blk, prefs, init)
         scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
         reg = None
+        vlast = None
         if scopes:
             reg = _reg_candidate(blk, scopes)
             for n in scopes:
                 binds[n].mode = "reg" if n == reg else "mem"
+            if reg is not None and init is None and self.vector_width > 1:
+                vlast = self._prefer_memory(blk, binds, reg, self.par if top else None)
+                if vlast is not None:
+                    reg = None
             if any(n != reg for n in scopes):
                 # Write the identity to every element the scope will touch.
                 targets = _init_targets(prefs, blk, [n for n in scopes if n != reg])
                 self.emit_block(blk, env, dict(prefs), top, init=targets)
-        order = _loop_order(blk, binds, reg, self.par if top else None)
+        order = _loop_order(blk, binds, reg, self.par if top else None, vlast)
         if init is not None:
             order = [n for n in order if _needed_in_init(blk, n)]
         outer = order
@@ -240,6 +245,25 @@ class _KernelGen:
                 self.store(bd, env2, result)
 
         self.loops(blk, outer, env, point, top, guards_here=True, vector=vidx if reg is None else None)
+
+    def _prefer_memory(self, blk: Block, binds: dict[str, Bind], reg: str, par: str | None) -> str | None:
+        """Accumulating in a register is best when the reduction's innermost index can
+        run in vector lanes (a row sum).  When it cannot (matmul's k walks B by rows),
+        accumulate in memory instead, with a unit-stride output index innermost in
+        vector lanes (matmul as rank-1 updates of C's rows).  Returns that index."""
+        bd = binds[reg]
+        addr = set(bd.offset.names)
+        red = [i.name for i in blk.idxs if i.name not in addr]
+        if not red or _vectorizable(blk, binds, red[-1]):
+            return None
+        unit = [i.name for i in blk.idxs if bd.offset.coeff(i.name) == 1 and i.name != par]
+        if not unit:
+            return None
+        bd.mode = "mem"
+        if _vectorizable(blk, binds, unit[-1]):
+            return unit[-1]
+        bd.mode = "reg"
+        return None
 
     def vload(self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None) -> ir.Value:
         if lanes is None or bd.offset.coeff(vidx) == 0:  # type: ignore[arg-type]
@@ -504,11 +528,14 @@ def _needed_in_init(blk: Block, name: str) -> bool:
     return any(r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs)
 
 
-def _loop_order(blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None) -> list[str]:
+def _loop_order(blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None, last: str | None = None) -> list[str]:
     names = [i.name for i in blk.idxs]
     if reg is not None:
         addr = set(binds[reg].offset.names)
         names = [n for n in names if n in addr] + [n for n in names if n not in addr]
+    if last is not None:
+        names.remove(last)
+        names.append(last)
     if par is not None and par in names:
         names.remove(par)
         names.insert(0, par)

@@ -70,15 +70,40 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if is_float(dst):
         return b.uitofp(v, to) if is_unsigned(src) else b.sitofp(v, to)
     if is_float(src):
-        # Saturating conversions: defined for NaN and out-of-range values (no poison).
-        name = "llvm.fptoui.sat" if is_unsigned(dst) else "llvm.fptosi.sat"
-        return _intrinsic(b, name, [v], [to, v.type])
+        return _float_to_int(b, v, dst, to)
     sw, dw = dtypes.bits(src) if src != "bool" else 1, dtypes.bits(dst)
     if dw == sw:
         return v
     if dw < sw:
         return b.trunc(v, to)
     return b.zext(v, to) if is_unsigned(src) else b.sext(v, to)
+
+
+def _x86_convert(b: ir.IRBuilder, v: ir.Value, bits: int) -> ir.Value:
+    """Float -> i32/i64 as x86's cvtt* does (and so NumPy's astype): truncation toward
+    zero, with NaN and out-of-range values giving the minimum integer.  Built from a
+    saturating conversion and a range check, so it is never poison."""
+    lanes = lanes_of(v)
+    it = vec(ir.IntType(bits), lanes)
+    conv = _intrinsic(b, "llvm.fptosi.sat", [v], [it, v.type])
+    limit = float(2 ** (bits - 1))
+    in_range = b.and_(
+        b.fcmp_ordered(">=", v, typed_const(v.type, -limit)),
+        b.fcmp_ordered("<", v, typed_const(v.type, limit)),
+    )
+    return b.select(in_range, conv, typed_const(it, -(2 ** (bits - 1)) & ((1 << bits) - 1)))
+
+
+def _float_to_int(b: ir.IRBuilder, v: ir.Value, dst: str, to: ir.Type) -> ir.Value:
+    bits = dtypes.bits(dst)
+    if dst == "u64":
+        big = b.fcmp_ordered(">=", v, typed_const(v.type, float(2**63)))
+        sat = _intrinsic(b, "llvm.fptoui.sat", [v], [to, v.type])
+        return b.select(big, sat, _x86_convert(b, v, 64))
+    # Narrow targets go through a 32-bit conversion (u32 through 64 bits) and wrap.
+    wide = 64 if bits == 64 or dst == "u32" else 32
+    r = _x86_convert(b, v, wide)
+    return r if bits == wide else b.trunc(r, to)
 
 
 def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod: bool) -> ir.Value:

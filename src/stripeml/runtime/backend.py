@@ -1,14 +1,16 @@
 """The backend interface and the registry of targets.
 
-A backend turns a verified Stripe program into something callable.  Today the
-only implementation is the NumPy interpreter; the CPU (LLVM) and GPU backends
-plug in here by name.
+A backend turns a verified Stripe program into something callable: the NumPy
+interpreter (``interp``) and the host CPU through LLVM (``cpu``, imported
+lazily so the core does not load llvmlite); the GPU backends plug in here by
+name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -22,7 +24,9 @@ class Compiled(Protocol):
 
     code: str
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def run(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]: ...
 
 
 class Backend(Protocol):
@@ -38,10 +42,12 @@ class _InterpCompiled:
     program: Program
     code: str = ""
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         from .interp import run
 
-        return run(self.program, inputs)
+        return run(self.program, inputs, outputs)
 
 
 class InterpBackend:
@@ -56,8 +62,15 @@ class InterpBackend:
         return _InterpCompiled(program)
 
 
+@lru_cache(maxsize=1)
+def _cpu_backend() -> Backend:
+    """One CpuBackend per process (host detection runs once)."""
+    from .cpu import CpuBackend
+
+    return CpuBackend()
+
+
 _PLANNED = {
-    "cpu": "the CPU (LLVM) backend",
     "opencl": "the OpenCL backend",
     "cuda": "the CUDA backend",
 }
@@ -69,6 +82,8 @@ def get_backend(target: str) -> Backend:
         raise StripeError(f"target must be a string, got {type(target).__name__}")
     if target == "interp":
         return InterpBackend()
+    if target == "cpu":
+        return _cpu_backend()
     if target in _PLANNED:
         raise StripeError(
             f"target '{target}' is not available yet ({_PLANNED[target]} is not built)"

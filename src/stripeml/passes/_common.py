@@ -1,0 +1,191 @@
+"""Small IR helpers shared by passes (not a pass itself).
+
+* data flow of root statements: which root buffers a kernel or special reads
+  and writes;
+* fresh names and scalar renaming, for merging statement lists under SSA;
+* the *pointwise* test: a kernel whose points are in one-to-one
+  correspondence with the elements of a buffer it accesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+from ..ir.affine import Affine
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+)
+
+READ_DIRS = ("in", "inout")
+WRITE_DIRS = ("out", "inout")
+
+
+# -- data flow at the root ----------------------------------------------------------
+
+
+def reads(stmt: Statement) -> set[str]:
+    """Root buffers a root statement may read (its ``in``/``inout`` views, special inputs)."""
+    if isinstance(stmt, Block):
+        return {r.from_ for r in stmt.refs if r.dir in READ_DIRS and r.from_}
+    if isinstance(stmt, Special):
+        return set(stmt.inputs)
+    return set()
+
+
+def writes(stmt: Statement) -> set[str]:
+    """Root buffers a root statement may write (its ``out``/``inout`` views, special outputs)."""
+    if isinstance(stmt, Block):
+        return {r.from_ for r in stmt.refs if r.dir in WRITE_DIRS and r.from_}
+    if isinstance(stmt, Special):
+        return set(stmt.outputs)
+    return set()
+
+
+def read_by_any(stmts: Iterable[Statement], buffer: str) -> bool:
+    """Whether any of ``stmts`` (root statements) reads ``buffer``."""
+    return any(buffer in reads(s) for s in stmts)
+
+
+def is_leaf(block: Block) -> bool:
+    """A block whose statements are all scalar (no nested blocks, no specials)."""
+    return not any(isinstance(s, (Block, Special)) for s in block.stmts)
+
+
+# -- names ------------------------------------------------------------------------------
+
+
+def fresh(base: str, taken: Collection[str]) -> str:
+    """``base`` if it is free, else ``base_1``, ``base_2`` ... (the first free one)."""
+    if base not in taken:
+        return base
+    k = 1
+    while f"{base}_{k}" in taken:
+        k += 1
+    return f"{base}_{k}"
+
+
+def fresh_scalar(name: str, taken: Collection[str]) -> str:
+    """A free scalar name for ``name``: numbered ones (``$3``) continue the numbering."""
+    if name not in taken:
+        return name
+    if name[1:].isdigit():
+        numbers = [int(t[1:]) for t in taken if t[1:].isdigit()]
+        return f"${max(numbers) + 1}"
+    return fresh(name, taken)
+
+
+def defined_scalars(stmts: Iterable[Statement]) -> set[str]:
+    """Scalars defined by ``stmts`` (not those of nested blocks)."""
+    out = set()
+    for s in stmts:
+        if isinstance(s, (Load, LoadIndex, Constant, Intrinsic)):
+            out.add(s.into)
+    return out
+
+
+def rename_stmt(
+    stmt: Statement,
+    scalars: Mapping[str, str],
+    refs: Mapping[str, str],
+    idxs: Mapping[str, Affine] | None = None,
+) -> Statement:
+    """``stmt`` with scalars, refs and (in ``index`` statements) indices renamed.
+
+    Only for scalar statements; nested blocks and specials are returned with
+    their ref names renamed (specials) or unchanged (blocks).
+    """
+
+    def s(name: str) -> str:
+        return scalars.get(name, name)
+
+    def r(name: str) -> str:
+        return refs.get(name, name)
+
+    if isinstance(stmt, Load):
+        return Load(s(stmt.into), r(stmt.ref))
+    if isinstance(stmt, Store):
+        return Store(r(stmt.ref), s(stmt.value))
+    if isinstance(stmt, LoadIndex):
+        expr = stmt.expr.substitute(idxs) if idxs else stmt.expr
+        return LoadIndex(s(stmt.into), expr)
+    if isinstance(stmt, Constant):
+        return Constant(s(stmt.into), stmt.value, stmt.dtype)
+    if isinstance(stmt, Intrinsic):
+        return Intrinsic(stmt.op, tuple(s(i) for i in stmt.inputs), s(stmt.into), stmt.dtype)
+    if isinstance(stmt, Special):
+        return Special(
+            stmt.op,
+            tuple(r(i) for i in stmt.inputs),
+            tuple(r(o) for o in stmt.outputs),
+            stmt.params,
+        )
+    return stmt
+
+
+def substitute_access(ref: Refinement, idxs: Mapping[str, Affine]) -> Refinement:
+    """``ref`` with its access affines substituted."""
+    access = tuple(a.substitute(idxs) for a in ref.access)
+    if access == ref.access:
+        return ref
+    return Refinement(
+        ref.dir, ref.into, ref.shape, ref.from_, access, ref.agg, ref.location, ref.offset
+    )
+
+
+def join_text(*parts: str, sep: str) -> str:
+    """Non-empty ``parts`` joined with ``sep``."""
+    return sep.join(p for p in parts if p)
+
+
+# -- pointwise kernels ------------------------------------------------------------------
+
+
+def single_index(expr: Affine) -> str | None:
+    """The index name when ``expr`` is exactly ``1 * name``."""
+    if expr.const == 0 and len(expr.terms) == 1 and expr.terms[0][1] == 1:
+        return expr.terms[0][0]
+    return None
+
+
+def pointwise_dims(
+    block: Block, access: Sequence[Affine], sizes: Sequence[int]
+) -> tuple[str | None, ...] | None:
+    """Per dimension, the index of ``block`` that walks it, when the map is one-to-one.
+
+    ``access`` is the (single-element) view of a buffer of ``sizes``.  The
+    result is not ``None`` exactly when ``block``'s points correspond one to one
+    to the buffer's elements through ``access``: the block has no constraints
+    and no index offsets; each dimension is accessed either by a distinct index
+    with coefficient 1 and the dimension's size as range, or (size 1) by the
+    constant 0 (``None`` in the result); and every index of range > 1 appears.
+    """
+    if block.constraints or any(i.affine is not None for i in block.idxs):
+        return None
+    if len(access) != len(sizes):
+        return None
+    ranges = {i.name: i.range for i in block.idxs}
+    dims: list[str | None] = []
+    for expr, size in zip(access, sizes):
+        name = single_index(expr)
+        if name is not None and name in ranges and name not in dims and ranges[name] == size:
+            dims.append(name)
+        elif expr.is_constant and expr.const == 0 and size == 1:
+            dims.append(None)
+        else:
+            return None
+    if any(r > 1 and n not in dims for n, r in ranges.items()):
+        return None
+    return tuple(dims)
+
+
+def is_element(ref: Refinement) -> bool:
+    """A view of exactly one element."""
+    return all(s == 1 for s in ref.shape.sizes)

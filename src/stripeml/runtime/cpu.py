@@ -1,0 +1,350 @@
+"""``target="cpu"``: Stripe -> LLVM IR -> native code, run on a thread pool.
+
+:class:`CpuBackend` compiles a program once per signature:
+
+1. key = :func:`~stripeml.runtime.kernel_cache.cache_key` of the program text
+   and the codegen options + host description;
+2. on a disk-cache hit, the stored object code is linked straight into an
+   MCJIT engine: no code generation, no LLVM parsing or optimisation;
+3. on a miss, :func:`generate_module` (the code generator) builds the LLVM IR
+   and its metadata (:mod:`stripeml.codegen.cpu_abi`), :mod:`.jit` optimises
+   it at O3 and emits an object, and the cache stores both.
+
+:class:`CpuCompiled` runs the steps in order.  A kernel whose metadata says it
+is ``splittable`` and whose ``work`` is worth it runs as contiguous chunks of
+its parallel index on a persistent per-process thread pool (the calling thread
+takes the first chunk); ctypes releases the GIL during each native call, so
+the chunks really run in parallel.  Root-level ``special`` statements run with
+the interpreter's implementations.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import os
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from ..codegen.cpu_abi import BufferInfo, CpuModule, KernelInfo
+from ..errors import ShapeError, StripeError
+from ..ir.dtypes import to_numpy
+from ..ir.nodes import Program, Refinement, TensorShape
+from ..ir.printer import format as format_ir
+from . import jit
+from .kernel_cache import Entry, KernelCache, cache_key
+
+#: Scalar operations a thread must get before splitting a kernel pays for the
+#: hand-off (a pool dispatch costs tens of microseconds; 32k operations take
+#: about as long on one core).
+MIN_WORK_PER_CHUNK = 1 << 15
+
+
+def detect_vector_width() -> int:
+    """f32 lanes of the host's widest vector unit: 16 (AVX-512F), 8 (AVX/AVX2), else 4."""
+    h = jit.host()
+    if h.has("avx512f"):
+        return 16
+    if h.has("avx2") or h.has("avx"):
+        return 8
+    return 4
+
+
+def default_threads() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def generate_module(program: Program, vector_width: int) -> CpuModule:
+    """The code generator (imported lazily; tests replace this function)."""
+    try:
+        from ..codegen.llvm import generate
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__.rpartition('.')[0]}.codegen.llvm":
+            raise
+        raise StripeError("target 'cpu': the LLVM code generator is not built yet") from exc
+
+    return generate(program, vector_width=vector_width)
+
+
+@dataclass(frozen=True)
+class CpuBackend:
+    """The host CPU through LLVM.  ``None`` options are detected from the host.
+
+    ``threads``: kernels run on this many threads (default: the CPUs available).
+    ``vector_width``: f32 lanes handed to the pipeline and the code generator.
+    ``cache_dir``: the kernel cache root (default: read from the environment at
+    each compile, see :func:`~stripeml.runtime.kernel_cache.default_cache_dir`).
+    """
+
+    threads: int | None = None
+    vector_width: int | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    name: ClassVar[str] = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.threads is None:
+            object.__setattr__(self, "threads", default_threads())
+        if self.vector_width is None:
+            object.__setattr__(self, "vector_width", detect_vector_width())
+        if self.threads < 1 or self.vector_width < 1:
+            raise ValueError(f"threads and vector_width must be >= 1, got {self}")
+
+    def pipeline(self) -> list:
+        """``stripeml.passes.cpu_pipeline(...)`` when the pass registry provides it, else ``[]``.
+
+        The options it declares among ``threads`` and ``vector_width`` are passed.
+        """
+        from .. import passes
+
+        make = getattr(passes, "cpu_pipeline", None)
+        if not callable(make):
+            return []
+        accepted = inspect.signature(make).parameters
+        options = {"threads": self.threads, "vector_width": self.vector_width}
+        return list(make(**{k: v for k, v in options.items() if k in accepted}))
+
+    def describe(self) -> str:
+        """Everything besides the program that the object code depends on."""
+        return f"cpu vector_width={self.vector_width}; {jit.target_description()}"
+
+    def compile(self, program: Program) -> CpuCompiled:
+        """Object code from the disk cache, or generated, optimised and stored."""
+        cache = KernelCache(self.cache_dir)
+        key = cache_key(format_ir(program), self.describe())
+        entry = cache.get(key)
+        if entry is None:
+            module = generate_module(program, self.vector_width)
+            entry = Entry(jit.compile_ir(module.llvm_ir), module)
+            cache.put(key, entry)
+        return CpuCompiled(entry.module, jit.load_object(entry.object_code), self.threads)
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The persistent worker pool of this size (shared by every compiled program)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = _POOLS[workers] = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="stripeml-cpu"
+            )
+        return pool
+
+
+def chunk_bounds(info: KernelInfo, threads: int) -> list[int]:
+    """Split points of ``[0, parallel_extent)``: one chunk unless splitting pays."""
+    extent = info.parallel_extent
+    chunks = 1
+    if info.splittable and threads > 1:
+        chunks = max(1, min(threads, extent, info.work // MIN_WORK_PER_CHUNK))
+    return [extent * i // chunks for i in range(chunks + 1)]
+
+
+@dataclass(frozen=True)
+class _Buffer:
+    """A root buffer's layout, precomputed once per compiled program."""
+
+    info: BufferInfo
+    dtype: np.dtype
+    dense: bool  # C-contiguous layout: a NumPy array can be passed as is
+    origin: int  # element 0's offset in a storage of ``extent`` elements
+    extent: int
+    ref: Refinement = field(repr=False)  # for the interpreter's specials
+
+    @staticmethod
+    def of(info: BufferInfo) -> _Buffer:
+        shape = TensorShape(info.dtype, info.sizes, info.strides)
+        dense_strides = TensorShape.dense(info.dtype, info.sizes).strides
+        dense = all(st == d for n, st, d in zip(info.sizes, info.strides, dense_strides) if n > 1)
+        origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
+        ref = Refinement(info.kind, info.name, shape)
+        return _Buffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref)
+
+    def storage(self) -> np.ndarray:
+        """Fresh flat storage (zeroed for strided layouts, whose gaps are never written)."""
+        if self.dense:
+            return np.empty(self.info.sizes, self.dtype).reshape(-1)
+        return np.zeros(self.extent, self.dtype)
+
+    def logical(self, storage: np.ndarray) -> np.ndarray:
+        """The logical array (a view) of ``storage``."""
+        if self.dense:
+            return storage.reshape(self.info.sizes)
+        if storage.size == 0:
+            return np.zeros(self.info.sizes, self.dtype)
+        item = storage.itemsize
+        return np.lib.stride_tricks.as_strided(
+            storage[self.origin :],
+            shape=self.info.sizes,
+            strides=tuple(s * item for s in self.info.strides),
+        )
+
+    def pointer(self, storage: np.ndarray) -> int:
+        return storage.ctypes.data + self.origin * storage.itemsize
+
+
+class CpuCompiled:
+    """A program compiled for the host: native kernels plus the steps that run them.
+
+    ``code`` is the LLVM IR as the generator produced it (before optimisation);
+    it comes from the disk cache on a warm start.  The MCJIT engine that owns
+    the kernels' machine code lives as long as this object.
+    """
+
+    def __init__(self, module: CpuModule, loaded: jit.LoadedObject, threads: int) -> None:
+        self.module = module
+        self.code = module.llvm_ir
+        self.threads = threads
+        self._loaded = loaded  # keeps the executable memory alive
+        self._buffers = tuple(_Buffer.of(b) for b in module.buffers)
+        self._kernels = {
+            s.kernel.symbol: loaded.kernel(s.kernel.symbol)
+            for s in module.steps
+            if s.kernel is not None
+        }
+        self._spare_temps: list[list[np.ndarray]] = []
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run on ``inputs`` (exact dtype and shape per ``in`` buffer) and return the outputs.
+
+        ``outputs`` may provide arrays for (some of) the results: they are
+        written in place and returned.  Program temporaries are reused across
+        calls (fresh pages are slow to touch).  Output arrays must not alias
+        inputs.
+        """
+        outputs = dict(outputs or {})
+        self._check_names(inputs, outputs)
+        temps = self._take_temps()
+        spare = iter(temps)
+        storages: list[np.ndarray] = []
+        results: dict[str, np.ndarray] = {}
+        copy_back: list[tuple[str, _Buffer, np.ndarray]] = []
+        for buf in self._buffers:
+            kind, name = buf.info.kind, buf.info.name
+            if kind == "in":
+                arr = _checked(buf, inputs[name], "input")
+                if buf.dense:
+                    storage = np.ascontiguousarray(arr).reshape(-1)
+                else:
+                    storage = buf.storage()
+                    buf.logical(storage)[...] = arr
+            elif kind == "out":
+                target = outputs.get(name)
+                if target is not None:
+                    target = _checked(buf, target, "output")
+                if target is not None and buf.dense and _writable_c(target):
+                    storage = target.reshape(-1)
+                    results[name] = target
+                elif target is None and buf.dense:
+                    results[name] = np.empty(buf.info.sizes, buf.dtype)
+                    storage = results[name].reshape(-1)
+                else:
+                    storage = buf.storage()
+                    if target is not None:
+                        # Elements the program never stores keep the caller's values.
+                        buf.logical(storage)[...] = target
+                        results[name] = target
+                    copy_back.append((name, buf, storage))
+            else:
+                storage = next(spare)
+            storages.append(storage)
+        pointers = (ctypes.c_void_p * max(1, len(storages)))(
+            *(b.pointer(s) for b, s in zip(self._buffers, storages))
+        )
+        try:
+            self._run_steps(pointers, storages)
+        finally:
+            self._give_back_temps(temps)
+        for name, buf, storage in copy_back:
+            if name in results:
+                results[name][...] = buf.logical(storage)
+            else:
+                results[name] = np.array(buf.logical(storage), order="C")  # own memory
+        return {b.info.name: results[b.info.name] for b in self._buffers if b.info.kind == "out"}
+
+    # -- helpers -------------------------------------------------------------
+
+    def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
+        kinds = {b.info.name: b.info.kind for b in self._buffers}
+        for name in inputs:
+            if kinds.get(name) != "in":
+                raise ShapeError(f"unknown input {name!r}")
+        for name in outputs:
+            if kinds.get(name) != "out":
+                raise ShapeError(f"unknown output {name!r}")
+        for name, kind in kinds.items():
+            if kind == "in" and name not in inputs:
+                raise ShapeError(f"missing input {name!r}")
+
+    def _take_temps(self) -> list[np.ndarray]:
+        with self._lock:
+            if self._spare_temps:
+                return self._spare_temps.pop()
+        return [b.storage() for b in self._buffers if b.info.kind not in ("in", "out")]
+
+    def _give_back_temps(self, temps: list[np.ndarray]) -> None:
+        with self._lock:
+            self._spare_temps.append(temps)
+
+    def _run_steps(self, pointers: object, storages: list[np.ndarray]) -> None:
+        for step in self.module.steps:
+            if step.kernel is not None:
+                self._run_kernel(step.kernel, pointers)
+            elif step.special is not None:
+                self._run_special(step.special, storages)
+
+    def _run_kernel(self, info: KernelInfo, pointers: object) -> None:
+        fn = self._kernels[info.symbol]
+        bounds = chunk_bounds(info, self.threads)
+        if len(bounds) <= 2:
+            fn(pointers, 0, info.parallel_extent)
+            return
+        pool = _pool(self.threads - 1)
+        pending = [pool.submit(fn, pointers, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+        fn(pointers, bounds[0], bounds[1])
+        for f in pending:
+            f.result()
+
+    def _run_special(self, special: object, storages: list[np.ndarray]) -> None:
+        from .interp.frame import write
+        from .interp.memory import RefState
+        from .interp.specials import run_special
+
+        refs = {
+            b.info.name: RefState(b.ref, s, np.full(1, b.origin, dtype=np.int64), None)
+            for b, s in zip(self._buffers, storages)
+        }
+        with np.errstate(all="ignore"):
+            run_special(special, refs, write)  # type: ignore[arg-type]
+
+
+def _checked(buf: _Buffer, value: object, what: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype != buf.dtype:
+        raise ShapeError(f"{what} {buf.info.name!r}: dtype {arr.dtype} does not match {buf.dtype}")
+    if arr.shape != buf.info.sizes:
+        raise ShapeError(
+            f"{what} {buf.info.name!r}: shape {arr.shape} does not match {buf.info.sizes}"
+        )
+    return arr
+
+
+def _writable_c(arr: np.ndarray) -> bool:
+    return arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned

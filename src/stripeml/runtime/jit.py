@@ -1,0 +1,186 @@
+"""llvmlite plumbing for the CPU backend: host target, O3 pipeline, objects, MCJIT.
+
+Everything that touches LLVM goes through this module:
+
+* :func:`host` describes the machine (triple, CPU name, feature string, LLVM
+  version); the kernel cache keys on :func:`target_description`.
+* :func:`optimize` parses LLVM IR text and runs the new pass manager's O3
+  pipeline with loop and SLP vectorisation on, for the host CPU.
+* :func:`emit_object` turns an optimised module into ELF object code (bytes,
+  what the disk cache stores).
+* :func:`load_object` puts object code into a fresh MCJIT engine and returns a
+  :class:`LoadedObject` that resolves kernel addresses.  The engine owns the
+  executable memory: it lives exactly as long as the ``LoadedObject`` (the
+  compiled program holds it), and is freed with it.
+
+Target machine choices.  One host ``TargetMachine`` (CPU name and features from
+LLVM's host detection, opt level 3) optimises and emits every module.  It uses
+``reloc="default"`` (static on Linux) and ``codemodel="jitdefault"`` (the large
+code model on 64-bit hosts), the combination MCJIT's RuntimeDyld links without
+GOT or PLT stubs: code and constant pools may land anywhere in the address
+space.  ``jit=True`` because the objects are only ever loaded in-process.
+Each engine takes ownership of its target machine, so every engine gets its
+own (cheap) copy with the same settings.
+
+LLVM's global context is not thread-safe; one re-entrant lock serialises
+every call into it.  ``STATS`` counts parses, optimisations, emissions and
+loads so tests can tell a cache hit (no parse, no optimise) from a miss.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from ..errors import InternalError
+
+#: How many times each LLVM step ran in this process (tests read it).
+STATS: Counter[str] = Counter()
+
+_LOCK = threading.RLock()
+_OPT_LEVEL = 3
+_RELOC = "default"
+_CODEMODEL = "jitdefault"
+
+#: The C type of every kernel: ``void kernel(void **buffers, int64 start, int64 end)``.
+KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """What LLVM knows about the machine it runs on."""
+
+    triple: str
+    cpu: str
+    features: str  # LLVM's "+avx2,-avx512f,..." string, sorted
+    llvm_version: str
+
+    def has(self, feature: str) -> bool:
+        return f"+{feature}" in self.features.split(",")
+
+
+@lru_cache(maxsize=1)
+def host() -> Host:
+    """Initialise the native target (once) and describe the host."""
+    with _LOCK:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        try:
+            features = llvm.get_host_cpu_features().flatten()
+        except RuntimeError:  # LLVM cannot detect features here: baseline only
+            features = ""
+        version = ".".join(map(str, llvm.llvm_version_info))
+        return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), features, version)
+
+
+def target_description() -> str:
+    """The host and the LLVM settings as one string: part of the kernel-cache key."""
+    h = host()
+    return (
+        f"llvm={h.llvm_version} llvmlite={llvmlite.__version__} triple={h.triple} "
+        f"cpu={h.cpu} features={h.features} opt={_OPT_LEVEL} reloc={_RELOC} "
+        f"codemodel={_CODEMODEL} vectorize=loop,slp"
+    )
+
+
+def _new_target_machine() -> llvm.TargetMachine:
+    h = host()
+    target = llvm.Target.from_triple(h.triple)
+    return target.create_target_machine(
+        cpu=h.cpu,
+        features=h.features,
+        opt=_OPT_LEVEL,
+        reloc=_RELOC,
+        codemodel=_CODEMODEL,
+        jit=True,
+    )
+
+
+@lru_cache(maxsize=1)
+def target_machine() -> llvm.TargetMachine:
+    """The process-wide host target machine used to optimise and emit modules."""
+    with _LOCK:
+        return _new_target_machine()
+
+
+def parse(ir_text: str) -> llvm.ModuleRef:
+    """Parse and verify LLVM IR for the host; LLVM's message becomes an InternalError."""
+    tm = target_machine()
+    with _LOCK:
+        STATS["parse"] += 1
+        try:
+            module = llvm.parse_assembly(ir_text)
+            module.verify()
+        except RuntimeError as exc:
+            raise InternalError(f"the generated LLVM IR is invalid: {exc}") from exc
+        module.triple = tm.triple
+        module.data_layout = str(tm.target_data)
+        return module
+
+
+def optimize(ir_text: str) -> llvm.ModuleRef:
+    """Parse ``ir_text`` and run the O3 pipeline (loop + SLP vectorisation) on it."""
+    module = parse(ir_text)
+    tm = target_machine()
+    with _LOCK:
+        STATS["optimize"] += 1
+        pto = llvm.create_pipeline_tuning_options(speed_level=_OPT_LEVEL)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_interleaving = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+    return module
+
+
+def emit_object(module: llvm.ModuleRef) -> bytes:
+    """Native object code (ELF on Linux) for an optimised module."""
+    tm = target_machine()
+    with _LOCK:
+        STATS["emit"] += 1
+        return bytes(tm.emit_object(module))
+
+
+def compile_ir(ir_text: str) -> bytes:
+    """``emit_object(optimize(ir_text))``."""
+    return emit_object(optimize(ir_text))
+
+
+class LoadedObject:
+    """Object code linked into its own MCJIT engine; frees the code when collected."""
+
+    def __init__(self, object_code: bytes) -> None:
+        with _LOCK:
+            STATS["load"] += 1
+            # MCJIT needs a module to start from; an empty one with the host triple.
+            empty = llvm.parse_assembly("")
+            empty.triple = host().triple
+            self._engine = llvm.create_mcjit_compiler(empty, _new_target_machine())
+            self._object_code = object_code  # keep the bytes alive as long as the engine
+            self._object = llvm.ObjectFileRef.from_data(object_code)
+            self._engine.add_object_file(self._object)
+            self._engine.finalize_object()
+
+    def address(self, symbol: str) -> int:
+        """The address of ``symbol``; an InternalError when the object lacks it."""
+        with _LOCK:
+            addr = self._engine.get_function_address(symbol)
+        if not addr:
+            raise InternalError(f"kernel symbol {symbol!r} is missing from the object code")
+        return addr
+
+    def kernel(self, symbol: str) -> ctypes._CFuncPtr:
+        """The kernel ``symbol`` as a ctypes function (calls release the GIL)."""
+        return KERNEL_TYPE(self.address(symbol))
+
+
+def load_object(object_code: bytes) -> LoadedObject:
+    """Link ``object_code`` into a fresh engine (no parsing, no optimisation)."""
+    return LoadedObject(object_code)

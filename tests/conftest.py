@@ -1,0 +1,13 @@
+"""Session-wide test setup: keep the kernel cache out of the user's home."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _kernel_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Point ``STRIPEML_CACHE_DIR`` (inherited by child processes) at a session temp dir."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRIPEML_CACHE_DIR", str(tmp_path_factory.mktemp("stripeml-cache")))
+        yield

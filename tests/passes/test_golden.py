@@ -1,0 +1,69 @@
+"""Golden text tests, one file per rule: ``golden/<pass>/<case>.txt`` (reviewed by hand).
+
+A case file reads::
+
+    rule: one line stating the rule the case shows
+    options: key=value, ...          (optional: the pass's options)
+    === before
+    <Stripe IR>
+    === after
+    <Stripe IR, or the word "unchanged">
+
+The test parses ``before``, runs the pass named by the folder, and compares
+the printed result with ``after`` ("unchanged": the pass returns the very same
+program object).  Both texts verify, and the result computes what ``before``
+computes on random inputs.  Set STRIPEML_UPDATE_GOLDEN=1 to rewrite the
+``after`` sections (except "unchanged" ones), then review the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from stripeml.ir import format, parse, verify
+from stripeml.passes import make_pass
+
+from .helpers import assert_same_results
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = sorted(f"{p.parent.name}/{p.stem}" for p in GOLDEN.glob("*/*.txt"))
+
+
+def _read(path: Path) -> tuple[str, dict[str, object], str, str]:
+    head, rest = path.read_text().split("=== before\n", 1)
+    before, after = rest.split("=== after\n", 1)
+    rule, options = "", {}
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key == "rule":
+            rule = value.strip()
+        elif key == "options":
+            for item in filter(None, (s.strip() for s in value.split(","))):
+                k, _, v = item.partition("=")
+                options[k.strip()] = ast.literal_eval(v.strip())
+    return rule, options, before, after
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case: str) -> None:
+    path = GOLDEN / f"{case}.txt"
+    rule, options, before, after = _read(path)
+    assert rule, f"{case}: the file states no rule"
+    program = parse(before)
+    assert format(program) == before, "the before text is in printed form"
+    verify(program)
+    result = make_pass(path.parent.name, **options).run(program)
+    if after.strip() == "unchanged":
+        assert result is program, f"{case}: expected no change\n{format(result)}"
+        return
+    text = format(result)
+    if os.environ.get("STRIPEML_UPDATE_GOLDEN"):
+        path.write_text(path.read_text().split("=== after\n", 1)[0] + "=== after\n" + text)
+        after = text
+    assert text == after
+    verify(result)
+    assert_same_results(program, result)

@@ -1,0 +1,289 @@
+"""The CPU runtime (JIT, steps, thread pool) with hand-written ABI-conforming LLVM IR."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from stripeml.codegen.cpu_abi import KernelInfo, Step
+from stripeml.errors import InternalError, ShapeError
+from stripeml.ir.nodes import Special
+from stripeml.runtime import cpu, jit
+from stripeml.runtime.backend import get_backend
+
+from .cpu_samples import (
+    SPIN_LIMIT,
+    FakeGenerator,
+    add_copy_program,
+    add_generator,
+    add_kernel,
+    add_program,
+    flags_program,
+    incr_kernel,
+    incr_program,
+    kernel_step,
+    spin_kernel,
+    strided_add_program,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(tmp_path, monkeypatch):
+    """Each test gets its own cache: the fake generators differ for equal program texts."""
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _compile(monkeypatch, gen: FakeGenerator, program, **options) -> cpu.CpuCompiled:
+    monkeypatch.setattr(cpu, "generate_module", gen)
+    return cpu.CpuBackend(**options).compile(program)
+
+
+# -- jit plumbing ----------------------------------------------------------------
+
+
+def test_host_description_and_vector_width():
+    h = jit.host()
+    assert h.cpu and h.triple and h.llvm_version.startswith(str(jit.llvm.llvm_version_info[0]))
+    assert cpu.detect_vector_width() in (4, 8, 16)
+    if h.has("avx512f"):
+        assert cpu.detect_vector_width() == 16
+    elif h.has("avx2"):
+        assert cpu.detect_vector_width() == 8
+    assert h.cpu in jit.target_description()
+
+
+def test_optimize_vectorises_the_add_loop():
+    module = jit.optimize(add_kernel("add_f32", 0, 1, 2))
+    text = str(module)
+    assert "x float>" in text  # the loop vectoriser produced vector code
+    obj = jit.emit_object(module)
+    assert obj[:4] == b"\x7fELF"
+
+
+def test_invalid_ir_raises_internal_error_with_llvm_message():
+    with pytest.raises(InternalError, match="expected type"):
+        jit.optimize("define void @f( {")
+
+
+def test_missing_symbol_raises_internal_error():
+    loaded = jit.load_object(jit.compile_ir(add_kernel("add_f32", 0, 1, 2)))
+    assert loaded.address("add_f32")
+    with pytest.raises(InternalError, match="nope"):
+        loaded.address("nope")
+
+
+def test_get_backend_cpu_is_cached_and_configured():
+    backend = get_backend("cpu")
+    assert backend is get_backend("cpu")
+    assert isinstance(backend, cpu.CpuBackend) and backend.name == "cpu"
+    assert backend.threads >= 1 and backend.vector_width in (4, 8, 16)
+    assert isinstance(backend.pipeline(), list)
+
+
+def test_pipeline_uses_cpu_pipeline_when_registered(monkeypatch):
+    from stripeml import passes
+
+    seen = {}
+
+    def cpu_pipeline(vector_width: int):
+        seen["vw"] = vector_width
+        return ("p1", "p2")
+
+    monkeypatch.setattr(passes, "cpu_pipeline", cpu_pipeline, raising=False)
+    assert cpu.CpuBackend(vector_width=4).pipeline() == ["p1", "p2"]
+    assert seen == {"vw": 4}
+
+
+# -- running -----------------------------------------------------------------------
+
+
+def test_add_runs_and_code_is_the_generated_ir(monkeypatch):
+    gen = add_generator(1000)
+    compiled = _compile(monkeypatch, gen, add_program(1000))
+    a = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    b = np.arange(1000, dtype=np.float32)
+    out = compiled.run({"A": a, "B": b})
+    assert list(out) == ["C"]
+    np.testing.assert_array_equal(out["C"], a + b)
+    assert compiled.code == gen.ir
+
+
+def test_inputs_are_checked_like_the_interpreter(monkeypatch):
+    compiled = _compile(monkeypatch, add_generator(8), add_program(8))
+    a = np.zeros(8, np.float32)
+    with pytest.raises(ShapeError, match="dtype"):
+        compiled.run({"A": a, "B": a.astype(np.float64)})
+    with pytest.raises(ShapeError, match="shape"):
+        compiled.run({"A": a, "B": np.zeros(9, np.float32)})
+    with pytest.raises(ShapeError, match="missing input 'B'"):
+        compiled.run({"A": a})
+    with pytest.raises(ShapeError, match="unknown input 'Z'"):
+        compiled.run({"A": a, "B": a, "Z": a})
+    with pytest.raises(ShapeError, match="unknown output 'A'"):
+        compiled.run({"A": a, "B": a}, outputs={"A": a})
+
+
+def test_non_contiguous_inputs_and_preallocated_outputs(monkeypatch):
+    compiled = _compile(monkeypatch, add_generator(8), add_program(8))
+    a = np.arange(16, dtype=np.float32)[::2]  # strided view
+    b = np.ones(8, np.float32)
+    out = np.full(8, -1, np.float32)
+    got = compiled.run({"A": a, "B": b}, outputs={"C": out})
+    assert got["C"] is out
+    np.testing.assert_array_equal(out, a + 1)
+    # A non-contiguous output target is written through a temporary.
+    target = np.zeros(16, np.float32)[::2]
+    got = compiled.run({"A": a, "B": b}, outputs={"C": target})
+    assert got["C"] is target
+    np.testing.assert_array_equal(target, a + 1)
+
+
+def test_strided_root_buffers_are_copied_in_and_out(monkeypatch):
+    gen = FakeGenerator(add_kernel("add_f32", 0, 1, 2), (kernel_step("add_f32", 12),))
+    compiled = _compile(monkeypatch, gen, strided_add_program(3, 4))
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = 10 * a
+    out = compiled.run({"A": a, "B": b})["C"]
+    assert out.shape == (3, 4) and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, a + b)
+
+
+def test_temporary_and_special_steps(monkeypatch):
+    n = 64
+    gen = FakeGenerator(
+        add_kernel("add_to_t", 0, 1, 3),
+        (kernel_step("add_to_t", n), Step(special=Special("copy", ("T",), ("D",)))),
+    )
+    compiled = _compile(monkeypatch, gen, add_copy_program(n))
+    a = np.arange(n, dtype=np.float32)
+    for scale in (1, 2, 3):  # the temporary is reused across calls
+        out = compiled.run({"A": a, "B": scale * a})
+        np.testing.assert_array_equal(out["D"], (1 + scale) * a)
+
+
+def test_concurrent_runs_of_one_compiled_program(monkeypatch):
+    n = 1 << 16
+    gen = FakeGenerator(
+        add_kernel("add_to_t", 0, 1, 3),
+        (kernel_step("add_to_t", n), Step(special=Special("copy", ("T",), ("D",)))),
+    )
+    compiled = _compile(monkeypatch, gen, add_copy_program(n), threads=2)
+    a = np.arange(n, dtype=np.float32)
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        for _ in range(20):
+            out = compiled.run({"A": a, "B": np.full(n, k, np.float32)})["D"]
+            if not np.array_equal(out, a + k):
+                errors.append(f"thread {k}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# -- threading ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extent", "splittable", "work", "threads", "chunks"),
+    [
+        (1000, True, 1 << 20, 4, 4),
+        (3, True, 1 << 20, 8, 3),  # never more chunks than iterations
+        (1000, True, 1 << 10, 4, 1),  # too little work to pay
+        (1000, True, 3 * cpu.MIN_WORK_PER_CHUNK, 8, 3),
+        (1000, False, 1 << 20, 4, 1),
+        (1000, True, 1 << 20, 1, 1),
+        (1, True, 1 << 20, 4, 1),
+    ],
+)
+def test_chunk_bounds(extent, splittable, work, threads, chunks):
+    info = KernelInfo("k", "k", extent, splittable, work)
+    bounds = cpu.chunk_bounds(info, threads)
+    assert len(bounds) == chunks + 1
+    assert bounds[0] == 0 and bounds[-1] == extent
+    assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
+
+
+@pytest.mark.parametrize("splittable", [True, False])
+def test_split_covers_every_iteration_exactly_once(monkeypatch, splittable):
+    n = 1 << 16
+    steps = (kernel_step("incr", n, splittable=splittable, work=1 << 22),)
+    gen = FakeGenerator(incr_kernel("incr"), steps)
+    results = {}
+    for threads in (1, 4):
+        compiled = _compile(monkeypatch, gen, incr_program(n), threads=threads)
+        c = np.zeros(n, np.float32)
+        d = np.full(n, -1, np.int64)
+        compiled.run({}, outputs={"C": c, "D": d})
+        np.testing.assert_array_equal(c, np.ones(n, np.float32))  # once, not twice
+        results[threads] = np.unique(d)
+    assert results[1].tolist() == [0]
+    if splittable:  # four calls, each starting where its chunk starts
+        assert results[4].tolist() == [0, n // 4, n // 2, 3 * n // 4]
+    else:
+        assert results[4].tolist() == [0]
+
+
+def test_results_equal_with_one_and_many_threads(monkeypatch):
+    n = 1 << 18
+    gen = FakeGenerator(add_kernel("add_f32", 0, 1, 2), (kernel_step("add_f32", n, work=n * 4),))
+    a = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    outs = [
+        _compile(monkeypatch, gen, add_program(n), threads=t).run({"A": a, "B": a})["C"]
+        for t in (1, 2, 3)
+    ]
+    for out in outs:
+        np.testing.assert_array_equal(out, a + a)
+
+
+def test_kernel_calls_release_the_gil(monkeypatch):
+    """The spin kernel waits for the main thread to set a flag: only possible without the GIL."""
+    gen = FakeGenerator(spin_kernel("spin"), (kernel_step("spin", 1, splittable=False),))
+    compiled = _compile(monkeypatch, gen, flags_program(), threads=1)
+    flags = np.zeros(3, np.int64)
+    runner = threading.Thread(target=compiled.run, args=({},), kwargs={"outputs": {"F": flags}})
+    runner.start()
+    deadline = time.monotonic() + 30
+    while flags[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    flags[1] = 1
+    runner.join()
+    assert flags[0] == 1
+    assert 0 < flags[2] < SPIN_LIMIT  # released by us, not by the kernel's own time-out
+
+
+def test_engine_lives_as_long_as_the_compiled_program(monkeypatch):
+    import gc
+    import weakref
+
+    compiled = _compile(monkeypatch, add_generator(8), add_program(8))
+    engine = weakref.ref(compiled._loaded)
+    a = np.ones(8, np.float32)
+    run = compiled.run
+    del compiled
+    gc.collect()
+    assert engine() is not None  # a bound method still holds the program
+    np.testing.assert_array_equal(run({"A": a, "B": a})["C"], 2 * a)
+    del run
+    gc.collect()
+    assert engine() is None  # and the machine code goes with it
+
+
+def test_end_to_end_with_the_code_generator():
+    pytest.importorskip("stripeml.codegen.llvm")
+    import stripeml
+
+    src = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((33, 17)).astype(np.float32)
+    b = rng.standard_normal((17, 9)).astype(np.float32)
+    f = stripeml.compile(src, target="cpu")
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert "define" in f.lower(a, b).code
