@@ -42,7 +42,9 @@ NUMPY: dict[str, Callable[..., object]] = {
     "exp": lambda x, o: np.exp(x, out=o),
     "log": lambda x, o: np.log(x, out=o),
     "tanh": lambda x, o: np.tanh(x, out=o),
-    "sigmoid": lambda x, o: np.divide(1, np.add(1, np.exp(np.negative(x, out=o), out=o), out=o), out=o),
+    "sigmoid": lambda x, o: np.divide(
+        1, np.add(1, np.exp(np.negative(x, out=o), out=o), out=o), out=o
+    ),
     "erf": lambda x, o: _erf(x),
     "sin": lambda x, o: np.sin(x, out=o),
     "cos": lambda x, o: np.cos(x, out=o),
@@ -81,9 +83,7 @@ def jit_loop(tm: llvm.TargetMachine, name: str, dtype: type, lanes: int) -> Call
     i.add_incoming(ir.Constant(i64, 0), entry)
     align = dtype().itemsize
     arity = 2 if name == "pow" else 1
-    args = [
-        b.load(b.gep(p, [i], source_etype=fty), typ=vty, align=align) for p in (pa, pb)[:arity]
-    ]
+    args = [b.load(b.gep(p, [i], source_etype=fty), typ=vty, align=align) for p in (pa, pb)[:arity]]
     b.store(emit_math(b, name, args), b.gep(pout, [i], source_etype=fty), align=align)
     nxt = b.add(i, ir.Constant(i64, lanes or 1))
     i.add_incoming(nxt, loop)
@@ -99,7 +99,9 @@ def jit_loop(tm: llvm.TargetMachine, name: str, dtype: type, lanes: int) -> Call
     engine = llvm.create_mcjit_compiler(llmod, tm)
     engine.finalize_object()
     _ENGINES.append(engine)
-    proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    proto = ctypes.CFUNCTYPE(
+        None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64
+    )
     return proto(engine.get_function_address("kernel"))
 
 

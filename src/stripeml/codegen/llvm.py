@@ -209,7 +209,7 @@ class _KernelGen:
         vidx = None
         if init is None and self.vector_width > 1:
             cand = (inner or outer)[-1:]
-            if cand and _vectorizable(blk, binds, cand[0]) and not (top and cand[0] == self.par):
+            if cand and _vectorizable(blk, binds, cand[0]):
                 vidx = cand[0]
 
         def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
@@ -256,7 +256,7 @@ class _KernelGen:
         red = [i.name for i in blk.idxs if i.name not in addr]
         if not red or _vectorizable(blk, binds, red[-1]):
             return None
-        unit = [i.name for i in blk.idxs if bd.offset.coeff(i.name) == 1 and i.name != par]
+        unit = [i.name for i in blk.idxs if bd.offset.coeff(i.name) == 1]
         if not unit:
             return None
         bd.mode = "mem"

@@ -12,7 +12,7 @@ import llvmlite.ir as ir
 
 from ..errors import StripeError
 from ..ir import dtypes
-from .llvm_types import identity, is_float, is_unsigned, lanes_of, reg_type, typed_const, vec
+from .llvm_types import I1, identity, is_float, is_unsigned, lanes_of, reg_type, typed_const, vec
 
 
 def mangle(t: ir.Type) -> str:
@@ -197,11 +197,46 @@ def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str],
         return _minmax(b, "max", args[0], _zero(args[0].type), dt)
     if op in _LLVM_UNARY and fl:
         return _intrinsic(b, _LLVM_UNARY[op], args)
+    if op in ("sin", "cos", "tan") and fl:
+        return _trig(b, op, args[0])
     if op in _MATH and fl:
         from .llvm_math import emit_math
 
         return emit_math(b, op, list(args))
     raise StripeError(f"intrinsic {op} on {dt} is not supported by the cpu target")
+
+
+# Beyond these magnitudes the inline trig's range reduction loses accuracy; such
+# arguments (rare) go to the C library one lane at a time.
+_TRIG_LIMIT = {"f32": 1.0e5, "f64": 1.0e14}
+
+
+def _trig(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
+    from .llvm_math import emit_math
+
+    fast = emit_math(b, op, [x])
+    lanes = lanes_of(x)
+    el = x.type.element if lanes else x.type
+    dt = "f32" if isinstance(el, ir.FloatType) else "f64"
+    big = b.fcmp_ordered(">", call_intrinsic(b, "llvm.fabs", [x]), typed_const(x.type, _TRIG_LIMIT[dt]))
+    any_big = call_intrinsic(b, "llvm.vector.reduce.or", [big], ret=I1, overloads=[big.type]) if lanes else big
+    name = op + ("f" if dt == "f32" else "")
+    libm = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(el, [el]), name)
+    before = b.block
+    with b.if_then(any_big, likely=False):
+        if lanes:
+            slow = fast
+            for i in range(lanes):
+                k = ir.Constant(ir.IntType(32), i)
+                slow = b.insert_element(slow, b.call(libm, [b.extract_element(x, k)]), k)
+        else:
+            slow = b.call(libm, [x])
+        slow = b.select(big, slow, fast)
+        after_slow = b.block
+    out = b.phi(x.type)
+    out.add_incoming(fast, before)
+    out.add_incoming(slow, after_slow)
+    return out
 
 
 def combine(b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str) -> ir.Value:

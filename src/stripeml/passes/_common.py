@@ -140,6 +140,13 @@ def substitute_access(ref: Refinement, idxs: Mapping[str, Affine]) -> Refinement
     )
 
 
+def renamed_ref(ref: Refinement, into: str) -> Refinement:
+    """``ref`` under another local name."""
+    return Refinement(
+        ref.dir, into, ref.shape, ref.from_, ref.access, ref.agg, ref.location, ref.offset
+    )
+
+
 def join_text(*parts: str, sep: str) -> str:
     """Non-empty ``parts`` joined with ``sep``."""
     return sep.join(p for p in parts if p)

@@ -35,6 +35,7 @@ from ..ir.nodes import (
 )
 from ._common import (
     WRITE_DIRS,
+    defined_scalars,
     fresh,
     is_element,
     is_leaf,
@@ -43,6 +44,7 @@ from ._common import (
     read_by_any,
     reads,
     rename_stmt,
+    renamed_ref,
     single_index,
     writes,
 )
@@ -71,7 +73,7 @@ def fuse_contraction(
     if writes(e) & (reads(c) | {target}):
         return None
     e_views = [r for r in e.refs if r.from_ == target]
-    if not e_views or any(r.dir != "in" or r != _same(e_views[0], r.into) for r in e_views):
+    if not e_views or any(r.dir != "in" or r != renamed_ref(e_views[0], r.into) for r in e_views):
         return None
     sizes = root.ref(target).shape.sizes
     e_dims = pointwise_dims(e, e_views[0].access, sizes)
@@ -130,9 +132,9 @@ def fuse_contraction(
         o_ref, i_access = _split_view(
             r, theta, red_ranges, out_ranges, root.ref(r.from_).shape.sizes
         )
-        twin = next((x for x in outer_in if x == _same(o_ref, x.into)), None)
+        twin = next((x for x in outer_in if x == renamed_ref(o_ref, x.into)), None)
         if twin is None:
-            twin = _same(o_ref, fresh(r.into, taken))
+            twin = renamed_ref(o_ref, fresh(r.into, taken))
             taken.add(twin.into)
             outer_in.append(twin)
         inner_refs.append(Refinement("in", r.into, r.shape, twin.into, i_access))
@@ -161,13 +163,6 @@ def fuse_contraction(
         tags=frozenset(e.tags | {"kernel", "fused"}),
         name=join_text(c.name, e.name, sep="_"),
         comment=join_text(c.comment, e.comment, sep="; "),
-    )
-
-
-def _same(ref: Refinement, into: str) -> Refinement:
-    """``ref`` under another local name."""
-    return Refinement(
-        ref.dir, into, ref.shape, ref.from_, ref.access, ref.agg, ref.location, ref.offset
     )
 
 
@@ -269,10 +264,6 @@ def _consumer_stmts(e: Block, views: set[str], acc: str, store_to: str) -> list[
             continue
         out.append(s)
     if value is None and store_to:
-        value = fresh("$" + acc.lstrip("$"), _scalars(e.stmts))
+        value = fresh(f"${acc}", defined_scalars(e.stmts))
         out[:0] = [Load(value, acc), Store(store_to, value)]
     return out
-
-
-def _scalars(stmts: Sequence[Statement]) -> set[str]:
-    return {s.into for s in stmts if hasattr(s, "into") and not isinstance(s, Block)}

@@ -79,6 +79,7 @@ from ._common import (
     read_by_any,
     reads,
     rename_stmt,
+    renamed_ref,
     substitute_access,
     writes,
 )
@@ -172,7 +173,7 @@ def fuse_pointwise(p: Block, q: Block, later: Sequence[Statement], root: Block) 
         if r.into in values:
             continue
         moved = substitute_access(r, theta)
-        twin = next((x for x in p.refs if x.dir == "in" and x == _renamed(moved, x.into)), None)
+        twin = next((x for x in p.refs if x.dir == "in" and x == renamed_ref(moved, x.into)), None)
         if twin is not None:
             ref_map[r.into] = twin.into
             if twin.into in p_loads:
@@ -181,7 +182,7 @@ def fuse_pointwise(p: Block, q: Block, later: Sequence[Statement], root: Block) 
         into = fresh(r.into, taken)
         taken.add(into)
         ref_map[r.into] = into
-        new_refs.append(_renamed(moved, into))
+        new_refs.append(renamed_ref(moved, into))
 
     q_stmts = _merge_scalars(q.stmts, defined_scalars(p.stmts), reused, ref_map, theta)
     dropped = {
@@ -247,12 +248,6 @@ def _stored_values(
             return None
         values[r.into] = stored[0]
     return values
-
-
-def _renamed(ref: Refinement, into: str) -> Refinement:
-    return Refinement(
-        ref.dir, into, ref.shape, ref.from_, ref.access, ref.agg, ref.location, ref.offset
-    )
 
 
 def _merge_scalars(
