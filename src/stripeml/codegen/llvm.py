@@ -187,6 +187,8 @@ class _KernelGen:
         vlast = None
         if scopes:
             reg = _reg_candidate(blk, scopes)
+            if reg is not None and not _injective(binds[reg].offset, blk):
+                reg = None  # several points share an element: accumulate in memory
             for n in scopes:
                 binds[n].mode = "reg" if n == reg else "mem"
             if reg is not None and init is None and self.vector_width > 1:
@@ -473,6 +475,18 @@ def _reg_candidate(blk: Block, scopes: list[str]) -> str | None:
     if any(isinstance(s, Special) for s in blk.stmts):
         return None
     return scopes[0]
+
+
+def _injective(offset: Affine, blk: Block) -> bool:
+    """Whether distinct points of ``blk``'s indices in ``offset`` reach distinct elements
+    (mixed-radix test: each coefficient exceeds the span of all smaller ones)."""
+    terms = sorted((abs(c), blk.idx(n).range) for n, c in offset.terms if n in blk_idx_names(blk))
+    span = 0
+    for c, r in terms:
+        if c <= span:
+            return False
+        span += c * (r - 1)
+    return True
 
 
 _VECTOR_OPS = frozenset(

@@ -1,0 +1,137 @@
+"""The CPU code generator: vector widths, tails, thread splits, fast-math flags, precision.
+
+Results are checked against NumPy; the program suite (tests/test_programs.py)
+and the interpreter tests (tests/runtime, via helpers.run_all) also run on cpu.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+import stripeml
+from stripeml.codegen.llvm import generate
+from stripeml.runtime.cpu import CpuBackend
+
+ROWSUM = "function (X[N, K]) -> (S) { S[n : N] = +(X[n, k]); }"
+ROWMAX = "function (X[N, K]) -> (S) { S[n : N] = >(X[n, k]); }"
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+CHAIN = "function (A, B, C) -> (Y) { Y = tanh(A * B + C) * 0.5 + A; }"
+PADDED = """function (I[N, X, CI], K[KX, CI, CO]) -> (O) {
+    O[n, x, co : N, X, CO] = +(I[n, x + kx - 1, ci] * K[kx, ci, co]);
+}"""
+
+
+def program(src: str, *arrays):
+    return stripeml.compile(src).lower(*arrays).program
+
+
+def run(src: str, *arrays, **options):
+    p = program(src, *arrays)
+    compiled = CpuBackend(**options).compile(p)
+    return compiled.run(dict(zip([r.into for r in p.inputs], arrays)))
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 8, 9, 15, 16, 17, 33])
+@pytest.mark.parametrize("width", [1, 4, 8, 16])
+def test_vector_width_and_tails(n, width):
+    rng = np.random.default_rng(n)
+    a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    y = run(CHAIN, a, b, c, vector_width=width, threads=1)["Y"]
+    np.testing.assert_allclose(y, np.tanh(a * b + c) * 0.5 + a, rtol=2e-6, atol=1e-6)
+    x = rng.standard_normal((3, n)).astype(np.float32)
+    np.testing.assert_allclose(run(ROWSUM, x, vector_width=width)["S"], x.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(run(ROWMAX, x, vector_width=width)["S"], x.max(1))
+
+
+def test_vector_max_propagates_nan():
+    x = np.arange(40, dtype=np.float32).reshape(2, 20)
+    x[1, 13] = np.nan
+    s = run(ROWMAX, x, vector_width=8)["S"]
+    assert s[0] == 19 and np.isnan(s[1])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_threads_do_not_change_results(threads):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((67, 45)).astype(np.float32)
+    b = rng.standard_normal((45, 71)).astype(np.float32)
+    c = run(MATMUL, a, b, threads=threads)["C"]
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_parallel_index_only_where_writes_are_disjoint():
+    a = np.zeros((64, 32), np.float32)
+    b = np.zeros((32, 48), np.float32)
+    (step,) = generate(program(MATMUL, a, b)).steps
+    assert step.kernel.splittable and step.kernel.parallel_extent == 64
+    # cumsum writes O[i]: distinct i, distinct elements, so it splits over i.
+    cumsum = "function (I[N]) -> (O) { O[i : N] = +(I[k]), i - k < N; }"
+    (step,) = generate(program(cumsum, np.zeros(100, np.float32))).steps
+    assert step.kernel.splittable
+    # O[i + k]: different i write the same element: no split.
+    shifted = "function (I[N]) -> (O) { O[i + k : N + 2] = +(I[i]), k < 3; }"
+    steps = generate(program(shifted, np.zeros(100, np.float32))).steps
+    assert not steps[-1].kernel.splittable
+    x = np.arange(100, dtype=np.float32)
+    want = np.convolve(x, np.ones(3, np.float32))
+    np.testing.assert_allclose(run(shifted, x, threads=2)["O"], want)
+
+
+def test_vector_code_and_fast_math_flags():
+    x = np.zeros((4, 64), np.float32)
+    text = generate(program(ROWSUM, x), vector_width=8).llvm_ir
+    assert "<8 x float>" in text
+    # A reduction carries `reassoc` and nothing more; no other fast-math flag anywhere.
+    assert re.search(r"fadd reassoc", text)
+    flags = set(re.findall(r"\b(nnan|ninf|nsz|arcp|contract|afn|fast)\b", text))
+    assert not flags
+    eltwise = generate(program(CHAIN, *(np.zeros(64, np.float32),) * 3), vector_width=8).llvm_ir
+    assert "reassoc" not in eltwise.split("define internal")[0] + eltwise.split("stripeml.")[0]
+
+
+def test_noalias_on_distinct_buffers():
+    text = generate(program(MATMUL, np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32))).llvm_ir
+    body = next(line for line in text.splitlines() if ".body\"(" in line and "define" in line)
+    assert body.count("noalias") == 3
+
+
+def test_padded_conv_bounds_without_guards():
+    rng = np.random.default_rng(1)
+    i = rng.standard_normal((2, 9, 3)).astype(np.float32)
+    k = rng.standard_normal((3, 3, 4)).astype(np.float32)
+    o = run(PADDED, i, k)["O"]
+    pad = np.pad(i, ((0, 0), (1, 1), (0, 0)))
+    want = sum(np.einsum("nxc,cd->nxd", pad[:, t : t + 9], k[t]) for t in range(3))
+    np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)
+
+
+def test_float64_reduction_precision():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 100_001))
+    s = run(ROWSUM, x)["S"]
+    exact = np.array([math.fsum(r) for r in x])
+    np.testing.assert_allclose(s, exact, rtol=1e-12, atol=1e-10)
+
+
+def test_exe_code_is_llvm_ir():
+    f = stripeml.compile(MATMUL, target="cpu")
+    code = f.lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)).code
+    assert "define void @" in code and "getelementptr" in code
+    assert stripeml.compile(MATMUL).lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)).code == ""
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float64, np.bool_])
+def test_dtypes_on_cpu(dtype):
+    rng = np.random.default_rng(3)
+    a = (rng.integers(0, 3, (5, 7)) if dtype != np.float64 else rng.standard_normal((5, 7))).astype(dtype)
+    b = (rng.integers(0, 3, (7, 6)) if dtype != np.float64 else rng.standard_normal((7, 6))).astype(dtype)
+    c = run(MATMUL, a, b)["C"]
+    if dtype == np.bool_:
+        want = (a.astype(int) @ b.astype(int)) > 0
+    else:
+        want = a @ b
+    np.testing.assert_allclose(c, want, rtol=1e-12)
