@@ -47,7 +47,12 @@ def test_make_pass_builds_with_options() -> None:
     assert make_pass("fuse") == Fuse()
     assert make_pass("fuse", eltwise=False) == Fuse(eltwise=False)
     assert make_pass("dce") == Dce()
-    assert pass_options(Fuse) == {"eltwise": bool, "into_contraction": bool, "contraction": bool}
+    assert pass_options(Fuse) == {
+        "eltwise": bool,
+        "into_contraction": bool,
+        "contraction": bool,
+        "unit_stride_reductions_only": bool,
+    }
 
 
 def test_make_pass_unknown_pass_names_it_and_the_known_ones() -> None:

@@ -94,13 +94,20 @@ class Fuse:
 
     Options: ``eltwise`` (elementwise producer into an elementwise consumer),
     ``into_contraction`` (elementwise producer into a pointwise contraction),
-    ``contraction`` (contraction into an elementwise consumer).  The legality
+    ``contraction`` (contraction into an elementwise consumer),
+    ``unit_stride_reductions_only`` (only contractions whose innermost reduction
+    index has unit stride in the inputs it reads fuse into their consumer).  The legality
     conditions are in the module docstring.
     """
 
     eltwise: bool = True
     into_contraction: bool = True
     contraction: bool = True
+    # Fuse a contraction into its consumer only when its innermost reduction index
+    # walks every input with unit stride (or not at all): the fused reduction then
+    # runs in vector lanes (row sums, row maxima).  A matmul-like reduction is
+    # faster as its own kernel until tiling fuses at tile level.
+    unit_stride_reductions_only: bool = True
     name: ClassVar[str] = "fuse"
 
     def run(self, program: Program) -> Program:
@@ -137,8 +144,27 @@ class Fuse:
                 return fuse_pointwise(a, b, later, root)
             return None
         if "contraction" in a.tags and "eltwise" in b.tags and self.contraction:
+            if self.unit_stride_reductions_only and not unit_stride_reduction(a):
+                return None
             return fuse_contraction(a, b, stmts[:i], later, root)
         return None
+
+
+def unit_stride_reduction(c: Block) -> bool:
+    """Whether ``c``'s innermost reduction index (the last index not in its output
+    access) moves every input view by 0 or 1 elements, and some view by 1."""
+    outs = [r for r in c.refs if r.dir in ("out", "inout")]
+    in_output = {n for r in outs for a in r.access for n in a.names}
+    reduction = [i.name for i in c.idxs if i.name not in in_output]
+    if not reduction:
+        return True
+    last = reduction[-1]
+    steps = {
+        sum(a.coeff(last) * s for a, s in zip(r.access, r.shape.strides))
+        for r in c.refs
+        if r.dir == "in"
+    }
+    return steps <= {0, 1} and 1 in steps
 
 
 def fuse_pointwise(p: Block, q: Block, later: Sequence[Statement], root: Block) -> Block | None:
