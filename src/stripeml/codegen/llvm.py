@@ -550,7 +550,7 @@ def _loop_order(blk: Block, binds: dict[str, Bind], reg: str | None, par: str | 
     if last is not None:
         names.remove(last)
         names.append(last)
-    if par is not None and par in names:
+    if par is not None and par in names and par != last:
         names.remove(par)
         names.insert(0, par)
     return names
@@ -588,16 +588,22 @@ def _parallel_index(kernel: Block) -> str | None:
     _root_writes_top(kernel, chain_root, writes, reads)
     if not writes or any(root in reads for root, _ in writes):
         return None
+    # Prefer the index of the outermost output dimension (whole rows per thread,
+    # leaving the unit-stride inner dimension to vector lanes); skip tiny ranges.
     best = None
+    best_key = None
     for idx in kernel.idxs:
         if idx.affine is not None or idx.range < 2:
             continue
-        ok = all(
-            any(a.names == (idx.name,) for a in acc)
+        dims = [
+            min((d for d, a in enumerate(acc) if a.names == (idx.name,)), default=None)
             for _, acc in writes
-        )
-        if ok and (best is None or idx.range > kernel.idx(best).range):
-            best = idx.name
+        ]
+        if any(d is None for d in dims):
+            continue
+        key = (idx.range < 8, max(dims), -idx.range)  # type: ignore[type-var]
+        if best_key is None or key < best_key:
+            best, best_key = idx.name, key
     return best
 
 
