@@ -173,9 +173,9 @@ class _Buffer:
         return _Buffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref)
 
     def storage(self) -> np.ndarray:
-        """Fresh flat storage (zeroed for strided layouts, whose gaps are never written)."""
+        """Fresh flat storage, zeroed like the interpreter's."""
         if self.dense:
-            return np.empty(self.info.sizes, self.dtype).reshape(-1)
+            return np.zeros(self.info.sizes, self.dtype).reshape(-1)
         return np.zeros(self.extent, self.dtype)
 
     def logical(self, storage: np.ndarray) -> np.ndarray:
@@ -253,7 +253,9 @@ class CpuCompiled:
                     storage = target.reshape(-1)
                     results[name] = target
                 elif target is None and buf.dense:
-                    results[name] = np.empty(buf.info.sizes, buf.dtype)
+                    # Fresh results start at zero, as on the interpreter: elements a
+                    # program never stores read 0 (calloc'd pages cost no more).
+                    results[name] = np.zeros(buf.info.sizes, buf.dtype)
                     storage = results[name].reshape(-1)
                 else:
                     storage = buf.storage()
