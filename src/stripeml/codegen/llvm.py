@@ -51,8 +51,11 @@ class Bind:
 def generate(program: Program, *, vector_width: int = 8, triple: str = "") -> CpuModule:
     """Generate the LLVM module and the metadata the CPU runtime needs."""
     module = ir.Module(name=program.root.name or "stripeml")
-    if triple:
-        module.triple = triple
+    if not triple:
+        import llvmlite.binding as llvm
+
+        triple = llvm.get_process_triple()
+    module.triple = triple
     root = program.root
     buffers = tuple(
         BufferInfo(r.into, r.shape.dtype, r.shape.sizes, r.shape.strides, r.dir) for r in root.refs
