@@ -81,7 +81,7 @@ FUSED_COUNTS = {
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_kernel_counts(case: Case) -> None:
     program, _ = _lower(case)
-    result = run_pipeline(program, cpu_pipeline()).program
+    result = run_pipeline(program, [Fuse(), Dce()]).program
     before, after = len(_kernels(program)), len(_kernels(result))
     if case.name in FUSED_COUNTS:
         assert (before, after) == FUSED_COUNTS[case.name]

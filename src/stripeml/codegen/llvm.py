@@ -20,6 +20,7 @@ copy of its loop nest that only stores), then accumulates in memory.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,17 @@ import llvmlite.ir as ir
 
 from ..errors import StripeError
 from ..ir.affine import Affine
-from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Program, Special, Store
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Program,
+    Special,
+    Store,
+    walk_blocks,
+)
 from .cpu_abi import BufferInfo, CpuModule, KernelInfo, Step
 from .llvm_ops import call_intrinsic, combine, hreduce, intrinsic
 from .llvm_types import I1, I8, I64, PTR, const, identity, mem_type, reg_type, splat, vec
@@ -185,6 +196,11 @@ class _KernelGen:
     # -- blocks ---------------------------------------------------------------
     def emit_block(self, blk: Block, env: dict[str, ir.Value], prefs: dict[str, Bind], top: bool = False, init: set[int] | None = None) -> None:
         binds = self.bind_refs(blk, prefs, init)
+        if init is None and not (top and self.par is not None):
+            plan = _register_tile_plan(blk, binds, self.vector_width)
+            if plan is not None:
+                self.register_tile(blk, env, binds, *plan)
+                return
         scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
         reg = None
         vlast = None
@@ -250,6 +266,53 @@ class _KernelGen:
                 self.store(bd, env2, result)
 
         self.loops(blk, outer, env, point, top, guards_here=True, vector=vidx if reg is None else None)
+
+    def register_tile(self, blk: Block, env: dict[str, ir.Value], binds: dict[str, Bind], out: str, vidx: str, unrolled: list[str]) -> None:
+        """A register tile: the output elements of the block's address indices live in
+        vector registers (``vidx`` in lanes, ``unrolled`` indices fully unrolled)
+        across the reduction loops; loaded (or set to the identity) before, stored after."""
+        b = self.b
+        bd = binds[out]
+        w = self.vector_width
+        rt = vec(reg_type(bd.dtype), w)
+        combos = list(itertools.product(*[range(blk.idx(u).range) for u in unrolled]))
+        chunks = range(blk.idx(vidx).range // w)
+        red = [i.name for i in blk.idxs if i.name != vidx and i.name not in unrolled]
+
+        def at(combo: tuple[int, ...], j: int, env0: dict[str, ir.Value]) -> dict[str, ir.Value]:
+            env2 = dict(env0)
+            for name, value in ((*zip(unrolled, combo), (vidx, j * w))):
+                base = blk.idx(name).affine
+                c = ir.Constant(I64, value)
+                env2[name] = b.add(self.affine(base, env0), c) if base is not None else c
+            return env2
+
+        slots = {}
+        for combo in combos:
+            for j in chunks:
+                slot = self.alloca_builder.alloca(rt, name=self.fresh("tile"))
+                if bd.mode == "mem":
+                    b.store(self.vload(bd, at(combo, j, env), w, vidx), slot)
+                else:
+                    b.store(splat(identity(bd.agg, bd.dtype), w), slot)
+                slots[combo, j] = slot
+        mode = bd.mode
+
+        def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
+            bd.mode = "reg"
+            bd.touched = None
+            for combo in combos:
+                for j in chunks:
+                    bd.vacc = slots[combo, j]
+                    self.stmts(blk, at(combo, j, env3), binds, None, w, vidx)
+            bd.mode = mode
+
+        self.loops(blk, red, env, body, False, guards_here=True)
+        bd.mode = "plain"
+        for combo in combos:
+            for j in chunks:
+                self.vstore(bd, at(combo, j, env), b.load(slots[combo, j], typ=rt), w)
+        bd.mode = mode
 
     def _prefer_memory(self, blk: Block, binds: dict[str, Bind], reg: str, par: str | None) -> str | None:
         """Accumulating in a register is best when the reduction's innermost index can
@@ -480,6 +543,51 @@ def _reg_candidate(blk: Block, scopes: list[str]) -> str | None:
     return scopes[0]
 
 
+# At most this many vector accumulators in a register tile (16 ymm registers on AVX2,
+# leaving room for the loaded operands).
+MAX_TILE_VECTORS = 12
+# Fully unrolled register-tile indices: at most this many iterations each.
+MAX_UNROLL = 8
+
+
+def _register_tile_plan(blk: Block, binds: dict[str, Bind], w: int) -> tuple[str, str, list[str]] | None:
+    """(output ref, vector index, unrolled indices) when ``blk`` is a leaf whose single
+    aggregating store can keep its outputs in vector registers across the reduction."""
+    if w < 2 or blk.sub_blocks or any(r.dir == "none" for r in blk.refs):
+        return None
+    stores = [s for s in blk.stmts if isinstance(s, Store)]
+    if len(stores) != 1 or any(isinstance(s, Special) for s in blk.stmts):
+        return None
+    out = stores[0].ref
+    bd = binds[out]
+    if bd.mode not in ("scope", "mem") or bd.agg not in ("add", "mul", "max", "min"):
+        return None
+    own = blk_idx_names(blk)
+    addr = [i.name for i in blk.idxs if bd.offset.coeff(i.name)]
+    red = [n for n in own if n not in addr]
+    if not red or not _injective(bd.offset, blk):
+        return None
+    if any(set(c.expr.names) & set(addr) for c in blk.constraints):
+        return None
+    if bd.mode == "scope" and blk.constraints:
+        return None  # a reduction with no points must leave its outputs alone
+    units = [n for n in addr if bd.offset.coeff(n) == 1 and blk.idx(n).range % w == 0]
+    for vidx in reversed(units):
+        unrolled = [n for n in addr if n != vidx]
+        count = blk.idx(vidx).range // w
+        for u in unrolled:
+            count *= blk.idx(u).range
+        if count > MAX_TILE_VECTORS or any(blk.idx(u).range > MAX_UNROLL for u in unrolled):
+            continue
+        saved = bd.mode
+        bd.mode = "reg"
+        ok = _vectorizable(blk, binds, vidx, reduction_ok=True)
+        bd.mode = saved
+        if ok:
+            return out, vidx, unrolled
+    return None
+
+
 def _injective(offset: Affine, blk: Block) -> bool:
     """Whether distinct points of ``blk``'s indices in ``offset`` reach distinct elements
     (mixed-radix test: each coefficient exceeds the span of all smaller ones)."""
@@ -498,7 +606,7 @@ _VECTOR_OPS = frozenset(
 )
 
 
-def _vectorizable(blk: Block, binds: dict[str, Bind], vidx: str) -> bool:
+def _vectorizable(blk: Block, binds: dict[str, Bind], vidx: str, reduction_ok: bool = False) -> bool:
     """Whether the innermost loop over ``vidx`` can run in vector lanes: a leaf block whose
     loads are unit-stride or invariant in ``vidx``, whose stores are unit-stride (or a
     register reduction over ``vidx``), with no per-point allocations."""
@@ -513,7 +621,7 @@ def _vectorizable(blk: Block, binds: dict[str, Bind], vidx: str) -> bool:
         elif isinstance(s, Store):
             bd = binds[s.ref]
             c = bd.offset.coeff(vidx)
-            if bd.mode == "reg":
+            if bd.mode == "reg" and not reduction_ok:
                 if c != 0:
                     return False
             elif c != 1:
@@ -591,6 +699,8 @@ def _parallel_index(kernel: Block) -> str | None:
     _root_writes_top(kernel, chain_root, writes, reads)
     if not writes or any(root in reads for root, _ in writes):
         return None
+    own = {i.name for i in kernel.idxs}
+    ranges = {i.name: i.range for b in walk_blocks(kernel) for i in b.idxs}
     # Prefer the index of the outermost output dimension (whole rows per thread,
     # leaving the unit-stride inner dimension to vector lanes); skip tiny ranges.
     best = None
@@ -599,7 +709,7 @@ def _parallel_index(kernel: Block) -> str | None:
         if idx.affine is not None or idx.range < 2:
             continue
         dims = [
-            min((d for d, a in enumerate(acc) if a.names == (idx.name,)), default=None)
+            min((d for d, a in enumerate(acc) if _separates(a, idx.name, own, ranges)), default=None)
             for _, acc in writes
         ]
         if any(d is None for d in dims):
@@ -608,6 +718,23 @@ def _parallel_index(kernel: Block) -> str | None:
         if best_key is None or key < best_key:
             best, best_key = idx.name, key
     return best
+
+
+def _separates(a: Affine, p: str, own: set[str], ranges: dict[str, int]) -> bool:
+    """Whether distinct values of ``p`` give distinct values of ``a`` whatever the
+    nested indices are: ``a = c*p + rest`` with ``rest`` over nested indices only,
+    spanning less than ``|c|``."""
+    c = a.coeff(p)
+    if c == 0:
+        return False
+    span = 0
+    for n, k in a.terms:
+        if n == p:
+            continue
+        if n in own or n not in ranges:
+            return False
+        span += abs(k) * (ranges[n] - 1)
+    return span < abs(c)
 
 
 def _root_writes_top(kernel: Block, chain, writes, reads) -> None:

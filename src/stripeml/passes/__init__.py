@@ -26,9 +26,11 @@ for _info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_info.name}")
 
 
-def cpu_pipeline() -> list:
+def cpu_pipeline(vector_width: int = 8) -> list:
     """The CPU backend's passes when no target file gives a pipeline."""
-    return [Fuse(), Dce()]
+    from .unroll import Unroll
+
+    return [Fuse(), Dce(), Unroll(vector_width=vector_width)]
 
 
 __all__ = ["PASSES", "Dce", "Fuse", "cpu_pipeline", "make_pass", "pass_options", "register"]

@@ -1,0 +1,229 @@
+"""``unroll``: register tiles for GEMM-like kernels.
+
+A selected root kernel (a leaf ``#contraction`` whose only output is one
+aggregating single-element view, without index offsets) is split into an
+outer block over register tiles and an inner block over the points of one
+tile and the whole reduction::
+
+    block [m:64, n:96, k:128] (in A[m, k], in B[k, n], out C[m, n]:add)
+  becomes
+    block [m:16, n:6] #kernel #contraction #tiled (in A[4*m, 0] (4, 128),
+          in B[0, 16*n] (128, 16), out C[4*m, 16*n]:add (4, 16))
+      block [m_r:4, n_r:16, k:128] #register_tile (in A[m_r, k], in B[k, n_r],
+            out C[m_r, n_r]:add) { ... }
+
+The vector index (``n``: unit stride in the output and read with stride 0 or 1
+by every input) takes ``vector_width * vectors`` points, the row index
+(``m``, another output index) ``rows``; the CPU code generator keeps such a
+tile's ``rows * vectors`` accumulators in vector registers across the
+reduction loop (see codegen/llvm.py, ``register_tile``).  Output indices used
+in constraints are not tiled (their constraints move to the inner block, where
+they bound the reduction loops).  Ranges must be multiples of the tile sizes;
+otherwise the kernel is left alone.
+
+Requires: verified IR.  Guarantees: the same points in the same scopes (the
+outer block is the aggregation scope; the inner block aggregates into it with
+the same operation), verified IR, and the same object when nothing applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..ir.affine import Affine
+from ..ir.dtypes import itemsize
+from ..ir.nodes import Block, Index, Load, Program, Refinement, Statement, Store, TensorShape
+from ._common import fresh
+from .registry import register
+
+
+@register
+@dataclass(frozen=True)
+class Unroll:
+    """Split GEMM-like kernels into register tiles (options: tile shape)."""
+
+    vector_width: int = 8
+    vectors: int = 2
+    rows: int = 4
+    max_vectors: int = 12
+    # Inputs read along the vector index are copied per panel into a dense buffer
+    # (no cache-set conflicts from a long row stride) when the panel is this small.
+    pack_max_bytes: int = 1 << 18
+    select: str = "contraction"
+    name: ClassVar[str] = "unroll"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        stmts: list[Statement] = []
+        changed = False
+        for s in root.stmts:
+            new = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
+            changed |= new is not None
+            stmts.append(new if new is not None else s)
+        return Program(root.with_stmts(tuple(stmts))) if changed else program
+
+    def _tile(self, root: Block, k: Block) -> Block | None:
+        if k.sub_blocks or any(i.affine is not None for i in k.idxs) or "register_tile" in k.tags:
+            return None
+        outs = [r for r in k.refs if r.dir in ("out", "inout")]
+        if len(outs) != 1 or outs[0].agg not in ("add", "mul", "max", "min") or outs[0].dir != "out":
+            return None
+        if any(r.dir == "none" or r.shape.elem_count != 1 for r in k.refs):
+            return None
+        out = outs[0]
+        ranges = {i.name: i.range for i in k.idxs}
+        in_cons = {n for c in k.constraints for n in c.expr.names}
+        stride = {n: sum(a.coeff(n) * s for a, s in zip(out.access, out.shape.strides)) for n in ranges}
+        addr = [n for n in ranges if stride[n] != 0]
+        red = [n for n in ranges if stride[n] == 0]
+        if not red:
+            return None
+        w = self.vector_width
+        ins = [r for r in k.refs if r.dir == "in"]
+
+        def in_stride(r: Refinement, n: str) -> int:
+            return sum(a.coeff(n) * s for a, s in zip(r.access, r.shape.strides))
+
+        vcands = [
+            n for n in addr
+            if stride[n] == 1 and n not in in_cons and all(in_stride(r, n) in (0, 1) for r in ins)
+        ]  # fmt: skip
+        if not vcands:
+            return None
+        v = vcands[-1]
+        rows_cands = [n for n in addr if n != v and n not in in_cons and ranges[n] % self.rows == 0]
+        u = rows_cands[0] if rows_cands and self.rows > 1 else None
+        # Without a row index, spend the accumulators on more vectors along v.
+        limit = self.vectors if u is not None else self.max_vectors
+        vec = min(limit, ranges[v] // w, self.max_vectors // (self.rows if u is not None else 1))
+        while vec > 1 and ranges[v] % (vec * w):
+            vec -= 1
+        if vec < 1 or ranges[v] % (vec * w):
+            return None
+        vt = vec * w
+        return self._rewrite(root, k, v, vt, u, red)
+
+    def _rewrite(self, root: Block, k: Block, v: str, vt: int, u: str | None, red: list[str]) -> Block:
+        ranges = {i.name: i.range for i in k.idxs}
+        taken = set(ranges)
+        vo, vr = fresh(f"{v}_o", taken), fresh(f"{v}_r", taken)
+        taken |= {vo, vr}
+        uo = ur = None
+        if u is not None:
+            uo, ur = fresh(f"{u}_o", taken), fresh(f"{u}_r", taken)
+        others = [n for n in ranges if n not in red and n not in (u, v)]
+        # Three levels: panels of the vector index; tiles of the row index and the
+        # other output indices; one register tile with the whole reduction.
+        lv0 = {v: Affine.index(vo, vt)}
+        lv1 = {n: Affine.index(n) for n in others}
+        lv2 = {v: Affine.index(vr)} | {n: Affine.index(n) for n in red}
+        box1 = {n: ranges[n] for n in others}
+        box2 = {vr: vt} | {n: ranges[n] for n in red}
+        if u is not None:
+            lv1[u] = Affine.index(uo, self.rows)
+            lv2[u] = Affine.index(ur)
+            box1[uo] = ranges[u] // self.rows
+            box2[ur] = self.rows
+        zero0 = {n: Affine() for n in ranges if n not in lv0}
+        zero1 = {n: Affine() for n in ranges if n not in lv1}
+        zero2 = {n: Affine() for n in ranges if n not in lv2}
+        root_sizes = {x.into: x.shape.sizes for x in root.refs}
+        tiled = {v: Affine.index(vo, vt) + Affine.index(vr)}
+        if u is not None:
+            tiled[u] = Affine.index(uo, self.rows) + Affine.index(ur)
+        box0 = {vo: ranges[v] // vt}
+        refs0, refs1, refs2, copies = [], [], [], []
+        for r in k.refs:
+            a0, a1, a2, s0, s1 = [], [], [], [], []
+            for a in r.access:
+                lin = a - a.const
+                p1 = lin.substitute(zero1 | lv1)
+                p2 = lin.substitute(zero2 | lv2)
+                lo1, hi1 = _span(p1, box1)
+                lo2, hi2 = _span(p2, box2)
+                a0.append(a.const + lin.substitute(zero0 | lv0) + lo1 + lo2)
+                a1.append(p1 - lo1)
+                a2.append(p2 - lo2)
+                s0.append(hi1 - lo1 + hi2 - lo2 + 1)
+                s1.append(hi2 - lo2 + 1)
+            parent = root_sizes[r.from_]
+            if not all(_within(x, size, limit, box0) for x, size, limit in zip(a0, s0, parent)):
+                # The box hull leaves the buffer (accesses kept in bounds by constraints,
+                # as in padded convolutions): view the whole buffer, index it in full below.
+                whole = TensorShape(r.shape.dtype, tuple(parent), r.shape.strides)
+                origin = tuple(Affine() for _ in parent)
+                refs0.append(replace(r, access=origin, shape=whole))
+                refs1.append(replace(r, from_=r.into, access=origin, shape=whole))
+                full = tuple(x.substitute(tiled) for x in r.access)
+                refs2.append(replace(r, from_=r.into, access=full))
+                continue
+            refs0.append(replace(r, access=tuple(a0), shape=replace(r.shape, sizes=tuple(s0))))
+            src, strides = r.into, r.shape.strides
+            nbytes = itemsize(r.shape.dtype) * _prod(s0)
+            if r.dir == "in" and any(a.coeff(v) for a in r.access) and nbytes <= self.pack_max_bytes:
+                buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
+                dense = TensorShape.dense(r.shape.dtype, tuple(s0))
+                refs0.append(Refinement("none", buf, dense, location="L2"))
+                copies.append(_copy_block(r.into, buf, r.shape, dense, tuple(s0), f"{k.name}_pack_{r.into}"))
+                src, strides = buf, dense.strides
+            shape1 = TensorShape(r.shape.dtype, tuple(s1), strides)
+            refs1.append(replace(r, from_=src, access=tuple(a1), shape=shape1))
+            one = TensorShape(r.shape.dtype, (1,) * len(s1), strides)
+            refs2.append(replace(r, from_=r.into, access=tuple(a2), shape=one))
+        # Constraints mention only reduction and untiled output indices: same names below.
+        cons2 = k.constraints
+        idx2 = [Index(vr, vt)] + ([Index(ur, self.rows)] if u is not None else []) + [Index(n, ranges[n]) for n in red]
+        tile = Block(
+            idxs=tuple(idx2),
+            refs=tuple(refs2),
+            stmts=k.stmts,
+            constraints=cons2,
+            tags=frozenset((k.tags - {"kernel"}) | {"register_tile"}),
+            name=f"{k.name}_tile",
+        )
+        idx1 = ([Index(uo, ranges[u] // self.rows)] if u is not None else []) + [k.idx(n) for n in others]
+        middle = Block(idxs=tuple(idx1), refs=tuple(refs1), stmts=(tile,), tags=frozenset({"tile"}), name=f"{k.name}_rows")
+        return Block(
+            idxs=(Index(vo, ranges[v] // vt),),
+            refs=tuple(refs0),
+            stmts=(*copies, middle),
+            tags=frozenset(k.tags | {"tiled"}),
+            name=k.name,
+            comment=k.comment,
+        )
+
+
+def _span(expr: Affine, box: dict[str, int]) -> tuple[int, int]:
+    lo = sum(min(0, c * (box[n] - 1)) for n, c in expr.terms)
+    hi = sum(max(0, c * (box[n] - 1)) for n, c in expr.terms)
+    return lo, hi
+
+
+def _within(origin: Affine, size: int, limit: int, box: dict[str, int]) -> bool:
+    lo, hi = _span(origin - origin.const, box)
+    return origin.const + lo >= 0 and origin.const + hi + size <= limit
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _copy_block(src: str, dst: str, shape: TensorShape, dense: TensorShape, sizes: tuple[int, ...], name: str) -> Block:
+    """Copy the whole view ``src`` into the dense buffer ``dst`` (a packed panel)."""
+    idx = tuple(Index(f"p{d}", s) for d, s in enumerate(sizes))
+    acc = tuple(Affine.index(i.name) for i in idx)
+    one = (1,) * len(sizes)
+    return Block(
+        idxs=idx,
+        refs=(
+            Refinement("in", src, TensorShape(shape.dtype, one, shape.strides), src, acc),
+            Refinement("out", dst, TensorShape(dense.dtype, one, dense.strides), dst, acc, "assign"),
+        ),
+        stmts=(Load("$x", src), Store(dst, "$x")),
+        tags=frozenset({"copy", "cache_in"}),
+        name=name,
+    )

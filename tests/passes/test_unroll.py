@@ -1,0 +1,74 @@
+"""``unroll``: register tiles for GEMM-like kernels, checked on the interpreter and the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stripeml
+from stripeml.passes.manager import run_pipeline
+from stripeml.passes.unroll import Unroll
+from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.interp import run
+
+MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+BATCHED = "function (A[B, M, K], W[B, K, N]) -> (C) { C[b, m, n : B, M, N] = +(A[b, m, k] * W[b, k, n]); }"
+MAXPLUS = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = >(A[m, k] + B[k, n]); }"
+CONV = """function (I[N, X, Y, CI], K[KX, KY, CI, CO]) -> (O) {
+    O[n, x, y, co : N, X, Y, CO] = +(I[n, x + kx - 1, y + ky - 1, ci] * K[kx, ky, ci, co]);
+}"""
+
+
+def _check(src: str, shapes, reference, **options):
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    f = stripeml.compile(src)
+    program = f.lower(*arrays).program
+    inputs = dict(zip(f.params, arrays))
+    result = run_pipeline(program, [Unroll(**options)])
+    assert len(result.stages) == 2, "the kernel was register-tiled"
+    assert "register_tile" in result.stages[-1][1]
+    want = reference(*arrays)
+    np.testing.assert_allclose(run(result.program, inputs)[f.outputs[0]], want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        got = CpuBackend(threads=threads, vector_width=options.get("vector_width", 8)).compile(result.program).run(inputs)
+        np.testing.assert_allclose(got[f.outputs[0]], want, rtol=1e-4, atol=1e-4)
+    return result
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(4, 1, 16), (8, 5, 32), (12, 37, 48), (64, 64, 64)])
+def test_matmul(m, k, n):
+    _check(MATMUL, [(m, k), (k, n)], lambda a, b: a @ b)
+
+
+def test_tile_options_and_no_packing():
+    _check(MATMUL, [(6, 9), (9, 24)], lambda a, b: a @ b, rows=3, vectors=3, pack_max_bytes=0)
+    _check(MATMUL, [(8, 9), (9, 32)], lambda a, b: a @ b, vector_width=4, vectors=4, rows=2)
+
+
+def test_batched_and_max_plus():
+    _check(BATCHED, [(3, 4, 7), (3, 7, 16)], lambda a, w: np.einsum("bmk,bkn->bmn", a, w))
+    _check(MAXPLUS, [(4, 6), (6, 16)], lambda a, b: (a[:, :, None] + b[None]).max(1))
+
+
+def test_padded_conv_tiles_channels_only():
+    def conv(i, k):
+        p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
+        return sum(
+            np.einsum("nxyc,cd->nxyd", p[:, a : a + i.shape[1], b : b + i.shape[2]], k[a, b])
+            for a in range(3)
+            for b in range(3)
+        )
+
+    result = _check(CONV, [(1, 5, 6, 3), (3, 3, 3, 16)], conv)
+    # x and y carry the padding constraints, so only the output channels are tiled.
+    assert "co_o" in result.stages[-1][1] and "x_o" not in result.stages[-1][1]
+
+
+def test_not_applicable_is_unchanged():
+    a = np.zeros((5, 3), np.float32)
+    b = np.zeros((3, 7), np.float32)  # 7 columns: no vector tile
+    program = stripeml.compile(MATMUL).lower(a, b).program
+    assert Unroll().run(program) is program
+    elt = stripeml.compile("function (A) -> (B) { B = A * 2; }").lower(np.zeros(16, np.float32)).program
+    assert Unroll().run(elt) is elt
