@@ -689,6 +689,9 @@ def _root_writes(blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], o
 def _parallel_index(kernel: Block) -> str | None:
     """An index of the kernel whose distinct values write distinct elements of every
     root buffer the kernel writes (and the kernel reads none of them): safe to split."""
+    if "thread" in kernel.tags and kernel.idxs and kernel.idxs[0].range > 1 and kernel.idxs[0].affine is None:
+        # The `thread` pass proved (with isl) that splitting the first index is race-free.
+        return kernel.idxs[0].name
     chain = {}
     for r in kernel.refs:
         if r.from_:
@@ -714,7 +717,8 @@ def _parallel_index(kernel: Block) -> str | None:
         ]
         if any(d is None for d in dims):
             continue
-        key = (idx.range < 8, max(dims), -idx.range)  # type: ignore[type-var]
+        innermost = all(d == len(acc) - 1 for d, (_, acc) in zip(dims, writes))
+        key = (innermost, idx.range < 8, max(dims), -idx.range)  # type: ignore[type-var]
         if best_key is None or key < best_key:
             best, best_key = idx.name, key
     return best
