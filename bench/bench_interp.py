@@ -61,12 +61,18 @@ def main() -> None:
     for name, sizes, prog, inputs, baseline in cases:
         got = next(iter(run(prog, inputs).values()))
         np.testing.assert_allclose(got, baseline(), rtol=1e-3, atol=1e-3)
+        stripeml_s = median_time(lambda p=prog, x=inputs: run(p, x), args.repeat)
+        numpy_s = median_time(baseline, args.repeat)
         row = {
+            "bench": "interp",
             "case": name,
             "sizes": sizes,
             "threads": os.cpu_count(),
-            "stripeml_interp_s": median_time(lambda p=prog, x=inputs: run(p, x), args.repeat),
-            "numpy_s": median_time(baseline, args.repeat),
+            "target": "interp",
+            "repeats": args.repeat,
+            "stripeml_s": stripeml_s,
+            "baselines": {"numpy": numpy_s},
+            "ratio_vs_numpy": numpy_s / stripeml_s,
         }
         if args.general:
             row["stripeml_interp_general_s"] = median_time(
