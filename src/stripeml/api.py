@@ -28,10 +28,18 @@ from .tile.parser import parse
 class Executable:
     """A program specialised for one signature on one target."""
 
-    def __init__(self, fn: Function, program: Program, stages: list[tuple[str, str]], compiled: Compiled):
+    def __init__(
+        self,
+        fn: Function,
+        program: Program,
+        stages: list[tuple[str, str]],
+        compiled: Compiled,
+        timings: list[tuple[str, float]] | None = None,
+    ):
         self.function = fn
         self.program = program
         self.stages = stages
+        self.timings = list(timings or [])  # [(pass name, seconds)] for every pass run
         self._compiled = compiled
         self.ir = stages[-1][1] if stages else format_ir(program)
         self.output_specs = tuple(
@@ -159,7 +167,7 @@ class Function:
                 program = lower(self.ast, binding, self.name)
                 result = run_pipeline(program, self.backend.pipeline())
                 compiled = self.backend.compile(result.program)
-                exe = Executable(self, result.program, result.stages, compiled)
+                exe = Executable(self, result.program, result.stages, compiled, result.timings)
             self._cache[sig] = exe
         return exe
 

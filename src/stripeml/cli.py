@@ -3,19 +3,23 @@
 ::
 
     stripeml run FILE.tile --input A=64x32 --input B=32x16:f32 [--target T] [--seed S] [--repeat N]
-    stripeml ir  FILE.tile --input A=64x32 ... [--target T] [--stages] [--code]
+    stripeml ir  FILE.tile --input A=64x32 ... [--target T] [--stages] [--code] [--timing] [--report]
     stripeml demo [NAME ...] [--target T] [--list]
+    stripeml targets [NAME_OR_FILE ...]
+
+``--target`` is ``interp``, a bundled target name (``cpu``, ``examples/npu``;
+see ``stripeml targets``) or the path of a target ``.toml`` file.
 
 ``FILE`` is a path, or the name of a bundled example (``matmul`` or
 ``matmul.tile``, see ``stripeml demo --list``); for a bundled example the
 ``--input`` options may be left out and the demo's shapes are used.
 
-Exit status: 0 on success; 1 when stripeml rejects the program or its inputs
-(any :class:`stripeml.StripeError`, printed as ``FILE:line:col: message`` with
-the source line and a caret when the error has a location, never a
-traceback) or when a demo example fails; 2 for bad command-line use
-(malformed ``--input``, a file that does not exist, inputs that do not match
-the program's parameters).
+Exit status: 0 on success; 1 when stripeml rejects the program, its inputs or
+the target file (any :class:`stripeml.StripeError`, printed as
+``FILE:line:col: message`` with the source line and a caret when the error has
+a location, never a traceback) or when a demo example fails; 2 for bad
+command-line use (malformed ``--input``, a file or ``--target`` that does not
+exist, inputs that do not match the program's parameters).
 """
 
 from __future__ import annotations
@@ -34,9 +38,14 @@ import numpy as np
 import stripeml
 
 from .demo import EXAMPLES, InputSpec, find_example, format_table, random_inputs, run_demo
+from .errors import TargetError
 from .ir.dtypes import DTYPES
 
 PROG = "stripeml"
+_TARGET_HELP = (
+    "interp, a bundled target (cpu, opencl, cuda, examples/npu ...; see `stripeml targets`) "
+    "or a target .toml file (default: interp)"
+)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DIMS = re.compile(r"[0-9]+(x[0-9]+)*\Z")
 _LOCATION = re.compile(r"([0-9]+):([0-9]+): ")
@@ -100,7 +109,8 @@ def _positive_int(text: str) -> int:
 
 def format_error(err: BaseException, filename: str, source: str = "") -> str:
     """``FILE:line:col: message`` plus the source line and a caret when ``err``
-    has a location; ``FILE: message`` otherwise.
+    has a location; ``FILE: message`` otherwise.  A :class:`TargetError` is
+    about the target file, which its message already names: it prints as is.
 
     The location is ``err.line``/``err.column`` (1-based) when present, else a
     leading ``line:col:`` in the message (how the checker and shape binding
@@ -108,6 +118,8 @@ def format_error(err: BaseException, filename: str, source: str = "") -> str:
     snippet is redrawn here from ``source``.
     """
     text = str(err)
+    if isinstance(err, TargetError):
+        return text
     message = getattr(err, "message", None)
     if not isinstance(message, str):
         message = text.splitlines()[0] if text else type(err).__name__
@@ -209,7 +221,20 @@ def _ms(seconds: float) -> str:
 # Subcommands
 
 
+def _check_target(target: str) -> None:
+    """A ``--target`` that names no bundled target and no file is a usage error."""
+    if target == "interp":
+        return
+    from .targets import resolve_target
+
+    try:
+        resolve_target(target)
+    except TargetError as e:
+        raise UsageError(str(e)) from None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    _check_target(args.target)
     path, source = _load_source(args.file)
     specs = _input_specs(path, args.input)
     try:
@@ -252,12 +277,14 @@ def format_shape_tuple(shape: tuple[int, ...]) -> str:
 
 
 def _cmd_ir(args: argparse.Namespace) -> int:
+    _check_target(args.target)
     path, source = _load_source(args.file)
     specs = _input_specs(path, args.input)
     try:
         f = stripeml.compile(source, target=args.target, name=function_name(path))
         arrays, _ = _ordered_arrays(f, specs, args.seed)
         exe = f.lower(*arrays)
+        report = _memory_report(f, exe, arrays, args) if args.report else ""
     except stripeml.StripeError as e:
         print(format_error(e, _display(args.file, path), source), file=sys.stderr)
         return 1
@@ -273,8 +300,75 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         )
     if not sections:
         sections.append(exe.ir.rstrip())
+    if args.timing:
+        sections.append(_comment(f"===== pass timings ({args.target}) =====\n{_timings(exe)}"))
+    if args.report:
+        sections.append(report)
     print("\n\n".join(sections))
     return 0
+
+
+def _comment(text: str) -> str:
+    """Every line of ``text`` as a ``//`` comment (IR output stays parseable by eye)."""
+    return "\n".join(f"// {line}".rstrip() for line in text.splitlines())
+
+
+def _timings(exe: object) -> str:
+    """One line per pass run (in order) with its time, then the total."""
+    timings = list(getattr(exe, "timings", []))
+    if not timings:
+        return "(no passes)"
+    width = max(len(name) for name in ["total", *(name for name, _ in timings)])
+    lines = [f"{name:{width}}  {_ms(seconds):>12}" for name, seconds in timings]
+    lines.append(f"{'total':{width}}  {_ms(sum(t for _, t in timings)):>12}")
+    return "\n".join(lines)
+
+
+def _memory_report(
+    f: object, exe: object, arrays: Sequence[np.ndarray], args: argparse.Namespace
+) -> str:
+    """Run the final program with the interpreter and format the bytes per location."""
+    from .analysis.memory import is_placed, peak_bytes
+    from .runtime.interp import run_with_report
+    from .targets.report import format_traffic
+
+    program = exe.program  # type: ignore[attr-defined]
+    _, traffic = run_with_report(program, dict(zip(f.params, arrays)))  # type: ignore[attr-defined]
+    target = getattr(getattr(f, "backend", None), "target", None)
+    memories = target.memories if target is not None else ()
+    peaks = peak_bytes(program) if is_placed(program) else None
+    table = format_traffic(traffic.reads, traffic.writes, memories, peaks)
+    if peaks is None:
+        table += "\npeak bytes: the program is not placed (no `place` pass in the pipeline)"
+    title = f"===== memory traffic ({args.target}; interpreter, seed {args.seed}) ====="
+    return _comment(f"{title}\n{table}")
+
+
+def _cmd_targets(args: argparse.Namespace) -> int:
+    from .targets import bundled_targets, load_target
+    from .targets.report import describe_target, summarize_target
+
+    failed = False
+    if args.names:
+        blocks = []
+        for name in args.names:
+            try:
+                blocks.append(describe_target(load_target(name)))
+            except TargetError as e:
+                print(f"{PROG}: {e}", file=sys.stderr)
+                failed = True
+        print("\n\n".join(blocks))
+        return 1 if failed else 0
+    bundled = bundled_targets()
+    width = max(len(n) for n in ["interp", *bundled])
+    print(f"{'interp':{width}}  {'interp':7} (the reference interpreter, no passes)")
+    for name, path in bundled.items():
+        try:
+            print(f"{name:{width}}  {summarize_target(load_target(path))}")
+        except TargetError as e:
+            print(f"{name:{width}}  ERROR {e}")
+            failed = True
+    return 1 if failed else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -289,6 +383,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             f"(have: {', '.join(ex.name for ex in EXAMPLES)})"
         )
     names = [find_example(n).name for n in args.names]  # type: ignore[union-attr]
+    _check_target(args.target)
     results = run_demo(args.target, names, args.seed)
     print(format_table(results))
     failed = [r for r in results if not r.ok]
@@ -326,7 +421,7 @@ def _add_program_args(p: argparse.ArgumentParser) -> None:
         "-t",
         "--target",
         default="interp",
-        help="interp | cpu | opencl | cuda, or a target .toml file (default: interp)",
+        help=_TARGET_HELP,
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
 
@@ -375,6 +470,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_args(ir)
     ir.add_argument("--stages", action="store_true", help="print the IR after every pass")
     ir.add_argument("--code", action="store_true", help="print the generated backend source")
+    ir.add_argument("--timing", action="store_true", help="print the time each pass took")
+    ir.add_argument(
+        "--report",
+        action="store_true",
+        help=(
+            "run the final program with the interpreter on the random inputs and print the "
+            "bytes read and written per memory location (and peak bytes once placed)"
+        ),
+    )
     ir.set_defaults(handler=_cmd_ir, parser=ir)
 
     demo = sub.add_parser(
@@ -386,13 +490,26 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("names", nargs="*", metavar="NAME", help="only these examples")
-    demo.add_argument("-t", "--target", default="interp", help="target to run on (default: interp)")
+    demo.add_argument("-t", "--target", default="interp", help=_TARGET_HELP)
     demo.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     demo.add_argument("--list", action="store_true", help="list the bundled examples and exit")
     demo.add_argument(
         "-v", "--verbose", action="store_true", help="show tracebacks of internal errors"
     )
     demo.set_defaults(handler=_cmd_demo, parser=demo)
+
+    targets = sub.add_parser(
+        "targets",
+        help="list the bundled targets, or describe target files",
+        description=(
+            "Without arguments, list the bundled targets with their backend and memories. "
+            "With names or .toml paths, load and validate each and print every fact and "
+            "its pass pipeline (auto values as detected on this machine)."
+        ),
+        epilog=f"example: {PROG} targets examples/npu my_chip.toml",
+    )
+    targets.add_argument("names", nargs="*", metavar="NAME_OR_FILE", help="targets to describe")
+    targets.set_defaults(handler=_cmd_targets, parser=targets)
     return parser
 
 

@@ -53,6 +53,14 @@ class VerifyError(StripeError):
     """A Stripe program is not valid IR (see ``stripeml.ir.verify``)."""
 
 
+class TargetError(StripeError):
+    """A target description (a ``.toml`` file) cannot be found, read or validated.
+
+    The message names the file, the key (``memory[1].size``,
+    ``pipeline[2].options.fraction``) and what is wrong with it.
+    """
+
+
 class ExecutionError(StripeError):
     """A program failed while running (for example a race on an ``assign`` output)."""
 

@@ -90,9 +90,14 @@ def test_register_rejects_malformed_passes() -> None:
 
 def test_cpu_pipeline() -> None:
     from stripeml.passes.unroll import Unroll
+    from stripeml.passes.vectorize import Vectorize
+    from stripeml.targets import load_target
 
-    assert cpu_pipeline() == [Fuse(), Dce(), Unroll(vector_width=8)]
-    assert cpu_pipeline(vector_width=16)[-1] == Unroll(vector_width=16)
+    assert cpu_pipeline() == load_target("cpu").passes()
+    assert [p.name for p in cpu_pipeline()][:2] == [Fuse.name, Dce.name]
+    wide = cpu_pipeline(vector_width=16)
+    assert any(isinstance(p, Unroll) and p.vector_width == 16 for p in wide)
+    assert any(isinstance(p, Vectorize) and p.width == 16 for p in wide)
 
 
 CHAIN = """block main [] #program (

@@ -26,11 +26,20 @@ for _info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_info.name}")
 
 
-def cpu_pipeline(vector_width: int = 8) -> list:
-    """The CPU backend's passes when no target file gives a pipeline."""
-    from .unroll import Unroll
+def cpu_pipeline(vector_width: int | None = None) -> list:
+    """The passes of the bundled ``cpu.toml`` target (optionally for another vector width)."""
+    from ..targets import load_target
 
-    return [Fuse(), Dce(), Unroll(vector_width=vector_width)]
+    target = load_target("cpu")
+    passes = target.passes()
+    if vector_width is not None:
+        from dataclasses import replace
+
+        passes = [
+            replace(p, **{k: vector_width for k in ("vector_width", "width") if hasattr(p, k)})
+            for p in passes
+        ]
+    return passes
 
 
 __all__ = ["PASSES", "Dce", "Fuse", "cpu_pipeline", "make_pass", "pass_options", "register"]

@@ -1,22 +1,28 @@
-"""The backend interface and the registry of targets.
+"""The backend interface, and backends made from targets.
 
 A backend turns a verified Stripe program into something callable: the NumPy
 interpreter (``interp``) and the host CPU through LLVM (``cpu``, imported
 lazily so the core does not load llvmlite); the GPU backends plug in here by
-name.
+the ``backend`` name of their target files.  Every target but the bare
+``"interp"`` is a target file (:mod:`stripeml.targets`): its facts configure
+the backend and its pipeline is the backend's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..errors import StripeError
+from ..errors import StripeError, TargetError
 from ..ir.nodes import Program
+
+if TYPE_CHECKING:
+    from ..targets import Target
 
 
 class Compiled(Protocol):
@@ -51,23 +57,23 @@ class _InterpCompiled:
 
 
 class InterpBackend:
-    """``target="interp"``: the reference interpreter (no passes)."""
+    """``target="interp"``: the reference interpreter.
+
+    No passes by default; a target file with ``backend = "interp"`` (an
+    accelerator only the interpreter runs) gives its pipeline as ``passes``.
+    """
 
     name = "interp"
 
+    def __init__(self, passes: Sequence[object] = (), target: Target | None = None) -> None:
+        self.passes = tuple(passes)
+        self.target = target
+
     def pipeline(self) -> list:
-        return []
+        return list(self.passes)
 
     def compile(self, program: Program) -> Compiled:
         return _InterpCompiled(program)
-
-
-@lru_cache(maxsize=1)
-def _cpu_backend() -> Backend:
-    """One CpuBackend per process (host detection runs once)."""
-    from .cpu import CpuBackend
-
-    return CpuBackend()
 
 
 _PLANNED = {
@@ -75,21 +81,55 @@ _PLANNED = {
     "cuda": "the CUDA backend",
 }
 
+# Backends made from target files, by (resolved path, modification time): a
+# file is loaded (and the host probed) once, and again after it changes.
+_BACKENDS: dict[str, tuple[int, Backend]] = {}
+_LOCK = threading.Lock()
 
-def get_backend(target: str) -> Backend:
-    """The backend for a target name (or, later, a target .toml path)."""
-    if not isinstance(target, str):
+
+def get_backend(target: str | os.PathLike[str] | Target) -> Backend:
+    """The backend for a target: ``"interp"``, a bundled target name (``"cpu"``
+    loads ``targets/cpu.toml``), a path to a target ``.toml`` file, or a
+    :class:`~stripeml.targets.Target`."""
+    from ..targets import Target, load_target, resolve_target
+
+    if isinstance(target, Target):
+        return backend_for(target)
+    if not isinstance(target, (str, os.PathLike)):
         raise StripeError(f"target must be a string, got {type(target).__name__}")
     if target == "interp":
         return InterpBackend()
-    if target == "cpu":
-        return _cpu_backend()
-    if target in _PLANNED:
-        raise StripeError(
-            f"target '{target}' is not available yet ({_PLANNED[target]} is not built)"
+    path = resolve_target(target).resolve()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read the target file: {exc}") from None
+    key = str(path)
+    with _LOCK:
+        cached = _BACKENDS.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    backend = backend_for(load_target(path))
+    with _LOCK:
+        _BACKENDS[key] = (stamp, backend)
+    return backend
+
+
+def backend_for(target: Target) -> Backend:
+    """A fresh backend running ``target``'s pipeline with its facts."""
+    if target.backend == "interp":
+        return InterpBackend(target.passes(), target)
+    if target.backend == "cpu":
+        from .cpu import CpuBackend
+
+        return CpuBackend(
+            threads=target.threads,
+            vector_width=target.vector_width,
+            passes=tuple(target.passes()),
+            target=target,
         )
-    if target.endswith(".toml"):
-        raise StripeError(f"target files are not supported yet: '{target}'")
+    planned = _PLANNED.get(target.backend, f"backend '{target.backend}'")
+    where = f" ({target.source})" if target.source else ""
     raise StripeError(
-        f"unknown target '{target}' (known: interp, cpu, opencl, cuda, or a .toml path)"
+        f"target '{target.name}'{where} is not available yet ({planned} is not built)"
     )

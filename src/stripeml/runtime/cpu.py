@@ -27,7 +27,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -36,31 +36,18 @@ from ..errors import ShapeError, StripeError
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Program, Refinement, TensorShape
 from ..ir.printer import format as format_ir
+from ..targets.host import detect_threads as default_threads
+from ..targets.host import detect_vector_width
 from . import jit
 from .kernel_cache import Entry, KernelCache, cache_key
+
+if TYPE_CHECKING:
+    from ..targets import Target
 
 #: Scalar operations a thread must get before splitting a kernel pays for the
 #: hand-off (a pool dispatch costs tens of microseconds; 32k operations take
 #: about as long on one core).
 MIN_WORK_PER_CHUNK = 1 << 15
-
-
-def detect_vector_width() -> int:
-    """f32 lanes of the host's widest vector unit: 16 (AVX-512F), 8 (AVX/AVX2), else 4."""
-    h = jit.host()
-    if h.has("avx512f"):
-        return 16
-    if h.has("avx2") or h.has("avx"):
-        return 8
-    return 4
-
-
-def default_threads() -> int:
-    """CPUs this process may run on (the affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def generate_module(program: Program, vector_width: int) -> CpuModule:
@@ -83,11 +70,21 @@ class CpuBackend:
     ``vector_width``: f32 lanes handed to the pipeline and the code generator.
     ``cache_dir``: the kernel cache root (default: read from the environment at
     each compile, see :func:`~stripeml.runtime.kernel_cache.default_cache_dir`).
+    ``passes``: the pass objects to run (a target file's pipeline); ``None``
+    means ``stripeml.passes.cpu_pipeline()``.
+    ``target``: the :class:`~stripeml.targets.Target` this backend was made
+    from, if any (``get_backend("cpu")`` loads ``targets/cpu.toml``).
+
+    The kernel cache keys on the final Stripe text and :meth:`describe`, so
+    two pipelines that produce the same program share object code, and any
+    pipeline change that changes the program gets its own entry.
     """
 
     threads: int | None = None
     vector_width: int | None = None
     cache_dir: str | os.PathLike[str] | None = None
+    passes: tuple[object, ...] | None = None
+    target: Target | None = field(default=None, compare=False, repr=False)
     name: ClassVar[str] = "cpu"
 
     def __post_init__(self) -> None:
@@ -97,12 +94,18 @@ class CpuBackend:
             object.__setattr__(self, "vector_width", detect_vector_width())
         if self.threads < 1 or self.vector_width < 1:
             raise ValueError(f"threads and vector_width must be >= 1, got {self}")
+        if self.passes is not None and not isinstance(self.passes, tuple):
+            object.__setattr__(self, "passes", tuple(self.passes))
 
     def pipeline(self) -> list:
-        """``stripeml.passes.cpu_pipeline(...)`` when the pass registry provides it, else ``[]``.
+        """``passes`` when given; else ``stripeml.passes.cpu_pipeline(...)`` when the
+        pass registry provides it, else ``[]``.
 
-        The options it declares among ``threads`` and ``vector_width`` are passed.
+        The options ``cpu_pipeline`` declares among ``threads`` and
+        ``vector_width`` are passed.
         """
+        if self.passes is not None:
+            return list(self.passes)
         from .. import passes
 
         make = getattr(passes, "cpu_pipeline", None)

@@ -26,25 +26,31 @@ from ...ir.nodes import (
     Statement,
     Store,
 )
+from .arena import block_storages
 from .fastpath import try_fast
 from .frame import Frame, Options, View, alloc_origin, constant, flat_offset, write
 from .intrinsics import apply_intrinsic
 from .memory import Accumulator, RefState
 from .points import BoxPoints, iter_chunks
 from .specials import run_special
+from .traffic import Traffic
 
 
 def exec_stmts(stmts: tuple[Statement, ...], frame: Frame, opts: Options) -> None:
     """Run ``stmts`` in order, each for all points of ``frame`` at once."""
-    refs, scalars = frame.refs, frame.scalars
+    refs, scalars, traffic = frame.refs, frame.scalars, opts.traffic
     for s in stmts:
         if isinstance(s, Load):
             st = refs[s.ref]
             scalars[s.into] = np.take(st.storage, st.base)
+            if traffic is not None:
+                traffic.read(st.ref, st.storage, st.base.size)
         elif isinstance(s, Store):
             st = refs[s.ref]
             values = np.broadcast_to(scalars[s.value], st.base.shape)
             write(st, st.base, values)
+            if traffic is not None:
+                traffic.write(st.ref, st.storage, st.base.size)
         elif isinstance(s, Intrinsic):
             scalars[s.into] = apply_intrinsic(s.op, [scalars[i] for i in s.inputs], s.dtype)
         elif isinstance(s, Constant):
@@ -55,6 +61,8 @@ def exec_stmts(stmts: tuple[Statement, ...], frame: Frame, opts: Options) -> Non
             run_block(s, frame, opts)
         elif isinstance(s, Special):
             run_special(s, refs, write)
+            if traffic is not None:
+                _count_special(s, refs, traffic)
         else:  # pragma: no cover - the statement union is closed
             raise ExecutionError(f"unknown statement {s!r}")
 
@@ -102,10 +110,24 @@ def _run_chunks(
         for v in views:
             base = points.eval(v.flat, extra=v.parent.base)
             refs[v.ref.into] = RefState(v.ref, v.parent.storage, base, v.sink)
+        shared = block_storages(allocs, points.n) if opts.arena else {}
         for r in allocs:
             shape = r.shape
-            storage = np.zeros(points.n * shape.extent, dtype=to_numpy(shape.dtype))
-            origin = alloc_origin(shape.sizes, shape.strides)
-            base = np.arange(points.n, dtype=np.int64) * shape.extent + origin
+            if r.into in shared:
+                storage, base = shared[r.into]
+            else:
+                storage = np.zeros(points.n * shape.extent, dtype=to_numpy(shape.dtype))
+                origin = alloc_origin(shape.sizes, shape.strides)
+                base = np.arange(points.n, dtype=np.int64) * shape.extent + origin
             refs[r.into] = RefState(r, storage, base, None)
+            if opts.traffic is not None:
+                opts.traffic.place(storage, r.location)
         exec_stmts(block.stmts, Frame(points, refs), opts)
+
+
+def _count_special(s: Special, refs: dict[str, RefState], traffic: Traffic) -> None:
+    """A special reads its input views and writes its output view, whole, per point."""
+    for names, count in ((s.inputs, traffic.read), (s.outputs, traffic.write)):
+        for name in names:
+            st = refs[name]
+            count(st.ref, st.storage, st.base.size * st.ref.shape.elem_count)

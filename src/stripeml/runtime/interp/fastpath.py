@@ -69,7 +69,7 @@ def try_fast(block: Block, parent: Frame, views: list[View], opts: Options) -> b
     n_par = parent.points.n
     if opts.mode == "auto" and (n_par * taps > MAX_TAPS or total < MIN_POINTS_PER_TAP * taps):
         return False
-    _Runner(block, parent, views, plan).run()
+    _Runner(block, parent, views, plan, opts).run()
     return True
 
 
@@ -156,8 +156,11 @@ def _collect_loads(name: str, defs: dict[str, object], loads: set[str]) -> bool:
 class _Runner:
     """Executes one planned block for every parent point and tap."""
 
-    def __init__(self, block: Block, parent: Frame, views: list[View], plan: _Plan) -> None:
+    def __init__(
+        self, block: Block, parent: Frame, views: list[View], plan: _Plan, opts: Options
+    ) -> None:
         self.block, self.plan = block, plan
+        self.traffic = opts.traffic
         self.views = {v.ref.into: v for v in views}
         self.out = self.views[plan.store.ref]
         self.letter = {v: _LETTERS[k] for k, v in enumerate(plan.vars)}
@@ -186,10 +189,21 @@ class _Runner:
                 box = self._box(p, fixed)
                 if box is None:
                     continue
+                if self.traffic is not None:
+                    self._count(box)
                 if plan.mode == "contract":
                     self._contract(p, fixed, box, factors)
                 else:
                     self._map(p, fixed, box)
+
+    def _count(self, box: Box) -> None:
+        """Memory traffic of one box: each point loads and stores once per statement."""
+        n = int(np.prod([length for _, length in box.values()]))
+        for s in self.block.stmts:
+            if isinstance(s, (Load, Store)):
+                v = self.views[s.ref]
+                count = self.traffic.read if isinstance(s, Load) else self.traffic.write
+                count(v.ref, v.parent.storage, n)
 
     def _box(self, p: int, fixed: Fixed) -> Box | None:
         """``{index: (low, length)}`` of the rest indices at this tap, or None if empty."""

@@ -11,6 +11,7 @@ from ...ir.dtypes import to_numpy
 from ...ir.nodes import Refinement
 from .memory import Accumulator, RefState
 from .points import Points
+from .traffic import Traffic
 
 MODES = ("auto", "fast", "general")
 
@@ -21,11 +22,16 @@ class Options:
 
     ``mode`` picks the kernel fast path: ``auto`` uses it when it pays off,
     ``fast`` whenever the pattern fits, ``general`` never.  ``chunk_points``
-    bounds the number of points executed at once (memory).
+    bounds the number of points executed at once (memory).  ``traffic``, when
+    set, counts the bytes moved per memory location (:mod:`.traffic`).
+    ``arena``: allocations with an ``offset`` share memory by offset
+    (:mod:`.arena`).
     """
 
     mode: str = "auto"
     chunk_points: int = 1 << 21
+    traffic: Traffic | None = None
+    arena: bool = False
 
 
 @dataclass

@@ -9,10 +9,12 @@ import numpy as np
 from ...errors import ShapeError
 from ...ir.dtypes import to_numpy
 from ...ir.nodes import Program, Refinement, TensorShape
+from .arena import root_storages
 from .executor import exec_stmts
 from .frame import MODES, Frame, Options, alloc_origin
 from .memory import RefState
 from .points import Points
+from .traffic import Traffic
 
 
 def run(
@@ -22,6 +24,8 @@ def run(
     *,
     mode: str = "auto",
     chunk_points: int = 1 << 21,
+    traffic: Traffic | None = None,
+    arena: bool = False,
 ) -> dict[str, np.ndarray]:
     """Execute ``program`` with NumPy and return its ``out`` buffers by name.
 
@@ -31,10 +35,15 @@ def run(
     written in place (elements the program never stores keep their values)
     and returned.  ``mode`` selects the kernel fast path (``auto``, ``fast``,
     ``general``); ``chunk_points`` bounds how many points run at once.
+    ``traffic``, when given, counts the bytes moved per memory location.
+    ``arena``: allocations with an ``offset`` share one block of memory per
+    location by offset instead of each having its own (:mod:`.arena`).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    opts = Options(mode=mode, chunk_points=max(1, int(chunk_points)))
+    opts = Options(
+        mode=mode, chunk_points=max(1, int(chunk_points)), traffic=traffic, arena=arena
+    )
     outputs = dict(outputs or {})
     root = program.root
     names = {r.into for r in root.refs}
@@ -45,8 +54,12 @@ def run(
         if name not in names or root.ref(name).dir != "out":
             raise ShapeError(f"unknown output {name!r}")
     refs: dict[str, RefState] = {}
+    shared = root_storages(root.refs) if arena else {}
     for ref in root.refs:
-        storage, origin = _allocate(ref.shape)
+        if ref.into in shared:
+            storage, origin = shared[ref.into], alloc_origin(ref.shape.sizes, ref.shape.strides)
+        else:
+            storage, origin = _allocate(ref.shape)
         if ref.dir == "in":
             if ref.into not in inputs:
                 raise ShapeError(f"missing input {ref.into!r}")
@@ -54,6 +67,8 @@ def run(
         elif ref.dir == "out" and ref.into in outputs:
             _logical(storage, origin, ref.shape)[...] = _checked(ref, outputs[ref.into], "output")
         refs[ref.into] = RefState(ref, storage, np.full(1, origin, dtype=np.int64), None)
+        if traffic is not None:
+            traffic.place(storage, ref.location)
     # Floating-point warnings are NumPy's business, not the program's: inf and
     # nan results are values like any other.
     with np.errstate(all="ignore"):
@@ -95,3 +110,15 @@ def _logical(storage: np.ndarray, origin: int, shape: TensorShape) -> np.ndarray
     return np.lib.stride_tricks.as_strided(
         storage[origin:], shape=shape.sizes, strides=tuple(s * item for s in shape.strides)
     )
+
+
+def run_with_report(
+    program: Program,
+    inputs: Mapping[str, np.ndarray],
+    outputs: Mapping[str, np.ndarray] | None = None,
+    **options: object,
+) -> tuple[dict[str, np.ndarray], Traffic]:
+    """:func:`run`, and the bytes moved per memory location (:class:`.Traffic`)."""
+    traffic = Traffic()
+    result = run(program, inputs, outputs, traffic=traffic, **options)  # type: ignore[arg-type]
+    return result, traffic

@@ -1,0 +1,167 @@
+"""Facts about the host machine: what a target file's ``auto`` values become.
+
+Detection happens here, once, when a target file is loaded; passes never look
+at the machine.  Each fact is detected lazily (a target without ``auto`` costs
+nothing) and may be given explicitly instead, which is how tests describe an
+imaginary machine:
+
+* ``threads``: the CPUs in this process's affinity set;
+* ``vector_width``: f32 lanes of the widest vector unit LLVM reports
+  (``avx512f`` -> 16, ``avx``/``avx2`` -> 8, else 4; 4 without llvmlite);
+* ``caches``: size and line size per level from
+  ``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,coherency_line_size}``
+  (instruction caches skipped), with :data:`FALLBACK_CACHE_BYTES` and
+  :data:`FALLBACK_LINE_BYTES` where a level is missing;
+* ``dram_bytes``: physical memory (``sysconf``), else :data:`FALLBACK_DRAM_BYTES`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+CACHE_ROOT = Path("/sys/devices/system/cpu/cpu0/cache")
+FALLBACK_CACHE_BYTES = {1: 32 * KiB, 2: 512 * KiB, 3: 8 * MiB}
+FALLBACK_LINE_BYTES = 64
+FALLBACK_DRAM_BYTES = 16 * GiB
+
+_SYSFS_SIZE = re.compile(r"\s*([0-9]+)\s*([KMG]?)\s*\Z", re.IGNORECASE)
+_SYSFS_UNIT = {"": 1, "K": KiB, "M": MiB, "G": GiB}
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    """One data (or unified) cache level of the host."""
+
+    level: int
+    size_bytes: int
+    line_bytes: int
+
+
+def detect_threads() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def detect_vector_width() -> int:
+    """f32 lanes of the host's widest vector unit: 16 (AVX-512F), 8 (AVX/AVX2), else 4."""
+    try:
+        from ..runtime import jit
+
+        h = jit.host()
+    except ImportError:  # no llvmlite: assume 128-bit vectors
+        return 4
+    if h.has("avx512f"):
+        return 16
+    if h.has("avx2") or h.has("avx"):
+        return 8
+    return 4
+
+
+def detect_caches(root: str | os.PathLike[str] = CACHE_ROOT) -> dict[int, CacheLevel]:
+    """Data/unified caches of CPU 0 by level, from a sysfs ``cache`` directory.
+
+    Unreadable or malformed entries are skipped; a missing directory gives ``{}``.
+    """
+    found: dict[int, CacheLevel] = {}
+    try:
+        entries = sorted(Path(root).glob("index*"))
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            level = int(_read(entry / "level"))
+            kind = _read(entry / "type").lower()
+            size = _sysfs_size(_read(entry / "size"))
+        except (OSError, ValueError):
+            continue
+        if kind == "instruction" or level in found or size <= 0:
+            continue
+        try:
+            line = int(_read(entry / "coherency_line_size"))
+        except (OSError, ValueError):
+            line = FALLBACK_LINE_BYTES
+        found[level] = CacheLevel(level, size, line if line > 0 else FALLBACK_LINE_BYTES)
+    return found
+
+
+def detect_dram_bytes() -> int:
+    """Physical memory in bytes, or :data:`FALLBACK_DRAM_BYTES` when the OS does not say."""
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return FALLBACK_DRAM_BYTES
+    return pages * page if pages > 0 and page > 0 else FALLBACK_DRAM_BYTES
+
+
+class HostFacts:
+    """The host as target files see it; each fact detected on first use, then kept.
+
+    Any fact may be given to the constructor instead of detected; ``cache_root``
+    points cache detection at another sysfs ``cache`` directory (tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        threads: int | None = None,
+        vector_width: int | None = None,
+        dram_bytes: int | None = None,
+        cache_root: str | os.PathLike[str] = CACHE_ROOT,
+    ) -> None:
+        self._given = {"threads": threads, "vector_width": vector_width, "dram_bytes": dram_bytes}
+        self.cache_root = Path(cache_root)
+
+    def _fact(self, name: str, detect) -> int:
+        given = self._given[name]
+        return int(given) if given is not None else detect()
+
+    @cached_property
+    def threads(self) -> int:
+        return self._fact("threads", detect_threads)
+
+    @cached_property
+    def vector_width(self) -> int:
+        return self._fact("vector_width", detect_vector_width)
+
+    @cached_property
+    def dram_bytes(self) -> int:
+        return self._fact("dram_bytes", detect_dram_bytes)
+
+    @cached_property
+    def caches(self) -> dict[int, CacheLevel]:
+        return detect_caches(self.cache_root)
+
+    def cache(self, level: int) -> CacheLevel:
+        """Cache ``level`` (1-based) as detected, else the documented fallback."""
+        found = self.caches.get(level)
+        if found is not None:
+            return found
+        lines = [c.line_bytes for c in self.caches.values()]
+        size = FALLBACK_CACHE_BYTES.get(level, FALLBACK_CACHE_BYTES[3])
+        return CacheLevel(level, size, lines[0] if lines else FALLBACK_LINE_BYTES)
+
+    @property
+    def line_bytes(self) -> int:
+        """The line size of the smallest detected cache level (or the fallback)."""
+        return self.cache(min(self.caches)).line_bytes if self.caches else FALLBACK_LINE_BYTES
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="ascii").strip()
+
+
+def _sysfs_size(text: str) -> int:
+    """``32K`` / ``1M`` / ``512`` (sysfs writes sizes in bytes with a K/M/G suffix)."""
+    m = _SYSFS_SIZE.match(text)
+    if m is None:
+        raise ValueError(f"not a size: {text!r}")
+    return int(m[1]) * _SYSFS_UNIT[m[2].upper()]

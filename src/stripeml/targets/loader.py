@@ -1,0 +1,397 @@
+"""Target files: find one, read its TOML, validate it, resolve ``auto`` and ``$refs``.
+
+``load_target("cpu")`` reads the bundled ``targets/cpu.toml``;
+``load_target("path/to/chip.toml")`` reads a file.  The format is documented in
+``docs/targets.md``.  Every problem raises :class:`~stripeml.errors.TargetError`
+naming the file, the key (``memory[1].size``, ``pipeline[2].options.fraction``)
+and what is wrong.  ``auto`` values come from :class:`~.host.HostFacts`;
+pipeline entries are built with :func:`stripeml.passes.make_pass`, so each
+pass validates its own options.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from ..errors import StripeError, TargetError
+from .host import GiB, HostFacts, KiB, MiB
+from .target import BACKENDS, Memory, PassSpec, Target
+
+TARGETS_DIR = Path(__file__).resolve().parent
+
+_TOP_KEYS = (
+    "name",
+    "description",
+    "backend",
+    "threads",
+    "vector_width",
+    "max_threads_per_group",
+    "subgroup_size",
+    "shared_memory",
+    "compute_units",
+    "memory",
+    "pipeline",
+)
+_MEMORY_KEYS = ("name", "size", "line", "bandwidth_gbs")
+_PIPELINE_KEYS = ("pass", "options")
+_GPU_COUNTS = ("max_threads_per_group", "subgroup_size", "compute_units")
+_DEFAULT_LINE = 64
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CACHE_NAME = re.compile(r"L([1-9])\Z")
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*\Z")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": 1 << 40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+_MEMORY_FACTS = ("size", "line", "bandwidth_gbs")
+
+
+# --------------------------------------------------------------------------
+# Finding target files
+
+
+def bundled_targets() -> dict[str, Path]:
+    """The target files shipped with stripeml: ``{"cpu": path, "examples/npu": path, ...}``."""
+    found = {p.stem: p for p in sorted(TARGETS_DIR.glob("*.toml"))}
+    for p in sorted((TARGETS_DIR / "examples").glob("*.toml")):
+        found[f"examples/{p.stem}"] = p
+    return found
+
+
+def resolve_target(target: str | os.PathLike[str]) -> Path:
+    """The file a target name or path refers to.
+
+    A ``PathLike`` or a string ending in ``.toml`` is a path; a relative path
+    that does not exist is also looked up among the bundled files (so
+    ``targets/examples/npu.toml`` works from anywhere).  Any other string is the
+    name of a bundled target: ``cpu``, ``examples/npu`` or just ``npu``.
+    """
+    text = os.fspath(target)
+    if isinstance(target, os.PathLike) or text.endswith(".toml"):
+        path = Path(text)
+        if path.is_file():
+            return path
+        rel = PurePosixPath(text.replace("\\", "/"))
+        if not rel.is_absolute():
+            parts = rel.parts[1:] if rel.parts[:1] == ("targets",) else rel.parts
+            bundled = TARGETS_DIR.joinpath(*parts)
+            if parts and bundled.is_file():
+                return bundled
+        raise TargetError(f"{text}: no such target file")
+    bundled = bundled_targets()
+    for name in (text, f"examples/{text}"):
+        if name in bundled:
+            return bundled[name]
+    known = ", ".join(["interp", *bundled])
+    raise TargetError(f"unknown target '{text}' (known: {known}, or a path to a .toml file)")
+
+
+def load_target(target: str | os.PathLike[str], *, host: HostFacts | None = None) -> Target:
+    """Read, validate and resolve a target file (a bundled name or a path)."""
+    path = resolve_target(target)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TargetError(f"{path}: cannot read the target file: {exc}") from None
+    return target_from_toml(text, source=str(path), host=host, default_name=path.stem)
+
+
+def target_from_toml(
+    text: str,
+    *,
+    source: str = "<target>",
+    host: HostFacts | None = None,
+    default_name: str = "target",
+) -> Target:
+    """A :class:`Target` from TOML text; ``source`` names it in error messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TargetError(f"{source}: not valid TOML: {exc}") from None
+    return _Reader(source, host or HostFacts()).target(data, default_name)
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``4096``, ``"32 KiB"``, ``"1.5 MiB"`` or ``"16 GB"`` (SI units are 10^n).
+
+    Raises ``ValueError`` saying what is wrong.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be a number of bytes or a string like '32 KiB', got {_kind(value)}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _SIZE.match(value)
+        unit = _UNITS.get(m[2].lower()) if m else None
+        if m is None or unit is None:
+            raise ValueError(
+                f"'{value}' is not a size (write bytes, or a number with B, KiB, MiB, GiB, "
+                "TiB, kB, MB, GB or TB)"
+            )
+        exact = float(m[1]) * unit
+        if exact != int(exact):
+            raise ValueError(f"'{value}' is not a whole number of bytes")
+        n = int(exact)
+    if n < 0:
+        raise ValueError(f"must not be negative, got {n}")
+    return n
+
+
+# --------------------------------------------------------------------------
+# Validation
+
+
+class _Reader:
+    """Turns the TOML data of one file into a :class:`Target`, or a precise error."""
+
+    def __init__(self, source: str, host: HostFacts) -> None:
+        self.source = source
+        self.host = host
+
+    def fail(self, key: str, what: str) -> TargetError:
+        return TargetError(f"{self.source}: {key}: {what}")
+
+    def target(self, data: Mapping[str, object], default_name: str) -> Target:
+        self.no_unknown_keys(data, _TOP_KEYS, "")
+        name = self.string(data, "name", "name", default=default_name)
+        backend = self.string(data, "backend", "backend")
+        if backend not in BACKENDS:
+            raise self.fail(
+                "backend", f"unknown backend '{backend}' (one of {', '.join(BACKENDS)})"
+            )
+        facts = {
+            "threads": self.count(
+                data.get("threads", 1), "threads", auto=lambda: self.host.threads
+            ),
+            "vector_width": self.count(
+                data.get("vector_width", 1), "vector_width", auto=lambda: self.host.vector_width
+            ),
+        }
+        for key in _GPU_COUNTS:
+            if key in data:
+                facts[key] = self.count(data[key], key)
+        if "shared_memory" in data:
+            facts["shared_memory"] = self.size(data["shared_memory"], "shared_memory")
+        memories = self.memories(data.get("memory"))
+        refs: dict[str, object] = dict(facts)
+        for m in memories:
+            refs.update({f"{m.name}.size": m.size_bytes, f"{m.name}.line": m.line_bytes})
+            if m.bandwidth_gbs is not None:
+                refs[f"{m.name}.bandwidth_gbs"] = m.bandwidth_gbs
+        return Target(
+            name=name,
+            backend=backend,
+            threads=facts["threads"],  # type: ignore[arg-type]
+            vector_width=facts["vector_width"],  # type: ignore[arg-type]
+            memories=memories,
+            pipeline=self.pipeline(data.get("pipeline", []), refs),
+            max_threads_per_group=facts.get("max_threads_per_group"),  # type: ignore[arg-type]
+            subgroup_size=facts.get("subgroup_size"),  # type: ignore[arg-type]
+            shared_memory_bytes=facts.get("shared_memory"),  # type: ignore[arg-type]
+            compute_units=facts.get("compute_units"),  # type: ignore[arg-type]
+            description=self.string(data, "description", "description", default=""),
+            source=self.source,
+        )
+
+    # -- memories ------------------------------------------------------------
+
+    def memories(self, entries: object) -> tuple[Memory, ...]:
+        if entries is None:
+            raise self.fail("memory", "a target needs at least one [[memory]] level (its DRAM)")
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise self.fail(
+                "memory", f"must be an array of tables ([[memory]]), got {_kind(entries)}"
+            )
+        if not entries:
+            raise self.fail("memory", "a target needs at least one [[memory]] level (its DRAM)")
+        out: list[Memory] = []
+        explicit: list[bool] = []
+        for i, entry in enumerate(entries):
+            at = f"memory[{i}]"
+            self.no_unknown_keys(entry, _MEMORY_KEYS, at)
+            name = self.string(entry, "name", f"{at}.name")
+            if not _NAME.match(name):
+                raise self.fail(
+                    f"{at}.name", f"'{name}' is not a location name (letters, digits, _)"
+                )
+            if name in (m.name for m in out):
+                raise self.fail(f"{at}.name", f"memory '{name}' is declared twice")
+            if "size" not in entry:
+                raise self.fail(f"{at}.size", f"missing (memory '{name}' needs a size or 'auto')")
+            size = self.size(entry["size"], f"{at}.size", auto=self.auto_size(name, f"{at}.size"))
+            line = self.size(
+                entry.get("line", _DEFAULT_LINE), f"{at}.line", auto=self.auto_line(name)
+            )
+            if line == 0:
+                raise self.fail(f"{at}.line", "must be positive")
+            bandwidth = entry.get("bandwidth_gbs")
+            if bandwidth is not None:
+                if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)):
+                    raise self.fail(
+                        f"{at}.bandwidth_gbs", f"must be a number, got {_kind(bandwidth)}"
+                    )
+                if bandwidth <= 0:
+                    raise self.fail(f"{at}.bandwidth_gbs", f"must be positive, got {bandwidth}")
+                bandwidth = float(bandwidth)
+            is_explicit = entry["size"] != "auto"
+            if out and is_explicit and explicit[-1] and size > out[-1].size_bytes:
+                raise self.fail(
+                    f"{at}.size",
+                    f"memories run from the largest (slowest) to the smallest (fastest), but "
+                    f"'{name}' ({size} bytes) is larger than '{out[-1].name}' "
+                    f"({out[-1].size_bytes} bytes) before it",
+                )
+            out.append(Memory(name, size, line, bandwidth))
+            explicit.append(is_explicit)
+        return tuple(out)
+
+    def auto_size(self, name: str, key: str):
+        def detect() -> int:
+            if name == "DRAM":
+                return self.host.dram_bytes
+            m = _CACHE_NAME.match(name)
+            if m is None:
+                raise self.fail(
+                    key,
+                    f"'auto' is detected only for memories named DRAM, L1, L2, L3 ...; "
+                    f"give memory '{name}' a size",
+                )
+            return self.host.cache(int(m[1])).size_bytes
+
+        return detect
+
+    def auto_line(self, name: str):
+        m = _CACHE_NAME.match(name)
+        if m is None:
+            return lambda: self.host.line_bytes
+        return lambda: self.host.cache(int(m[1])).line_bytes
+
+    # -- pipeline ------------------------------------------------------------
+
+    def pipeline(self, entries: object, refs: Mapping[str, object]) -> tuple[PassSpec, ...]:
+        from ..passes import PASSES, make_pass, pass_options
+
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise self.fail(
+                "pipeline", f"must be an array of tables ([[pipeline]]), got {_kind(entries)}"
+            )
+        specs = []
+        for i, entry in enumerate(entries):
+            at = f"pipeline[{i}]"
+            self.no_unknown_keys(entry, _PIPELINE_KEYS, at)
+            name = self.string(entry, "pass", f"{at}.pass")
+            if name not in PASSES:
+                known = ", ".join(sorted(PASSES)) or "none"
+                raise self.fail(f"{at}.pass", f"unknown pass '{name}' (known passes: {known})")
+            raw = entry.get("options", {})
+            if not isinstance(raw, dict):
+                raise self.fail(f"{at}.options", f"must be a table, got {_kind(raw)}")
+            fields = pass_options(PASSES[name])
+            options = []
+            for key, value in raw.items():
+                if key not in fields:
+                    known = ", ".join(sorted(fields)) or "none"
+                    raise self.fail(
+                        f"{at}.options.{key}",
+                        f"pass '{name}' has no option '{key}' (its options: {known})",
+                    )
+                options.append((key, self.option(value, refs, f"{at}.options.{key}")))
+            try:
+                make_pass(name, **dict(options))
+            except StripeError as exc:
+                bad = [k for k, _ in options if f"option '{k}'" in str(exc)]
+                raise self.fail(f"{at}.options.{bad[0]}" if bad else at, str(exc)) from None
+            except (TypeError, ValueError) as exc:  # a pass's own __post_init__ checks
+                raise self.fail(f"{at}.options", f"pass '{name}': {exc}") from None
+            specs.append(PassSpec(name, tuple(options)))
+        return tuple(specs)
+
+    def option(self, value: object, refs: Mapping[str, object], key: str) -> object:
+        """An option value with ``$references`` substituted; arrays become tuples."""
+        if isinstance(value, list):
+            return tuple(self.option(v, refs, f"{key}[{j}]") for j, v in enumerate(value))
+        if isinstance(value, dict):
+            raise self.fail(key, "a pass option cannot be a table")
+        if isinstance(value, str) and value.startswith("$"):
+            ref = value[1:]
+            if ref not in refs:
+                known = ", ".join(f"${r}" for r in refs)
+                raise self.fail(key, f"unknown reference '{value}' (this target defines {known})")
+            return refs[ref]
+        if not isinstance(value, (bool, int, float, str)):
+            raise self.fail(
+                key, f"a pass option must be a boolean, number, string or array, got {_kind(value)}"
+            )
+        return value
+
+    # -- scalars -------------------------------------------------------------
+
+    def no_unknown_keys(self, table: Mapping[str, object], known: tuple[str, ...], at: str) -> None:
+        for key in table:
+            if key not in known:
+                where = f"{at}.{key}" if at else key
+                raise self.fail(where, f"unknown key (expected one of: {', '.join(known)})")
+
+    def string(
+        self, table: Mapping[str, object], key: str, at: str, default: str | None = None
+    ) -> str:
+        if key not in table:
+            if default is None:
+                raise self.fail(at, "missing")
+            return default
+        value = table[key]
+        if not isinstance(value, str) or not value:
+            raise self.fail(at, f"must be a non-empty string, got {_kind(value)}")
+        return value
+
+    def count(self, value: object, at: str, auto=None) -> int:
+        """A positive integer, or ``"auto"`` where ``auto`` detects it."""
+        if value == "auto" and auto is not None:
+            return auto()
+        if isinstance(value, bool) or not isinstance(value, int):
+            hint = " or 'auto'" if auto is not None else ""
+            raise self.fail(at, f"must be a positive integer{hint}, got {_kind(value)}")
+        if value < 1:
+            raise self.fail(at, f"must be a positive integer, got {value}")
+        return value
+
+    def size(self, value: object, at: str, auto=None) -> int:
+        """Bytes (``parse_size``), or ``"auto"`` where ``auto`` detects them."""
+        if value == "auto" and auto is not None:
+            return auto()
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise self.fail(at, str(exc)) from None
+
+
+def _kind(value: object) -> str:
+    """How a TOML value is described in messages: ``string 'abc'``, ``integer -3``."""
+    names = {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }
+    kind = names.get(type(value), type(value).__name__)
+    if isinstance(value, (list, dict)):
+        return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+    return f"{kind} {value!r}"
