@@ -9,12 +9,21 @@ Public API (pinned, see DESIGN §2)::
 
 from __future__ import annotations
 
-from . import ir
-from .errors import ShapeError, StripeError, TileSyntaxError
+from . import ir, targets
+from .errors import ShapeError, StripeError, TargetError, TileSyntaxError
 
 __version__ = "0.1.0"
 
-__all__ = ["ShapeError", "StripeError", "TileSyntaxError", "__version__", "compile", "ir"]
+__all__ = [
+    "ShapeError",
+    "StripeError",
+    "TargetError",
+    "TileSyntaxError",
+    "__version__",
+    "compile",
+    "ir",
+    "targets",
+]
 
 
 def __getattr__(name: str):
