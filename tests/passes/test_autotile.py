@@ -52,6 +52,7 @@ PIPELINES: dict[str, Callable[[], list]] = {
     # Tiny budgets force many small, ragged tiles.
     "tiny": lambda: [Autotile(memory_bytes=256, line_bytes=4)],
     "lines": lambda: [Autotile(memory_bytes=1024)],
+    "divisors_only": lambda: [Autotile(memory_bytes=256, line_bytes=4, ragged=False)],
     "outputs_parallel": lambda: [
         Autotile(memory_bytes=1024, line_bytes=4, only_outputs=True, min_tiles=4)
     ],
@@ -127,6 +128,25 @@ def test_candidate_sizes() -> None:
     assert candidate_sizes(12) == [1, 2, 3, 4, 6, 8, 12]
     assert candidate_sizes(37) == [1, 2, 4, 8, 16, 32, 37]
     assert candidate_sizes(1) == [1]
+    assert candidate_sizes(12, ragged=False) == [1, 2, 3, 4, 6, 12]
+
+
+def test_divisors_only_keeps_tile_sized_views() -> None:
+    text = format(MATMUL).replace("37", "36").replace("53", "48").replace("29", "30")
+    program = parse(text)
+    (outer,) = Autotile(memory_bytes=4096, line_bytes=4, ragged=False).run(program).root.stmts
+    (inner,) = outer.sub_blocks
+    assert not inner.constraints  # no ragged tile
+    # Every view is a 12x16 / 16x10 / 12x10 tile window moving with the tile indices.
+    assert [str(a) for r in outer.refs for a in r.access] == [
+        "12*m_o",
+        "16*k_o",
+        "16*k_o",
+        "10*n_o",
+        "12*m_o",
+        "10*n_o",
+    ]
+    assert [r.shape.sizes for r in outer.refs] == [(12, 16), (16, 10), (12, 10)]
 
 
 @pytest.mark.parametrize("memory", [512, 2048, 6144, 16384])

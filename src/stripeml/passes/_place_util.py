@@ -8,8 +8,8 @@ absolute in that arena; allocations of a nested block lie beside everything of
 the enclosing blocks still live when it runs, like a stack.
 
 **Liveness.**  Within its block, an allocation is live over the statement
-indices ``[first, last]`` of the statements that use it (``buffer_uses``: any
-load, store, special or nested view).  When its initial contents may be read
+indices ``[first, last]`` of the statements that name it (a load, store or
+special of it, or a nested block with a view of it).  When its initial contents may be read
 (a statement reads it before earlier statements have written every element,
 as isl decides) it is live from the block's start (``first = -1``): the arena
 is zero at the start, like the interpreter's allocations, and no other
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..ir.nodes import Block, Refinement
+from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store
 from ._memory import READ_KINDS, WRITE_KINDS, buffer_uses, covers, nbytes
 
 
@@ -43,13 +43,22 @@ def live_range(block: Block, ref: Refinement, outer: Sequence[Block]) -> tuple[i
     """
     n = len(block.stmts)
     uses = buffer_uses(block.stmts, ref.into, ref.shape.sizes)
-    if not uses:
+    named = [k for k, s in enumerate(block.stmts) if _names(s, ref.into)]
+    if not named:
         return -1, max(n - 1, 0)
-    first = min(u.stmt for u in uses)
-    last = max(u.stmt for u in uses)
+    first, last = named[0], named[-1]
     if _reads_initial(block, ref, outer, first, uses):
         first = -1
     return first, last
+
+
+def _names(stmt: Statement, name: str) -> bool:
+    """Whether ``stmt`` mentions the buffer ``name`` (a nested view of it counts, used or not)."""
+    if isinstance(stmt, (Load, Store)):
+        return stmt.ref == name
+    if isinstance(stmt, Special):
+        return name in stmt.inputs or name in stmt.outputs
+    return isinstance(stmt, Block) and any(r.from_ == name for r in stmt.refs)
 
 
 def _reads_initial(block: Block, ref: Refinement, outer: Sequence[Block], first: int, uses) -> bool:
@@ -76,7 +85,7 @@ def walk(block: Block, outer: tuple[Block, ...] = ()):
             yield from walk(s, (*outer, block))
 
 
-def peak_bytes(program) -> dict[str, int]:
+def peak_bytes(program: Program) -> dict[str, int]:
     """Per location, bytes occupied by the allocations as placed (see the module docstring)."""
     ends: dict[str, int] = {}
     loose: dict[str, int] = {}
@@ -90,7 +99,7 @@ def peak_bytes(program) -> dict[str, int]:
     return {loc: ends.get(loc, 0) + loose.get(loc, 0) for loc in sorted(set(ends) | set(loose))}
 
 
-def live_bytes(program) -> dict[str, int]:
+def live_bytes(program: Program) -> dict[str, int]:
     """Per location, the most bytes of allocations live at one time (stack discipline)."""
     return _need(program.root, ())
 

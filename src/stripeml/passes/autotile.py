@@ -20,9 +20,11 @@ For each root kernel the selector picks (and not already ``#tiled``):
    access and ``index`` statement of the kernel and of the blocks nested in it
    is rewritten in the new indices; the constraints go to the inner block.
    A ragged index (``t`` does not divide ``M``) gets the inner constraint
-   ``t*m_o + m_i <= M - 1``, so each original point runs exactly once.  Tiles
-   that hold no point of a constrained kernel are cut by outer constraints
-   (isl's projection of the inner domain, when it is expressible).
+   ``t*m_o + m_i <= M - 1``, so each original point runs exactly once.  A
+   rewritten constraint that uses tile indices only moves to the outer block;
+   tiles that hold no point of a constrained kernel are cut by further outer
+   constraints (isl's exact projection of the inner domain, when affine).
+   Kernels with no point at all are left alone.
 
 Views.  Each view ``R`` with access ``A`` becomes an outer view over the
 parent buffer and an inner view of it.  Per dimension, ``A`` rewritten is an
@@ -47,9 +49,11 @@ point (tiled kernels are skipped).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
+
+import islpy as isl
 
 from ..analysis.cost import CostModel, TileCost
 from ..analysis.domain import inequalities_of, project_onto
@@ -108,7 +112,12 @@ class Autotile:
         wanted = parse_selector(self.select)
         stmts: list[Statement] = []
         for s in program.root.stmts:
-            if isinstance(s, Block) and wanted(s.tags) and "tiled" not in s.tags:
+            if (
+                isinstance(s, Block)
+                and wanted(s.tags)
+                and "tiled" not in s.tags
+                and not nest_domain([s]).is_empty()
+            ):
                 tiles = choose_tiles(
                     s,
                     budget=self.fraction * self.memory_bytes,
@@ -186,7 +195,15 @@ def choose_tiles(
     return chosen
 
 
-def _greedy(model, free, cands, ok, key, start: TileCost, budget: int) -> TileCost:
+def _greedy(
+    model: CostModel,
+    free: list[str],
+    cands: dict[str, list[int]],
+    ok: Callable[[TileCost], bool],
+    key: Callable[[TileCost], tuple],
+    start: TileCost,
+    budget: int,
+) -> TileCost:
     """Grow one index at a time to its next candidate, the move saving most bytes first."""
     current = start
     evaluations = 0
@@ -240,10 +257,11 @@ def tile_kernel(block: Block, tiles: Mapping[str, int], root: Block) -> Block:
     moved = [c.expr.substitute(theta) for c in block.constraints]
     outer_cons = tuple(Constraint(e) for e in moved if set(e.names) <= tile_names)
     inner_cons = tuple(Constraint(e) for e in moved if not set(e.names) <= tile_names)
+    pointwise = bool(inner_cons)
     inner_cons += tuple(Constraint(e) for e in ragged)
     outer = Block(idxs=tuple(outer_idxs), constraints=outer_cons)
     inner = Block(idxs=tuple(inner_idxs), constraints=inner_cons)
-    if inner_cons != tuple(Constraint(e) for e in ragged):
+    if pointwise:  # the kernel's constraints may leave whole tiles empty
         outer = replace(outer, constraints=outer_cons + _tile_constraints(outer, inner))
     inner_domain = nest_domain([outer, inner])
     outer_domain = nest_domain([outer])
@@ -286,15 +304,19 @@ def tile_kernel(block: Block, tiles: Mapping[str, int], root: Block) -> Block:
 
 
 def _split_dim(
-    expr: Affine, size: int, parent_size: int, inner_names, inner_domain, outer_domain
+    expr: Affine,
+    size: int,
+    parent_size: int,
+    inner_names: set[str],
+    inner_domain: isl.BasicSet,
+    outer_domain: isl.BasicSet,
 ) -> tuple[Affine, int, Affine]:
     """(outer access, outer size, inner access) of one dimension of a view."""
     local = Affine.build({n: c for n, c in expr.terms if n in inner_names})
     origin = expr - local
     span = affine_range(inner_domain, expr)
     lo_hi = affine_range(inner_domain, local)
-    if span is None or lo_hi is None:  # no points at all: keep the view as small as possible
-        return Affine(), min(size, parent_size), Affine()
+    assert span is not None and lo_hi is not None  # the kernel has points (checked by run)
     whole = span[1] - span[0] + size
     lo, hi = lo_hi[0], lo_hi[1] + size - 1
     window = origin + lo
@@ -303,7 +325,7 @@ def _split_dim(
     return Affine.constant(span[0]), whole, expr - span[0]
 
 
-def _in_bounds(domain, start: Affine, size: int, parent_size: int) -> bool:
+def _in_bounds(domain: isl.BasicSet, start: Affine, size: int, parent_size: int) -> bool:
     return not exists_point(domain, -start - 1) and not exists_point(
         domain, start + size - parent_size - 1
     )

@@ -33,8 +33,8 @@ Legality:
 * a view that is both read and written under ``B`` (through ``inout`` views,
   whose prior values take part) is not cached;
 * a view whose buffer already lives in ``location``, of zero size, or used
-  only by ``#cache_in``/``#cache_out`` blocks is left alone, so a second run
-  changes nothing.
+  only by copy blocks (``#copy``: already staged, by this pass or another) is
+  left alone, so a second run changes nothing.
 
 Options: ``location`` (the memory of the new buffers), ``select`` (the
 blocks to work on: a tag selector, :mod:`stripeml.analysis.select`, e.g.
@@ -174,7 +174,7 @@ class Cache:
             return None
         uses = buffer_uses(stmts, view.into, view.shape.sizes)
         users = {u.stmt for u in uses}
-        if not users or all(_is_cache_block(stmts[k]) for k in users):
+        if not users or all(_is_copy_block(stmts[k]) for k in users):
             return None
         wanted = _DIRS[self.dirs]
         if reads(uses) and not writes(uses):
@@ -189,8 +189,8 @@ class Cache:
         return None
 
 
-def _is_cache_block(stmt: Statement) -> bool:
-    return isinstance(stmt, Block) and bool(stmt.tags & _CACHE_TAGS)
+def _is_copy_block(stmt: Statement) -> bool:
+    return isinstance(stmt, Block) and bool(stmt.tags & {"copy", *_CACHE_TAGS})
 
 
 def _chain(view: Refinement, outer: Sequence[Block]) -> tuple[int, Refinement, tuple[Affine, ...]]:
@@ -250,7 +250,7 @@ def _init_block(view: Refinement, cname: str, strides: tuple[int, ...], taken: s
         refs=(
             Refinement("out", cname, TensorShape(dtype, ones, strides), cname, access, "assign"),
         ),
-        stmts=(Constant("$id", _identity(view.agg, dtype), dtype), Store(cname, "$id")),
+        stmts=(Constant(f"${cname}", _identity(view.agg, dtype), dtype), Store(cname, f"${cname}")),
         tags=frozenset({"cache_init"}),
         name=f"{view.into}_cache_init",
     )
@@ -285,13 +285,16 @@ def _copy_block(
             Refinement("in", view.into, src_shape, view.into, acc),
             Refinement("out", cname, dst_shape, cname, acc, "assign"),
         )
-        stmts: tuple[Statement, ...] = (Load("$x", view.into), Store(cname, "$x"))
+        stmts: tuple[Statement, ...] = (
+            Load(f"${view.into}", view.into),
+            Store(cname, f"${view.into}"),
+        )
     else:
         refs = (
             Refinement("in", cname, dst_shape, cname, acc),
             Refinement("out", view.into, src_shape, view.into, acc, view.agg),
         )
-        stmts = (Load("$x", cname), Store(view.into, "$x"))
+        stmts = (Load(f"${cname}", cname), Store(view.into, f"${cname}"))
     return Block(
         idxs=idxs,
         refs=refs,

@@ -134,6 +134,8 @@ class Unroll:
             tiled[u] = Affine.index(uo, self.rows) + Affine.index(ur)
         box0 = {vo: ranges[v] // vt}
         refs0, refs1, refs2, copies = [], [], [], []
+        # One panel only: the tile rows become the kernel's own (parallel) indices.
+        merged = ranges[v] // vt == 1 and (u is not None or bool(others))
         for r in k.refs:
             a0, a1, a2, s0, s1 = [], [], [], [], []
             for a in r.access:
@@ -161,7 +163,14 @@ class Unroll:
             refs0.append(replace(r, access=tuple(a0), shape=replace(r.shape, sizes=tuple(s0))))
             src, strides = r.into, r.shape.strides
             nbytes = itemsize(r.shape.dtype) * _prod(s0)
-            if r.dir == "in" and any(a.coeff(v) for a in r.access) and nbytes <= self.pack_max_bytes:
+            dense_view = TensorShape.dense(r.shape.dtype, tuple(s0)).strides == r.shape.strides
+            if (
+                r.dir == "in"
+                and not merged
+                and not dense_view
+                and any(a.coeff(v) for a in r.access)
+                and nbytes <= self.pack_max_bytes
+            ):
                 buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
                 dense = TensorShape.dense(r.shape.dtype, tuple(s0))
                 refs0.append(Refinement("none", buf, dense, location="L2"))
@@ -183,6 +192,20 @@ class Unroll:
             name=f"{k.name}_tile",
         )
         idx1 = ([Index(uo, ranges[u] // self.rows)] if u is not None else []) + [k.idx(n) for n in others]
+        if merged:
+            # Views of the single panel and of one tile row at once: access a0 + a1.
+            top_refs = []
+            for r0, r1 in zip(refs0, refs1):
+                acc = tuple(x + y for x, y in zip(r0.access, r1.access))
+                top_refs.append(replace(r0, access=acc, shape=r1.shape))
+            return Block(
+                idxs=(Index(vo, 1), *idx1),
+                refs=tuple(top_refs),
+                stmts=(tile,),
+                tags=frozenset(k.tags | {"tiled"}),
+                name=k.name,
+                comment=k.comment,
+            )
         middle = Block(idxs=tuple(idx1), refs=tuple(refs1), stmts=(tile,), tags=frozenset({"tile"}), name=f"{k.name}_rows")
         return Block(
             idxs=(Index(vo, ranges[v] // vt),),

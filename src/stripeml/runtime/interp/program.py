@@ -41,9 +41,7 @@ def run(
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    opts = Options(
-        mode=mode, chunk_points=max(1, int(chunk_points)), traffic=traffic, arena=arena
-    )
+    opts = Options(mode=mode, chunk_points=max(1, int(chunk_points)), traffic=traffic, arena=arena)
     outputs = dict(outputs or {})
     root = program.root
     names = {r.into for r in root.refs}
