@@ -46,6 +46,12 @@ def test_tile_options_and_no_packing():
     _check(MATMUL, [(8, 9), (9, 32)], lambda a, b: a @ b, vector_width=4, vectors=4, rows=2)
 
 
+def test_reduction_blocks():
+    result = _check(MATMUL, [(8, 64), (64, 32)], lambda a, b: a @ b, k_block=16)
+    assert "k_o:4" in result.stages[-1][1]
+    _check(MATMUL, [(8, 40), (40, 16)], lambda a, b: a @ b, k_block=16)  # 40 % 16: not blocked
+
+
 def test_batched_and_max_plus():
     _check(BATCHED, [(3, 4, 7), (3, 7, 16)], lambda a, w: np.einsum("bmk,bkn->bmn", a, w))
     _check(MAXPLUS, [(4, 6), (6, 16)], lambda a, b: (a[:, :, None] + b[None]).max(1))

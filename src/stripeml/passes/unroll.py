@@ -50,6 +50,8 @@ class Unroll:
     # Inputs read along the vector index are copied per panel into a dense buffer
     # (no cache-set conflicts from a long row stride) when the panel is this small.
     pack_max_bytes: int = 1 << 18
+    # Reductions longer than this are split into blocks of it (0: never).
+    k_block: int = 256
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
@@ -125,6 +127,13 @@ class Unroll:
             lv2[u] = Affine.index(ur)
             box1[uo] = ranges[u] // self.rows
             box2[ur] = self.rows
+        # Block the innermost reduction index so a packed panel stays in L1.
+        kb = red[-1] if red else None
+        ko = None
+        if kb is not None and self.k_block and ranges[kb] > self.k_block and ranges[kb] % self.k_block == 0 and kb not in {n for c in k.constraints for n in c.expr.names}:
+            ko = fresh(f"{kb}_o", taken | {vo, vr, uo or "", ur or ""})
+            lv0[kb] = Affine.index(ko, self.k_block)
+            box2[kb] = self.k_block
         zero0 = {n: Affine() for n in ranges if n not in lv0}
         zero1 = {n: Affine() for n in ranges if n not in lv1}
         zero2 = {n: Affine() for n in ranges if n not in lv2}
@@ -133,6 +142,9 @@ class Unroll:
         if u is not None:
             tiled[u] = Affine.index(uo, self.rows) + Affine.index(ur)
         box0 = {vo: ranges[v] // vt}
+        if ko is not None:
+            tiled[kb] = Affine.index(ko, self.k_block) + Affine.index(kb)
+            box0[ko] = ranges[kb] // self.k_block
         refs0, refs1, refs2, copies = [], [], [], []
         # One panel only: the tile rows become the kernel's own (parallel) indices.
         merged = ranges[v] // vt == 1 and (u is not None or bool(others))
@@ -182,7 +194,7 @@ class Unroll:
             refs2.append(replace(r, from_=r.into, access=tuple(a2), shape=one))
         # Constraints mention only reduction and untiled output indices: same names below.
         cons2 = k.constraints
-        idx2 = [Index(vr, vt)] + ([Index(ur, self.rows)] if u is not None else []) + [Index(n, ranges[n]) for n in red]
+        idx2 = [Index(vr, vt)] + ([Index(ur, self.rows)] if u is not None else []) + [Index(n, box2[n]) for n in red]
         tile = Block(
             idxs=tuple(idx2),
             refs=tuple(refs2),
@@ -192,6 +204,7 @@ class Unroll:
             name=f"{k.name}_tile",
         )
         idx1 = ([Index(uo, ranges[u] // self.rows)] if u is not None else []) + [k.idx(n) for n in others]
+        top_k = (Index(ko, ranges[kb] // self.k_block),) if ko is not None else ()
         if merged:
             # Views of the single panel and of one tile row at once: access a0 + a1.
             top_refs = []
@@ -199,7 +212,7 @@ class Unroll:
                 acc = tuple(x + y for x, y in zip(r0.access, r1.access))
                 top_refs.append(replace(r0, access=acc, shape=r1.shape))
             return Block(
-                idxs=(Index(vo, 1), *idx1),
+                idxs=(Index(vo, 1), *top_k, *idx1),
                 refs=tuple(top_refs),
                 stmts=(tile,),
                 tags=frozenset(k.tags | {"tiled"}),
@@ -208,7 +221,7 @@ class Unroll:
             )
         middle = Block(idxs=tuple(idx1), refs=tuple(refs1), stmts=(tile,), tags=frozenset({"tile"}), name=f"{k.name}_rows")
         return Block(
-            idxs=(Index(vo, ranges[v] // vt),),
+            idxs=(Index(vo, ranges[v] // vt), *top_k),
             refs=tuple(refs0),
             stmts=(*copies, middle),
             tags=frozenset(k.tags | {"tiled"}),
