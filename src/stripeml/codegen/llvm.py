@@ -408,6 +408,7 @@ class _KernelGen:
                 raise StripeError(f"cpu: special '{s.op}' inside a kernel is not supported yet")
 
     def _memset(self, ptr: ir.Value, nbytes: int) -> None:
+        ptr = self.b.bitcast(ptr, I8.as_pointer())  # allocas of any dtype share one declaration
         args = [ptr, ir.Constant(I8, 0), ir.Constant(I64, nbytes), ir.Constant(I1, 0)]
         call_intrinsic(self.b, "llvm.memset", args, ret=ir.VoidType(), overloads=[PTR, I64])
 
