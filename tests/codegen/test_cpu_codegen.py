@@ -135,3 +135,16 @@ def test_dtypes_on_cpu(dtype):
     else:
         want = a @ b
     np.testing.assert_allclose(c, want, rtol=1e-12)
+
+
+def test_fma_only_when_the_target_allows_it():
+    a = np.zeros((8, 16), np.float32)
+    p = program(MATMUL, a, a.T.copy())
+    assert "contract" not in generate(p).llvm_ir
+    text = generate(p, fma=True).llvm_ir
+    assert re.search(r"fmul contract", text) and re.search(r"fadd reassoc contract", text)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((33, 70)).astype(np.float32)
+    y = rng.standard_normal((70, 24)).astype(np.float32)
+    got = CpuBackend(fma=True).compile(program(MATMUL, x, y)).run({"A": x, "B": y})["C"]
+    np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)

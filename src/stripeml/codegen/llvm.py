@@ -59,8 +59,13 @@ class Bind:
     touched: ir.Value | None = None
 
 
-def generate(program: Program, *, vector_width: int = 8, triple: str = "") -> CpuModule:
-    """Generate the LLVM module and the metadata the CPU runtime needs."""
+def generate(program: Program, *, vector_width: int = 8, triple: str = "", fma: bool = False) -> CpuModule:
+    """Generate the LLVM module and the metadata the CPU runtime needs.
+
+    ``fma``: float multiplies and the additions they feed carry LLVM's
+    ``contract`` flag, so LLVM may fuse them into one FMA (one rounding instead
+    of two; results may differ from the interpreter in the last bits).
+    """
     module = ir.Module(name=program.root.name or "stripeml")
     if not triple:
         import llvmlite.binding as llvm
@@ -77,7 +82,7 @@ def generate(program: Program, *, vector_width: int = 8, triple: str = "") -> Cp
             steps.append(Step(special=stmt))
         elif isinstance(stmt, Block):
             symbol = f"k{n}_{_sanitize(stmt.name)}"
-            info = _KernelGen(module, root, stmt, symbol, vector_width).run()
+            info = _KernelGen(module, root, stmt, symbol, vector_width, fma).run()
             steps.append(Step(kernel=info))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
@@ -89,8 +94,9 @@ def _sanitize(name: str) -> str:
 
 
 class _KernelGen:
-    def __init__(self, module: ir.Module, root: Block, kernel: Block, symbol: str, vector_width: int):
+    def __init__(self, module: ir.Module, root: Block, kernel: Block, symbol: str, vector_width: int, fma: bool = False):
         self.module = module
+        self.fma = fma
         self.root = root
         self.kernel = kernel
         self.symbol = symbol
@@ -258,7 +264,7 @@ class _KernelGen:
             result = self.b.load(bd.acc, typ=rt)
             if vidx is not None:
                 lanes_v = self.b.load(bd.vacc, typ=vec(rt, self.vector_width))
-                result = combine(self.b, bd.agg, result, hreduce(self.b, bd.agg, lanes_v, bd.dtype), bd.dtype)
+                result = combine(self.b, bd.agg, result, hreduce(self.b, bd.agg, lanes_v, bd.dtype), bd.dtype, self.fma)
             if flagged:
                 with self.b.if_then(self.b.load(bd.touched, typ=I1)):
                     self.store(bd, env2, result)
@@ -378,12 +384,12 @@ class _KernelGen:
                 if bd.mode == "reg":
                     slot = bd.vacc if lanes else bd.acc
                     acc = self.b.load(slot, typ=v.type)
-                    self.b.store(combine(self.b, bd.agg, acc, v, bd.dtype), slot)
+                    self.b.store(combine(self.b, bd.agg, acc, v, bd.dtype, self.fma), slot)
                     if bd.touched is not None:
                         self.b.store(ir.Constant(I1, 1), bd.touched)
                 elif bd.mode == "mem":
                     old = self.vload(bd, env, lanes, vidx)
-                    self.vstore(bd, env, combine(self.b, bd.agg, old, v, bd.dtype), lanes)
+                    self.vstore(bd, env, combine(self.b, bd.agg, old, v, bd.dtype, self.fma), lanes)
                 else:
                     self.vstore(bd, env, v, lanes)
             elif init is not None:
@@ -403,7 +409,7 @@ class _KernelGen:
             elif isinstance(s, Intrinsic):
                 args = [vals[a][0] for a in s.inputs]
                 dts = [vals[a][1] for a in s.inputs]
-                vals[s.into] = (intrinsic(self.b, s.op, args, dts, s.dtype), s.dtype)
+                vals[s.into] = (intrinsic(self.b, s.op, args, dts, s.dtype, self.fma), s.dtype)
             elif isinstance(s, Special):
                 raise StripeError(f"cpu: special '{s.op}' inside a kernel is not supported yet")
 

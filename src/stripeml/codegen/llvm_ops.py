@@ -144,7 +144,7 @@ _MATH = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "erf", "pow")
 _LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven"}
 
 
-def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str) -> ir.Value:
+def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str, fma: bool = False) -> ir.Value:
     """Emit Stripe intrinsic ``op`` producing dtype ``dt``."""
     if op == "cast":
         return cast(b, args[0], in_dts[0], dt)
@@ -173,6 +173,8 @@ def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str],
         raise StripeError(f"intrinsic {op} on bool is not supported by the cpu target")
     if op in ("add", "sub", "mul"):
         name = {"add": "fadd", "sub": "fsub", "mul": "fmul"}[op] if fl else op
+        if fl and fma:
+            return getattr(b, name)(*args, flags=("contract",))
         return getattr(b, name)(*args)
     if op == "div":
         if fl:
@@ -239,11 +241,13 @@ def _trig(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
     return out
 
 
-def combine(b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str) -> ir.Value:
+def combine(b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str, fma: bool = False) -> ir.Value:
     """``acc (agg) v`` for a reduction: float add/mul carry only ``reassoc``
-    (what a vectorised reduction needs, nothing more)."""
+    (what a vectorised reduction needs), plus ``contract`` when the target
+    allows FMA."""
+    flags = ("reassoc", "contract") if fma else ("reassoc",)
     if agg == "add":
-        return b.fadd(acc, v, flags=("reassoc",)) if is_float(dt) else (b.or_(acc, v) if dt == "bool" else b.add(acc, v))
+        return b.fadd(acc, v, flags=flags) if is_float(dt) else (b.or_(acc, v) if dt == "bool" else b.add(acc, v))
     if agg == "mul":
         return b.fmul(acc, v, flags=("reassoc",)) if is_float(dt) else (b.and_(acc, v) if dt == "bool" else b.mul(acc, v))
     if agg in ("max", "min"):

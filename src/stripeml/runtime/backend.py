@@ -125,6 +125,7 @@ def backend_for(target: Target) -> Backend:
         return CpuBackend(
             threads=target.threads,
             vector_width=target.vector_width,
+            fma=target.fma,
             passes=tuple(target.passes()),
             target=target,
         )

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 MIN_WORK_PER_CHUNK = 1 << 15
 
 
-def generate_module(program: Program, vector_width: int) -> CpuModule:
+def generate_module(program: Program, vector_width: int, fma: bool = False) -> CpuModule:
     """The code generator (imported lazily; tests replace this function)."""
     try:
         from ..codegen.llvm import generate
@@ -59,7 +59,7 @@ def generate_module(program: Program, vector_width: int) -> CpuModule:
             raise
         raise StripeError("target 'cpu': the LLVM code generator is not built yet") from exc
 
-    return generate(program, vector_width=vector_width)
+    return generate(program, vector_width=vector_width, fma=fma)
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,8 @@ class CpuBackend:
     vector_width: int | None = None
     cache_dir: str | os.PathLike[str] | None = None
     passes: tuple[object, ...] | None = None
+    # Contract a multiply feeding an add into an FMA (the target's ``fma``).
+    fma: bool = False
     target: Target | None = field(default=None, compare=False, repr=False)
     name: ClassVar[str] = "cpu"
 
@@ -117,7 +119,7 @@ class CpuBackend:
 
     def describe(self) -> str:
         """Everything besides the program that the object code depends on."""
-        return f"cpu vector_width={self.vector_width}; {jit.target_description()}"
+        return f"cpu vector_width={self.vector_width} fma={self.fma}; {jit.target_description()}"
 
     def compile(self, program: Program) -> CpuCompiled:
         """Object code from the disk cache, or generated, optimised and stored."""
@@ -125,7 +127,7 @@ class CpuBackend:
         key = cache_key(format_ir(program), self.describe())
         entry = cache.get(key)
         if entry is None:
-            module = generate_module(program, self.vector_width)
+            module = generate_module(program, self.vector_width, self.fma)
             entry = Entry(jit.compile_ir(module.llvm_ir), module)
             cache.put(key, entry)
         return CpuCompiled(entry.module, jit.load_object(entry.object_code), self.threads)

@@ -66,6 +66,17 @@ def detect_vector_width() -> int:
     return 4
 
 
+def detect_fma() -> bool:
+    """Whether the host has fused multiply-add (x86 FMA3; always on AArch64)."""
+    try:
+        from ..runtime import jit
+
+        h = jit.host()
+    except ImportError:
+        return False
+    return h.has("fma") or h.has("neon") or "aarch64" in h.triple
+
+
 def detect_caches(root: str | os.PathLike[str] = CACHE_ROOT) -> dict[int, CacheLevel]:
     """Data/unified caches of CPU 0 by level, from a sysfs ``cache`` directory.
 
@@ -131,6 +142,10 @@ class HostFacts:
     @cached_property
     def vector_width(self) -> int:
         return self._fact("vector_width", detect_vector_width)
+
+    @cached_property
+    def fma(self) -> bool:
+        return detect_fma()
 
     @cached_property
     def dram_bytes(self) -> int:

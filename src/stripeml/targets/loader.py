@@ -33,6 +33,7 @@ _TOP_KEYS = (
     "backend",
     "threads",
     "vector_width",
+    "fma",
     "max_threads_per_group",
     "subgroup_size",
     "shared_memory",
@@ -183,6 +184,11 @@ class _Reader:
                 data.get("vector_width", 1), "vector_width", auto=lambda: self.host.vector_width
             ),
         }
+        fma = data.get("fma", False)
+        if fma == "auto":
+            fma = self.host.fma
+        if not isinstance(fma, bool):
+            raise self.fail("fma", f"expected true, false or \"auto\", got {fma!r}")
         for key in _GPU_COUNTS:
             if key in data:
                 facts[key] = self.count(data[key], key)
@@ -205,6 +211,7 @@ class _Reader:
             subgroup_size=facts.get("subgroup_size"),  # type: ignore[arg-type]
             shared_memory_bytes=facts.get("shared_memory"),  # type: ignore[arg-type]
             compute_units=facts.get("compute_units"),  # type: ignore[arg-type]
+            fma=fma,
             description=self.string(data, "description", "description", default=""),
             source=self.source,
         )

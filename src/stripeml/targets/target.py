@@ -65,6 +65,8 @@ class Target:
     subgroup_size: int | None = None
     shared_memory_bytes: int | None = None
     compute_units: int | None = None
+    # Fuse a multiply feeding an add into one FMA (one rounding instead of two).
+    fma: bool = False
     description: str = ""
     source: str = field(default="", compare=False)
 
