@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stripeml
 from stripeml.passes.manager import run_pipeline
@@ -78,3 +80,34 @@ def test_not_applicable_is_unchanged():
     assert Unroll().run(program) is program
     elt = stripeml.compile("function (A) -> (B) { B = A * 2; }").lower(np.zeros(16, np.float32)).program
     assert Unroll().run(elt) is elt
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    m=st.sampled_from([4, 8, 12]),
+    n=st.sampled_from([8, 16, 32, 48]),
+    k=st.integers(1, 9),
+    agg=st.sampled_from(["+", ">", "<"]),
+    transpose_a=st.booleans(),
+    batch=st.integers(1, 2),
+)
+def test_random_gemm_like(m, n, k, agg, transpose_a, batch):
+    """Random GEMM-like contractions: unrolled on the CPU equals NumPy."""
+    a_access, a_dims = ("A[b, kk, i]", "A[B, K, M]") if transpose_a else ("A[b, i, kk]", "A[B, M, K]")
+    src = f"""function ({a_dims}, W[B, K, N]) -> (C) {{
+        C[b, i, j : B, M, N] = {agg}({a_access} * W[b, kk, j]);
+    }}"""
+    rng = np.random.default_rng(m * 100 + n + k)
+    a_shape = (batch, k, m) if transpose_a else (batch, m, k)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    w = rng.standard_normal((batch, k, n)).astype(np.float32)
+    am = a.transpose(0, 2, 1) if transpose_a else a
+    prod = am[:, :, :, None] * w[:, None, :, :]
+    want = {"+": prod.sum(2), ">": prod.max(2), "<": prod.min(2)}[agg]
+    f = stripeml.compile(src)
+    program = f.lower(a, w).program
+    result = run_pipeline(program, [Unroll()])
+    inputs = {"A": a, "W": w}
+    np.testing.assert_allclose(run(result.program, inputs)["C"], want, rtol=1e-4, atol=1e-4)
+    got = CpuBackend(threads=2, fma=True).compile(result.program).run(inputs)["C"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
