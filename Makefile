@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/stripeml demo
+	$(VENV)/bin/stripeml demo --target interp
+	$(VENV)/bin/stripeml demo --target cpu
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

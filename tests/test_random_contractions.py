@@ -382,7 +382,11 @@ def make_inputs(spec: Spec, shapes: dict[str, tuple[int, ...]], seed: int) -> di
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@settings(max_examples=int(os.environ.get("STRIPEML_HYPOTHESIS_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("STRIPEML_HYPOTHESIS_EXAMPLES", 60)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(drawn=contractions(), seed=st.integers(0, 2**32 - 1))
 def test_random_contraction(target, drawn, seed):
     import stripeml

@@ -57,7 +57,9 @@ class Executable:
         with _internal_errors(f"running {self.function.name}"):
             return self._compiled.run(inputs, outputs)
 
-    def out_arrays(self, out: np.ndarray | Sequence[np.ndarray] | None) -> dict[str, np.ndarray] | None:
+    def out_arrays(
+        self, out: np.ndarray | Sequence[np.ndarray] | None
+    ) -> dict[str, np.ndarray] | None:
         """Check ``out=`` (one array per output, exact shape and dtype, C-contiguous)."""
         if out is None:
             return None
@@ -67,18 +69,28 @@ class Executable:
         named = {}
         for arr, (name, shape, dtype) in zip(arrays, self.output_specs):
             if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape) or arr.dtype != dtype:
-                got = f"{arr.shape} {arr.dtype}" if isinstance(arr, np.ndarray) else type(arr).__name__
-                raise ShapeError(f"out= for '{name}' must be an array of shape {tuple(shape)} and dtype {dtype}, got {got}")
+                got = (
+                    f"{arr.shape} {arr.dtype}"
+                    if isinstance(arr, np.ndarray)
+                    else type(arr).__name__
+                )
+                raise ShapeError(
+                    f"out= for '{name}' must be an array of shape {tuple(shape)} and dtype {dtype}, got {got}"
+                )
             if not arr.flags.c_contiguous or not arr.flags.writeable:
                 raise ShapeError(f"out= for '{name}' must be a writeable C-contiguous array")
             named[name] = arr
         return named
 
-    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+    def __call__(
+        self, *args: Any, out: Any = None, **kwargs: Any
+    ) -> np.ndarray | tuple[np.ndarray, ...]:
         arrays = self.function._arrays(args, kwargs)
         sig = signature_of(arrays)
         if sig != self.signature:
-            raise ShapeError(f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}")
+            raise ShapeError(
+                f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}"
+            )
         named = dict(zip(self.function.params, arrays))
         return self.function._results(self.run_named(named, self.out_arrays(out)))
 
@@ -130,11 +142,15 @@ class Function:
     # -- argument handling -------------------------------------------------
     def _arrays(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
         if len(args) > len(self.params):
-            raise ShapeError(f"{self.name} takes {len(self.params)} input(s) ({', '.join(self.params)}), got {len(args)}")
+            raise ShapeError(
+                f"{self.name} takes {len(self.params)} input(s) ({', '.join(self.params)}), got {len(args)}"
+            )
         values: dict[str, Any] = dict(zip(self.params, args))
         for k, v in kwargs.items():
             if k not in self.params:
-                raise ShapeError(f"{self.name} has no input named '{k}' (inputs: {', '.join(self.params)})")
+                raise ShapeError(
+                    f"{self.name} has no input named '{k}' (inputs: {', '.join(self.params)})"
+                )
             if k in values:
                 raise ShapeError(f"input '{k}' given twice (positionally and by name)")
             values[k] = v
@@ -175,7 +191,9 @@ class Function:
         """Specialise for these inputs' shapes and dtypes without running."""
         return self._executable(self._arrays(args, kwargs))
 
-    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+    def __call__(
+        self, *args: Any, out: Any = None, **kwargs: Any
+    ) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on NumPy arrays; ``out=`` (an array, or a tuple for several outputs)
         receives the results in place and is returned."""
         arrays = self._arrays(args, kwargs)

@@ -43,7 +43,9 @@ def test_vector_width_and_tails(n, width):
     y = run(CHAIN, a, b, c, vector_width=width, threads=1)["Y"]
     np.testing.assert_allclose(y, np.tanh(a * b + c) * 0.5 + a, rtol=2e-6, atol=1e-6)
     x = rng.standard_normal((3, n)).astype(np.float32)
-    np.testing.assert_allclose(run(ROWSUM, x, vector_width=width)["S"], x.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run(ROWSUM, x, vector_width=width)["S"], x.sum(1), rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_array_equal(run(ROWMAX, x, vector_width=width)["S"], x.max(1))
 
 
@@ -94,8 +96,10 @@ def test_vector_code_and_fast_math_flags():
 
 
 def test_noalias_on_distinct_buffers():
-    text = generate(program(MATMUL, np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32))).llvm_ir
-    body = next(line for line in text.splitlines() if ".body\"(" in line and "define" in line)
+    text = generate(
+        program(MATMUL, np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32))
+    ).llvm_ir
+    body = next(line for line in text.splitlines() if '.body"(' in line and "define" in line)
     assert body.count("noalias") == 3
 
 
@@ -121,14 +125,23 @@ def test_exe_code_is_llvm_ir():
     f = stripeml.compile(MATMUL, target="cpu")
     code = f.lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)).code
     assert "define void @" in code and "getelementptr" in code
-    assert stripeml.compile(MATMUL).lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)).code == ""
+    assert (
+        stripeml.compile(MATMUL)
+        .lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32))
+        .code
+        == ""
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float64, np.bool_])
 def test_dtypes_on_cpu(dtype):
     rng = np.random.default_rng(3)
-    a = (rng.integers(0, 3, (5, 7)) if dtype != np.float64 else rng.standard_normal((5, 7))).astype(dtype)
-    b = (rng.integers(0, 3, (7, 6)) if dtype != np.float64 else rng.standard_normal((7, 6))).astype(dtype)
+    a = (rng.integers(0, 3, (5, 7)) if dtype != np.float64 else rng.standard_normal((5, 7))).astype(
+        dtype
+    )
+    b = (rng.integers(0, 3, (7, 6)) if dtype != np.float64 else rng.standard_normal((7, 6))).astype(
+        dtype
+    )
     c = run(MATMUL, a, b)["C"]
     if dtype == np.bool_:
         want = (a.astype(int) @ b.astype(int)) > 0

@@ -31,9 +31,15 @@ def _check(src: str, shapes, reference, **options):
     assert len(result.stages) == 2, "the kernel was register-tiled"
     assert "register_tile" in result.stages[-1][1]
     want = reference(*arrays)
-    np.testing.assert_allclose(run(result.program, inputs)[f.outputs[0]], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        run(result.program, inputs)[f.outputs[0]], want, rtol=1e-4, atol=1e-4
+    )
     for threads in (1, 2):
-        got = CpuBackend(threads=threads, vector_width=options.get("vector_width", 8)).compile(result.program).run(inputs)
+        got = (
+            CpuBackend(threads=threads, vector_width=options.get("vector_width", 8))
+            .compile(result.program)
+            .run(inputs)
+        )
         np.testing.assert_allclose(got[f.outputs[0]], want, rtol=1e-4, atol=1e-4)
     return result
 
@@ -78,7 +84,11 @@ def test_not_applicable_is_unchanged():
     b = np.zeros((3, 7), np.float32)  # 7 columns: no vector tile
     program = stripeml.compile(MATMUL).lower(a, b).program
     assert Unroll().run(program) is program
-    elt = stripeml.compile("function (A) -> (B) { B = A * 2; }").lower(np.zeros(16, np.float32)).program
+    elt = (
+        stripeml.compile("function (A) -> (B) { B = A * 2; }")
+        .lower(np.zeros(16, np.float32))
+        .program
+    )
     assert Unroll().run(elt) is elt
 
 
@@ -93,7 +103,9 @@ def test_not_applicable_is_unchanged():
 )
 def test_random_gemm_like(m, n, k, agg, transpose_a, batch):
     """Random GEMM-like contractions: unrolled on the CPU equals NumPy."""
-    a_access, a_dims = ("A[b, kk, i]", "A[B, K, M]") if transpose_a else ("A[b, i, kk]", "A[B, M, K]")
+    a_access, a_dims = (
+        ("A[b, kk, i]", "A[B, K, M]") if transpose_a else ("A[b, i, kk]", "A[B, M, K]")
+    )
     src = f"""function ({a_dims}, W[B, K, N]) -> (C) {{
         C[b, i, j : B, M, N] = {agg}({a_access} * W[b, kk, j]);
     }}"""

@@ -48,5 +48,9 @@ def test_eltwise_gets_tagged_and_keeps_results():
 
 
 def test_short_ranges_are_not_vectorised():
-    p = stripeml.compile("function (A) -> (B) { B = A * 2; }").lower(np.zeros(5, np.float32)).program
+    p = (
+        stripeml.compile("function (A) -> (B) { B = A * 2; }")
+        .lower(np.zeros(5, np.float32))
+        .program
+    )
     assert Vectorize(width=8).run(p) is p

@@ -24,7 +24,9 @@ DTYPES = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64
 def _inputs(source: str) -> list[np.ndarray]:
     header = source.splitlines()[0]
     specs = re.findall(r"(\w+)=(\w+)\[([\d,]*)\]", header)
-    return [np.zeros(tuple(int(d) for d in dims.split(",") if d), DTYPES[dt]) for _, dt, dims in specs]
+    return [
+        np.zeros(tuple(int(d) for d in dims.split(",") if d), DTYPES[dt]) for _, dt, dims in specs
+    ]
 
 
 @pytest.mark.parametrize("name", CASES)

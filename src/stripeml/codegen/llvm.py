@@ -59,7 +59,9 @@ class Bind:
     touched: ir.Value | None = None
 
 
-def generate(program: Program, *, vector_width: int = 8, triple: str = "", fma: bool = False) -> CpuModule:
+def generate(
+    program: Program, *, vector_width: int = 8, triple: str = "", fma: bool = False
+) -> CpuModule:
     """Generate the LLVM module and the metadata the CPU runtime needs.
 
     ``fma``: float multiplies and the additions they feed carry LLVM's
@@ -94,7 +96,15 @@ def _sanitize(name: str) -> str:
 
 
 class _KernelGen:
-    def __init__(self, module: ir.Module, root: Block, kernel: Block, symbol: str, vector_width: int, fma: bool = False):
+    def __init__(
+        self,
+        module: ir.Module,
+        root: Block,
+        kernel: Block,
+        symbol: str,
+        vector_width: int,
+        fma: bool = False,
+    ):
         self.module = module
         self.fma = fma
         self.root = root
@@ -144,7 +154,9 @@ class _KernelGen:
         self.b.ret_void()
         self.alloca_builder.branch(self.fn.blocks[1])
         extent = self.kernel.idx(par).range if par else 1
-        return KernelInfo(self.symbol, self.kernel.name, extent, par is not None, _work(self.kernel))
+        return KernelInfo(
+            self.symbol, self.kernel.name, extent, par is not None, _work(self.kernel)
+        )
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -163,7 +175,9 @@ class _KernelGen:
         return self.b.add(v, ir.Constant(I64, a.const)) if a.const else v
 
     def address(self, bind: Bind, env: dict[str, ir.Value]) -> ir.Value:
-        return self.b.gep(bind.base, [self.affine(bind.offset, env)], source_etype=mem_type(bind.dtype))
+        return self.b.gep(
+            bind.base, [self.affine(bind.offset, env)], source_etype=mem_type(bind.dtype)
+        )
 
     def load(self, bind: Bind, env: dict[str, ir.Value]) -> ir.Value:
         v = self.b.load(self.address(bind, env), typ=mem_type(bind.dtype))
@@ -175,19 +189,29 @@ class _KernelGen:
         self.b.store(v, self.address(bind, env))
 
     # -- refinements -----------------------------------------------------------
-    def bind_refs(self, blk: Block, prefs: dict[str, Bind], init: set[int] | None) -> dict[str, Bind]:
+    def bind_refs(
+        self, blk: Block, prefs: dict[str, Bind], init: set[int] | None
+    ) -> dict[str, Bind]:
         binds: dict[str, Bind] = {}
         for r in blk.refs:
             if r.dir == "none":
-                slot = self.alloca_builder.alloca(mem_type(r.shape.dtype), size=max(r.shape.extent, 1), name=self.fresh("alloc"))
-                binds[r.into] = Bind(slot, Affine(), r.shape.dtype, "", "skip" if init is not None else "plain", None)
+                slot = self.alloca_builder.alloca(
+                    mem_type(r.shape.dtype), size=max(r.shape.extent, 1), name=self.fresh("alloc")
+                )
+                binds[r.into] = Bind(
+                    slot, Affine(), r.shape.dtype, "", "skip" if init is not None else "plain", None
+                )
                 continue
             p = prefs[r.from_]
             off = p.offset
             for a, s in zip(r.access, r.shape.strides):
                 off = off + a * s
             if init is not None:
-                mode = "init" if id(p) in init or p.mode == "init" else ("skip" if r.dir != "in" else "read")
+                mode = (
+                    "init"
+                    if id(p) in init or p.mode == "init"
+                    else ("skip" if r.dir != "in" else "read")
+                )
             elif r.dir == "in":
                 mode = "read"
             elif r.agg in ("", "assign") or p.mode == "plain" and p.agg == "":
@@ -200,7 +224,14 @@ class _KernelGen:
         return binds
 
     # -- blocks ---------------------------------------------------------------
-    def emit_block(self, blk: Block, env: dict[str, ir.Value], prefs: dict[str, Bind], top: bool = False, init: set[int] | None = None) -> None:
+    def emit_block(
+        self,
+        blk: Block,
+        env: dict[str, ir.Value],
+        prefs: dict[str, Bind],
+        top: bool = False,
+        init: set[int] | None = None,
+    ) -> None:
         binds = self.bind_refs(blk, prefs, init)
         if init is None and not (top and self.par is not None):
             plan = _register_tile_plan(blk, binds, self.vector_width)
@@ -251,7 +282,9 @@ class _KernelGen:
             bd.acc = self.alloca_builder.alloca(rt, name=self.fresh("acc"))
             self.b.store(identity(bd.agg, bd.dtype), bd.acc)
             if vidx is not None:
-                bd.vacc = self.alloca_builder.alloca(vec(rt, self.vector_width), name=self.fresh("vacc"))
+                bd.vacc = self.alloca_builder.alloca(
+                    vec(rt, self.vector_width), name=self.fresh("vacc")
+                )
                 self.b.store(splat(identity(bd.agg, bd.dtype), self.vector_width), bd.vacc)
             # Without constraints on the reduction indices every output point has
             # reduction points, so no "was it reached" flag is needed.
@@ -264,16 +297,33 @@ class _KernelGen:
             result = self.b.load(bd.acc, typ=rt)
             if vidx is not None:
                 lanes_v = self.b.load(bd.vacc, typ=vec(rt, self.vector_width))
-                result = combine(self.b, bd.agg, result, hreduce(self.b, bd.agg, lanes_v, bd.dtype), bd.dtype, self.fma)
+                result = combine(
+                    self.b,
+                    bd.agg,
+                    result,
+                    hreduce(self.b, bd.agg, lanes_v, bd.dtype),
+                    bd.dtype,
+                    self.fma,
+                )
             if flagged:
                 with self.b.if_then(self.b.load(bd.touched, typ=I1)):
                     self.store(bd, env2, result)
             else:
                 self.store(bd, env2, result)
 
-        self.loops(blk, outer, env, point, top, guards_here=True, vector=vidx if reg is None else None)
+        self.loops(
+            blk, outer, env, point, top, guards_here=True, vector=vidx if reg is None else None
+        )
 
-    def register_tile(self, blk: Block, env: dict[str, ir.Value], binds: dict[str, Bind], out: str, vidx: str, unrolled: list[str]) -> None:
+    def register_tile(
+        self,
+        blk: Block,
+        env: dict[str, ir.Value],
+        binds: dict[str, Bind],
+        out: str,
+        vidx: str,
+        unrolled: list[str],
+    ) -> None:
         """A register tile: the output elements of the block's address indices live in
         vector registers (``vidx`` in lanes, ``unrolled`` indices fully unrolled)
         across the reduction loops; loaded (or set to the identity) before, stored after."""
@@ -287,7 +337,7 @@ class _KernelGen:
 
         def at(combo: tuple[int, ...], j: int, env0: dict[str, ir.Value]) -> dict[str, ir.Value]:
             env2 = dict(env0)
-            for name, value in ((*zip(unrolled, combo), (vidx, j * w))):
+            for name, value in (*zip(unrolled, combo), (vidx, j * w)):
                 base = blk.idx(name).affine
                 c = ir.Constant(I64, value)
                 env2[name] = b.add(self.affine(base, env0), c) if base is not None else c
@@ -320,7 +370,9 @@ class _KernelGen:
                 self.vstore(bd, at(combo, j, env), b.load(slots[combo, j], typ=rt), w)
         bd.mode = mode
 
-    def _prefer_memory(self, blk: Block, binds: dict[str, Bind], reg: str, par: str | None) -> str | None:
+    def _prefer_memory(
+        self, blk: Block, binds: dict[str, Bind], reg: str, par: str | None
+    ) -> str | None:
         """Accumulating in a register is best when the reduction's innermost index can
         run in vector lanes (a row sum).  When it cannot (matmul's k walks B by rows),
         accumulate in memory instead, with a unit-stride output index innermost in
@@ -339,11 +391,15 @@ class _KernelGen:
         bd.mode = "reg"
         return None
 
-    def vload(self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None) -> ir.Value:
+    def vload(
+        self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None
+    ) -> ir.Value:
         if lanes is None or bd.offset.coeff(vidx) == 0:  # type: ignore[arg-type]
             v = self.load(bd, env)
             return self.broadcast(v, lanes) if lanes else v
-        v = self.b.load(self.address(bd, env), typ=vec(mem_type(bd.dtype), lanes), align=_bytes(bd.dtype))
+        v = self.b.load(
+            self.address(bd, env), typ=vec(mem_type(bd.dtype), lanes), align=_bytes(bd.dtype)
+        )
         return self.b.trunc(v, vec(I1, lanes)) if bd.dtype == "bool" else v
 
     def vstore(self, bd: Bind, env: dict[str, ir.Value], v: ir.Value, lanes: int | None) -> None:
@@ -361,7 +417,15 @@ class _KernelGen:
         mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         return self.b.shuffle_vector(one, ir.Constant(t, ir.Undefined), mask)
 
-    def stmts(self, blk: Block, env: dict[str, ir.Value], binds: dict[str, Bind], init: set[int] | None, lanes: int | None = None, vidx: str | None = None) -> None:
+    def stmts(
+        self,
+        blk: Block,
+        env: dict[str, ir.Value],
+        binds: dict[str, Bind],
+        init: set[int] | None,
+        lanes: int | None = None,
+        vidx: str | None = None,
+    ) -> None:
         for r in blk.refs:
             if r.dir == "none" and init is None:
                 bd = binds[r.into]
@@ -419,7 +483,16 @@ class _KernelGen:
         call_intrinsic(self.b, "llvm.memset", args, ret=ir.VoidType(), overloads=[PTR, I64])
 
     # -- loops ----------------------------------------------------------------
-    def loops(self, blk: Block, order: list[str], env: dict[str, ir.Value], body: Callable[[dict[str, ir.Value], int | None], None], top: bool, guards_here: bool = False, vector: str | None = None) -> None:
+    def loops(
+        self,
+        blk: Block,
+        order: list[str],
+        env: dict[str, ir.Value],
+        body: Callable[[dict[str, ir.Value], int | None], None],
+        top: bool,
+        guards_here: bool = False,
+        vector: str | None = None,
+    ) -> None:
         """Emit loops over ``order``; each constraint bounds the innermost loop it
         mentions; constraints on enclosing indices only become one guard."""
         pos = {n: i for i, n in enumerate(order)}
@@ -481,7 +554,9 @@ class _KernelGen:
         else:
             rec(0, env)
 
-    def loop(self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1) -> None:
+    def loop(
+        self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1
+    ) -> None:
         b = self.b
         pre = b.block
         head = self.fn.append_basic_block(self.fresh(f"{name}.head"))
@@ -557,7 +632,9 @@ MAX_TILE_VECTORS = 12
 MAX_UNROLL = 8
 
 
-def _register_tile_plan(blk: Block, binds: dict[str, Bind], w: int) -> tuple[str, str, list[str]] | None:
+def _register_tile_plan(
+    blk: Block, binds: dict[str, Bind], w: int
+) -> tuple[str, str, list[str]] | None:
     """(output ref, vector index, unrolled indices) when ``blk`` is a leaf whose single
     aggregating store can keep its outputs in vector registers across the reduction."""
     if w < 2 or blk.sub_blocks or any(r.dir == "none" for r in blk.refs):
@@ -613,7 +690,9 @@ _VECTOR_OPS = frozenset(
 )
 
 
-def _vectorizable(blk: Block, binds: dict[str, Bind], vidx: str, reduction_ok: bool = False) -> bool:
+def _vectorizable(
+    blk: Block, binds: dict[str, Bind], vidx: str, reduction_ok: bool = False
+) -> bool:
     """Whether the innermost loop over ``vidx`` can run in vector lanes: a leaf block whose
     loads are unit-stride or invariant in ``vidx``, whose stores are unit-stride (or a
     register reduction over ``vidx``), with no per-point allocations."""
@@ -657,10 +736,14 @@ def _needed_in_init(blk: Block, name: str) -> bool:
         return True
     if any(name in c.expr.names for c in blk.constraints):
         return True
-    return any(r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs)
+    return any(
+        r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs
+    )
 
 
-def _loop_order(blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None, last: str | None = None) -> list[str]:
+def _loop_order(
+    blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None, last: str | None = None
+) -> list[str]:
     names = [i.name for i in blk.idxs]
     if reg is not None:
         addr = set(binds[reg].offset.names)
@@ -674,7 +757,9 @@ def _loop_order(blk: Block, binds: dict[str, Bind], reg: str | None, par: str | 
     return names
 
 
-def _root_writes(blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], out: list, reads: set[str]) -> None:
+def _root_writes(
+    blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], out: list, reads: set[str]
+) -> None:
     """Collect (root name, access in root coordinates) of every write to a root buffer."""
     local: dict[str, tuple[str, tuple[Affine, ...]] | None] = {}
     for r in blk.refs:
@@ -696,7 +781,12 @@ def _root_writes(blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], o
 def _parallel_index(kernel: Block) -> str | None:
     """An index of the kernel whose distinct values write distinct elements of every
     root buffer the kernel writes (and the kernel reads none of them): safe to split."""
-    if "thread" in kernel.tags and kernel.idxs and kernel.idxs[0].range > 1 and kernel.idxs[0].affine is None:
+    if (
+        "thread" in kernel.tags
+        and kernel.idxs
+        and kernel.idxs[0].range > 1
+        and kernel.idxs[0].affine is None
+    ):
         # The `thread` pass proved (with isl) that splitting the first index is race-free.
         return kernel.idxs[0].name
     chain = {}
@@ -705,7 +795,9 @@ def _parallel_index(kernel: Block) -> str | None:
             chain[r.from_] = (r.from_, ())
     writes: list = []
     reads: set[str] = set()
-    chain_root = {r.from_: (r.from_, tuple(Affine() for _ in r.access)) for r in kernel.refs if r.from_}
+    chain_root = {
+        r.from_: (r.from_, tuple(Affine() for _ in r.access)) for r in kernel.refs if r.from_
+    }
     _root_writes_top(kernel, chain_root, writes, reads)
     if not writes or any(root in reads for root, _ in writes):
         return None
@@ -719,7 +811,9 @@ def _parallel_index(kernel: Block) -> str | None:
         if idx.affine is not None or idx.range < 2:
             continue
         dims = [
-            min((d for d, a in enumerate(acc) if _separates(a, idx.name, own, ranges)), default=None)
+            min(
+                (d for d, a in enumerate(acc) if _separates(a, idx.name, own, ranges)), default=None
+            )
             for _, acc in writes
         ]
         if any(d is None for d in dims):

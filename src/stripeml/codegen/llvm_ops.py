@@ -30,7 +30,13 @@ def mangle(t: ir.Type) -> str:
     raise AssertionError(t)
 
 
-def call_intrinsic(b: ir.IRBuilder, base: str, args: list[ir.Value], ret: ir.Type | None = None, overloads: list[ir.Type] | None = None):
+def call_intrinsic(
+    b: ir.IRBuilder,
+    base: str,
+    args: list[ir.Value],
+    ret: ir.Type | None = None,
+    overloads: list[ir.Type] | None = None,
+):
     """Call ``llvm.<base>.<overloads>`` (declared on first use with the exact signature)."""
     ret = ret or args[0].type
     overloads = overloads if overloads is not None else [args[0].type]
@@ -41,7 +47,9 @@ def call_intrinsic(b: ir.IRBuilder, base: str, args: list[ir.Value], ret: ir.Typ
     return b.call(fn, args)
 
 
-def _intrinsic(b: ir.IRBuilder, name: str, args: list[ir.Value], types: list[ir.Type] | None = None):
+def _intrinsic(
+    b: ir.IRBuilder, name: str, args: list[ir.Value], types: list[ir.Type] | None = None
+):
     if types and len(types) == 2:  # (result, source) overloads, e.g. fptosi.sat
         return call_intrinsic(b, name, args, ret=types[0], overloads=types)
     return call_intrinsic(b, name, args)
@@ -116,7 +124,10 @@ def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod
     # Avoid INT_MIN / -1 overflow (UB): NumPy wraps to INT_MIN there.
     q = b.sdiv(x, safe_y)
     r = b.srem(x, safe_y)
-    adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", safe_y, zero)))
+    adjust = b.and_(
+        b.icmp_signed("!=", r, zero),
+        b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", safe_y, zero)),
+    )
     if mod:
         out = b.select(adjust, b.add(r, safe_y), r)
     else:
@@ -127,7 +138,10 @@ def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod
 def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     r = b.frem(x, y)
     zero = _zero(x.type)
-    adjust = b.and_(b.fcmp_ordered("!=", r, zero), b.icmp_unsigned("!=", b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
+    adjust = b.and_(
+        b.fcmp_ordered("!=", r, zero),
+        b.icmp_unsigned("!=", b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)),
+    )
     return b.select(adjust, b.fadd(r, y), r)
 
 
@@ -139,12 +153,26 @@ def _minmax(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: str, flags=(
     return b.select(cmp, x, y)
 
 
-_CMP = {"cmp_lt": "<", "cmp_le": "<=", "cmp_gt": ">", "cmp_ge": ">=", "cmp_eq": "==", "cmp_ne": "!="}
+_CMP = {
+    "cmp_lt": "<",
+    "cmp_le": "<=",
+    "cmp_gt": ">",
+    "cmp_ge": ">=",
+    "cmp_eq": "==",
+    "cmp_ne": "!=",
+}
 _MATH = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "erf", "pow")
-_LLVM_UNARY = {"sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven"}
+_LLVM_UNARY = {
+    "sqrt": "llvm.sqrt",
+    "floor": "llvm.floor",
+    "ceil": "llvm.ceil",
+    "round": "llvm.roundeven",
+}
 
 
-def intrinsic(b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str, fma: bool = False) -> ir.Value:
+def intrinsic(
+    b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str, fma: bool = False
+) -> ir.Value:
     """Emit Stripe intrinsic ``op`` producing dtype ``dt``."""
     if op == "cast":
         return cast(b, args[0], in_dts[0], dt)
@@ -220,8 +248,14 @@ def _trig(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
     lanes = lanes_of(x)
     el = x.type.element if lanes else x.type
     dt = "f32" if isinstance(el, ir.FloatType) else "f64"
-    big = b.fcmp_ordered(">", call_intrinsic(b, "llvm.fabs", [x]), typed_const(x.type, _TRIG_LIMIT[dt]))
-    any_big = call_intrinsic(b, "llvm.vector.reduce.or", [big], ret=I1, overloads=[big.type]) if lanes else big
+    big = b.fcmp_ordered(
+        ">", call_intrinsic(b, "llvm.fabs", [x]), typed_const(x.type, _TRIG_LIMIT[dt])
+    )
+    any_big = (
+        call_intrinsic(b, "llvm.vector.reduce.or", [big], ret=I1, overloads=[big.type])
+        if lanes
+        else big
+    )
     name = op + ("f" if dt == "f32" else "")
     libm = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(el, [el]), name)
     before = b.block
@@ -241,15 +275,25 @@ def _trig(b: ir.IRBuilder, op: str, x: ir.Value) -> ir.Value:
     return out
 
 
-def combine(b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str, fma: bool = False) -> ir.Value:
+def combine(
+    b: ir.IRBuilder, agg: str, acc: ir.Value, v: ir.Value, dt: str, fma: bool = False
+) -> ir.Value:
     """``acc (agg) v`` for a reduction: float add/mul carry only ``reassoc``
     (what a vectorised reduction needs), plus ``contract`` when the target
     allows FMA."""
     flags = ("reassoc", "contract") if fma else ("reassoc",)
     if agg == "add":
-        return b.fadd(acc, v, flags=flags) if is_float(dt) else (b.or_(acc, v) if dt == "bool" else b.add(acc, v))
+        return (
+            b.fadd(acc, v, flags=flags)
+            if is_float(dt)
+            else (b.or_(acc, v) if dt == "bool" else b.add(acc, v))
+        )
     if agg == "mul":
-        return b.fmul(acc, v, flags=("reassoc",)) if is_float(dt) else (b.and_(acc, v) if dt == "bool" else b.mul(acc, v))
+        return (
+            b.fmul(acc, v, flags=("reassoc",))
+            if is_float(dt)
+            else (b.and_(acc, v) if dt == "bool" else b.mul(acc, v))
+        )
     if agg in ("max", "min"):
         if dt == "bool":
             return b.or_(acc, v) if agg == "max" else b.and_(acc, v)
@@ -269,7 +313,9 @@ def hreduce(b: ir.IRBuilder, agg: str, v: ir.Value, dt: str) -> ir.Value:
             name = "llvm.vector.reduce.fadd" if agg == "add" else "llvm.vector.reduce.fmul"
             fn = b.module.globals.get(f"{name}.{mangle(v.type)}")
             if fn is None:
-                fn = ir.Function(b.module, ir.FunctionType(el, [el, v.type]), f"{name}.{mangle(v.type)}")
+                fn = ir.Function(
+                    b.module, ir.FunctionType(el, [el, v.type]), f"{name}.{mangle(v.type)}"
+                )
             return b.call(fn, [start, v], fastmath=("reassoc",))
         name = "llvm.vector.reduce.fmaximum" if agg == "max" else "llvm.vector.reduce.fminimum"
         return call_intrinsic(b, name, [v], ret=el, overloads=[v.type])

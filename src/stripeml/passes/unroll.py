@@ -70,14 +70,20 @@ class Unroll:
         if k.sub_blocks or any(i.affine is not None for i in k.idxs) or "register_tile" in k.tags:
             return None
         outs = [r for r in k.refs if r.dir in ("out", "inout")]
-        if len(outs) != 1 or outs[0].agg not in ("add", "mul", "max", "min") or outs[0].dir != "out":
+        if (
+            len(outs) != 1
+            or outs[0].agg not in ("add", "mul", "max", "min")
+            or outs[0].dir != "out"
+        ):
             return None
         if any(r.dir == "none" or r.shape.elem_count != 1 for r in k.refs):
             return None
         out = outs[0]
         ranges = {i.name: i.range for i in k.idxs}
         in_cons = {n for c in k.constraints for n in c.expr.names}
-        stride = {n: sum(a.coeff(n) * s for a, s in zip(out.access, out.shape.strides)) for n in ranges}
+        stride = {
+            n: sum(a.coeff(n) * s for a, s in zip(out.access, out.shape.strides)) for n in ranges
+        }
         addr = [n for n in ranges if stride[n] != 0]
         red = [n for n in ranges if stride[n] == 0]
         if not red:
@@ -107,7 +113,9 @@ class Unroll:
         vt = vec * w
         return self._rewrite(root, k, v, vt, u, red)
 
-    def _rewrite(self, root: Block, k: Block, v: str, vt: int, u: str | None, red: list[str]) -> Block:
+    def _rewrite(
+        self, root: Block, k: Block, v: str, vt: int, u: str | None, red: list[str]
+    ) -> Block:
         ranges = {i.name: i.range for i in k.idxs}
         taken = set(ranges)
         vo, vr = fresh(f"{v}_o", taken), fresh(f"{v}_r", taken)
@@ -131,7 +139,13 @@ class Unroll:
         # Block the innermost reduction index so a packed panel stays in L1.
         kb = red[-1] if red else None
         ko = None
-        if kb is not None and self.k_block and ranges[kb] > self.k_block and ranges[kb] % self.k_block == 0 and kb not in {n for c in k.constraints for n in c.expr.names}:
+        if (
+            kb is not None
+            and self.k_block
+            and ranges[kb] > self.k_block
+            and ranges[kb] % self.k_block == 0
+            and kb not in {n for c in k.constraints for n in c.expr.names}
+        ):
             ko = fresh(f"{kb}_o", taken | {vo, vr, uo or "", ur or ""})
             lv0[kb] = Affine.index(ko, self.k_block)
             box2[kb] = self.k_block
@@ -187,7 +201,9 @@ class Unroll:
                 buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
                 dense = TensorShape.dense(r.shape.dtype, tuple(s0))
                 refs0.append(Refinement("none", buf, dense, location="L2"))
-                copies.append(_copy_block(r.into, buf, r.shape, dense, tuple(s0), f"{k.name}_pack_{r.into}"))
+                copies.append(
+                    _copy_block(r.into, buf, r.shape, dense, tuple(s0), f"{k.name}_pack_{r.into}")
+                )
                 src, strides = buf, dense.strides
             shape1 = TensorShape(r.shape.dtype, tuple(s1), strides)
             refs1.append(replace(r, from_=src, access=tuple(a1), shape=shape1))
@@ -195,7 +211,11 @@ class Unroll:
             refs2.append(replace(r, from_=r.into, access=tuple(a2), shape=one))
         # Constraints mention only reduction and untiled output indices: same names below.
         cons2 = k.constraints
-        idx2 = [Index(vr, vt)] + ([Index(ur, self.rows)] if u is not None else []) + [Index(n, box2[n]) for n in red]
+        idx2 = (
+            [Index(vr, vt)]
+            + ([Index(ur, self.rows)] if u is not None else [])
+            + [Index(n, box2[n]) for n in red]
+        )
         tile = Block(
             idxs=tuple(idx2),
             refs=tuple(refs2),
@@ -204,7 +224,9 @@ class Unroll:
             tags=frozenset((k.tags - {"kernel"}) | {"register_tile"}),
             name=f"{k.name}_tile",
         )
-        idx1 = ([Index(uo, ranges[u] // self.rows)] if u is not None else []) + [k.idx(n) for n in others]
+        idx1 = ([Index(uo, ranges[u] // self.rows)] if u is not None else []) + [
+            k.idx(n) for n in others
+        ]
         top_k = (Index(ko, ranges[kb] // self.k_block),) if ko is not None else ()
         if merged:
             # Views of the single panel and of one tile row at once: access a0 + a1.
@@ -220,7 +242,13 @@ class Unroll:
                 name=k.name,
                 comment=k.comment,
             )
-        middle = Block(idxs=tuple(idx1), refs=tuple(refs1), stmts=(tile,), tags=frozenset({"tile"}), name=f"{k.name}_rows")
+        middle = Block(
+            idxs=tuple(idx1),
+            refs=tuple(refs1),
+            stmts=(tile,),
+            tags=frozenset({"tile"}),
+            name=f"{k.name}_rows",
+        )
         return Block(
             idxs=(Index(vo, ranges[v] // vt), *top_k),
             refs=tuple(refs0),
@@ -249,7 +277,9 @@ def _prod(xs) -> int:
     return n
 
 
-def _copy_block(src: str, dst: str, shape: TensorShape, dense: TensorShape, sizes: tuple[int, ...], name: str) -> Block:
+def _copy_block(
+    src: str, dst: str, shape: TensorShape, dense: TensorShape, sizes: tuple[int, ...], name: str
+) -> Block:
     """Copy the whole view ``src`` into the dense buffer ``dst`` (a packed panel)."""
     idx = tuple(Index(f"p{d}", s) for d, s in enumerate(sizes))
     acc = tuple(Affine.index(i.name) for i in idx)
@@ -258,7 +288,9 @@ def _copy_block(src: str, dst: str, shape: TensorShape, dense: TensorShape, size
         idxs=idx,
         refs=(
             Refinement("in", src, TensorShape(shape.dtype, one, shape.strides), src, acc),
-            Refinement("out", dst, TensorShape(dense.dtype, one, dense.strides), dst, acc, "assign"),
+            Refinement(
+                "out", dst, TensorShape(dense.dtype, one, dense.strides), dst, acc, "assign"
+            ),
         ),
         stmts=(Load("$x", src), Store(dst, "$x")),
         tags=frozenset({"copy", "cache_in"}),

@@ -188,7 +188,7 @@ class _Reader:
         if fma == "auto":
             fma = self.host.fma
         if not isinstance(fma, bool):
-            raise self.fail("fma", f"expected true, false or \"auto\", got {fma!r}")
+            raise self.fail("fma", f'expected true, false or "auto", got {fma!r}')
         for key in _GPU_COUNTS:
             if key in data:
                 facts[key] = self.count(data[key], key)
