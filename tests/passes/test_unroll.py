@@ -123,3 +123,39 @@ def test_random_gemm_like(m, n, k, agg, transpose_a, batch):
     np.testing.assert_allclose(run(result.program, inputs)["C"], want, rtol=1e-4, atol=1e-4)
     got = CpuBackend(threads=2, fma=True).compile(result.program).run(inputs)["C"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+DENSE_RELU = """function (X[B, K], W[K, N], Bias[N]) -> (Y) {
+    Z[b, n : B, N] = +(X[b, k] * W[k, n]);
+    Y = relu(Z + Bias);
+}"""
+
+
+@pytest.mark.parametrize(("b", "k", "n"), [(4, 3, 16), (8, 5, 32), (12, 7, 16)])
+def test_epilogue_runs_on_each_register_tile(b, k, n):
+    rng = np.random.default_rng(b + k + n)
+    x = rng.standard_normal((b, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll()]).program
+    text = stripeml.ir.format(result)
+    assert "#epilogue" in text and "none Z " not in text  # Z lives only per tile now
+    (kernel,) = result.root.stmts
+    inputs = {"X": x, "W": w, "Bias": bias}
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
+    got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)["Y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_no_epilogue_when_the_result_is_needed_elsewhere():
+    src = """function (X[B, K], W[K, N], Bias[N]) -> (Y, Z) {
+        Z[b, n : B, N] = +(X[b, k] * W[k, n]);
+        Y = relu(Z + Bias);
+    }"""
+    arrays = [np.ones((4, 3), np.float32), np.ones((3, 16), np.float32), np.ones(16, np.float32)]
+    result = run_pipeline(stripeml.compile(src).lower(*arrays).program, [Unroll()]).program
+    assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 2
+    off = run_pipeline(stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll(epilogue=False)])
+    assert "#epilogue" not in off.stages[-1][1]

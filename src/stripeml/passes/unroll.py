@@ -33,7 +33,20 @@ from typing import ClassVar
 
 from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
-from ..ir.nodes import Block, Index, Load, Program, Refinement, Statement, Store, TensorShape
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Index,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Program,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+    TensorShape,
+)
 from ._common import fresh
 from .registry import register
 
@@ -53,18 +66,34 @@ class Unroll:
     # Reductions longer than this are split into blocks of it (0: never; blocking
     # measured slower than streaming one packed panel from L2 on a 2-core znver3).
     k_block: int = 0
+    # Run a following elementwise kernel that reads the result point by point
+    # (bias, activation) on each finished register tile, from a tile-local buffer.
+    epilogue: bool = True
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
     def run(self, program: Program) -> Program:
         root = program.root
         stmts: list[Statement] = []
+        dropped: set[str] = set()
         changed = False
-        for s in root.stmts:
+        i = 0
+        while i < len(root.stmts):
+            s = root.stmts[i]
             new = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
+            if new is not None and self.epilogue and i + 1 < len(root.stmts):
+                fused = _attach_epilogue(new, s, root.stmts[i + 1], root, root.stmts[i + 2 :])
+                if fused is not None:
+                    new, dead = fused
+                    dropped.add(dead)
+                    i += 1
             changed |= new is not None
             stmts.append(new if new is not None else s)
-        return Program(root.with_stmts(tuple(stmts))) if changed else program
+            i += 1
+        if not changed:
+            return program
+        refs = tuple(r for r in root.refs if r.into not in dropped)
+        return Program(replace(root, refs=refs, stmts=tuple(stmts)))
 
     def _tile(self, root: Block, k: Block) -> Block | None:
         if k.sub_blocks or any(i.affine is not None for i in k.idxs) or "register_tile" in k.tags:
@@ -296,3 +325,109 @@ def _copy_block(
         tags=frozenset({"copy", "cache_in"}),
         name=name,
     )
+
+
+def _attach_epilogue(
+    tiled: Block, k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
+) -> tuple[Block, str] | None:
+    """``tiled`` with the elementwise kernel ``e`` run on each finished register tile.
+
+    Legal when ``e`` is a leaf ``#eltwise`` kernel over exactly the shape of the
+    contraction's result ``T``, reads ``T`` through one view at its own point,
+    writes only through ``assign`` views, and ``T`` is a root temporary nothing
+    later reads.  Each tile then reduces into a tile-local buffer (its own
+    aggregation scope, so the values are final when the tile block ends) and
+    the epilogue block reads it; ``T`` disappears.
+    """
+    if not isinstance(e, Block) or "eltwise" not in e.tags or "fill" in e.tags:
+        return None
+    if e.sub_blocks or e.constraints or any(i.affine is not None for i in e.idxs):
+        return None
+    if any(not isinstance(st, (Load, Store, Intrinsic, Constant, LoadIndex)) for st in e.stmts):
+        return None
+    outs = [r for r in k.refs if r.dir == "out"]
+    if len(outs) != 1:
+        return None
+    t = outs[0].from_
+    troot = next((r for r in root.refs if r.into == t), None)
+    if troot is None or troot.dir != "none" or any(_mentions(st, t) for st in later):
+        return None
+    tviews = [r for r in e.refs if r.from_ == t]
+    if len(tviews) != 1 or tviews[0].dir != "in":
+        return None
+    tv = tviews[0]
+    ident = tuple(Affine.index(i.name) for i in e.idxs)
+    if tv.access != ident or tuple(i.range for i in e.idxs) != troot.shape.sizes:
+        return None
+    if any(r.dir == "none" or (r.dir in ("out", "inout") and r.agg != "assign") for r in e.refs):
+        return None
+    if any(r.dir != "in" and r.from_ == t for r in e.refs):
+        return None
+    host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
+    if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
+        return None
+    tile = host.stmts[-1]
+    top_c = next(r for r in tiled.refs if r.into == outs[0].into and r.dir == "out")
+    host_c = next(r for r in host.refs if r.into == outs[0].into and r.dir == "out")
+    tile_c = next(r for r in tile.refs if r.into == outs[0].into)
+    if host is tiled:
+        global_acc = tuple(a + c for a, c in zip(top_c.access, tile_c.access))
+    else:
+        global_acc = tuple(a + b + c for a, b, c in zip(top_c.access, host_c.access, tile_c.access))
+    sub = {i.name: g for i, g in zip(e.idxs, global_acc)}
+    taken = {r.into for b in (tiled, host, tile, e) for r in b.refs}
+    buf = fresh(f"{t}_tile", taken)
+    dense = TensorShape.dense(troot.shape.dtype, host_c.shape.sizes)
+    ones = (1,) * len(dense.sizes)
+    new_tile = replace(
+        tile,
+        refs=tuple(
+            replace(r, from_=buf, shape=TensorShape(r.shape.dtype, ones, dense.strides)) if r is tile_c else r
+            for r in tile.refs
+        ),
+    )
+    addr = {n for a in tile_c.access for n in a.names}
+    epi_refs = []
+    outer_refs = []
+    for r in e.refs:
+        if r is tv:
+            epi_refs.append(Refinement("in", r.into, TensorShape(r.shape.dtype, ones, dense.strides), buf, tile_c.access))
+            continue
+        parent = next(x for x in root.refs if x.into == r.from_)
+        whole = TensorShape(r.shape.dtype, parent.shape.sizes, r.shape.strides)
+        origin = tuple(Affine() for _ in parent.shape.sizes)
+        outer_refs.append(replace(r, access=origin, shape=whole))
+        epi_refs.append(replace(r, from_=r.into, access=tuple(a.substitute(sub) for a in r.access)))
+    epilogue = Block(
+        # The vector index (the tile's first) goes last: it runs in SIMD lanes.
+        idxs=tuple(i for i in tile.idxs[1:] if i.name in addr) + (tile.idxs[0],),
+        refs=tuple(epi_refs),
+        stmts=e.stmts,
+        tags=frozenset({"eltwise", "epilogue"}),
+        name=f"{e.name}_epilogue",
+        comment=e.comment,
+    )
+    host_refs = [r for r in host.refs if r is not host_c] + [Refinement("none", buf, dense, location="L1")]
+    if host is tiled:
+        host_refs += outer_refs
+        return (
+            replace(tiled, refs=tuple(host_refs), stmts=(*tiled.stmts[:-1], new_tile, epilogue),
+                    tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
+            t,
+        )  # fmt: skip
+    host_refs += [replace(r, from_=r.into) for r in outer_refs]
+    new_host = replace(host, refs=tuple(host_refs), stmts=(*host.stmts[:-1], new_tile, epilogue))
+    top_refs = [r for r in tiled.refs if r is not top_c] + outer_refs
+    return (
+        replace(tiled, refs=tuple(top_refs), stmts=(*tiled.stmts[:-1], new_host),
+                tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
+        t,
+    )  # fmt: skip
+
+
+def _mentions(s: Statement, buffer: str) -> bool:
+    if isinstance(s, Block):
+        return any(r.from_ == buffer for r in s.refs)
+    if isinstance(s, Special):
+        return buffer in s.inputs or buffer in s.outputs
+    return False

@@ -1,0 +1,278 @@
+"""``halo``: pad an input with zeros so a padded convolution loses its constraints.
+
+Lowering a padded convolution
+``O[x : X] = +(I[x + kx - 1] * K[kx])`` gives a kernel whose constraints
+(``x + kx - 1 >= 0``, ``X - x - kx >= 0``) keep the ``I`` access in bounds.
+Constrained output indices cannot be register-tiled (``unroll``).  For a
+selected root kernel this pass inserts, before the kernel:
+
+* a root temporary ``I_halo`` (``none``) of the padded shape: per dimension
+  ``size + low + high``, dense strides, where ``low``/``high`` are how far the
+  access leaves the buffer below / above on the kernel's index box;
+* a fill kernel (``#kernel #eltwise #fill``) storing zero to all of it;
+* a copy kernel (``#kernel #eltwise #copy``) storing ``I`` into its interior
+  (``I_halo[i + low] = I[i]``);
+
+and rewrites the kernel to read ``I_halo`` at the shifted access
+(``x + kx - 1 + 1`` = ``x + kx``) with its constraints removed.
+
+Legality (all checked exactly with isl, on the kernel's index box ``B``;
+otherwise the kernel is left alone):
+
+* the kernel is a root leaf block tagged ``select``, without index offsets,
+  with constraints, and with exactly one output: an ``out`` view with
+  aggregation ``add`` (the scope sums what it stores);
+* removing the constraints makes exactly one view leave its parent's bounds,
+  an ``in`` view ``P`` of a root buffer the kernel does not write (every other
+  view stays in bounds on all of ``B``);
+* the constraints select exactly the points where ``P`` is in bounds:
+  ``B ∩ {P in bounds} ⊆ D`` (the verifier guarantees ``D ⊆ {P in bounds}``),
+  so the new points are exactly those that read the padding;
+* every output element stored on ``B`` was stored on ``D`` (elements that
+  were never stored keep their contents; they must not now receive a sum of
+  zeros);
+* the kernel loads ``P`` once, into ``$p``, uses ``$p`` only as a factor of
+  one ``mul`` and stores that product (only) to the output: at a new point the
+  stored value is ``0 * q``;
+* ``0 * q == 0`` for the other factor ``q``: always for integers; for floats
+  only when ``q`` is finite (``0 * inf`` and ``0 * nan`` are ``nan``).  With
+  ``assume_finite`` (the default) finite values are assumed, the trade-off
+  every padded-convolution library (im2col, oneDNN, cuDNN, PyTorch) makes:
+  a non-finite weight then poisons the outputs whose window touches the
+  padding, where the constrained kernel skipped it.  Without it, the other
+  factor must be a finite constant.  Adding ``+0.0`` or ``-0.0`` to a sum
+  leaves it unchanged, so the results are otherwise bit-identical;
+* the padded buffer has at most ``max_bytes`` bytes.
+
+Options: ``select`` (the tag of the kernels to consider, default
+``contraction``), ``max_bytes`` (largest padded buffer), ``assume_finite``.
+
+Requires: verified IR.  Guarantees: the same results (under
+``assume_finite``: for finite inputs), verified IR, the same object when
+nothing applies; a second run changes nothing (the rewritten kernel has no
+constraints).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import islpy as isl
+
+from ..analysis.isl_util import (
+    affine_range,
+    block_domain,
+    constrain,
+    dim_names,
+    eq_constraint,
+    set_space,
+)
+from ..ir.affine import Affine
+from ..ir.dtypes import is_float, is_int, itemsize
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Index,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Program,
+    Refinement,
+    Statement,
+    Store,
+    TensorShape,
+)
+from ._common import fresh
+from .registry import register
+
+
+@register
+@dataclass(frozen=True)
+class Halo:
+    """Zero-pad the input that a kernel's padding constraints protect, and drop them.
+
+    ``select``: tag of the root kernels to consider; ``max_bytes``: largest
+    padded buffer to allocate; ``assume_finite``: treat the other factor of the
+    product as finite (``0 * x == 0``), as padded-convolution libraries do.
+    """
+
+    select: str = "contraction"
+    max_bytes: int = 1 << 26
+    assume_finite: bool = True
+    name: ClassVar[str] = "halo"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        stmts: list[Statement] = []
+        refs = list(root.refs)
+        changed = False
+        for s in root.stmts:
+            new = None
+            if isinstance(s, Block) and self.select in s.tags:
+                new = self._halo(root, refs, s)
+            if new is None:
+                stmts.append(s)
+                continue
+            halo_ref, fill, copy, kernel = new
+            refs.append(halo_ref)
+            stmts += [fill, copy, kernel]
+            changed = True
+        if not changed:
+            return program
+        return Program(replace(root, refs=tuple(refs), stmts=tuple(stmts)))
+
+    def _halo(
+        self, root: Block, root_refs: list[Refinement], k: Block
+    ) -> tuple[Refinement, Block, Block, Block] | None:
+        """The halo buffer, fill, copy and rewritten kernel, or ``None`` when illegal."""
+        if not k.constraints or any(i.affine is not None for i in k.idxs):
+            return None
+        if any(isinstance(s, Block) or not _scalar(s) for s in k.stmts):
+            return None
+        outs = [r for r in k.refs if r.dir in ("out", "inout")]
+        if len(outs) != 1 or outs[0].dir != "out" or outs[0].agg != "add":
+            return None
+        out = outs[0]
+        parents = {r.into: r for r in root_refs}
+        box = block_domain(replace(k, constraints=()))
+        domain = block_domain(k)
+        # Which views leave their parent's bounds on the box?
+        violators = set()
+        for r in k.refs:
+            if r.dir == "none":
+                continue
+            parent = parents.get(r.from_)
+            if parent is None:
+                return None
+            for cond in _in_bounds(r, parent.shape.sizes):
+                if _exists(box, -cond - 1):
+                    violators.add(r.into)
+        if len(violators) != 1:
+            return None
+        p = next(r for r in k.refs if r.into in violators)
+        if p.dir != "in" or p.from_ == out.from_:
+            return None
+        parent = parents[p.from_]
+        inside = constrain(box, _in_bounds(p, parent.shape.sizes))
+        # The constraints are implied by P's in-bounds conditions: nothing more is cut.
+        if not inside.is_subset(domain):
+            return None
+        # Every output element stored on the box was stored before.
+        if not _image(box, out.access).is_subset(_image(domain, out.access)):
+            return None
+        if not self._product_of_load(k, p, out):
+            return None
+        # Padding per dimension: how far the access leaves the parent on the box.
+        lows, highs = [], []
+        for a, size, psize in zip(p.access, p.shape.sizes, parent.shape.sizes):
+            span = affine_range(box, a)
+            if span is None:
+                return None
+            lows.append(max(0, -span[0]))
+            highs.append(max(0, span[1] + size - psize))
+        sizes = tuple(s + lo + hi for s, lo, hi in zip(parent.shape.sizes, lows, highs))
+        dtype = parent.shape.dtype
+        if itemsize(dtype) * math.prod(sizes) > self.max_bytes:
+            return None
+        dense = TensorShape.dense(dtype, sizes)
+        name = fresh(f"{p.from_}_halo", {r.into for r in root_refs})
+        halo_ref = Refinement("none", name, dense)
+        fill, copy = _fill_and_copy(k.name, parent, name, dense, lows)
+        new_p = replace(
+            p,
+            from_=name,
+            access=tuple(a + lo for a, lo in zip(p.access, lows)),
+            shape=TensorShape(dtype, p.shape.sizes, dense.strides),
+        )
+        kernel = replace(k, constraints=(), refs=tuple(new_p if r is p else r for r in k.refs))
+        return halo_ref, fill, copy, kernel
+
+    def _product_of_load(self, k: Block, p: Refinement, out: Refinement) -> bool:
+        """The kernel stores only ``load(P) * q`` (``$p`` used nowhere else), with ``0*q == 0``."""
+        loads = [s for s in k.stmts if isinstance(s, Load) and s.ref == p.into]
+        stores = [s for s in k.stmts if isinstance(s, Store)]
+        if len(loads) != 1 or len(stores) != 1 or stores[0].ref != out.into:
+            return False
+        pv, value = loads[0].into, stores[0].value
+        defs = {s.into: s for s in k.stmts if isinstance(s, (Load, Constant, Intrinsic))}
+        mul = defs.get(value)
+        if not isinstance(mul, Intrinsic) or mul.op != "mul" or len(mul.inputs) != 2:
+            return False
+        if pv not in mul.inputs or mul.inputs[0] == mul.inputs[1]:
+            return False
+        users = [s for s in k.stmts if isinstance(s, Intrinsic) and pv in s.inputs]
+        if users != [mul] or any(isinstance(s, Intrinsic) and value in s.inputs for s in k.stmts):
+            return False
+        if is_int(mul.dtype):
+            return True
+        if not is_float(mul.dtype):
+            return False
+        if self.assume_finite:
+            return True
+        other = defs.get(next(x for x in mul.inputs if x != pv))
+        return isinstance(other, Constant) and math.isfinite(float(other.value))
+
+
+def _scalar(s: Statement) -> bool:
+    return isinstance(s, (Load, Store, Constant, Intrinsic, LoadIndex))
+
+
+def _in_bounds(r: Refinement, parent_sizes: tuple[int, ...]) -> list[Affine]:
+    """The affines ``>= 0`` that keep view ``r`` inside its parent."""
+    conds = []
+    for a, size, psize in zip(r.access, r.shape.sizes, parent_sizes):
+        conds += [a, psize - size - a]
+    return conds
+
+
+def _exists(domain: isl.BasicSet, expr: Affine) -> bool:
+    return not constrain(domain, [expr]).is_empty()
+
+
+def _image(domain: isl.BasicSet, access: tuple[Affine, ...]) -> isl.Set:
+    """The elements ``access`` reaches from the points of ``domain``."""
+    names = dim_names(domain)
+    outs = tuple(fresh(f"_o{d}", names) for d in range(len(access)))
+    space = set_space(names + outs)
+    ext = domain.add_dims(isl.dim_type.set, len(outs))
+    for d, o in enumerate(outs):
+        ext = ext.set_dim_name(isl.dim_type.set, len(names) + d, o)
+    for o, a in zip(outs, access):
+        ext = ext.add_constraint(eq_constraint(Affine.index(o) - a, space))
+    return ext.project_out(isl.dim_type.set, 0, len(names)).to_set()
+
+
+def _fill_and_copy(
+    kname: str, src: Refinement, dst: str, dense: TensorShape, lows: list[int]
+) -> tuple[Block, Block]:
+    """Kernels storing zero to all of ``dst`` and ``src`` to its interior at ``lows``."""
+    dtype = dense.dtype
+    one = (1,) * len(dense.sizes)
+    fill_idx = tuple(Index(f"i{d}", s) for d, s in enumerate(dense.sizes))
+    fill_acc = tuple(Affine.index(i.name) for i in fill_idx)
+    zero: int | float = 0.0 if is_float(dtype) else 0
+    fill = Block(
+        idxs=fill_idx,
+        refs=(
+            Refinement("out", dst, TensorShape(dtype, one, dense.strides), dst, fill_acc, "assign"),
+        ),
+        stmts=(Constant("$zero", zero, dtype), Store(dst, "$zero")),
+        tags=frozenset({"kernel", "eltwise", "fill"}),
+        name=f"{kname}_{dst}_fill",
+    )
+    copy_idx = tuple(Index(f"i{d}", s) for d, s in enumerate(src.shape.sizes))
+    acc = tuple(Affine.index(i.name) for i in copy_idx)
+    shifted = tuple(a + lo for a, lo in zip(acc, lows))
+    copy = Block(
+        idxs=copy_idx,
+        refs=(
+            Refinement("in", src.into, TensorShape(dtype, one, src.shape.strides), src.into, acc),
+            Refinement("out", dst, TensorShape(dtype, one, dense.strides), dst, shifted, "assign"),
+        ),
+        stmts=(Load("$x", src.into), Store(dst, "$x")),
+        tags=frozenset({"kernel", "eltwise", "copy"}),
+        name=f"{kname}_{dst}_copy",
+    )
+    return fill, copy

@@ -1,0 +1,160 @@
+"""``halo``: padded convolutions on a zero-filled copy of their input, on the interpreter and the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stripeml
+from stripeml.ir.nodes import Block
+from stripeml.passes import cpu_pipeline
+from stripeml.passes.halo import Halo
+from stripeml.passes.manager import run_pipeline
+from stripeml.passes.unroll import Unroll
+from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.interp import run
+
+from .helpers import checker
+
+
+def _conv_src(pad: int, stride: int, dil: int, xo: int, yo: int) -> str:
+    """A 2-D NHWC convolution with literal output sizes (xo, yo)."""
+    ax = f"{stride}*x + {dil}*kx - {pad}"
+    ay = f"{stride}*y + {dil}*ky - {pad}"
+    return f"""function (I[N, X, Y, CI], K[KX, KY, CI, CO]) -> (O) {{
+        O[n, x, y, co : N, {xo}, {yo}, CO] = +(I[n, {ax}, {ay}, ci] * K[kx, ky, ci, co]);
+    }}"""
+
+
+def _conv_numpy(i, k, pad: int, stride: int, dil: int, xo: int, yo: int) -> np.ndarray:
+    p = np.pad(i, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    out = np.zeros((i.shape[0], xo, yo, k.shape[3]), np.float64)
+    for a in range(k.shape[0]):
+        for b in range(k.shape[1]):
+            xs = slice(dil * a, dil * a + stride * (xo - 1) + 1, stride)
+            ys = slice(dil * b, dil * b + stride * (yo - 1) + 1, stride)
+            out += np.einsum("nxyc,cd->nxyd", p[:, xs, ys], k[a, b])
+    return out.astype(np.float32)
+
+
+def _case(n, x, y, ci, co, kx, ky, pad, stride, dil, seed=0):
+    xo = (x + 2 * pad - dil * (kx - 1) - 1) // stride + 1
+    yo = (y + 2 * pad - dil * (ky - 1) - 1) // stride + 1
+    rng = np.random.default_rng(seed)
+    i = rng.standard_normal((n, x, y, ci)).astype(np.float32)
+    k = rng.standard_normal((kx, ky, ci, co)).astype(np.float32)
+    f = stripeml.compile(_conv_src(pad, stride, dil, xo, yo))
+    program = f.lower(i, k).program
+    want = _conv_numpy(i, k, pad, stride, dil, xo, yo)
+    return program, {"I": i, "K": k}, want
+
+
+def _halo_stage(program, inputs, want, **options):
+    """Run ``halo`` under the pass manager's check; the result and whether it changed."""
+    expected = run(program, inputs)
+    np.testing.assert_allclose(expected["O"], want, rtol=1e-4, atol=1e-4)
+    result = run_pipeline(program, [Halo(**options)], check=checker(inputs, expected, atol=1e-5))
+    return result.program, len(result.stages) == 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    x=st.integers(3, 7),
+    y=st.integers(3, 7),
+    k=st.sampled_from([1, 2, 3]),
+    pad=st.sampled_from([1, 2]),
+    stride=st.sampled_from([1, 2]),
+    dil=st.sampled_from([1, 2]),
+    seed=st.integers(0, 3),
+)
+def test_random_padded_convs_interpreter(x, y, k, pad, stride, dil, seed):
+    """Random padded convolutions: the halo program equals the unoptimised one and NumPy."""
+    if x + 2 * pad < dil * (k - 1) + 1 or y + 2 * pad < dil * (k - 1) + 1:
+        return
+    program, inputs, want = _case(1, x, y, 2, 3, k, k, pad, stride, dil, seed)
+    new, changed = _halo_stage(program, inputs, want)
+    # Pads of at most k - 1 (times the dilation) leave every output an in-bounds tap.
+    assert changed or pad > dil * (k - 1)
+    if changed:
+        kernel = new.root.stmts[-1]
+        assert isinstance(kernel, Block) and not kernel.constraints
+        assert [b.name.rsplit("_", 1)[-1] for b in new.root.stmts[:2]] == ["fill", "copy"]
+        np.testing.assert_allclose(run(new, inputs)["O"], want, rtol=1e-4, atol=1e-4)
+        assert Halo().run(new) is new, "a second run changes nothing"
+
+
+@pytest.mark.parametrize(
+    ("pad", "stride", "dil"), [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 1, 2), (2, 2, 2)]
+)
+def test_padded_convs_change(pad, stride, dil):
+    """The usual padded convolutions all qualify (every output sees an in-bounds tap)."""
+    program, inputs, want = _case(2, 6, 5, 3, 4, 3, 3, pad, stride, dil)
+    _, changed = _halo_stage(program, inputs, want)
+    assert changed
+
+
+def test_output_never_stored_is_unchanged():
+    """Pad 3 with a 1x1 kernel: the border outputs had no points; they must not get a zero."""
+    program, inputs, want = _case(1, 4, 4, 2, 2, 1, 1, 3, 1, 1)
+    _, changed = _halo_stage(program, inputs, want)
+    assert not changed
+
+
+def test_options():
+    program, inputs, want = _case(1, 5, 5, 2, 3, 3, 3, 1, 1, 1)
+    assert Halo(max_bytes=4 * 7 * 7 * 2 - 1).run(program) is program
+    assert Halo(max_bytes=4 * 7 * 7 * 2).run(program) is not program
+    assert Halo(select="nothing").run(program) is program
+    # Without assume_finite, 0 * K is not known to be 0 (K may hold inf or nan).
+    assert Halo(assume_finite=False).run(program) is program
+
+
+def test_assume_finite_trade_off():
+    """A non-finite weight: the constrained kernel skips the padding, the halo one gives nan."""
+    program, inputs, _ = _case(1, 4, 4, 1, 1, 3, 3, 1, 1, 1)
+    inputs["K"][0, 0, 0, 0] = np.inf
+    before = run(program, inputs)["O"]
+    after = run(Halo().run(program), inputs)["O"]
+    assert np.isnan(after[0, 0, 0, 0]) and not np.isnan(before[0, 0, 0, 0])
+
+
+def test_integer_conv_needs_no_finiteness():
+    src = "function (I[X], K[KX]) -> (O) { O[x : X] = +(I[x + kx - 1] * K[kx]); }"
+    i = np.arange(1, 9, dtype=np.int32)
+    k = np.array([1, -2, 3], np.int32)
+    program = stripeml.compile(src).lower(i, k).program
+    new = Halo(assume_finite=False).run(program)
+    assert new is not program
+    want = np.convolve(np.pad(i, 1), k[::-1], mode="valid")
+    np.testing.assert_array_equal(run(new, {"I": i, "K": k})["O"], want)
+
+
+@pytest.mark.parametrize(
+    ("shape", "pad", "stride", "dil"),
+    [((1, 8, 8, 3, 16), 1, 1, 1), ((2, 8, 6, 4, 16), 2, 1, 2), ((1, 9, 9, 2, 8), 1, 2, 1)],
+)
+def test_cpu_pipeline(shape, pad, stride, dil):
+    """``halo`` before the CPU pipeline: the compiled conv equals NumPy on 1 and 2 threads."""
+    n, x, y, ci, co = shape
+    program, inputs, want = _case(n, x, y, ci, co, 3, 3, pad, stride, dil)
+    passes = cpu_pipeline(vector_width=8)
+    after_dce = [p.name for p in passes].index("dce") + 1
+    for pipeline in ([Halo(), *passes], [*passes[:after_dce], Halo(), *passes[after_dce:]]):
+        result = run_pipeline(program, pipeline, check=checker(inputs, run(program, inputs)))
+        assert "halo" in [s for s, _ in result.stages]
+        for threads in (1, 2):
+            backend = CpuBackend(threads=threads, vector_width=8, passes=tuple(pipeline))
+            out = backend.compile(program).run(inputs)["O"]
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_unroll_tiles_rows_after_halo():
+    """Without constraints, ``unroll`` register-tiles x (rows) as well as the channels."""
+    program, inputs, want = _case(1, 8, 8, 3, 16, 3, 3, 1, 1, 1)
+    result = run_pipeline(program, [Halo(), Unroll()])
+    assert [s for s, _ in result.stages] == ["lower", "halo", "unroll"]
+    assert "x_r:4" in result.stages[-1][1]
+    out = CpuBackend(threads=2, vector_width=8).compile(result.program).run(inputs)["O"]
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
