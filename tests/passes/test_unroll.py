@@ -157,5 +157,7 @@ def test_no_epilogue_when_the_result_is_needed_elsewhere():
     arrays = [np.ones((4, 3), np.float32), np.ones((3, 16), np.float32), np.ones(16, np.float32)]
     result = run_pipeline(stripeml.compile(src).lower(*arrays).program, [Unroll()]).program
     assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 2
-    off = run_pipeline(stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll(epilogue=False)])
+    off = run_pipeline(
+        stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll(epilogue=False)]
+    )
     assert "#epilogue" not in off.stages[-1][1]

@@ -111,7 +111,7 @@ class Halo:
         for s in root.stmts:
             new = None
             if isinstance(s, Block) and self.select in s.tags:
-                new = self._halo(root, refs, s)
+                new = self._halo(refs, s)
             if new is None:
                 stmts.append(s)
                 continue
@@ -124,12 +124,12 @@ class Halo:
         return Program(replace(root, refs=tuple(refs), stmts=tuple(stmts)))
 
     def _halo(
-        self, root: Block, root_refs: list[Refinement], k: Block
+        self, root_refs: list[Refinement], k: Block
     ) -> tuple[Refinement, Block, Block, Block] | None:
         """The halo buffer, fill, copy and rewritten kernel, or ``None`` when illegal."""
         if not k.constraints or any(i.affine is not None for i in k.idxs):
             return None
-        if any(isinstance(s, Block) or not _scalar(s) for s in k.stmts):
+        if not all(_scalar(s) for s in k.stmts):
             return None
         outs = [r for r in k.refs if r.dir in ("out", "inout")]
         if len(outs) != 1 or outs[0].dir != "out" or outs[0].agg != "add":

@@ -382,7 +382,9 @@ def _attach_epilogue(
     new_tile = replace(
         tile,
         refs=tuple(
-            replace(r, from_=buf, shape=TensorShape(r.shape.dtype, ones, dense.strides)) if r is tile_c else r
+            replace(r, from_=buf, shape=TensorShape(r.shape.dtype, ones, dense.strides))
+            if r is tile_c
+            else r
             for r in tile.refs
         ),
     )
@@ -391,7 +393,15 @@ def _attach_epilogue(
     outer_refs = []
     for r in e.refs:
         if r is tv:
-            epi_refs.append(Refinement("in", r.into, TensorShape(r.shape.dtype, ones, dense.strides), buf, tile_c.access))
+            epi_refs.append(
+                Refinement(
+                    "in",
+                    r.into,
+                    TensorShape(r.shape.dtype, ones, dense.strides),
+                    buf,
+                    tile_c.access,
+                )
+            )
             continue
         parent = next(x for x in root.refs if x.into == r.from_)
         whole = TensorShape(r.shape.dtype, parent.shape.sizes, r.shape.strides)
@@ -407,7 +417,9 @@ def _attach_epilogue(
         name=f"{e.name}_epilogue",
         comment=e.comment,
     )
-    host_refs = [r for r in host.refs if r is not host_c] + [Refinement("none", buf, dense, location="L1")]
+    host_refs = [r for r in host.refs if r is not host_c] + [
+        Refinement("none", buf, dense, location="L1")
+    ]
     if host is tiled:
         host_refs += outer_refs
         return (
