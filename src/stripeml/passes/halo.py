@@ -9,7 +9,8 @@ selected root kernel this pass inserts, before the kernel:
 * a root temporary ``I_halo`` (``none``) of the padded shape: per dimension
   ``size + low + high``, dense strides, where ``low``/``high`` are how far the
   access leaves the buffer below / above on the kernel's index box;
-* a fill kernel (``#kernel #eltwise #fill``) storing zero to all of it;
+* fill kernels (``#kernel #eltwise #fill``) storing zero to its halo, one slab
+  per padded side;
 * a copy kernel (``#kernel #eltwise #copy``) storing ``I`` into its interior
   (``I_halo[i + low] = I[i]``);
 
@@ -115,9 +116,9 @@ class Halo:
             if new is None:
                 stmts.append(s)
                 continue
-            halo_ref, fill, copy, kernel = new
+            halo_ref, fills, copy, kernel = new
             refs.append(halo_ref)
-            stmts += [fill, copy, kernel]
+            stmts += [*fills, copy, kernel]
             changed = True
         if not changed:
             return program
@@ -179,7 +180,7 @@ class Halo:
         dense = TensorShape.dense(dtype, sizes)
         name = fresh(f"{p.from_}_halo", {r.into for r in root_refs})
         halo_ref = Refinement("none", name, dense)
-        fill, copy = _fill_and_copy(k.name, parent, name, dense, lows)
+        fills, copy = _fill_and_copy(k.name, parent, name, dense, lows)
         new_p = replace(
             p,
             from_=name,
@@ -187,7 +188,7 @@ class Halo:
             shape=TensorShape(dtype, p.shape.sizes, dense.strides),
         )
         kernel = replace(k, constraints=(), refs=tuple(new_p if r is p else r for r in k.refs))
-        return halo_ref, fill, copy, kernel
+        return halo_ref, fills, copy, kernel
 
     def _product_of_load(self, k: Block, p: Refinement, out: Refinement) -> bool:
         """The kernel stores only ``load(P) * q`` (``$p`` used nowhere else), with ``0*q == 0``."""
@@ -246,22 +247,35 @@ def _image(domain: isl.BasicSet, access: tuple[Affine, ...]) -> isl.Set:
 
 def _fill_and_copy(
     kname: str, src: Refinement, dst: str, dense: TensorShape, lows: list[int]
-) -> tuple[Block, Block]:
-    """Kernels storing zero to all of ``dst`` and ``src`` to its interior at ``lows``."""
+) -> tuple[tuple[Block, ...], Block]:
+    """Kernels storing zero to the halo of ``dst`` and ``src`` to its interior at ``lows``."""
     dtype = dense.dtype
     one = (1,) * len(dense.sizes)
-    fill_idx = tuple(Index(f"i{d}", s) for d, s in enumerate(dense.sizes))
-    fill_acc = tuple(Affine.index(i.name) for i in fill_idx)
     zero: int | float = 0.0 if is_float(dtype) else 0
-    fill = Block(
-        idxs=fill_idx,
-        refs=(
-            Refinement("out", dst, TensorShape(dtype, one, dense.strides), dst, fill_acc, "assign"),
-        ),
-        stmts=(Constant("$zero", zero, dtype), Store(dst, "$zero")),
-        tags=frozenset({"kernel", "eltwise", "fill"}),
-        name=f"{kname}_{dst}_fill",
-    )
+    # Zero only the halo: per padded dimension a low and a high slab (full extent
+    # in the other dimensions; corners are written twice, by different kernels).
+    fills = []
+    for d, (lo, total, size) in enumerate(zip(lows, dense.sizes, src.shape.sizes)):
+        for side, start, extent in (("lo", 0, lo), ("hi", lo + size, total - lo - size)):
+            if extent <= 0:
+                continue
+            sizes = list(dense.sizes)
+            sizes[d] = extent
+            idx = tuple(Index(f"i{e}", n) for e, n in enumerate(sizes))
+            acc = tuple(Affine.index(i.name) + (start if e == d else 0) for e, i in enumerate(idx))
+            fills.append(
+                Block(
+                    idxs=idx,
+                    refs=(
+                        Refinement(
+                            "out", dst, TensorShape(dtype, one, dense.strides), dst, acc, "assign"
+                        ),
+                    ),
+                    stmts=(Constant("$zero", zero, dtype), Store(dst, "$zero")),
+                    tags=frozenset({"kernel", "eltwise", "fill"}),
+                    name=f"{kname}_{dst}_fill{d}{side}",
+                )
+            )
     copy_idx = tuple(Index(f"i{d}", s) for d, s in enumerate(src.shape.sizes))
     acc = tuple(Affine.index(i.name) for i in copy_idx)
     shifted = tuple(a + lo for a, lo in zip(acc, lows))
@@ -275,4 +289,4 @@ def _fill_and_copy(
         tags=frozenset({"kernel", "eltwise", "copy"}),
         name=f"{kname}_{dst}_copy",
     )
-    return fill, copy
+    return tuple(fills), copy
