@@ -198,6 +198,8 @@ class _KernelGen:
                 slot = self.alloca_builder.alloca(
                     mem_type(r.shape.dtype), size=max(r.shape.extent, 1), name=self.fresh("alloc")
                 )
+                if r.shape.extent > 1:
+                    slot.align = 64  # a cache line: vector rows of packed panels never split lines
                 binds[r.into] = Bind(
                     slot, Affine(), r.shape.dtype, "", "skip" if init is not None else "plain", None
                 )
