@@ -161,3 +161,18 @@ def test_no_epilogue_when_the_result_is_needed_elsewhere():
         stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll(epilogue=False)]
     )
     assert "#epilogue" not in off.stages[-1][1]
+
+
+def test_no_epilogue_on_a_blocked_reduction():
+    """With k blocks, each tile sees partial sums: the epilogue must wait, so it is not fused."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(k_block=16)]).program
+    assert "#epilogue" not in stripeml.ir.format(result)
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(
+        run(result, {"X": x, "W": w, "Bias": bias})["Y"], want, rtol=1e-5, atol=1e-5
+    )

@@ -81,7 +81,8 @@ class Unroll:
         while i < len(root.stmts):
             s = root.stmts[i]
             new = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
-            if new is not None and self.epilogue and i + 1 < len(root.stmts):
+            # A blocked reduction finishes only after the last block: no epilogue then.
+            if new is not None and self.epilogue and not self.k_block and i + 1 < len(root.stmts):
                 fused = _attach_epilogue(new, s, root.stmts[i + 1], root, root.stmts[i + 2 :])
                 if fused is not None:
                     new, dead = fused
