@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
@@ -37,26 +36,23 @@ from ..ir.nodes import (
     Program,
     Special,
     Store,
-    walk_blocks,
 )
 from .cpu_abi import BufferInfo, CpuModule, KernelInfo, Step
 from .llvm_ops import call_intrinsic, combine, hreduce, intrinsic
+from .llvm_plan import (
+    Bind,
+    _init_targets,
+    _injective,
+    _loop_order,
+    _needed_in_init,
+    _parallel_index,
+    _reg_candidate,
+    _register_tile_plan,
+    _vectorizable,
+    _work,
+    blk_idx_names,
+)
 from .llvm_types import I1, I8, I64, PTR, const, identity, mem_type, reg_type, splat, vec
-
-
-@dataclass
-class Bind:
-    """A refinement as seen by generated code."""
-
-    base: ir.Value  # pointer to element 0 of the underlying memory
-    offset: Affine  # element offset of the view's origin
-    dtype: str
-    agg: str
-    mode: str  # "plain" | "mem" | "reg" | "read" | "init" | "skip"
-    root: str | None  # root buffer name (None for allocations)
-    acc: ir.Value | None = None  # register accumulator slot (mode "reg")
-    vacc: ir.Value | None = None  # vector accumulator slot (vectorised reductions)
-    touched: ir.Value | None = None
 
 
 def generate(
@@ -577,10 +573,6 @@ class _KernelGen:
         b.position_at_end(exit_)
 
 
-def blk_idx_names(blk: Block) -> set[str]:
-    return {i.name for i in blk.idxs}
-
-
 def _is_zero(v: ir.Value) -> bool:
     return isinstance(v, ir.Constant) and v.constant == 0
 
@@ -610,248 +602,3 @@ def _floordiv(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
 
 def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
     return b.neg(_floordiv(b, b.neg(x), d))
-
-
-# -- analysis helpers ------------------------------------------------------------
-
-
-def _reg_candidate(blk: Block, scopes: list[str]) -> str | None:
-    """A scope ref that can accumulate in a register: a leaf block whose only store it is."""
-    if len(scopes) != 1 or blk.sub_blocks:
-        return None
-    stores = [s for s in blk.stmts if isinstance(s, Store)]
-    if len(stores) != 1 or stores[0].ref != scopes[0]:
-        return None
-    if any(isinstance(s, Special) for s in blk.stmts):
-        return None
-    return scopes[0]
-
-
-# At most this many vector accumulators in a register tile (16 ymm registers on AVX2,
-# leaving room for the loaded operands).
-MAX_TILE_VECTORS = 12
-# Fully unrolled register-tile indices: at most this many iterations each.
-MAX_UNROLL = 8
-
-
-def _register_tile_plan(
-    blk: Block, binds: dict[str, Bind], w: int
-) -> tuple[str, str, list[str]] | None:
-    """(output ref, vector index, unrolled indices) when ``blk`` is a leaf whose single
-    aggregating store can keep its outputs in vector registers across the reduction."""
-    if w < 2 or blk.sub_blocks or any(r.dir == "none" for r in blk.refs):
-        return None
-    stores = [s for s in blk.stmts if isinstance(s, Store)]
-    if len(stores) != 1 or any(isinstance(s, Special) for s in blk.stmts):
-        return None
-    out = stores[0].ref
-    bd = binds[out]
-    if bd.mode not in ("scope", "mem") or bd.agg not in ("add", "mul", "max", "min"):
-        return None
-    own = blk_idx_names(blk)
-    addr = [i.name for i in blk.idxs if bd.offset.coeff(i.name)]
-    red = [n for n in own if n not in addr]
-    if not red or not _injective(bd.offset, blk):
-        return None
-    if any(set(c.expr.names) & set(addr) for c in blk.constraints):
-        return None
-    if bd.mode == "scope" and blk.constraints:
-        return None  # a reduction with no points must leave its outputs alone
-    units = [n for n in addr if bd.offset.coeff(n) == 1 and blk.idx(n).range % w == 0]
-    for vidx in reversed(units):
-        unrolled = [n for n in addr if n != vidx]
-        count = blk.idx(vidx).range // w
-        for u in unrolled:
-            count *= blk.idx(u).range
-        if count > MAX_TILE_VECTORS or any(blk.idx(u).range > MAX_UNROLL for u in unrolled):
-            continue
-        saved = bd.mode
-        bd.mode = "reg"
-        ok = _vectorizable(blk, binds, vidx, reduction_ok=True)
-        bd.mode = saved
-        if ok:
-            return out, vidx, unrolled
-    return None
-
-
-def _injective(offset: Affine, blk: Block) -> bool:
-    """Whether distinct points of ``blk``'s indices in ``offset`` reach distinct elements
-    (mixed-radix test: each coefficient exceeds the span of all smaller ones)."""
-    terms = sorted((abs(c), blk.idx(n).range) for n, c in offset.terms if n in blk_idx_names(blk))
-    span = 0
-    for c, r in terms:
-        if c <= span:
-            return False
-        span += c * (r - 1)
-    return True
-
-
-_VECTOR_OPS = frozenset(
-    "add sub mul div neg abs ident max min relu exp log sqrt tanh sigmoid sin cos tan erf floor ceil "
-    "round pow cmp_lt cmp_le cmp_gt cmp_ge cmp_eq cmp_ne and or not select cast".split()
-)
-
-
-def _vectorizable(
-    blk: Block, binds: dict[str, Bind], vidx: str, reduction_ok: bool = False
-) -> bool:
-    """Whether the innermost loop over ``vidx`` can run in vector lanes: a leaf block whose
-    loads are unit-stride or invariant in ``vidx``, whose stores are unit-stride (or a
-    register reduction over ``vidx``), with no per-point allocations."""
-    if blk.sub_blocks or blk.idx(vidx).affine is not None:
-        return False
-    if any(r.dir == "none" for r in blk.refs):
-        return False
-    for s in blk.stmts:
-        if isinstance(s, Load):
-            if binds[s.ref].offset.coeff(vidx) not in (0, 1):
-                return False
-        elif isinstance(s, Store):
-            bd = binds[s.ref]
-            c = bd.offset.coeff(vidx)
-            if bd.mode == "reg" and not reduction_ok:
-                if c != 0:
-                    return False
-            elif c != 1:
-                return False
-        elif isinstance(s, Intrinsic):
-            if s.op not in _VECTOR_OPS:
-                return False
-        elif isinstance(s, Special):
-            return False
-    return True
-
-
-def _init_targets(prefs: dict[str, Bind], blk: Block, names: list[str]) -> set[int]:
-    # Identify the scope refs by the parent binds they refine; bind_refs marks
-    # children of those (in init mode) as "init".
-    out = set()
-    for r in blk.refs:
-        if r.into in names and r.from_ in prefs:
-            out.add(id(prefs[r.from_]))
-    return out
-
-
-def _needed_in_init(blk: Block, name: str) -> bool:
-    """In the identity-writing copy, an index matters if it can change which elements are touched."""
-    if blk.sub_blocks:
-        return True
-    if any(name in c.expr.names for c in blk.constraints):
-        return True
-    return any(
-        r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs
-    )
-
-
-def _loop_order(
-    blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None, last: str | None = None
-) -> list[str]:
-    names = [i.name for i in blk.idxs]
-    if reg is not None:
-        addr = set(binds[reg].offset.names)
-        names = [n for n in names if n in addr] + [n for n in names if n not in addr]
-    if last is not None:
-        names.remove(last)
-        names.append(last)
-    if par is not None and par in names and par != last:
-        names.remove(par)
-        names.insert(0, par)
-    return names
-
-
-def _root_writes(
-    blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], out: list, reads: set[str]
-) -> None:
-    """Collect (root name, access in root coordinates) of every write to a root buffer."""
-    local: dict[str, tuple[str, tuple[Affine, ...]] | None] = {}
-    for r in blk.refs:
-        if r.dir == "none" or r.from_ not in chain or chain[r.from_] is None:
-            local[r.into] = None
-            continue
-        root, acc = chain[r.from_]  # type: ignore[misc]
-        composed = tuple(a + b for a, b in zip(acc, r.access)) if acc else r.access
-        local[r.into] = (root, composed)
-        if r.dir in ("out", "inout"):
-            out.append((root, composed))
-        if r.dir in ("in", "inout"):
-            reads.add(root)
-    for s in blk.stmts:
-        if isinstance(s, Block):
-            _root_writes(s, local, out, reads)  # type: ignore[arg-type]
-
-
-def _parallel_index(kernel: Block) -> str | None:
-    """An index of the kernel whose distinct values write distinct elements of every
-    root buffer the kernel writes (and the kernel reads none of them): safe to split."""
-    if (
-        "thread" in kernel.tags
-        and kernel.idxs
-        and kernel.idxs[0].range > 1
-        and kernel.idxs[0].affine is None
-    ):
-        # The `thread` pass proved (with isl) that splitting the first index is race-free.
-        return kernel.idxs[0].name
-    chain = {}
-    for r in kernel.refs:
-        if r.from_:
-            chain[r.from_] = (r.from_, ())
-    writes: list = []
-    reads: set[str] = set()
-    chain_root = {
-        r.from_: (r.from_, tuple(Affine() for _ in r.access)) for r in kernel.refs if r.from_
-    }
-    _root_writes_top(kernel, chain_root, writes, reads)
-    if not writes or any(root in reads for root, _ in writes):
-        return None
-    own = {i.name for i in kernel.idxs}
-    ranges = {i.name: i.range for b in walk_blocks(kernel) for i in b.idxs}
-    # Prefer the index of the outermost output dimension (whole rows per thread,
-    # leaving the unit-stride inner dimension to vector lanes); skip tiny ranges.
-    best = None
-    best_key = None
-    for idx in kernel.idxs:
-        if idx.affine is not None or idx.range < 2:
-            continue
-        dims = [
-            min(
-                (d for d, a in enumerate(acc) if _separates(a, idx.name, own, ranges)), default=None
-            )
-            for _, acc in writes
-        ]
-        if any(d is None for d in dims):
-            continue
-        innermost = all(d == len(acc) - 1 for d, (_, acc) in zip(dims, writes))
-        key = (innermost, idx.range < 8, max(dims), -idx.range)  # type: ignore[type-var]
-        if best_key is None or key < best_key:
-            best, best_key = idx.name, key
-    return best
-
-
-def _separates(a: Affine, p: str, own: set[str], ranges: dict[str, int]) -> bool:
-    """Whether distinct values of ``p`` give distinct values of ``a`` whatever the
-    nested indices are: ``a = c*p + rest`` with ``rest`` over nested indices only,
-    spanning less than ``|c|``."""
-    c = a.coeff(p)
-    if c == 0:
-        return False
-    span = 0
-    for n, k in a.terms:
-        if n == p:
-            continue
-        if n in own or n not in ranges:
-            return False
-        span += abs(k) * (ranges[n] - 1)
-    return span < abs(c)
-
-
-def _root_writes_top(kernel: Block, chain, writes, reads) -> None:
-    _root_writes(kernel, chain, writes, reads)
-
-
-def _work(blk: Block) -> int:
-    points = 1
-    for i in blk.idxs:
-        points *= i.range
-    inner = sum(_work(s) for s in blk.sub_blocks)
-    own = sum(1 for s in blk.stmts if not isinstance(s, Block))
-    return points * (own + inner)
