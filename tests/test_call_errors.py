@@ -139,3 +139,13 @@ def test_out_errors():
         f(f32(2, 3), f32(3, 4), out=(f32(2, 4), f32(2, 4)))
     with pytest.raises(ShapeError, match="C-contiguous"):
         f(f32(2, 3), f32(3, 4), out=np.zeros((4, 2), np.float32).T)
+
+
+def test_peak_bytes_reports_temporaries_per_location():
+    chain = "function (A) -> (B) { T1 = A + 1; T2 = T1 * 2; T3 = T2 - 3; B = T3 / 4; }"
+    a = np.ones((64, 64), np.float32)
+    unplaced = stripeml.compile(chain).lower(a)
+    assert unplaced.peak_bytes == {"DRAM": 3 * 64 * 64 * 4}  # three temporaries, none shared
+    npu = stripeml.compile(chain, target="examples/npu").lower(a)
+    # fuse leaves no temporary at all on the NPU pipeline
+    assert sum(npu.peak_bytes.values()) < unplaced.peak_bytes["DRAM"]

@@ -47,6 +47,14 @@ class Executable:
         )
 
     @property
+    def peak_bytes(self) -> dict[str, int]:
+        """Memory the program's temporaries need per location (after ``place``,
+        buffers that are never live together share bytes)."""
+        from .analysis.memory import peak_bytes
+
+        return peak_bytes(self.program)
+
+    @property
     def code(self) -> str:
         """The generated backend source ("" for the interpreter)."""
         return self._compiled.code
