@@ -41,7 +41,8 @@ One JSON line per case (fields as in ``bench/run.py``, plus):
 
 Timing: each contender is called once and checked, warmed up, then timed in
 blocks of consecutive calls that alternate between contenders over three
-passes (see ``time_blocks``); the number of calls adapts so that a case takes
+passes, with a 0.2 s pause before each block so the previous library's
+spinning threads go idle (see ``time_blocks``); the number of calls adapts so that a case takes
 a few seconds, each contender an equal share.  ``repeats`` is the fewest
 calls a median is over, ``repeats_each`` the count for each contender.  PyTorch is optional (``make bench-deps`` installs the CPU build);
 without it the ``torch`` baseline is left out.  The exit status is 1 when a
@@ -425,6 +426,9 @@ def _warm_up(fn: Callable[[], Any]) -> float:
 
 
 SLOW_CALL_S = 0.25  # a call this long needs no warm-up between blocks
+# Pause before each block so the previous contender's thread pool (OpenBLAS and
+# PyTorch threads spin-wait after a call) has gone idle; the same for everyone.
+SETTLE_S = 0.2
 
 
 def time_blocks(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, list[float]]:
@@ -441,6 +445,7 @@ def time_blocks(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, 
     per_pass: dict[str, int] = {}
     slow: set[str] = set()
     for name, fn in fns.items():
+        time.sleep(SETTLE_S)
         estimate = max(_warm_up(fn), 1e-9)
         repeats = max(budget.min_repeats, min(budget.max_repeats, int(share / estimate)))
         per_pass[name] = -(-repeats // budget.passes)
@@ -449,6 +454,7 @@ def time_blocks(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, 
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(budget.passes):
         for name, fn in fns.items():
+            time.sleep(SETTLE_S)
             if name not in slow:
                 _warm_up(fn)
             for _ in range(per_pass[name]):
