@@ -176,3 +176,54 @@ def test_no_epilogue_on_a_blocked_reduction():
     np.testing.assert_allclose(
         run(result, {"X": x, "W": w, "Bias": bias})["Y"], want, rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("m", [5, 6, 7, 13])
+@pytest.mark.parametrize("rows", [4, 6])
+def test_ragged_rows_split_into_two_kernels(m, rows):
+    """A row range that is not a multiple of ``rows`` is tiled as two root kernels."""
+    result = _check(MATMUL, [(m, 5), (5, 32)], lambda a, b: a @ b, rows=rows, vectors=2)
+    split = m > rows and m % rows
+    assert len(result.program.root.stmts) == (2 if split else 1)
+    assert ("k0_C_rest" in result.stages[-1][1]) == bool(split)
+
+
+@pytest.mark.parametrize("m", [5, 6, 7, 13])
+@pytest.mark.parametrize("rows", [4, 6])
+def test_ragged_rows_with_epilogue(m, rows):
+    """bias + relu runs as an epilogue of both parts of a split (or there is no split)."""
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 9)).astype(np.float32)
+    w = rng.standard_normal((9, 32)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(rows=rows, vectors=2)]).program
+    text = stripeml.ir.format(result)
+    assert "#epilogue" in text and "none Z " not in text
+    split = m > rows and m % rows
+    assert len(result.root.stmts) == (2 if split else 1)
+    inputs = {"X": x, "W": w, "Bias": bias}
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
+    for threads in (1, 2):
+        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_ragged_rows_keep_a_needed_result():
+    """A split whose result is read later keeps it: no epilogue, two kernels and the eltwise."""
+    src = """function (X[B, K], W[K, N], Bias[N]) -> (Y, Z) {
+        Z[b, n : B, N] = +(X[b, k] * W[k, n]);
+        Y = relu(Z + Bias);
+    }"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((7, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    f = stripeml.compile(src)
+    result = run_pipeline(f.lower(x, w, bias).program, [Unroll()]).program
+    assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 3
+    inputs = {"X": x, "W": w, "Bias": bias}
+    got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)
+    np.testing.assert_allclose(got["Z"], x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["Y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
