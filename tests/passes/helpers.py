@@ -11,6 +11,25 @@ from stripeml.ir.nodes import Program
 from stripeml.runtime.interp import run
 
 
+def lower_case(case) -> tuple[Program, dict[str, np.ndarray]]:
+    """A program-suite case lowered for its own inputs, and those inputs."""
+    import stripeml
+
+    inputs = case.make_inputs()
+    f = stripeml.compile(case.source)
+    return f.lower(*(inputs[p] for p in f.params)).program, inputs
+
+
+def chain_inputs(n: int, m: int) -> dict[str, np.ndarray]:
+    """Inputs of the random elementwise chains: A (n, m), B (m,), C (n, 1)."""
+    rng = np.random.default_rng(n * 10 + m)
+    return {
+        "A": rng.uniform(-1, 1, (n, m)).astype(np.float32),
+        "B": rng.uniform(-1, 1, (m,)).astype(np.float32),
+        "C": rng.uniform(-1, 1, (n, 1)).astype(np.float32),
+    }
+
+
 def random_inputs(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
     """Values in [-1, 1] (integers in [-5, 5], random bools) for every parameter."""
     rng = np.random.default_rng(seed)

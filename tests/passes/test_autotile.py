@@ -39,7 +39,7 @@ from stripeml.passes.manager import run_pipeline
 from stripeml.passes.thread import Thread
 from stripeml.runtime.interp import run
 
-from .helpers import assert_close, checker
+from .helpers import assert_close, checker, lower_case
 
 try:
     from programs import CASES, Case  # tests/programs.py
@@ -72,16 +72,10 @@ PIPELINES: dict[str, Callable[[], list]] = {
 }
 
 
-def _lower(case: Case) -> tuple[Program, dict[str, np.ndarray]]:
-    inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
-    return f.lower(*(inputs[p] for p in f.params)).program, inputs
-
-
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_suite_preserves_results(case: Case, pipeline: str) -> None:
-    program, inputs = _lower(case)
+    program, inputs = lower_case(case)
     expected = run(program, inputs)
     tol = {"rtol": case.rtol, "atol": case.atol}
     result = run_pipeline(program, PIPELINES[pipeline](), check=checker(inputs, expected, **tol))
@@ -96,7 +90,7 @@ def test_suite_preserves_results(case: Case, pipeline: str) -> None:
 def test_tiny_budgets_tile_most_of_the_suite() -> None:
     tiled = 0
     for case in CASES:
-        program, _ = _lower(case)
+        program, _ = lower_case(case)
         result = Autotile(memory_bytes=256, line_bytes=4, select="kernel").run(program)
         tiled += result is not program
     assert tiled >= len(CASES) // 2

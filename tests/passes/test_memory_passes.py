@@ -30,7 +30,7 @@ from stripeml.passes.prune import Prune
 from stripeml.passes.scalarize import Scalarize
 from stripeml.runtime.interp import run
 
-from .helpers import assert_close, assert_same_results, checker, random_inputs
+from .helpers import assert_close, assert_same_results, chain_inputs, checker, random_inputs
 from .memcheck import assert_placed_soundly, overlaps
 from .test_random_chains import chains
 
@@ -395,12 +395,7 @@ def test_prune_after_autotile_removes_unit_tiles() -> None:
 def test_random_chains_through_the_memory_passes(chain, n: int, m: int, fused: bool) -> None:
     source, _ = chain
     note(source)
-    rng = np.random.default_rng(n * 10 + m)
-    inputs = {
-        "A": rng.uniform(-1, 1, (n, m)).astype(np.float32),
-        "B": rng.uniform(-1, 1, (m,)).astype(np.float32),
-        "C": rng.uniform(-1, 1, (n, 1)).astype(np.float32),
-    }
+    inputs = chain_inputs(n, m)
     program = stripeml.compile(source).lower(**inputs).program
     expected = run(program, inputs)
     passes = [*(cpu_pipeline() if fused else []), Localize(), Scalarize(), Prune(), Pad(4)]

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 
 import stripeml
-from stripeml.ir import Program
 from stripeml.passes import Dce, Fuse, cpu_pipeline, make_pass
 from stripeml.passes.cache import Cache
 from stripeml.passes.localize import Localize
@@ -28,7 +26,7 @@ from stripeml.passes.prune import Prune
 from stripeml.passes.scalarize import Scalarize
 from stripeml.runtime.interp import run
 
-from .helpers import assert_close, checker
+from .helpers import assert_close, checker, lower_case
 from .memcheck import assert_placed_soundly
 
 try:
@@ -68,16 +66,10 @@ PIPELINES: dict[str, Callable[[], list]] = {
 }
 
 
-def _lower(case: Case) -> tuple[Program, dict[str, np.ndarray]]:
-    inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
-    return f.lower(*(inputs[p] for p in f.params)).program, inputs
-
-
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_memory_pipeline_preserves_results(case: Case, pipeline: str) -> None:
-    program, inputs = _lower(case)
+    program, inputs = lower_case(case)
     expected = run(program, inputs)
     tol = {"rtol": case.rtol, "atol": case.atol}
     passes = PIPELINES[pipeline]()

@@ -19,7 +19,7 @@ from stripeml.passes import Dce, Fuse, cpu_pipeline
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime.interp import run
 
-from .helpers import assert_close, checker
+from .helpers import assert_close, checker, lower_case
 
 try:
     from programs import CASES, CASES_BY_NAME, Case  # tests/programs.py
@@ -34,12 +34,6 @@ PIPELINES: dict[str, Callable[[], list]] = {
 }
 
 
-def _lower(case: Case) -> tuple[Program, dict[str, np.ndarray]]:
-    inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
-    return f.lower(*(inputs[p] for p in f.params)).program, inputs
-
-
 def _kernels(program: Program) -> list[Block]:
     return [s for s in program.root.stmts if isinstance(s, Block)]
 
@@ -47,7 +41,7 @@ def _kernels(program: Program) -> list[Block]:
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_pipeline_preserves_results(case: Case, pipeline: str) -> None:
-    program, inputs = _lower(case)
+    program, inputs = lower_case(case)
     expected = run(program, inputs)
     tol = {"rtol": case.rtol, "atol": case.atol}
     result = run_pipeline(program, PIPELINES[pipeline](), check=checker(inputs, expected, **tol))
@@ -80,7 +74,7 @@ FUSED_COUNTS = {
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_kernel_counts(case: Case) -> None:
-    program, _ = _lower(case)
+    program, _ = lower_case(case)
     result = run_pipeline(program, [Fuse(), Dce()]).program
     before, after = len(_kernels(program)), len(_kernels(result))
     if case.name in FUSED_COUNTS:
@@ -95,7 +89,7 @@ def _ops(block: Block) -> set[str]:
 
 def test_softmax_exp_fuses_into_row_sum() -> None:
     """The exp kernel runs inside the row sum; the division reads E (it needs the whole sum)."""
-    program, _ = _lower(CASES_BY_NAME["softmax"])
+    program, _ = lower_case(CASES_BY_NAME["softmax"])
     m, fused, div = _kernels(run_pipeline(program, cpu_pipeline()).program)
     assert "contraction" in m.tags and "fused" not in m.tags
     assert fused.has_tags("contraction", "fused", "agg_add") and "exp" in _ops(fused)
@@ -105,7 +99,7 @@ def test_softmax_exp_fuses_into_row_sum() -> None:
 
 def test_log_softmax_exp_stays_in_registers() -> None:
     """E is read only by the row sum, so once fused it is never stored."""
-    program, _ = _lower(CASES_BY_NAME["log_softmax"])
+    program, _ = lower_case(CASES_BY_NAME["log_softmax"])
     result = run_pipeline(program, cpu_pipeline()).program
     assert "E" not in {r.into for r in result.root.refs}
     assert all("E" not in {r.from_ for r in k.refs} for k in _kernels(result))
@@ -113,7 +107,7 @@ def test_log_softmax_exp_stays_in_registers() -> None:
 
 def test_mlp_matmul_bias_relu_is_one_kernel() -> None:
     """With matmul-like fusion enabled, matmul + bias + relu is one kernel."""
-    program, _ = _lower(CASES_BY_NAME["mlp_10_statements"])
+    program, _ = lower_case(CASES_BY_NAME["mlp_10_statements"])
     result = run_pipeline(program, [Fuse(unit_stride_reductions_only=False), Dce()]).program
     first = _kernels(result)[0]
     assert first.has_tags("kernel", "fused")

@@ -11,7 +11,6 @@ the unfused program.
 
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -20,7 +19,7 @@ from stripeml.passes import cpu_pipeline
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime.interp import run
 
-from .helpers import assert_close, checker
+from .helpers import assert_close, chain_inputs, checker
 
 INPUTS = {"A": ("N", "M"), "B": ("M",), "C": ("N", "1")}
 UNARY = ["tanh({})", "sigmoid({})", "relu({})", "abs({})", "-{}", "exp(tanh({}))", "({} * 0.5)"]
@@ -72,12 +71,7 @@ def chains(draw) -> tuple[str, list[str]]:
 def test_random_chain_fuses_without_changing_results(chain, n: int, m: int) -> None:
     source, _outputs = chain
     note(source)
-    rng = np.random.default_rng(n * 10 + m)
-    inputs = {
-        "A": rng.uniform(-1, 1, (n, m)).astype(np.float32),
-        "B": rng.uniform(-1, 1, (m,)).astype(np.float32),
-        "C": rng.uniform(-1, 1, (n, 1)).astype(np.float32),
-    }
+    inputs = chain_inputs(n, m)
     program = stripeml.compile(source).lower(**inputs).program
     expected = run(program, inputs)
     tol = {"rtol": 1e-5, "atol": 1e-6}

@@ -196,3 +196,13 @@ def pointwise_dims(
 def is_element(ref: Refinement) -> bool:
     """A view of exactly one element."""
     return all(s == 1 for s in ref.shape.sizes)
+
+
+def box_interval(expr: Affine, ranges: Mapping[str, int]) -> tuple[int, int]:
+    """Min and max of ``expr`` over the box ``0 <= name < ranges[name]`` (exact for a box)."""
+    lo = hi = expr.const
+    for n, k in expr.terms:
+        top = k * (ranges[n] - 1)
+        lo += min(0, top)
+        hi += max(0, top)
+    return lo, hi

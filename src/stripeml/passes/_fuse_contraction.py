@@ -35,6 +35,7 @@ from ..ir.nodes import (
 )
 from ._common import (
     WRITE_DIRS,
+    box_interval,
     defined_scalars,
     fresh,
     is_element,
@@ -219,9 +220,9 @@ def _split_view(
             inner_access.append(Affine())
             outer_sizes.append(size)
             continue
-        lo, hi = _interval(part, inner)
+        lo, hi = box_interval(part, inner)
         start = a - part + lo
-        first, last = _interval(start, outer)
+        first, last = box_interval(start, outer)
         if first >= 0 and last + (hi - lo) + size <= full:
             outer_access.append(start)
             inner_access.append(part - lo)
@@ -233,16 +234,6 @@ def _split_view(
     shape = TensorShape(r.shape.dtype, tuple(outer_sizes), r.shape.strides)
     view = Refinement("in", r.into, shape, r.from_, tuple(outer_access))
     return view, tuple(inner_access)
-
-
-def _interval(expr: Affine, ranges: dict[str, int]) -> tuple[int, int]:
-    """Min and max of ``expr`` over the box ``0 <= name < ranges[name]``."""
-    lo = hi = expr.const
-    for n, k in expr.terms:
-        top = k * (ranges[n] - 1)
-        lo += min(0, top)
-        hi += max(0, top)
-    return lo, hi
 
 
 def _consumer_stmts(e: Block, views: set[str], acc: str, store_to: str) -> list[Statement]:

@@ -59,7 +59,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh
+from ._common import box_interval, fresh
 from .registry import register
 
 
@@ -240,8 +240,8 @@ class Unroll:
                 lin = a - a.const
                 p1 = lin.substitute(zero1 | lv1)
                 p2 = lin.substitute(zero2 | lv2)
-                lo1, hi1 = _span(p1, box1)
-                lo2, hi2 = _span(p2, box2)
+                lo1, hi1 = box_interval(p1, box1)
+                lo2, hi2 = box_interval(p2, box2)
                 a0.append(a.const + lin.substitute(zero0 | lv0) + lo1 + lo2)
                 a1.append(p1 - lo1)
                 a2.append(p2 - lo2)
@@ -341,15 +341,9 @@ def _restrict(k: Block, u: str, start: int, count: int, name: str) -> Block:
     )
 
 
-def _span(expr: Affine, box: dict[str, int]) -> tuple[int, int]:
-    lo = sum(min(0, c * (box[n] - 1)) for n, c in expr.terms)
-    hi = sum(max(0, c * (box[n] - 1)) for n, c in expr.terms)
-    return lo, hi
-
-
 def _within(origin: Affine, size: int, limit: int, box: dict[str, int]) -> bool:
-    lo, hi = _span(origin - origin.const, box)
-    return origin.const + lo >= 0 and origin.const + hi + size <= limit
+    lo, hi = box_interval(origin, box)
+    return lo >= 0 and hi + size <= limit
 
 
 def _prod(xs) -> int:
