@@ -34,5 +34,7 @@ def __getattr__(name: str):
 
         return compile
     if name == "onnx":
-        raise AttributeError("stripeml.onnx is not available yet")
+        import importlib
+
+        return importlib.import_module(".onnx", __name__)
     raise AttributeError(name)

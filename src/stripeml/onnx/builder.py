@@ -1,0 +1,210 @@
+"""Building one Tile program for a whole ONNX graph.
+
+The importer walks the graph in order and calls each node's op function (see
+``ops/``) with a :class:`Builder` and a :class:`Node`.  An op function returns
+one :class:`Value` per node output.  A value is either
+
+* a **tensor of the Tile program**, produced by a Tile statement the op emitted
+  (``b.eltwise``, ``b.contraction``, ``b.statement``), or
+* a **constant** (``Value.const`` holds the array): initializers, ``Constant``
+  nodes, shapes, and any node whose inputs are all constants (the importer
+  folds those by running the op on the interpreter).
+
+Constants that a Tile statement reads (``b.ref(v)``) become parameters of the
+generated function; the importer passes their arrays at every call, so weights
+are not baked into the source.  Small integer scalars are better inlined by
+the op as literals.
+
+Every op states the shape and dtype of each tensor it emits.  After the last
+node, :meth:`Builder.finish` binds the generated program with the Tile
+frontend and checks that every declared shape and dtype agrees with what Tile
+infers, so a wrong shape rule in an op is an internal error, never a silent
+wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InternalError, StripeError
+from ..ir import dtypes
+
+
+class OnnxError(StripeError):
+    """A model the importer cannot compile (unsupported op, attribute, shape...)."""
+
+
+def tile_dtype(dtype: Any) -> str:
+    """The Tile/Stripe name of a NumPy dtype (``f32``, ``i64`` ...)."""
+    name = dtypes.from_numpy(np.dtype(dtype))
+    if name is None:
+        raise OnnxError(f"element type {np.dtype(dtype)} is not supported")
+    return name
+
+
+@dataclass
+class Value:
+    """One ONNX tensor as the importer sees it."""
+
+    name: str  # Tile tensor name ("" for a constant not yet used by Tile)
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    const: np.ndarray | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+@dataclass
+class Node:
+    """One ONNX node, with its inputs resolved to values (``None`` for an
+    omitted optional input)."""
+
+    op_type: str
+    name: str
+    inputs: list[Value | None]
+    attrs: dict[str, Any]
+    opset: int
+    n_outputs: int
+    domain: str = ""
+
+    def where(self) -> str:
+        return f"node {self.name!r} ({self.op_type})" if self.name else f"{self.op_type} node"
+
+    def error(self, message: str) -> OnnxError:
+        return OnnxError(f"{self.where()}: {message}")
+
+    def input(self, i: int) -> Value:
+        """Input ``i``, which must be present."""
+        if i >= len(self.inputs) or self.inputs[i] is None:
+            raise self.error(f"input {i} is required")
+        return self.inputs[i]  # type: ignore[return-value]
+
+    def opt(self, i: int) -> Value | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def const_input(self, i: int, what: str = "") -> np.ndarray | None:
+        """The value of optional input ``i`` (``None`` when omitted); it must be
+        known at compile time (a constant, or a specialised graph input)."""
+        v = self.opt(i)
+        if v is None:
+            return None
+        if v.const is None:
+            raise self.error(
+                f"input {i}{' (' + what + ')' if what else ''} must be known when compiling "
+                "(a constant or initializer); a value computed at run time is not supported"
+            )
+        return v.const
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+
+@dataclass
+class Builder:
+    """Collects the statements and parameters of the generated Tile function."""
+
+    params: list[Value] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
+    declared: dict[str, Value] = field(default_factory=dict)
+    _counter: int = 0
+    _const_names: dict[int, str] = field(default_factory=dict)
+
+    # -- names ---------------------------------------------------------------
+    def fresh(self, hint: str = "T") -> str:
+        self._counter += 1
+        return f"{hint}{self._counter}"
+
+    def ref(self, v: Value) -> str:
+        """The Tile name to use for ``v``; a constant becomes a parameter."""
+        if v.name:
+            return v.name
+        if v.const is None:
+            raise InternalError("a value with neither a Tile name nor a constant")
+        key = id(v)
+        if key not in self._const_names:
+            v.name = self.fresh("C")
+            self._const_names[key] = v.name
+            self.params.append(v)
+            self.declared[v.name] = v
+        return v.name
+
+    def input(self, shape: Sequence[int], dtype: Any, hint: str = "X") -> Value:
+        """A runtime input of the generated function."""
+        v = Value(self.fresh(hint), tuple(int(s) for s in shape), np.dtype(dtype))
+        self.params.append(v)
+        self.declared[v.name] = v
+        return v
+
+    # -- statements ----------------------------------------------------------
+    def _new(self, shape: Sequence[int], dtype: Any) -> Value:
+        shape = tuple(int(s) for s in shape)
+        if any(s <= 0 for s in shape):
+            raise OnnxError(f"empty tensors (shape {shape}) are not supported")
+        v = Value(self.fresh(), shape, np.dtype(dtype))
+        self.declared[v.name] = v
+        return v
+
+    def eltwise(self, expr: str, shape: Sequence[int], dtype: Any) -> Value:
+        """``T = expr;`` (NumPy broadcasting); returns ``T``."""
+        v = self._new(shape, dtype)
+        self.statements.append(f"{v.name} = {expr};")
+        return v
+
+    def contraction(self, template: str, shape: Sequence[int], dtype: Any) -> Value:
+        """A contraction whose text is ``template`` with ``{out}`` naming the
+        output: ``"{out}[i : 4] = +(X[i, k])"``."""
+        v = self._new(shape, dtype)
+        self.statements.append(template.format(out=v.name) + ";")
+        return v
+
+    def statement(self, template: str, shape: Sequence[int], dtype: Any) -> Value:
+        """Any statement producing one tensor, ``{out}`` naming it (for
+        ``reshape``/``gather`` builtins)."""
+        return self.contraction(template, shape, dtype)
+
+    def comment(self, text: str) -> None:
+        self.statements.append("// " + text.replace("\n", " "))
+
+    # -- the program ---------------------------------------------------------
+    def source(self, outputs: Sequence[str]) -> str:
+        def decl(v: Value) -> str:
+            return f"{v.name}[{', '.join(str(s) for s in v.shape)}]"
+
+        head = f"function ({', '.join(decl(p) for p in self.params)}) -> ({', '.join(outputs)}) {{"
+        body = "\n".join("    " + s for s in self.statements)
+        return f"{head}\n{body}\n}}\n"
+
+    def check(self, source: str) -> None:
+        """Bind ``source`` with the Tile frontend and compare every tensor's shape
+        and dtype with what the ops declared."""
+        from ..tile.bind import bind
+        from ..tile.check import check
+        from ..tile.parser import parse
+
+        fn = parse(source)
+        check(fn)
+        sig = tuple((p.shape, str(p.dtype)) for p in self.params)
+        binding = bind(fn, sig)
+        for name, info in binding.tensors.items():
+            v = self.declared.get(name)
+            if v is None:
+                continue
+            if tuple(info.shape) != v.shape or info.dtype != tile_dtype(v.dtype):
+                raise InternalError(
+                    f"op library bug: {name} declared {v.shape} {v.dtype}, "
+                    f"Tile infers {tuple(info.shape)} {info.dtype}"
+                )

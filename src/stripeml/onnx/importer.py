@@ -1,0 +1,403 @@
+"""ONNX graph -> one Tile program -> a compiled callable.
+
+:func:`compile` returns an :class:`OnnxFunction`.  Like ``stripeml.compile``
+it specialises on each call signature: the input shapes and dtypes, plus the
+*values* of graph inputs that some op needs at compile time (a ``Reshape``
+shape fed as an input, say).  For each signature the importer
+
+1. walks the nodes in order, calling each op's Tile writer (``ops/``);
+   nodes whose inputs are all constants are folded (run on the interpreter
+   once, at import), so shape computations and weight preprocessing never
+   reach the generated program;
+2. checks the generated program's shapes against the ops' own shape rules
+   (:meth:`Builder.check`);
+3. compiles it with ``stripeml.compile`` for the target, so fusion and memory
+   planning see the whole graph.
+
+Initializers and folded constants that the program reads become parameters of
+the Tile function and are passed at every call (weights are not copied into
+the source).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError, StripeError
+from .builder import Builder, Node, OnnxError, Value
+from .registry import lookup
+
+Progress = Callable[[str], None]
+
+# Ops whose result depends only on the *shape* of their data input.
+SHAPE_ONLY = {"Shape": (0,), "Size": (0,)}
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a dependency of the extra
+        raise StripeError(
+            "the ONNX frontend needs the 'onnx' package: pip install 'stripeml[onnx]'"
+        ) from None
+    return onnx
+
+
+@dataclass
+class GraphInput:
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | str | None, ...] | None  # None: rank unknown
+
+
+@dataclass
+class NodeInfo:
+    op_type: str
+    domain: str
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+
+
+class Graph:
+    """The parts of an ONNX ``ModelProto`` the importer uses, as plain data."""
+
+    def __init__(self, model: Any):
+        onnx = _onnx()
+        from onnx import helper, numpy_helper
+
+        g = model.graph
+        self.name = g.name or "model"
+        self.opset = 1
+        for imp in model.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                self.opset = int(imp.version)
+        self.initializers: dict[str, np.ndarray] = {
+            t.name: numpy_helper.to_array(t) for t in g.initializer
+        }
+        if len(g.sparse_initializer):
+            raise OnnxError("sparse initializers are not supported")
+        self.inputs: list[GraphInput] = []
+        for vi in g.input:
+            if vi.name in self.initializers:
+                continue
+            self.inputs.append(_graph_input(vi, onnx))
+        self.outputs = [vi.name for vi in g.output]
+        self.nodes: list[NodeInfo] = []
+        for n in g.node:
+            attrs = {}
+            for a in n.attribute:
+                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                    attrs[a.name] = a  # kept raw; ops with subgraphs reject them
+                elif a.type == onnx.AttributeProto.TENSOR:
+                    attrs[a.name] = numpy_helper.to_array(a.t)
+                else:
+                    v = helper.get_attribute_value(a)
+                    if isinstance(v, bytes):
+                        v = v.decode("utf-8", "replace")
+                    elif isinstance(v, list) and v and isinstance(v[0], bytes):
+                        v = [x.decode("utf-8", "replace") for x in v]
+                    attrs[a.name] = v
+            self.nodes.append(
+                NodeInfo(n.op_type, n.domain, n.name, list(n.input), list(n.output), attrs)
+            )
+
+    def static_inputs(self) -> set[str]:
+        """Graph inputs whose values some op needs at compile time."""
+        producer = {o: n for n in self.nodes for o in n.outputs if o}
+        want: list[str] = []
+        for n in self.nodes:
+            d = lookup(n.op_type, n.domain)
+            if d is None:
+                continue
+            want += [n.inputs[i] for i in d.static if i < len(n.inputs) and n.inputs[i]]
+        seen: set[str] = set()
+        while want:
+            t = want.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            n = producer.get(t)
+            if n is None or n.op_type in SHAPE_ONLY:
+                continue
+            want += [i for i in n.inputs if i]
+        return {i.name for i in self.inputs if i.name in seen}
+
+    def unsupported(self) -> list[NodeInfo]:
+        return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
+
+
+def _graph_input(vi: Any, onnx: Any) -> GraphInput:
+    tt = vi.type
+    if not tt.HasField("tensor_type"):
+        raise OnnxError(f"input {vi.name!r}: only tensor inputs are supported")
+    elem = tt.tensor_type.elem_type
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+    except Exception:  # noqa: BLE001 - unknown enum values
+        raise OnnxError(f"input {vi.name!r}: element type {elem} is not supported") from None
+    dims: tuple[int | str | None, ...] | None = None
+    if tt.tensor_type.HasField("shape"):
+        dims = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tt.tensor_type.shape.dim
+        )
+    return GraphInput(vi.name, dtype, dims)
+
+
+@dataclass
+class Specialised:
+    """The program for one call signature."""
+
+    source: str
+    function: Any  # stripeml.api.Function, or None when every output is known
+    params: list[tuple[str, Any]]  # ("input", index) or ("const", array) per Tile parameter
+    outputs: list[tuple[str, Any]]  # ("tile", name) or ("const", array) per graph output
+
+
+class OnnxFunction:
+    """A compiled ONNX model: call it with NumPy arrays, positional in graph
+    input order or by input name.  One output gives an array, several a tuple."""
+
+    def __init__(self, model: Any, target: str = "cpu", progress: Progress | None = None):
+        onnx = _onnx()
+        if isinstance(model, (str, os.PathLike)):
+            try:
+                model = onnx.load(os.fspath(model))
+            except FileNotFoundError:
+                raise StripeError(f"no such ONNX model: {os.fspath(model)}") from None
+            except Exception as exc:  # noqa: BLE001 - protobuf decode errors
+                raise StripeError(f"cannot read ONNX model {os.fspath(model)}: {exc}") from None
+        if not isinstance(model, onnx.ModelProto):
+            raise StripeError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
+        self.model = model
+        self.graph = Graph(model)
+        bad = self.graph.unsupported()
+        if bad:
+            first = bad[0]
+            ops = sorted({f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in bad})
+            raise OnnxError(
+                f"unsupported operator(s) {', '.join(ops)} "
+                f"(first: node {first.name!r} of type {first.op_type})"
+            )
+        self.target = target
+        self.progress = progress
+        self.input_names = [i.name for i in self.graph.inputs]
+        self.output_names = list(self.graph.outputs)
+        self._static = self.graph.static_inputs()
+        self._cache: dict[Any, Specialised] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<stripeml.onnx.OnnxFunction {self.graph.name}({', '.join(self.input_names)}) "
+            f"-> ({', '.join(self.output_names)}) target={self.target!r}>"
+        )
+
+    # -- arguments ---------------------------------------------------------
+    def _arrays(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
+        names = self.input_names
+        if len(args) > len(names):
+            raise ShapeError(f"the model takes {len(names)} input(s), got {len(args)}")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise ShapeError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
+            if k in values:
+                raise ShapeError(f"input {k!r} given twice")
+            values[k] = v
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ShapeError(f"missing input(s) {', '.join(missing)}")
+        out = []
+        for gi in self.graph.inputs:
+            arr = np.asarray(values[gi.name])
+            if arr.dtype != gi.dtype:
+                raise ShapeError(f"input {gi.name!r} must be {gi.dtype}, got {arr.dtype}")
+            if gi.dims is not None:
+                if arr.ndim != len(gi.dims):
+                    raise ShapeError(
+                        f"input {gi.name!r} must have rank {len(gi.dims)}, got shape {arr.shape}"
+                    )
+                for ax, (want, got) in enumerate(zip(gi.dims, arr.shape)):
+                    if isinstance(want, int) and want > 0 and want != got:
+                        raise ShapeError(
+                            f"input {gi.name!r} dimension {ax} must be {want}, got shape {arr.shape}"
+                        )
+            out.append(arr)
+        return out
+
+    def _key(self, arrays: Sequence[np.ndarray]) -> Any:
+        key = []
+        for gi, a in zip(self.graph.inputs, arrays):
+            if gi.name in self._static:
+                key.append((a.shape, str(a.dtype), a.tobytes()))
+            else:
+                key.append((a.shape, str(a.dtype)))
+        return tuple(key)
+
+    # -- compiling ---------------------------------------------------------
+    def specialise(self, arrays: Sequence[np.ndarray]) -> Specialised:
+        key = self._key(arrays)
+        spec = self._cache.get(key)
+        if spec is None:
+            spec = self._build(arrays)
+            self._cache[key] = spec
+        return spec
+
+    def _say(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress(text)
+
+    def _build(self, arrays: Sequence[np.ndarray]) -> Specialised:
+        from .. import api
+
+        g = self.graph
+        b = Builder()
+        env: dict[str, Value] = {}
+        input_index: dict[int, int] = {}
+        for i, (gi, a) in enumerate(zip(g.inputs, arrays)):
+            if gi.name in self._static:
+                env[gi.name] = Value("", a.shape, a.dtype, np.array(a))
+            else:
+                v = b.input(a.shape, a.dtype)
+                input_index[id(v)] = i
+                env[gi.name] = v
+        for name, arr in g.initializers.items():
+            if name not in env:
+                env[name] = Value("", arr.shape, arr.dtype, arr)
+        total = len(g.nodes)
+        for k, info in enumerate(g.nodes):
+            if total >= 50 and k % 25 == 0:
+                self._say(f"importing node {k + 1}/{total} ({info.op_type})")
+            run_node(b, info, env, g.opset)
+        outputs: list[tuple[str, Any]] = []
+        out_names: list[str] = []
+        for name in g.outputs:
+            v = env.get(name)
+            if v is None:
+                raise OnnxError(f"graph output {name!r} is not produced by any node")
+            if v.const is not None and not v.name:
+                outputs.append(("const", v.const))
+                continue
+            if v.name in out_names or id(v) in input_index or v.const is not None:
+                # Tile outputs are distinct tensors that are not parameters.
+                v = b.eltwise(b.ref(v), v.shape, v.dtype)
+            out_names.append(v.name)
+            outputs.append(("tile", v.name))
+        params: list[tuple[str, Any]] = []
+        for p in b.params:
+            if id(p) in input_index:
+                params.append(("input", input_index[id(p)]))
+            else:
+                params.append(("const", p.const))
+        source = b.source(out_names) if out_names else ""
+        function = None
+        if out_names:
+            b.check(source)
+            self._say(f"compiling {len(b.statements)} Tile statements for {self.target}")
+            function = api.compile(source, self.target, name=g.name)
+        return Specialised(source, function, params, outputs)
+
+    # -- running -----------------------------------------------------------
+    def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run on ``arrays`` (graph input order); a list with every output."""
+        arrays = self._arrays(list(arrays), {})
+        return self._run(arrays)
+
+    def _run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        spec = self.specialise(arrays)
+        results: dict[str, np.ndarray] = {}
+        if spec.function is not None:
+            args = [arrays[x] if kind == "input" else x for kind, x in spec.params]
+            outs = spec.function(*args)
+            if not isinstance(outs, tuple):
+                outs = (outs,)
+            results = dict(zip(spec.function.outputs, outs))
+        return [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        outs = self._run(self._arrays(args, kwargs))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """The ``stripeml`` executable for these inputs (``.ir``, ``.stages``,
+        ``.code``, ``.peak_bytes``), without running; ``None`` when the whole
+        model folded to constants."""
+        arrays = self._arrays(args, kwargs)
+        spec = self.specialise(arrays)
+        if spec.function is None:
+            return None
+        args2 = [arrays[x] if kind == "input" else x for kind, x in spec.params]
+        return spec.function.lower(*args2)
+
+    def source(self, *args: Any, **kwargs: Any) -> str:
+        """The generated Tile program for these inputs."""
+        return self.specialise(self._arrays(args, kwargs)).source
+
+
+def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> None:
+    """Write one node into ``b`` (or fold it), binding its outputs in ``env``."""
+    d = lookup(info.op_type, info.domain)
+    if d is None:
+        raise OnnxError(f"node {info.name!r}: unsupported operator {info.op_type}")
+    inputs: list[Value | None] = []
+    for name in info.inputs:
+        if not name:
+            inputs.append(None)
+        elif name not in env:
+            raise OnnxError(f"node {info.name!r} ({info.op_type}): unknown input {name!r}")
+        else:
+            inputs.append(env[name])
+    node = Node(info.op_type, info.name, inputs, info.attrs, opset, len(info.outputs), info.domain)
+    present = [v for v in inputs if v is not None]
+    if d.foldable and all(v.const is not None for v in present):
+        outs = fold(d, node)
+    else:
+        b.comment(f"{info.op_type} {info.name}".rstrip())
+        outs = d.fn(b, node)
+    if len(outs) < len([o for o in info.outputs if o]):
+        raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
+    for name, v in zip(info.outputs, outs):
+        if name:
+            if v is None:
+                raise node.error(f"output {name!r} is not supported")
+            env[name] = v
+
+
+def fold(d: Any, node: Node) -> list[Value | None]:
+    """Evaluate a node whose inputs are all constants, at import time."""
+    from .. import api
+
+    sub = Builder()
+    local = [None if v is None else Value("", v.shape, v.dtype, v.const) for v in node.inputs]
+    node = Node(node.op_type, node.name, local, node.attrs, node.opset, node.n_outputs, node.domain)
+    outs = d.fn(sub, node)
+    pending = [(i, v) for i, v in enumerate(outs) if v is not None and v.const is None]
+    if not pending:
+        return outs
+    names = []
+    for _, v in pending:
+        if any(v is p for p in sub.params) or v.name in names:
+            v = sub.eltwise(v.name, v.shape, v.dtype)
+        names.append(v.name)
+    source = sub.source(names)
+    sub.check(source)
+    fn = api.compile(source, "interp", name=f"fold_{node.op_type}")
+    results = fn(*[p.const for p in sub.params])
+    if not isinstance(results, tuple):
+        results = (results,)
+    folded = list(outs)
+    for (i, v), arr in zip(pending, results):
+        folded[i] = Value("", v.shape, v.dtype, np.asarray(arr))
+    return folded
+
+
+def compile(model: Any, target: str = "cpu", *, progress: Progress | None = None) -> OnnxFunction:  # noqa: A001
+    """Import an ONNX model (a ``ModelProto`` or a path) for ``target``."""
+    return OnnxFunction(model, target, progress)

@@ -1,0 +1,79 @@
+"""Small helpers shared by the op modules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..builder import Builder, Node, OnnxError, Value
+
+
+def broadcast_shape(node: Node, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy broadcasting of ``shapes``; an error naming the node otherwise."""
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise node.error(
+            f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast"
+        ) from None
+
+
+def indices(n: int, prefix: str = "i") -> list[str]:
+    """``n`` distinct Tile index names."""
+    return [f"{prefix}{k}" for k in range(n)]
+
+
+def axis(node: Node, ax: int, rank: int, what: str = "axis") -> int:
+    """Normalise a possibly negative axis, checking it is in range."""
+    if not -rank <= ax < max(rank, 1):
+        raise node.error(f"{what} {ax} is out of range for rank {rank}")
+    return ax % rank if rank else 0
+
+
+def literal(value: float | int | bool, dtype: np.dtype) -> str:
+    """A Tile literal for a scalar of ``dtype`` (exact for ints; for floats the
+    shortest repr that reads back to the same float64).  Infinities and NaN
+    have no literal: use :func:`scalar` instead."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return "1" if value else "0"
+    if dtype.kind in "iu":
+        v = int(value)
+        return str(v) if v >= 0 else f"({v})"
+    v = float(value)
+    if not math.isfinite(v):
+        raise OnnxError(f"no Tile literal for {v}")
+    text = repr(v)
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text if v >= 0 else f"({text})"
+
+
+def scalar(b: Builder, value: float | int | bool, dtype: np.dtype) -> str:
+    """A rank-0 tensor of ``dtype`` holding ``value``: a literal where one is
+    exact, otherwise a constant parameter.  Unlike a bare literal, the result
+    has ``dtype`` (weak literals take the other operand's type)."""
+    dtype = np.dtype(dtype)
+    return b.ref(Value("", (), dtype, np.array(value, dtype=dtype)))
+
+
+def cast(expr: str, dtype: np.dtype) -> str:
+    """A Tile cast of ``expr`` to ``dtype``."""
+    dtype = np.dtype(dtype)
+    bits = dtype.itemsize * 8
+    if dtype.kind == "f":
+        return f"as_float({expr}, {bits})"
+    if dtype.kind == "i":
+        return f"as_int({expr}, {bits})"
+    if dtype.kind == "u":
+        return f"as_uint({expr}, {bits})"
+    if dtype.kind == "b":
+        return f"as_bool({expr})"
+    raise OnnxError(f"cannot cast to {dtype}")
+
+
+def ints(node: Node, key: str, default: Sequence[int] | None = None) -> list[int]:
+    v = node.attr(key, default)
+    return [] if v is None else [int(x) for x in v]

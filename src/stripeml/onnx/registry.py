@@ -1,0 +1,66 @@
+"""The op registry: ONNX operator name -> the function that writes it in Tile.
+
+An op function takes a :class:`~.builder.Builder` and a :class:`~.builder.Node`
+and returns one :class:`~.builder.Value` per node output (``None`` for an
+optional output it does not produce).  ``static`` lists the input positions
+whose *values* (not only shapes) the op needs when compiling: shapes of
+``Reshape``, axes of ``ReduceSum``, pads of ``Pad``...  When such an input is
+a graph input, the importer specialises the program on its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .builder import Builder, Node, Value
+
+OpFn = Callable[[Builder, Node], "list[Value | None]"]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    fn: OpFn
+    static: tuple[int, ...] = ()
+    foldable: bool = True  # False for ops that must not run at import (random ...)
+    doc: str = ""
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def op(*names: str, static: tuple[int, ...] = (), foldable: bool = True) -> Callable[[OpFn], OpFn]:
+    """Register ``fn`` as the Tile writer of the ONNX operators ``names``."""
+
+    def register(fn: OpFn) -> OpFn:
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        for name in names:
+            if name in OPS:
+                raise ValueError(f"ONNX op {name} registered twice")
+            OPS[name] = OpDef(name, fn, tuple(static), foldable, doc)
+        return fn
+
+    return register
+
+
+def lookup(op_type: str, domain: str = "") -> OpDef | None:
+    if domain not in ("", "ai.onnx"):
+        return None
+    _load()
+    return OPS.get(op_type)
+
+
+def supported_ops() -> list[OpDef]:
+    _load()
+    return sorted(OPS.values(), key=lambda d: d.name)
+
+
+_loaded = False
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from . import ops  # noqa: F401  (registers every op module)
