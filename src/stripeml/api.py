@@ -59,6 +59,35 @@ class Executable:
         """The generated backend source ("" for the interpreter)."""
         return self._compiled.code
 
+    def profile(self, *args: Any, repeat: int = 1, **kwargs: Any) -> list[tuple[str, str, float]]:
+        """Run ``repeat`` times and return ``(kernel, source statement, median
+        seconds per run)`` for every kernel, slowest first (``cpu`` backend;
+        other backends give one entry for the whole program)."""
+        import statistics
+        import time
+
+        compiled = self._compiled
+        per_run: list[dict[str, float]] = []
+        for _ in range(max(1, repeat)):
+            if hasattr(compiled, "step_seconds"):
+                compiled.step_seconds = {}
+                try:
+                    self(*args, **kwargs)
+                    per_run.append(dict(compiled.step_seconds))
+                finally:
+                    compiled.step_seconds = None
+            else:
+                start = time.perf_counter()
+                self(*args, **kwargs)
+                per_run.append({"program": time.perf_counter() - start})
+        comments = {b.name: b.comment for b in self.program.root.sub_blocks}
+        names = per_run[0].keys()
+        rows = [
+            (n, comments.get(n, ""), statistics.median(r.get(n, 0.0) for r in per_run))
+            for n in names
+        ]
+        return sorted(rows, key=lambda r: -r[2])
+
     def run_named(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:

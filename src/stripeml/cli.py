@@ -6,6 +6,7 @@
     stripeml ir  FILE.tile --input A=64x32 ... [--target T] [--stages] [--code] [--timing] [--report]
     stripeml demo [NAME ...] [--target T] [--list]
     stripeml targets [NAME_OR_FILE ...]
+    stripeml onnx MODEL.onnx [--target T] [--random] [--check] [--bench N]
 
 ``--target`` is ``interp``, a bundled target name (``cpu``, ``examples/npu``;
 see ``stripeml targets``) or the path of a target ``.toml`` file.
@@ -497,6 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="show tracebacks of internal errors"
     )
     demo.set_defaults(handler=_cmd_demo, parser=demo)
+
+    from .onnx.cli import add_parser as add_onnx_parser
+
+    add_onnx_parser(sub, _positive_int)
 
     targets = sub.add_parser(
         "targets",

@@ -160,6 +160,10 @@ class Specialised:
     params: list[tuple[str, Any]]  # ("input", index) or ("const", array) per Tile parameter
     outputs: list[tuple[str, Any]]  # ("tile", name) or ("const", array) per graph output
 
+    def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The Tile function's arguments for these graph inputs."""
+        return [arrays[x] if kind == "input" else x for kind, x in self.params]
+
 
 class OnnxFunction:
     """A compiled ONNX model: call it with NumPy arrays, positional in graph
@@ -300,7 +304,8 @@ class OnnxFunction:
         function = None
         if out_names:
             b.check(source)
-            self._say(f"compiling {len(b.statements)} Tile statements for {self.target}")
+            count = sum(1 for s in b.statements if not s.startswith("//"))
+            self._say(f"compiling {count} Tile statements for {self.target}")
             function = api.compile(source, self.target, name=g.name)
         return Specialised(source, function, params, outputs)
 
@@ -314,8 +319,7 @@ class OnnxFunction:
         spec = self.specialise(arrays)
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
-            args = [arrays[x] if kind == "input" else x for kind, x in spec.params]
-            outs = spec.function(*args)
+            outs = spec.function(*spec.call_args(arrays))
             if not isinstance(outs, tuple):
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
@@ -333,8 +337,7 @@ class OnnxFunction:
         spec = self.specialise(arrays)
         if spec.function is None:
             return None
-        args2 = [arrays[x] if kind == "input" else x for kind, x in spec.params]
-        return spec.function.lower(*args2)
+        return spec.function.lower(*spec.call_args(arrays))
 
     def source(self, *args: Any, **kwargs: Any) -> str:
         """The generated Tile program for these inputs."""

@@ -24,6 +24,7 @@ import ctypes
 import inspect
 import os
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -221,6 +222,8 @@ class CpuCompiled:
         }
         self._spare_temps: list[list[np.ndarray]] = []
         self._lock = threading.Lock()
+        # When a dict, each run adds every step's wall time under its block name.
+        self.step_seconds: dict[str, float] | None = None
 
     def run(
         self,
@@ -311,11 +314,16 @@ class CpuCompiled:
             self._spare_temps.append(temps)
 
     def _run_steps(self, pointers: object, storages: list[np.ndarray]) -> None:
-        for step in self.module.steps:
+        times = self.step_seconds
+        for k, step in enumerate(self.module.steps):
+            start = time.perf_counter() if times is not None else 0.0
             if step.kernel is not None:
                 self._run_kernel(step.kernel, pointers)
             elif step.special is not None:
                 self._run_special(step.special, storages)
+            if times is not None:
+                name = step.kernel.block_name if step.kernel is not None else f"special{k}"
+                times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
     def _run_kernel(self, info: KernelInfo, pointers: object) -> None:
         fn = self._kernels[info.symbol]

@@ -1,0 +1,55 @@
+"""``stripeml onnx``: compile, run, check against onnxruntime, time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from stripeml.cli import main  # noqa: E402
+
+
+def _model(path, op: str = "Relu") -> str:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3], [1.0, -2.0, 3.0])
+    nodes = [helper.make_node("Add", ["x", "w"], ["s"]), helper.make_node(op, ["s"], ["y"])]
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def test_check_and_bench(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    path = _model(tmp_path / "m.onnx")
+    assert main(["onnx", path, "--random", "--check", "--bench", "2", "--input", "x=4x3"]) == 0
+    out, err = capsys.readouterr()
+    assert "shape (4, 3)" in out
+    assert "check    y  ok" in out
+    assert "latency  median of 2" in out and "onnxruntime" in out
+    assert "kernels" in out
+    assert "compiling" in err  # progress on stderr
+
+
+def test_outputs_match_numpy_on_ones(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    assert main(["onnx", path, "--target", "interp"]) == 0
+    out = capsys.readouterr().out
+    expected = np.maximum(np.ones((1, 3)) + [1.0, -2.0, 3.0], 0).sum()
+    assert f"sum {expected:.6g}" in out
+
+
+def test_unsupported_op_is_reported(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx", op="NoSuchOp")
+    assert main(["onnx", path]) == 1
+    assert "NoSuchOp" in capsys.readouterr().err
+
+
+def test_missing_file(tmp_path, capsys):
+    assert main(["onnx", str(tmp_path / "absent.onnx")]) == 1
+    assert "no such ONNX model" in capsys.readouterr().err
