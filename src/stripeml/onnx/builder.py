@@ -54,6 +54,16 @@ class Value:
     shape: tuple[int, ...]
     dtype: np.dtype
     const: np.ndarray | None = None
+    # Stored as ``logical.transpose(layout)`` when set (see layout.py); ``shape``
+    # is always the logical (ONNX) shape.
+    layout: tuple[int, ...] | None = None
+
+    @property
+    def phys_shape(self) -> tuple[int, ...]:
+        """The shape of the Tile tensor that stores this value."""
+        if self.layout is None:
+            return self.shape
+        return tuple(self.shape[i] for i in self.layout)
 
     @property
     def rank(self) -> int:
@@ -122,6 +132,7 @@ class Builder:
     declared: dict[str, Value] = field(default_factory=dict)
     _counter: int = 0
     _const_names: dict[int, str] = field(default_factory=dict)
+    _logical: dict[int, Value] = field(default_factory=dict)
 
     # -- names ---------------------------------------------------------------
     def fresh(self, hint: str = "T") -> str:
@@ -148,6 +159,21 @@ class Builder:
         self.params.append(v)
         self.declared[v.name] = v
         return v
+
+    def logical(self, v: Value) -> Value:
+        """``v`` stored in its logical layout (a transpose, once, if needed)."""
+        if v.layout is None:
+            return v
+        done = self._logical.get(id(v))
+        if done is None:
+            idx = [f"i{k}" for k in range(v.rank)]
+            sizes = ", ".join(str(s) for s in v.shape)
+            stored = ", ".join(idx[p] for p in v.layout)
+            done = self.contraction(
+                f"{{out}}[{', '.join(idx)} : {sizes}] = =({v.name}[{stored}])", v.shape, v.dtype
+            )
+            self._logical[id(v)] = done
+        return done
 
     # -- statements ----------------------------------------------------------
     def _new(self, shape: Sequence[int], dtype: Any) -> Value:
@@ -203,8 +229,8 @@ class Builder:
             v = self.declared.get(name)
             if v is None:
                 continue
-            if tuple(info.shape) != v.shape or info.dtype != tile_dtype(v.dtype):
+            if tuple(info.shape) != v.phys_shape or info.dtype != tile_dtype(v.dtype):
                 raise InternalError(
-                    f"op library bug: {name} declared {v.shape} {v.dtype}, "
+                    f"op library bug: {name} declared {v.phys_shape} {v.dtype}, "
                     f"Tile infers {tuple(info.shape)} {info.dtype}"
                 )

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import ShapeError, StripeError
 from .builder import Builder, Node, OnnxError, Value
+from .layout import dispatch
 from .registry import lookup
 
 Progress = Callable[[str], None]
@@ -190,6 +191,9 @@ class OnnxFunction:
                 f"unsupported operator(s) {', '.join(ops)} "
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
+        from .layout import fuse_conv_bn
+
+        self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
         self.target = target
         self.progress = progress
         self.input_names = [i.name for i in self.graph.inputs]
@@ -286,6 +290,7 @@ class OnnxFunction:
             v = env.get(name)
             if v is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
+            v = b.logical(v)
             if v.const is not None and not v.name:
                 outputs.append(("const", v.const))
                 continue
@@ -363,7 +368,10 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
         outs = fold(d, node)
     else:
         b.comment(f"{info.op_type} {info.name}".rstrip())
-        outs = d.fn(b, node)
+        outs = dispatch(b, d, node)
+        if outs is None:
+            node.inputs = [None if v is None else b.logical(v) for v in node.inputs]
+            outs = d.fn(b, node)
     if len(outs) < len([o for o in info.outputs if o]):
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
     for name, v in zip(info.outputs, outs):

@@ -63,4 +63,4 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        from . import ops  # noqa: F401  (registers every op module)
+        from . import layout, ops  # noqa: F401  (registers every op module)

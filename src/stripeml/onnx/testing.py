@@ -61,6 +61,13 @@ def randomize_weights(model: Any, seed: int = 0) -> Any:
     del g.node[:]
     g.node.extend(keep)
     g.initializer.extend(new_inits)
+    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    unused = [t for t in g.initializer if t.name not in used]
+    for t in unused:  # the shapes ConstantOfShape read
+        g.initializer.remove(t)
+    inputs = [vi for vi in g.input if vi.name in {t.name for t in unused}]
+    for vi in inputs:
+        g.input.remove(vi)
     return m
 
 

@@ -1,0 +1,342 @@
+"""Channels-last layout for image tensors.
+
+ONNX image models are NCHW.  The CPU pipeline's register tiles want the
+contiguous dimension of a convolution's output and weights to be the output
+channels (a convolution written over NCHW runs about 50x slower), so the
+importer keeps 4-D activations **physically NHWC** between the operators that
+understand it, and transposes back to NCHW only where an operator needs the
+logical layout (a ``Reshape``, say) or at the graph outputs.
+
+A :class:`~.builder.Value` with ``layout = (0, 2, 3, 1)`` has the logical
+(NCHW) ``shape`` of the ONNX tensor but is stored as
+``logical.transpose(layout)``.  :func:`dispatch` writes the layout-aware form
+of the operators below; for every other operator the importer materialises
+the logical tensor first (``Builder.logical``), so op functions in ``ops/``
+never see a layout.
+
+Layout-aware:
+
+* ``Conv`` (2-D, weights known when compiling): one NHWC contraction with the
+  weights pre-transposed to ``(KH, KW, CI, CO)``; a ``BatchNormalization``
+  that only reads the convolution's output is folded into its weights and
+  bias (``fuse_conv_bn``).
+* ``BatchNormalization`` (parameters known): ``x * s + t`` per channel.
+* ``MaxPool``, ``AveragePool``, ``GlobalAveragePool``, ``GlobalMaxPool`` (2-D).
+* elementwise operators: unary ones apply to the stored tensor as is; binary
+  and variadic ones when every non-constant operand has the same layout
+  (constants are transposed when compiling).
+* ``Concat`` over channels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .builder import Builder, Node, Value
+from .ops._util import literal
+from .registry import OPS, op
+
+NHWC = (0, 2, 3, 1)
+
+UNARY = {
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "HardSigmoid",
+    "HardSwish", "Softplus", "Softsign", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf",
+    "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Identity", "Mish",
+    "Gelu", "ThresholdedRelu", "Shrink", "Swish", "Cast", "Not", "IsNaN", "IsInf",
+}  # fmt: skip
+BINARY = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Equal",
+    "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Clip",
+}  # fmt: skip
+
+
+def physical(v: Value) -> Value:
+    """A view of ``v`` as the Tile tensor it is stored as (no layout)."""
+    if v.layout is None:
+        return v
+    return Value(v.name, v.phys_shape, v.dtype)
+
+
+def with_layout(v: Value | None, layout: tuple[int, ...]) -> Value | None:
+    """Mark a value computed on physical views as stored in ``layout``."""
+    if v is None or v.const is not None:
+        return v
+    inv = tuple(int(i) for i in np.argsort(layout))
+    v.shape = tuple(v.shape[i] for i in inv)
+    v.layout = layout
+    return v
+
+
+def dispatch(b: Builder, d: Any, node: Node) -> list[Value | None] | None:
+    """The layout-aware form of ``node``, or ``None`` to use the op as written
+    (on logical inputs)."""
+    op = node.op_type
+    try:
+        if op in ("Conv", "_ConvBN"):
+            return _conv(b, node)
+        if op == "BatchNormalization":
+            return _batchnorm(b, node)
+        if op in ("MaxPool", "AveragePool"):
+            return _pool(b, node)
+        if op in ("GlobalAveragePool", "GlobalMaxPool"):
+            return _global_pool(b, node)
+        if op == "Concat":
+            return _concat(b, d, node)
+        if op in UNARY or op in BINARY:
+            return _eltwise(b, d, node)
+    except _Fallback:
+        return None
+    return None
+
+
+class _Fallback(Exception):
+    """The layout-aware form does not apply: use the op on logical inputs."""
+
+
+def _need(cond: bool) -> None:
+    if not cond:
+        raise _Fallback
+
+
+def _layout_of(node: Node) -> tuple[int, ...] | None:
+    layouts = {v.layout for v in node.inputs if v is not None and v.layout is not None}
+    _need(len(layouts) <= 1)
+    return layouts.pop() if layouts else None
+
+
+# -- elementwise --------------------------------------------------------------
+
+
+def _eltwise(b: Builder, d: Any, node: Node) -> list[Value | None]:
+    layout = _layout_of(node)
+    _need(layout is not None)
+    rank = len(layout)  # type: ignore[arg-type]
+    views: list[Value | None] = []
+    for v in node.inputs:
+        if v is None:
+            views.append(None)
+        elif v.layout is not None:
+            views.append(physical(v))
+        elif v.const is not None and v.rank <= rank:
+            arr = np.asarray(v.const).reshape((1,) * (rank - v.rank) + v.shape)
+            arr = np.ascontiguousarray(arr.transpose(layout)) if v.rank else v.const
+            views.append(Value("", arr.shape, v.dtype, arr))
+        elif v.rank == 0:
+            views.append(v)
+        else:
+            raise _Fallback
+    inner = Node(
+        node.op_type, node.name, views, node.attrs, node.opset, node.n_outputs, node.domain
+    )
+    outs = d.fn(b, inner)
+    for o in outs:
+        _need(o is None or o.const is not None or o.rank == rank)
+    return [with_layout(o, layout) for o in outs]  # type: ignore[arg-type]
+
+
+def _concat(b: Builder, d: Any, node: Node) -> list[Value | None]:
+    layout = _layout_of(node)
+    _need(layout is not None and all(v is not None and v.layout == layout for v in node.inputs))
+    axis = int(node.attr("axis", 1)) % len(layout)  # type: ignore[arg-type]
+    attrs = dict(node.attrs, axis=layout.index(axis))  # type: ignore[union-attr]
+    views = [physical(v) for v in node.inputs]  # type: ignore[arg-type]
+    inner = Node(node.op_type, node.name, views, attrs, node.opset, node.n_outputs, node.domain)  # type: ignore[arg-type]
+    return [with_layout(o, layout) for o in d.fn(b, inner)]  # type: ignore[arg-type]
+
+
+# -- convolution ----------------------------------------------------------------
+
+
+def _nhwc_input(b: Builder, x: Value) -> Value:
+    """``x`` (logical NCHW) stored as NHWC: its physical view, transposing first
+    when it is stored as NCHW."""
+    if x.layout == NHWC:
+        return physical(x)
+    _need(x.layout is None and x.const is None)
+    n, c, h, w = x.shape
+    t = b.contraction(
+        f"{{out}}[n, h, w, c : {n}, {h}, {w}, {c}] = =({b.ref(x)}[n, c, h, w])",
+        (n, h, w, c),
+        x.dtype,
+    )
+    return t
+
+
+def _const(node: Node, i: int) -> np.ndarray | None:
+    v = node.opt(i)
+    if v is None:
+        return None
+    _need(v.const is not None)
+    return np.asarray(v.const)
+
+
+def _conv(b: Builder, node: Node) -> list[Value | None]:
+    from .ops.conv import affine, window
+
+    x = node.input(0)
+    _need(x.rank == 4 and x.dtype.kind == "f" and x.layout in (None, NHWC))
+    w = _const(node, 1)
+    _need(w is not None and w.ndim == 4 and w.dtype == x.dtype)
+    bias = _const(node, 2)
+    co, cig, kh, kw = w.shape  # type: ignore[union-attr]
+    groups = int(node.attr("group", 1))
+    n_, ci, h, wd = x.shape
+    _need(groups >= 1 and ci == cig * groups and co % groups == 0)
+    _need(bias is None or bias.shape == (co,))
+    kernel = node.attr("kernel_shape")
+    _need(kernel is None or list(kernel) == [kh, kw])
+    w = w.astype(np.float64)  # type: ignore[union-attr]
+    bias = np.zeros(co) if bias is None else bias.astype(np.float64)
+    if node.op_type == "_ConvBN":
+        params = [_const(node, i) for i in range(3, 7)]
+        _need(all(p is not None and p.shape == (co,) for p in params))
+        scale, beta, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
+        s = scale / np.sqrt(var + float(node.attr("_bn_epsilon", 1e-5)))
+        w = w * s[:, None, None, None]
+        bias = (bias - mean) * s + beta
+    win = window(node, (h, wd), (kh, kw))
+    oh, ow = win.out
+    xin = _nhwc_input(b, x)
+    xr = b.ref(xin)
+    ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
+    xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
+    dt = x.dtype
+    if groups == 1:
+        wt = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).astype(dt)  # KH, KW, CI, CO
+        wr = b.ref(Value("", wt.shape, dt, wt))
+        text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[ky, kx, ci, co])"
+    elif groups == ci and co == ci:
+        wt = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)).astype(dt)  # KH, KW, C
+        wr = b.ref(Value("", wt.shape, dt, wt))
+        text = f"{{out}}[n, y, x, c : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, c] * {wr}[ky, kx, c])"
+    else:
+        cog = co // groups
+        wt = w.reshape(groups, cog, cig, kh, kw).transpose(3, 4, 2, 0, 1)  # KH, KW, CIg, G, COg
+        wt = np.ascontiguousarray(wt).astype(dt)
+        wr = b.ref(Value("", wt.shape, dt, wt))
+        text = (
+            f"{{out}}[n, y, x, {cog} * g + co : {n_}, {oh}, {ow}, {co}] = "
+            f"+({xr}[n, {ys}, {xs}, {cig} * g + ci] * {wr}[ky, kx, ci, g, co])"
+        )
+    out = b.contraction(text, (n_, oh, ow, co), dt)
+    if np.any(bias != 0):
+        bv = b.ref(Value("", (co,), dt, bias.astype(dt)))
+        out = b.eltwise(f"{b.ref(out)} + {bv}", out.shape, dt)
+    return [with_layout(out, NHWC)]
+
+
+def _batchnorm(b: Builder, node: Node) -> list[Value | None]:
+    x = node.input(0)
+    _need(x.layout == NHWC and node.n_outputs == 1 and not int(node.attr("training_mode", 0)))
+    c = x.shape[1]
+    params = [_const(node, i) for i in range(1, 5)]
+    _need(all(p is not None and p.shape == (c,) for p in params))
+    scale, beta, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
+    s = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
+    t = beta - mean * s
+    sv = b.ref(Value("", (c,), x.dtype, s.astype(x.dtype)))
+    tv = b.ref(Value("", (c,), x.dtype, t.astype(x.dtype)))
+    out = b.eltwise(f"{x.name} * {sv} + {tv}", x.phys_shape, x.dtype)
+    return [with_layout(out, NHWC)]
+
+
+# -- pooling ------------------------------------------------------------------
+
+
+def _pool(b: Builder, node: Node) -> list[Value | None]:
+    from .ops.conv import affine, window
+    from .ops.pool import _divisor
+
+    x = node.input(0)
+    _need(x.layout == NHWC and x.dtype.kind == "f" and node.n_outputs == 1)
+    _need(int(node.attr("storage_order", 0)) == 0)
+    kernel = [int(k) for k in node.attr("kernel_shape", [])]
+    _need(len(kernel) == 2)
+    n_, c, h, wd = x.shape
+    win = window(node, (h, wd), kernel, ceil_mode=bool(node.attr("ceil_mode", 0)))
+    oh, ow = win.out
+    ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
+    xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
+    agg = ">" if node.op_type == "MaxPool" else "+"
+    text = (
+        f"{{out}}[n, y, x, c : {n_}, {oh}, {ow}, {c}] = {agg}({x.name}[n, {ys}, {xs}, c]), "
+        f"ky < {kernel[0]}, kx < {kernel[1]}"
+    )
+    out = b.contraction(text, (n_, oh, ow, c), x.dtype)
+    if node.op_type == "AveragePool":
+        div = _divisor(win, (h, wd), bool(node.attr("count_include_pad", 0)))
+        if np.all(div == div.flat[0]):
+            expr = f"{out.name} / {literal(float(div.flat[0]), x.dtype)}"
+        else:
+            dv = b.ref(Value("", (oh, ow, 1), x.dtype, div.reshape(oh, ow, 1).astype(x.dtype)))
+            expr = f"{out.name} / {dv}"
+        out = b.eltwise(expr, out.shape, x.dtype)
+    return [with_layout(out, NHWC)]
+
+
+def _global_pool(b: Builder, node: Node) -> list[Value | None]:
+    x = node.input(0)
+    _need(x.layout == NHWC and x.dtype.kind == "f")
+    n_, c, h, wd = x.shape
+    agg = ">" if node.op_type == "GlobalMaxPool" else "+"
+    out = b.contraction(
+        f"{{out}}[n, 0, 0, c : {n_}, 1, 1, {c}] = {agg}({x.name}[n, y, x, c])",
+        (n_, 1, 1, c),
+        x.dtype,
+    )
+    if agg == "+":
+        out = b.eltwise(f"{out.name} / {literal(float(h * wd), x.dtype)}", out.shape, x.dtype)
+    return [with_layout(out, NHWC)]
+
+
+# -- graph rewrite --------------------------------------------------------------
+
+
+def fuse_conv_bn(nodes: list[Any], outputs: list[str]) -> list[Any]:
+    """Merge each ``Conv`` whose only reader is a ``BatchNormalization`` into one
+    ``_ConvBN`` node (folded into the weights when both are constants)."""
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    producer = {n.outputs[0]: k for k, n in enumerate(nodes) if n.op_type == "Conv"}
+    merged: dict[int, Any] = {}
+    drop: set[int] = set()
+    for k, n in enumerate(nodes):
+        if n.op_type != "BatchNormalization" or len([o for o in n.outputs if o]) != 1:
+            continue
+        src = n.inputs[0]
+        j = producer.get(src)
+        if j is None or readers.get(src) != 1 or src in outputs or j in drop:
+            continue
+        if int(n.attrs.get("training_mode", 0)) or len(n.inputs) != 5:
+            continue
+        conv = nodes[j]
+        ins = list(conv.inputs) + [""] * (3 - len(conv.inputs))
+        attrs = dict(conv.attrs, _bn_epsilon=float(n.attrs.get("epsilon", 1e-5)))
+        merged[k] = type(conv)(
+            "_ConvBN",
+            conv.domain,
+            conv.name or n.name,
+            ins[:3] + list(n.inputs[1:5]),
+            list(n.outputs),
+            attrs,
+        )
+        drop.add(j)
+    return [merged.get(k, n) for k, n in enumerate(nodes) if k not in drop]
+
+
+@op("_ConvBN")
+def conv_bn(b: Builder, n: Node) -> list[Value | None]:
+    """_ConvBN: a Conv followed by a BatchNormalization (internal, from
+    :func:`fuse_conv_bn`) when the channels-last form does not apply."""
+    attrs = {k: v for k, v in n.attrs.items() if k != "_bn_epsilon"}
+    ins = list(n.inputs[:3])
+    while ins and ins[-1] is None:
+        ins.pop()
+    y = OPS["Conv"].fn(b, Node("Conv", n.name, ins, attrs, n.opset, 1, n.domain))[0]
+    bn_attrs = {"epsilon": n.attrs.get("_bn_epsilon", 1e-5)}
+    bn = Node("BatchNormalization", n.name, [y, *n.inputs[3:7]], bn_attrs, n.opset, 1, n.domain)
+    return OPS["BatchNormalization"].fn(b, bn)
