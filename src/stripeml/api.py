@@ -32,19 +32,39 @@ class Executable:
         self,
         fn: Function,
         program: Program,
-        stages: list[tuple[str, str]],
+        stages: list[tuple[str, str]] | None,
         compiled: Compiled,
         timings: list[tuple[str, float]] | None = None,
+        ir: str | None = None,
     ):
         self.function = fn
         self.program = program
-        self.stages = stages
-        self.timings = list(timings or [])  # [(pass name, seconds)] for every pass run
+        self._stages = stages
+        self._timings = list(timings or [])
         self._compiled = compiled
-        self.ir = stages[-1][1] if stages else format_ir(program)
+        self.ir = ir if ir is not None else stages[-1][1] if stages else format_ir(program)
         self.output_specs = tuple(
             (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
         )
+
+    @property
+    def stages(self) -> list[tuple[str, str]]:
+        """``[(pass name, IR text)]``: "lower", then each pass that changed the
+        program.  After a warm start from the disk cache the pipeline is re-run
+        (without compiling) the first time this is read."""
+        if self._stages is None:
+            result = self.function._optimise(self.signature)
+            self._stages = result.stages
+            self._timings = result.timings
+        return self._stages
+
+    @property
+    def timings(self) -> list[tuple[str, float]]:
+        """``[(pass name, seconds)]`` for every pass run (re-run like ``stages``
+        after a warm start)."""
+        if self._stages is None:
+            self.stages  # noqa: B018 - computes both
+        return self._timings
 
     @property
     def peak_bytes(self) -> dict[str, int]:
@@ -216,13 +236,52 @@ class Function:
         exe = self._cache.get(sig)
         if exe is None:
             with _internal_errors(f"compiling {self.name} for {_fmt_sig(sig)}"):
-                binding = bind(self.ast, sig)
-                program = lower(self.ast, binding, self.name)
-                result = run_pipeline(program, self.backend.pipeline())
-                compiled = self.backend.compile(result.program)
-                exe = Executable(self, result.program, result.stages, compiled, result.timings)
+                exe = self._from_disk(sig)
+                if exe is None:
+                    result = self._optimise(sig)
+                    compiled = self.backend.compile(result.program)
+                    exe = Executable(self, result.program, result.stages, compiled, result.timings)
+                    self._to_disk(sig, exe.ir)
             self._cache[sig] = exe
         return exe
+
+    def _optimise(self, sig: Signature):
+        """Bind, lower and run the target's pipeline (no backend compile)."""
+        binding = bind(self.ast, sig)
+        program = lower(self.ast, binding, self.name)
+        return run_pipeline(program, self.backend.pipeline())
+
+    # A backend with a disk cache (``describe()``) also caches the optimised
+    # program per (source, signature), so a warm start skips lowering and passes.
+    def _disk_key(self, sig: Signature) -> str | None:
+        describe = getattr(self.backend, "describe", None)
+        if not callable(describe):
+            return None
+        from .runtime.kernel_cache import cache_key, compiler_fingerprint
+
+        pipeline = repr(self.backend.pipeline())
+        text = f"{self.source}\0{self.name}\0{sig!r}\0{pipeline}\0{compiler_fingerprint()}"
+        return cache_key(text, describe())
+
+    def _from_disk(self, sig: Signature) -> Executable | None:
+        key = self._disk_key(sig)
+        if key is None:
+            return None
+        from .ir.parser import parse as parse_ir
+        from .runtime.kernel_cache import ProgramCache
+
+        text = ProgramCache(getattr(self.backend, "cache_dir", None)).get(key)
+        if text is None:
+            return None
+        program = parse_ir(text)
+        return Executable(self, program, None, self.backend.compile(program), [], ir=text)
+
+    def _to_disk(self, sig: Signature, text: str) -> None:
+        key = self._disk_key(sig)
+        if key is not None:
+            from .runtime.kernel_cache import ProgramCache
+
+            ProgramCache(getattr(self.backend, "cache_dir", None)).put(key, text)
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable:
         """Specialise for these inputs' shapes and dtypes without running."""

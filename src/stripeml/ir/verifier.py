@@ -299,7 +299,7 @@ def _fail(where: str, message: str) -> VerifyError:
     return VerifyError(f"{where}: {message}")
 
 
-def _verify_block(scope: Scope) -> None:
+def _verify_block(scope: Scope, seen: dict | None = None) -> None:
     block = scope.block
     for rule in BLOCK_RULES:
         for message in rule(block, scope):
@@ -312,8 +312,16 @@ def _verify_block(scope: Scope) -> None:
     outer = scope.visible_idxs
     for k, stmt in enumerate(block.stmts):
         if isinstance(stmt, Block):
+            if seen is not None:
+                # A kernel's validity depends only on itself and the root's refs;
+                # nodes are immutable, so an unchanged pair was verified before.
+                key = (id(stmt), id(block.refs))
+                if key in seen:
+                    continue
             label = stmt.name or f"<{k}>"
             _verify_block(Scope(stmt, scope, label, outer))
+            if seen is not None:
+                seen[key] = (stmt, block.refs)  # keeps the ids alive
             continue
         rules = STMT_RULES.get(type(stmt))
         try:
@@ -330,12 +338,15 @@ def _verify_block(scope: Scope) -> None:
             env.scalars[stmt.into] = dtype  # type: ignore[union-attr]
 
 
-def verify(program: Program) -> None:
-    """Raise :class:`VerifyError` if ``program`` is not valid Stripe IR."""
+def verify(program: Program, seen: dict | None = None) -> None:
+    """Raise :class:`VerifyError` if ``program`` is not valid Stripe IR.
+
+    ``seen`` (a dict kept across calls, as the pass manager does) skips the
+    kernels that an earlier call verified under the same root refinements."""
     if not isinstance(program, Program) or not isinstance(program.root, Block):
         raise VerifyError(f"not a Stripe program: {type(program).__name__}")
     root = program.root
-    _verify_block(Scope(root, None, root.name or "root"))
+    _verify_block(Scope(root, None, root.name or "root"), seen)
 
 
 __all__ = ["BLOCK_RULES", "REF_RULES", "SPECIALS", "STMT_RULES", "verify"]

@@ -187,34 +187,33 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     _need(bias is None or bias.shape == (co,))
     kernel = node.attr("kernel_shape")
     _need(kernel is None or list(kernel) == [kh, kw])
-    w = w.astype(np.float64)  # type: ignore[union-attr]
-    bias = np.zeros(co) if bias is None else bias.astype(np.float64)
+    dt = x.dtype
+    bias = np.zeros(co, dt) if bias is None else bias
     if node.op_type == "_ConvBN":
         params = [_const(node, i) for i in range(3, 7)]
         _need(all(p is not None and p.shape == (co,) for p in params))
         scale, beta, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
         s = scale / np.sqrt(var + float(node.attr("_bn_epsilon", 1e-5)))
-        w = w * s[:, None, None, None]
-        bias = (bias - mean) * s + beta
+        w = w * s.astype(dt)[:, None, None, None]  # one rounding per weight
+        bias = ((bias.astype(np.float64) - mean) * s + beta).astype(dt)
     win = window(node, (h, wd), (kh, kw))
     oh, ow = win.out
     xin = _nhwc_input(b, x)
     xr = b.ref(xin)
     ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
-    dt = x.dtype
     if groups == 1:
-        wt = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).astype(dt)  # KH, KW, CI, CO
+        wt = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).astype(dt, copy=False)  # KH, KW, CI, CO
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[ky, kx, ci, co])"
     elif groups == ci and co == ci:
-        wt = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)).astype(dt)  # KH, KW, C
+        wt = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)).astype(dt, copy=False)  # KH, KW, C
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = f"{{out}}[n, y, x, c : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, c] * {wr}[ky, kx, c])"
     else:
         cog = co // groups
         wt = w.reshape(groups, cog, cig, kh, kw).transpose(3, 4, 2, 0, 1)  # KH, KW, CIg, G, COg
-        wt = np.ascontiguousarray(wt).astype(dt)
+        wt = np.ascontiguousarray(wt).astype(dt, copy=False)
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = (
             f"{{out}}[n, y, x, {cog} * g + co : {n_}, {oh}, {ow}, {co}] = "
@@ -222,7 +221,7 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
         )
     out = b.contraction(text, (n_, oh, ow, co), dt)
     if np.any(bias != 0):
-        bv = b.ref(Value("", (co,), dt, bias.astype(dt)))
+        bv = b.ref(Value("", (co,), dt, np.asarray(bias, dt)))
         out = b.eltwise(f"{b.ref(out)} + {bv}", out.shape, dt)
     return [with_layout(out, NHWC)]
 

@@ -41,7 +41,8 @@ def run_pipeline(
     check: Callable[[str, Program], None] | None = None,
 ) -> PipelineResult:
     """Run ``passes`` in order; the first stage is ``("lower", text)``."""
-    verify(program)
+    verified: dict = {}
+    verify(program, verified)
     stages = [("lower", format_ir(program))]
     timings: list[tuple[str, float]] = []
     for p in passes:
@@ -50,7 +51,7 @@ def run_pipeline(
         timings.append((p.name, time.perf_counter() - start))
         if new is program:
             continue
-        verify(new)
+        verify(new, verified)
         if check is not None:
             check(p.name, new)
         stages.append((p.name, format_ir(new)))

@@ -84,6 +84,18 @@ def codegen_fingerprint() -> str:
     return h.hexdigest()
 
 
+@lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """sha256 of the frontend, IR, analysis and pass sources: what turns Tile
+    into an optimised Stripe program (keys of the program cache)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for folder in ("tile", "ir", "analysis", "passes", "targets"):
+        for path in sorted((root / folder).glob("*.py")):
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def cache_key(program_text: str, options: str) -> str:
     """The key of a program compiled with ``options`` (codegen options + target)."""
     from .. import __version__
@@ -250,3 +262,37 @@ def _parse_special(text: str) -> Special:
     if len(root.stmts) != 1 or not isinstance(root.stmts[0], Special):
         raise ValueError(f"not a special statement: {text!r}")
     return root.stmts[0]
+
+
+class ProgramCache:
+    """Optimised Stripe program texts by key (``programs/`` beside ``cpu/``),
+    so a warm start skips lowering and the passes.  A file is the sha256 of the
+    text on the first line, then the text; a mismatch is a miss."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        root = Path(directory) if directory is not None else default_cache_dir()
+        self.directory = root / "programs"
+
+    def get(self, key: str) -> str | None:
+        try:
+            data = (self.directory / f"{key}.stripe").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        digest, _, text = data.partition("\n")
+        if hashlib.sha256(text.encode()).hexdigest() != digest:
+            return None
+        return text
+
+    def put(self, key: str, text: str) -> None:
+        tmp_name = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(
+                prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory
+            )
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(hashlib.sha256(text.encode()).hexdigest() + "\n" + text)
+            os.replace(tmp_name, self.directory / f"{key}.stripe")
+        except OSError:
+            if tmp_name is not None:
+                _remove(Path(tmp_name))
