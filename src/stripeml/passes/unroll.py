@@ -459,7 +459,11 @@ def _attach_epilogue(
         # The vector index (the tile's first) goes last: it runs in SIMD lanes.
         idxs=tuple(i for i in tile.idxs[1:] if i.name in addr) + (tile.idxs[0],),
         refs=tuple(epi_refs),
-        stmts=e.stmts,
+        # ``index`` statements follow e's indices to the tile's (global) position.
+        stmts=tuple(
+            LoadIndex(st.into, st.expr.substitute(sub)) if isinstance(st, LoadIndex) else st
+            for st in e.stmts
+        ),
         tags=frozenset({"eltwise", "epilogue"}),
         name=f"{e.name}_epilogue",
         comment=e.comment,

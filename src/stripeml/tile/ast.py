@@ -129,7 +129,24 @@ class Assignment:
     text: str
 
 
-Statement = Union[Contraction, Assignment]
+@dataclass(frozen=True, slots=True)
+class Builtin:
+    """``Out = func(args...);`` for a statement builtin (``reshape``, ``gather``).
+
+    These are whole-tensor operations that are not elementwise; they lower to
+    root-level ``special`` statements.  ``args`` are as written (the checks
+    decide what is legal: tensor names, size expressions, an integer axis).
+    """
+
+    output: str
+    func: str
+    args: tuple[Expr, ...]
+    pos: Pos
+    text: str
+    func_pos: Pos
+
+
+Statement = Union[Contraction, Assignment, Builtin]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, TileTypeError
 from ..ir import dtypes
 from . import ast
-from .exprs import eval_size
-from .types import expr_type
+from .exprs import eval_size, format_expr, literal_int
+from .types import expr_type, normalize_axis
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]
 
@@ -86,6 +86,8 @@ def bind(fn: ast.Function, sig: Signature) -> Binding:
     for stmt in fn.stmts:
         if isinstance(stmt, ast.Contraction):
             tensors[stmt.output] = _bind_contraction(stmt, dims, tensors)
+        elif isinstance(stmt, ast.Builtin):
+            tensors[stmt.output] = _bind_builtin(stmt, dims, tensors)
         else:
             shape, dt = expr_type(stmt.expr, dims, tensors, stmt)
             tensors[stmt.output] = TensorInfo(shape, dt)
@@ -126,6 +128,45 @@ def _bind_contraction(
                 f"{d.shape} but the output has shape {tuple(sizes)}"
             )
     return TensorInfo(tuple(sizes), dt)
+
+
+def _bind_builtin(
+    stmt: ast.Builtin, dims: dict[str, int], tensors: dict[str, TensorInfo]
+) -> TensorInfo:
+    """Shape and dtype of ``reshape`` / ``gather`` (arguments already checked)."""
+    x_name = stmt.args[0].name  # type: ignore[union-attr]
+    x = tensors[x_name]
+    if stmt.func == "reshape":
+        sizes = []
+        for e in stmt.args[1:]:
+            size = eval_size(e, dims)
+            if size <= 0:
+                raise ShapeError(
+                    f"{where(stmt.pos, stmt.text)}size '{format_expr(e)}' of the reshape of "
+                    f"'{x_name}' evaluates to {size}; sizes must be positive"
+                )
+            sizes.append(size)
+        count, want = int(np.prod(sizes, dtype=np.int64)), int(np.prod(x.shape, dtype=np.int64))
+        if count != want:
+            raise ShapeError(
+                f"{where(stmt.pos, stmt.text)}cannot reshape '{x_name}' of shape {x.shape} "
+                f"({want} elements) to {tuple(sizes)} ({count} elements): the element "
+                "counts differ"
+            )
+        return TensorInfo(tuple(sizes), x.dtype)
+    i_name = stmt.args[1].name  # type: ignore[union-attr]
+    idx = tensors[i_name]
+    axis = literal_int(stmt.args[2])
+    assert axis is not None  # the checks require an integer literal
+    axis = normalize_axis(
+        axis, len(x.shape), f"'{x_name}' of shape {x.shape} in 'gather'", stmt.args[2].pos, stmt
+    )
+    if not dtypes.is_int(idx.dtype):
+        raise TileTypeError(
+            f"{where(stmt.args[1].pos, stmt.text)}the indices '{i_name}' of 'gather' have "
+            f"dtype {idx.dtype}; they must be integers (convert with as_int({i_name}, 64))"
+        )
+    return TensorInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
 
 
 def promote(*names: str) -> str:

@@ -18,7 +18,16 @@ from __future__ import annotations
 
 from ..errors import StripeError, TileNameError, TileTypeError, format_located
 from . import ast
-from .exprs import CAST_BITS, FUNCTION_ARITY, children, format_expr, is_index_name, is_upper_name
+from .exprs import (
+    CAST_BITS,
+    FUNCTION_ARITY,
+    STATEMENT_FUNCTIONS,
+    children,
+    format_expr,
+    is_index_name,
+    is_upper_name,
+    literal_int,
+)
 
 # combo -> number of operands
 COMBO_ARITY = {"none": 1, "mul": 2, "add": 2, "eq": 2, "cond": 3}
@@ -107,6 +116,8 @@ class _Checker:
             if isinstance(stmt, ast.Contraction):
                 self.contraction(stmt)
                 self.ranks[stmt.output] = len(stmt.out_indices)
+            elif isinstance(stmt, ast.Builtin):
+                self.ranks[stmt.output] = self.builtin(stmt)
             else:
                 self.elementwise(stmt.expr)
                 self.ranks[stmt.output] = None
@@ -250,6 +261,48 @@ class _Checker:
             "integers with + - * / and parentheses"
         )
 
+    # -- statement builtins --------------------------------------------------
+
+    def builtin(self, b: ast.Builtin) -> int | None:
+        """Check ``O = reshape(X, sizes...)`` / ``O = gather(X, I, axis)``; return
+        the output's rank when it is known statically."""
+        usage = STATEMENT_FUNCTIONS.get(b.func)
+        if usage is None:
+            known = ", ".join(sorted(STATEMENT_FUNCTIONS))
+            raise self.name_error(f"unknown statement builtin '{b.func}' (known: {known})")
+        if b.func == "reshape":
+            if not b.args:
+                raise self.type_error(
+                    f"'reshape' needs the tensor to reshape and then its new sizes: '{usage}'"
+                )
+            self.tensor_arg(b.args[0], "reshape", "the tensor to reshape")
+            for e in b.args[1:]:
+                self.size(e, "the sizes of 'reshape'")
+            return len(b.args) - 1
+        if len(b.args) != 3:
+            raise self.type_error(f"'gather' takes 3 arguments ('{usage}'), got {len(b.args)}")
+        self.tensor_arg(b.args[0], "gather", "the tensor to gather from")
+        self.tensor_arg(b.args[1], "gather", "the indices")
+        self.axis_arg(b.args[2], "gather")
+        rx, ri = self.ranks[b.args[0].name], self.ranks[b.args[1].name]  # type: ignore[union-attr]
+        return None if rx is None or ri is None else rx + ri - 1
+
+    def tensor_arg(self, e: ast.Expr, func: str, role: str) -> None:
+        """A builtin argument that must name a tensor defined earlier."""
+        if not isinstance(e, ast.Name):
+            raise self.type_error(
+                f"{role} (an argument of '{func}') must be a tensor name, got "
+                f"'{format_expr(e)}'; assign the expression to a tensor first"
+            )
+        self.tensor_ref(e.name, f"argument of '{func}'")
+
+    def axis_arg(self, e: ast.Expr, func: str) -> None:
+        if literal_int(e) is None:
+            raise self.type_error(
+                f"the axis of '{func}' must be an integer literal (like 0 or -1), "
+                f"got '{format_expr(e)}'"
+            )
+
     # -- elementwise ---------------------------------------------------------
 
     def elementwise(self, e: ast.Expr) -> None:
@@ -266,6 +319,10 @@ class _Checker:
         name = e.name
         if name in self.ranks or name in self.dims:
             return
+        if name in STATEMENT_FUNCTIONS:
+            raise self.name_error(
+                f"'{name}' is a statement builtin; use it as '{STATEMENT_FUNCTIONS[name]}'"
+            )
         if name in FUNCTION_ARITY:
             raise self.name_error(f"function '{name}' must be called, as in '{name}(X)'")
         if is_index_name(name):
@@ -280,6 +337,12 @@ class _Checker:
         self.tensor_ref(name, "tensor")
 
     def call(self, e: ast.Call) -> None:
+        if e.func in STATEMENT_FUNCTIONS:
+            raise self.type_error(
+                f"'{e.func}' cannot be used inside an expression: it is a whole statement, "
+                f"'{STATEMENT_FUNCTIONS[e.func]}' (assign its result to a tensor, then use "
+                "that tensor)"
+            )
         arity = FUNCTION_ARITY.get(e.func)
         if arity is None:
             known = ", ".join(sorted(FUNCTION_ARITY))
@@ -288,6 +351,10 @@ class _Checker:
             raise self.type_error(
                 f"'{e.func}' takes {arity} argument{'s' if arity != 1 else ''}, got {len(e.args)}"
             )
+        if e.func == "index":
+            self.tensor_arg(e.args[0], "index", "the tensor whose positions 'index' gives")
+            self.axis_arg(e.args[1], "index")
+            return
         bits = CAST_BITS.get(e.func)
         if bits:
             arg = e.args[1]

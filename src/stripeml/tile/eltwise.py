@@ -16,6 +16,7 @@ from ..ir.nodes import (
     Index,
     Intrinsic,
     Load,
+    LoadIndex,
     Refinement,
     Statement,
     Store,
@@ -35,6 +36,7 @@ from .types import (
     Weak,
     cast_target,
     default_dtype,
+    index_axis,
     join,
     type_of,
 )
@@ -60,6 +62,15 @@ class ScalarEmitter:
             self.stmts.append(Load(name, ref))
             self._loaded[ref] = (name, dtype)
         return self._loaded[ref]
+
+    def index(self, name: str) -> str:
+        """The value of index ``name`` at the point (i64), loaded once."""
+        key = f"index {name}"
+        if key not in self._loaded:
+            into = self.fresh()
+            self.stmts.append(LoadIndex(into, Affine.index(name)))
+            self._loaded[key] = (into, "i64")
+        return self._loaded[key][0]
 
     def const(self, value: Weak, dtype: str) -> str:
         name = self.fresh()
@@ -87,12 +98,18 @@ def _convert(value: Weak, dtype: str) -> int | float | bool:
 
 class _ExprLowering:
     def __init__(
-        self, stmt: ast.Assignment, binding: Binding, em: ScalarEmitter, views: dict[str, str]
+        self,
+        stmt: ast.Assignment,
+        binding: Binding,
+        em: ScalarEmitter,
+        views: dict[str, str],
+        idx_names: tuple[str, ...] = (),
     ):
         self.stmt = stmt
         self.binding = binding
         self.em = em
         self.views = views
+        self.idx_names = idx_names  # the block's index per output dimension
 
     def type(self, e: ast.Expr) -> EType:
         return type_of(e, self.binding.dims, self.binding.tensors, self.stmt)
@@ -134,6 +151,13 @@ class _ExprLowering:
 
     def call(self, e: ast.Call, dt: str) -> str:
         f = e.func
+        if f == "index":
+            # index(X, axis): the point's position along X's axis, broadcast like X.
+            x, axis = index_axis(e, self.binding.dims, self.binding.tensors, self.stmt)
+            if x.shape[axis] == 1:
+                return self.em.const(0, "i64")
+            d = len(self.idx_names) - len(x.shape) + axis
+            return self.em.index(self.idx_names[d])
         if f in CASTS:
             target = cast_target(e, self.stmt)
             arg = self.type(e.args[0])
@@ -164,7 +188,7 @@ def _tensor_names(e: ast.Expr, tensors: dict, out: list[str]) -> list[str]:
     elif isinstance(e, ast.Ternary):
         for c in (e.cond, e.then, e.other):
             _tensor_names(c, tensors, out)
-    elif isinstance(e, ast.Call):
+    elif isinstance(e, ast.Call) and e.func != "index":  # index(X, a) does not read X
         for a in e.args:
             _tensor_names(a, tensors, out)
     return out
@@ -193,7 +217,7 @@ def lower_eltwise(stmt: ast.Assignment, k: int, binding: Binding) -> Block:
         )
         views[name] = name
     em = ScalarEmitter()
-    lowering = _ExprLowering(stmt, binding, em, views)
+    lowering = _ExprLowering(stmt, binding, em, views, names)
     t = lowering.type(stmt.expr)
     dtype = out.dtype if not t.weak else default_dtype(t.const)
     value = lowering.value(stmt.expr, dtype)

@@ -4,7 +4,8 @@
 * :func:`eval_size` evaluates a size expression once dimensions are bound,
 * :func:`indices_of` / :func:`contraction_indices` collect index names,
 * :func:`format_expr` prints an expression back as Tile text,
-* :data:`FUNCTION_ARITY` and :data:`CAST_BITS` list the built-in functions.
+* :data:`FUNCTION_ARITY` and :data:`CAST_BITS` list the built-in functions,
+  :data:`STATEMENT_FUNCTIONS` the builtins that are whole statements.
 
 Naming convention (DESIGN §3): names starting with a lower-case letter are
 indices; names starting with an upper-case letter are tensors or dimensions.
@@ -32,7 +33,24 @@ FUNCTION_ARITY: dict[str, int] = {
     **{f: 1 for f in UNARY_FUNCTIONS},
     **{f: 2 for f in BINARY_FUNCTIONS},
     **{f: (2 if bits else 1) for f, bits in CAST_BITS.items()},
+    "index": 2,  # index(X, axis): each element's position along an axis of X (int64)
 }
+# Builtins that are whole statements (``O = reshape(X, 2, N);``), not expressions:
+# the function name -> how a statement using it reads (for error messages).
+STATEMENT_FUNCTIONS: dict[str, str] = {
+    "reshape": "O = reshape(X, size, ...);",
+    "gather": "O = gather(X, I, axis);",
+}
+
+
+def literal_int(expr: ast.Expr) -> int | None:
+    """The value of an integer literal, possibly negated (``2``, ``-1``), else ``None``."""
+    if isinstance(expr, ast.IntLit):
+        return expr.value
+    if isinstance(expr, ast.Unary) and expr.op == "-":
+        inner = literal_int(expr.operand)
+        return None if inner is None else -inner
+    return None
 
 
 def is_index_name(name: str) -> bool:

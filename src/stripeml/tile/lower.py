@@ -4,7 +4,8 @@ The program block declares the parameters (``in``), results (``out``) and
 intermediates (``none``); each statement becomes one kernel block (a
 contraction may be preceded by a fill block when isl shows that some output
 elements are reached by no valid index tuple).  The source statement is kept
-as each block's comment.
+as each block's comment.  The statement builtins ``reshape`` and ``gather``
+become root-level ``special`` statements between the kernels.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..ir.nodes import (
     Load,
     Program,
     Refinement,
+    Special,
     Statement,
     Store,
     TensorShape,
@@ -27,7 +29,7 @@ from ..ir.nodes import (
 from . import ast
 from .bind import Binding, TensorInfo, where
 from .eltwise import ScalarEmitter, lower_eltwise
-from .exprs import eval_size, indices_of, poly_to_affine
+from .exprs import eval_size, indices_of, literal_int, poly_to_affine
 
 
 def lower(fn: ast.Function, binding: Binding, name: str = "main") -> Program:
@@ -46,10 +48,23 @@ def lower(fn: ast.Function, binding: Binding, name: str = "main") -> Program:
     for k, stmt in enumerate(fn.stmts):
         if isinstance(stmt, ast.Contraction):
             kernels.extend(lower_contraction(stmt, k, binding))
+        elif isinstance(stmt, ast.Builtin):
+            kernels.append(lower_builtin(stmt, binding))
         else:
             kernels.append(lower_eltwise(stmt, k, binding))
     root = Block(refs=tuple(refs), stmts=tuple(kernels), tags=frozenset({"program"}), name=name)
     return Program(root)
+
+
+def lower_builtin(stmt: ast.Builtin, binding: Binding) -> Special:
+    """``reshape`` / ``gather``: a root-level ``special`` between the kernels."""
+    names = tuple(a.name for a in stmt.args if isinstance(a, ast.Name))
+    if stmt.func == "reshape":
+        return Special("reshape", names[:1], (stmt.output,))
+    x = binding.tensors[names[0]]
+    axis = literal_int(stmt.args[2])
+    assert axis is not None
+    return Special("gather", names[:2], (stmt.output,), (("axis", axis % len(x.shape)),))
 
 
 def _root_ref(direction: str, name: str, info: TensorInfo) -> Refinement:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..errors import TileSyntaxError
 from . import ast
+from .exprs import STATEMENT_FUNCTIONS
 from .lexer import Token, tokenize
 
 MAX_NESTING = 64
@@ -197,7 +198,11 @@ class _Parser:
         expr = self.expr()
         last = self.k - 1
         self.expect(";", f"to end the assignment to '{name.text}'")
-        return ast.Assignment(name.text, expr, _pos(name), self.text(first, last))
+        text = self.text(first, last)
+        if isinstance(expr, ast.Call) and expr.func in STATEMENT_FUNCTIONS:
+            # ``O = reshape(X, ...);`` / ``O = gather(X, I, axis);``: a whole statement.
+            return ast.Builtin(name.text, expr.func, expr.args, _pos(name), text, expr.pos)
+        return ast.Assignment(name.text, expr, _pos(name), text)
 
     # -- contractions --------------------------------------------------------
 

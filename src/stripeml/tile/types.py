@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ShapeError, TileTypeError
 from ..ir import dtypes
 from . import ast
-from .exprs import BINARY_FUNCTIONS, UNARY_FUNCTIONS
+from .exprs import BINARY_FUNCTIONS, UNARY_FUNCTIONS, literal_int
 
 Weak = int | float | bool
 
@@ -208,8 +208,34 @@ def cast_target(call: ast.Call, stmt: object) -> str:
     return name
 
 
+def index_axis(call: ast.Call, dims, tensors, stmt) -> tuple[EType, int]:
+    """For ``index(X, axis)``: X's type and the axis made non-negative.
+
+    Raises :class:`ShapeError` when the axis is out of range for X's rank.
+    """
+    x = type_of(call.args[0], dims, tensors, stmt)
+    axis = literal_int(call.args[1])
+    if x.weak or axis is None:
+        raise TileTypeError(
+            f"{loc(call.pos, stmt)}index(X, axis) needs a tensor X and an integer literal axis"
+        )
+    what = f"'{call.args[0].name}' of shape {x.shape} in 'index'"  # type: ignore[union-attr]
+    return x, normalize_axis(axis, len(x.shape), what, call.args[1].pos, stmt)
+
+
+def normalize_axis(axis: int, rank: int, what: str, pos: ast.Pos, stmt: object) -> int:
+    """``axis`` in ``-rank .. rank-1`` made non-negative; :class:`ShapeError` otherwise."""
+    if not -rank <= axis < rank:
+        allowed = f"axes run from {-rank} to {rank - 1}" if rank else "it has no axes"
+        raise ShapeError(f"{loc(pos, stmt)}axis {axis} is out of range for {what}: {allowed}")
+    return axis % rank
+
+
 def _call_type(call: ast.Call, dims, tensors, stmt) -> EType:
     f = call.func
+    if f == "index":
+        x, _ = index_axis(call, dims, tensors, stmt)
+        return EType(x.shape, "i64")
     if f in CASTS:
         t = type_of(call.args[0], dims, tensors, stmt)
         return EType(t.shape, cast_target(call, stmt))
