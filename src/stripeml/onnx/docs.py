@@ -1,0 +1,86 @@
+"""Generates ``docs/onnx.md`` from the op registry.
+
+    python -m stripeml.onnx.docs > docs/onnx.md
+
+The test suite checks that the committed file matches this output, so the
+list of supported operators is always the code's.
+"""
+
+from __future__ import annotations
+
+from .registry import supported_ops
+
+HEADER = """\
+# The ONNX frontend
+
+`stripeml.onnx` imports an ONNX model and compiles the whole graph as one Tile
+program, so fusion and memory planning work across operators.
+
+```python
+import stripeml.onnx
+f = stripeml.onnx.compile("model.onnx", target="cpu")   # or a ModelProto
+y = f(x)                      # NumPy in, NumPy out (a tuple for several outputs)
+f.source(x)                   # the generated Tile program
+f.lower(x).ir                 # its optimised Stripe IR (also .stages, .code, .peak_bytes)
+```
+
+From the shell: `stripeml onnx MODEL.onnx [--target T] [--random] [--check] [--bench N]`
+compiles with progress output, runs on ones (or seeded random inputs), compares
+with onnxruntime (`--check`, when installed) and prints the latency, onnxruntime's
+in the same process, and the slowest kernels.
+
+`stripeml.onnx.backend` implements ONNX's backend interface (`prepare`,
+`run_model`, `run_node`, `supports_device`, `is_compatible`);
+`tests/onnx_frontend/test_node_suite.py` runs the node tests shipped with the
+`onnx` package through it, and `tests/onnx_frontend/exclusions.py` lists the
+tests it leaves out, grouped by reason.
+
+## How a model is compiled
+
+1. **Specialisation.** Like `stripeml.compile`, a model is compiled per call
+   signature: input shapes and dtypes, plus the *values* of graph inputs that an
+   operator needs when compiling (the `shape` of a `Reshape`, the `pads` of a
+   `Pad`, ...: the "static inputs" below).  Initializers are always known.
+2. **Operators are written in Tile** (`src/stripeml/onnx/ops/`): each returns
+   Tile statements with the shapes and dtypes it declares, and the importer
+   checks every declaration against the Tile frontend's own inference.
+3. **Constant folding.** A node whose inputs are all known is run once on the
+   interpreter at import, so shape arithmetic and weight generation never reach
+   the compiled program.  Weights stay parameters of the generated function
+   (passed at every call), not literals in its source.
+4. **Channels-last images** (`layout.py`): 4-D activations are stored NHWC
+   between the operators that understand it (Conv with a BatchNormalization
+   folded into its weights, pools, elementwise operators, Concat), and
+   transposed back to NCHW only where another operator or a graph output
+   needs it.
+5. **One program.** The Tile program goes through the target's pass pipeline
+   (fusion of elementwise chains into their producers, register tiling,
+   threads) and is cached on disk: a warm start still imports the model, but
+   skips lowering, the passes and all LLVM compilation.
+
+Errors are `stripeml.StripeError`s (`stripeml.onnx.OnnxError` for the
+importer) naming the node and operator: unsupported operators, attributes,
+element types (strings, bfloat16, float8), empty tensors, and values needed
+when compiling that are only known at run time.
+
+## Supported operators
+"""
+
+
+def render() -> str:
+    ops = [d for d in supported_ops() if not d.name.startswith("_")]
+    lines = [HEADER, f"{len(ops)} operators (domain `ai.onnx`).\n"]
+    lines.append("| operator | supported | static inputs |")
+    lines.append("|---|---|---|")
+    for d in ops:
+        doc = d.doc
+        if doc.startswith(d.name + ":"):
+            doc = doc[len(d.name) + 1 :].strip()
+        doc = doc.replace("|", "\\|")
+        static = ", ".join(str(i) for i in d.static) or ""
+        lines.append(f"| {d.name} | {doc} | {static} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
