@@ -13,7 +13,7 @@ except ImportError:  # tests/ imported as a package
     from tests.programs import CASES, Case
 
 # The lead extends this as backends come up ("cpu", "opencl", "cuda", target files).
-TARGETS = ["interp", "cpu"]
+TARGETS = ["interp", "cpu", "opencl"]
 
 
 def _as_tuple(result, n_outputs: int) -> tuple[np.ndarray, ...]:

@@ -41,6 +41,7 @@ def test_bundled_names() -> None:
     assert set(bundled_targets()) == {
         "cpu",
         "opencl",
+        "opencl_pocl",
         "cuda",
         "examples/npu",
         "examples/two_level_cpu",
@@ -127,12 +128,12 @@ def test_cpu_target_file_sets_threads_and_vector_width(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["opencl", "cuda"])
-def test_gpu_backends_are_not_available_yet(name: str, tmp_path: Path) -> None:
-    with pytest.raises(StripeError, match=f"target '{name}'.*is not available yet"):
-        get_backend(name)
-    mine = write(tmp_path, HEADER.replace('"interp"', f'"{name}"'), "gpu.toml")
-    with pytest.raises(StripeError, match="not available yet"):
-        stripeml.compile("function (A[N]) -> (B) { B = A; }", target=str(mine))
+def test_gpu_backends_come_from_their_files(name: str) -> None:
+    backend = get_backend(name)
+    target = load_target(name)
+    assert backend.name == name and backend.target == target
+    assert backend.max_group_size == target.max_threads_per_group
+    assert backend.pipeline() == target.passes()
 
 
 def test_unknown_targets() -> None:

@@ -1,9 +1,10 @@
 """The backend interface, and backends made from targets.
 
 A backend turns a verified Stripe program into something callable: the NumPy
-interpreter (``interp``) and the host CPU through LLVM (``cpu``, imported
-lazily so the core does not load llvmlite); the GPU backends plug in here by
-the ``backend`` name of their target files.  Every target but the bare
+interpreter (``interp``), the host CPU through LLVM (``cpu``, imported
+lazily so the core does not load llvmlite), OpenCL devices through pyopencl
+(``opencl``) and NVIDIA GPUs through NVRTC and the CUDA driver (``cuda``),
+both optional extras imported only when a target names them.  Every target but the bare
 ``"interp"`` is a target file (:mod:`stripeml.targets`): its facts configure
 the backend and its pipeline is the backend's.
 """
@@ -76,10 +77,7 @@ class InterpBackend:
         return _InterpCompiled(program)
 
 
-_PLANNED = {
-    "opencl": "the OpenCL backend",
-    "cuda": "the CUDA backend",
-}
+_PLANNED: dict[str, str] = {}
 
 # Backends made from target files, by (resolved path, modification time): a
 # file is loaded (and the host probed) once, and again after it changes.
@@ -127,6 +125,32 @@ def backend_for(target: Target) -> Backend:
             vector_width=target.vector_width,
             fma=target.fma,
             passes=tuple(target.passes()),
+            target=target,
+        )
+    # A device whose subgroup is no wider than its vector lanes (a CPU running
+    # OpenCL) vectorises one work-item's loops, so its work-items keep a strip
+    # of accumulators; a GPU spreads outputs over threads instead.
+    strip = 0
+    if target.subgroup_size and target.subgroup_size <= target.vector_width:
+        strip = 8 * target.vector_width
+    if target.backend == "opencl":
+        from .opencl import OpenCLBackend
+
+        return OpenCLBackend(
+            passes=tuple(target.passes()),
+            max_group_size=target.max_threads_per_group or 256,
+            shared_memory=target.shared_memory_bytes or 0,
+            strip=strip,
+            target=target,
+        )
+    if target.backend == "cuda":
+        from .cuda import CudaBackend
+
+        return CudaBackend(
+            passes=tuple(target.passes()),
+            max_group_size=target.max_threads_per_group or 1024,
+            shared_memory=target.shared_memory_bytes or 0,
+            strip=strip,
             target=target,
         )
     planned = _PLANNED.get(target.backend, f"backend '{target.backend}'")

@@ -1,0 +1,164 @@
+"""What the OpenCL and CUDA runtimes share: host-side buffers, checks, specials.
+
+A compiled GPU program (:class:`GpuProgram`) keeps one device buffer per root
+refinement for its whole life, so repeated calls reuse device memory; a call
+uploads the inputs (and the results' initial contents: zeros, or the caller's
+``out=`` arrays, since elements a program never stores keep them), launches
+the kernels in order, runs root-level ``special`` statements on the host with
+the interpreter's implementations (downloading their inputs, uploading their
+outputs), and downloads the results.  Subclasses provide the device calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..codegen.cpu_abi import BufferInfo
+from ..codegen.gpu_abi import GpuModule, KernelInfo
+from ..errors import ShapeError
+from ..ir.dtypes import to_numpy
+from ..ir.nodes import Refinement, Special, TensorShape
+
+
+@dataclass(frozen=True)
+class HostBuffer:
+    """A root buffer's layout: ``extent`` elements, element 0 at ``origin``."""
+
+    info: BufferInfo
+    dtype: np.dtype
+    origin: int
+    extent: int
+    ref: Refinement = field(repr=False)
+
+    @staticmethod
+    def of(info: BufferInfo) -> HostBuffer:
+        shape = TensorShape(info.dtype, info.sizes, info.strides)
+        origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
+        ref = Refinement(info.kind, info.name, shape)
+        return HostBuffer(info, to_numpy(info.dtype), origin, shape.extent, ref)
+
+    @property
+    def nbytes(self) -> int:
+        return max(self.extent, 1) * self.dtype.itemsize
+
+    def storage(self) -> np.ndarray:
+        return np.zeros(max(self.extent, 1), self.dtype)
+
+    def logical(self, storage: np.ndarray) -> np.ndarray:
+        """The logical array (a view) of ``storage``."""
+        if self.extent == 0:
+            return np.zeros(self.info.sizes, self.dtype)
+        item = storage.itemsize
+        return np.lib.stride_tricks.as_strided(
+            storage[self.origin :],
+            shape=self.info.sizes,
+            strides=tuple(s * item for s in self.info.strides),
+        )
+
+
+class GpuProgram:
+    """A program compiled for a GPU runtime; subclasses implement the device calls."""
+
+    def __init__(self, module: GpuModule, code: str) -> None:
+        self.module = module
+        self.code = code
+        self.buffers = tuple(HostBuffer.of(b) for b in module.buffers)
+        self._host = [b.storage() for b in self.buffers]
+        self._lock = threading.Lock()
+
+    # -- device hooks ------------------------------------------------------------------
+    def upload(self, k: int, host: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def download(self, k: int, host: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def launch(self, kernel: KernelInfo) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    # -- calls ---------------------------------------------------------------------------
+    def run(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        outputs = dict(outputs or {})
+        self._check_names(inputs, outputs)
+        with self._lock:
+            results: dict[str, np.ndarray] = {}
+            for k, buf in enumerate(self.buffers):
+                kind, name = buf.info.kind, buf.info.name
+                if kind == "in":
+                    buf.logical(self._host[k])[...] = _checked(buf, inputs[name], "input")
+                    self.upload(k, self._host[k])
+                elif kind == "out":
+                    given = outputs.get(name)
+                    view = buf.logical(self._host[k])
+                    view[...] = 0 if given is None else _checked(buf, given, "output")
+                    self.upload(k, self._host[k])
+            for step in self.module.steps:
+                if step.kernel is not None:
+                    self.launch(step.kernel)
+                elif step.special is not None:
+                    self._run_special(step.special)
+            for k, buf in enumerate(self.buffers):
+                if buf.info.kind == "out":
+                    self.download(k, self._host[k])
+            self.finish()
+            for k, buf in enumerate(self.buffers):
+                if buf.info.kind != "out":
+                    continue
+                name = buf.info.name
+                if name in outputs:
+                    outputs[name][...] = buf.logical(self._host[k])
+                    results[name] = outputs[name]
+                else:
+                    results[name] = np.array(buf.logical(self._host[k]), order="C")
+        return {b.info.name: results[b.info.name] for b in self.buffers if b.info.kind == "out"}
+
+    def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
+        kinds = {b.info.name: b.info.kind for b in self.buffers}
+        for name in inputs:
+            if kinds.get(name) != "in":
+                raise ShapeError(f"unknown input {name!r}")
+        for name in outputs:
+            if kinds.get(name) != "out":
+                raise ShapeError(f"unknown output {name!r}")
+        for name, kind in kinds.items():
+            if kind == "in" and name not in inputs:
+                raise ShapeError(f"missing input {name!r}")
+
+    def _run_special(self, special: Special) -> None:
+        from .interp.frame import write
+        from .interp.memory import RefState
+        from .interp.specials import run_special
+
+        index = {b.info.name: k for k, b in enumerate(self.buffers)}
+        touched = [index[n] for n in (*special.inputs, *special.outputs)]
+        for k in touched:
+            self.download(k, self._host[k])
+        self.finish()
+        refs = {
+            b.info.name: RefState(b.ref, s, np.full(1, b.origin, dtype=np.int64), None)
+            for b, s in zip(self.buffers, self._host)
+        }
+        with np.errstate(all="ignore"):
+            run_special(special, refs, write)  # type: ignore[arg-type]
+        for name in special.outputs:
+            self.upload(index[name], self._host[index[name]])
+
+
+def _checked(buf: HostBuffer, value: object, what: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype != buf.dtype:
+        raise ShapeError(f"{what} {buf.info.name!r}: dtype {arr.dtype} does not match {buf.dtype}")
+    if arr.shape != buf.info.sizes:
+        raise ShapeError(
+            f"{what} {buf.info.name!r}: shape {arr.shape} does not match {buf.info.sizes}"
+        )
+    return arr

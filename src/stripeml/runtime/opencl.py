@@ -1,0 +1,145 @@
+"""``target="opencl"``: Stripe -> OpenCL C -> any OpenCL device, through pyopencl.
+
+:class:`OpenCLBackend` runs the target file's pipeline, prints OpenCL C
+(:mod:`stripeml.codegen.opencl`), builds it for the device and returns an
+:class:`OpenCLCompiled` that launches one NDRange per root kernel on one
+in-order queue.  The device is the first GPU of the first platform that has
+one, else the first device found (PoCL's CPU device in CI);
+``PYOPENCL_CTX`` (pyopencl's own variable) picks another.  pyopencl and a
+driver come with the ``opencl`` extra: ``pip install 'stripeml[opencl]'``
+(``pocl-binary-distribution`` brings PoCL, which runs kernels on the CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from ..codegen.gpu_abi import GpuModule, KernelInfo
+from ..errors import StripeError
+from ..ir.nodes import Program
+from .gpu import GpuProgram
+
+if TYPE_CHECKING:
+    from ..targets import Target
+
+
+def _cl():
+    try:
+        import pyopencl as cl
+    except ImportError as exc:
+        raise StripeError(
+            "target 'opencl' needs pyopencl and an OpenCL driver: "
+            "pip install 'stripeml[opencl]' (PoCL runs OpenCL on the CPU)"
+        ) from exc
+    return cl
+
+
+_DEVICE_LOCK = threading.Lock()
+_DEVICE: list = []  # [(context, queue, device)] once created
+
+
+def device_context():
+    """The shared (context, queue, device) of this process, created on first use."""
+    cl = _cl()
+    with _DEVICE_LOCK:
+        if not _DEVICE:
+            device = None
+            if not os.environ.get("PYOPENCL_CTX"):
+                try:
+                    platforms = cl.get_platforms()
+                except cl.Error as exc:
+                    raise StripeError(f"target 'opencl': no OpenCL platform ({exc})") from None
+                devices = [d for p in platforms for d in p.get_devices()]
+                if not devices:
+                    raise StripeError("target 'opencl': no OpenCL device found")
+                gpus = [d for d in devices if d.type & cl.device_type.GPU]
+                device = (gpus or devices)[0]
+                ctx = cl.Context([device])
+            else:
+                ctx = cl.create_some_context(interactive=False)
+                device = ctx.devices[0]
+            _DEVICE.append((ctx, cl.CommandQueue(ctx), device))
+        return _DEVICE[0]
+
+
+@dataclass(frozen=True)
+class OpenCLBackend:
+    """An OpenCL device, with a target file's pipeline and work-group limits."""
+
+    passes: tuple[object, ...] = ()
+    shared_memory: int = 0
+    strip: int = 0
+    max_group_size: int = 256
+    target: Target | None = field(default=None, compare=False, repr=False)
+    name: ClassVar[str] = "opencl"
+
+    def pipeline(self) -> list:
+        return list(self.passes)
+
+    def compile(self, program: Program) -> OpenCLCompiled:
+        from ..codegen.opencl import generate_opencl
+
+        module = generate_opencl(
+            program,
+            max_group_size=self.max_group_size,
+            shared_memory=self.shared_memory,
+            strip=self.strip,
+        )
+        return OpenCLCompiled(module)
+
+
+class OpenCLCompiled(GpuProgram):
+    """A program built for the OpenCL device, with its device buffers."""
+
+    def __init__(self, module: GpuModule) -> None:
+        super().__init__(module, module.source)
+        cl = _cl()
+        self._cl = cl
+        ctx, self.queue, device = device_context()
+        if module.uses_f64 and "cl_khr_fp64" not in device.extensions:
+            raise StripeError(
+                f"target 'opencl': float64 needs cl_khr_fp64, which '{device.name}' lacks"
+            )
+        limit = device.max_work_group_size
+        for step in module.steps:
+            k = step.kernel
+            if k is not None and k.group_size > limit:
+                raise StripeError(
+                    f"target 'opencl': kernel '{k.block_name}' needs work-groups of "
+                    f"{k.group_size}, the device allows {limit} (lower max_threads_per_group)"
+                )
+        try:
+            built = cl.Program(ctx, module.source).build()
+        except cl.Error as exc:
+            raise StripeError(f"target 'opencl': the OpenCL C does not build:\n{exc}") from None
+        flags = cl.mem_flags.READ_WRITE
+        self._dev = [cl.Buffer(ctx, flags, b.nbytes) for b in self.buffers]
+        for k in range(len(self.buffers)):
+            self.upload(k, self._host[k])
+        self._kernels: dict[str, object] = {}
+        for step in module.steps:
+            info = step.kernel
+            if info is not None:
+                kern = getattr(built, info.symbol)
+                kern.set_args(*(self._dev[i] for i in info.buffers))
+                self._kernels[info.symbol] = kern
+
+    def upload(self, k: int, host: np.ndarray) -> None:
+        self._cl.enqueue_copy(self.queue, self._dev[k], host, is_blocking=False)
+
+    def download(self, k: int, host: np.ndarray) -> None:
+        self._cl.enqueue_copy(self.queue, host, self._dev[k], is_blocking=False)
+
+    def launch(self, kernel: KernelInfo) -> None:
+        size = kernel.group_size
+        self._cl.enqueue_nd_range_kernel(
+            self.queue, self._kernels[kernel.symbol], (kernel.groups * size,), (size,)
+        )
+
+    def finish(self) -> None:
+        self.queue.finish()
