@@ -1,5 +1,4 @@
-"""Graph plumbing: Constant, Identity, Relu, Add, MatMul (the rest live in the
-family modules)."""
+"""Graph plumbing: Constant, Identity (the rest live in the family modules)."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import numpy as np
 
 from ..builder import Builder, Node, Value
 from ..registry import op
-from ._util import broadcast_shape
 
 
 @op("Constant")
@@ -30,18 +28,3 @@ def constant(b: Builder, n: Node) -> list[Value | None]:
 def identity(b: Builder, n: Node) -> list[Value | None]:
     """Identity: the input itself."""
     return [n.input(0)]
-
-
-@op("Relu")
-def relu(b: Builder, n: Node) -> list[Value | None]:
-    """Relu: ``max(x, 0)``."""
-    x = n.input(0)
-    return [b.eltwise(f"relu({b.ref(x)})", x.shape, x.dtype)]
-
-
-@op("Add")
-def add(b: Builder, n: Node) -> list[Value | None]:
-    """Add with broadcasting."""
-    x, y = n.input(0), n.input(1)
-    shape = broadcast_shape(n, x.shape, y.shape)
-    return [b.eltwise(f"{b.ref(x)} + {b.ref(y)}", shape, x.dtype)]

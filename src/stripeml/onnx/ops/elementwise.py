@@ -1,0 +1,581 @@
+"""Elementwise operators: arithmetic, math functions, comparisons and logic,
+selection, casts and the variadic Max/Min/Sum/Mean.
+
+Every op here is one (or a few fused) Tile elementwise statements with NumPy
+broadcasting.  Points to keep in mind when reading them:
+
+* Tile literals are *weak*: they take the dtype of the tensor they meet, but a
+  float literal next to an integer tensor makes the result float64.  Constants
+  whose dtype matters are written with :func:`typed` (a cast of a literal).
+* Tile's integer ``/`` is floor division and ``%`` follows NumPy (the sign of
+  the divisor); ONNX's integer ``Div`` truncates and ``Mod(fmod=1)`` follows C.
+* Tile's math functions keep float32 as float32; some formulas that cancel
+  badly (``Sinh``, the inverse trigonometric and hyperbolic functions) are
+  evaluated in float64 for float32 inputs and rounded once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..builder import Builder, Node, OnnxError, Value, tile_dtype
+from ..registry import op
+from ._util import broadcast_shape, cast, literal, scalar
+
+F64 = np.dtype(np.float64)
+
+
+# -- helpers -----------------------------------------------------------------
+def typed(b: Builder, value: float | int | bool, dtype: np.dtype) -> str:
+    """A Tile expression for the constant ``value`` with exactly ``dtype`` (not
+    weak): a cast literal, or a constant parameter for inf/NaN."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" and not math.isfinite(float(value)):
+        return scalar(b, value, dtype)
+    return cast(literal(value, dtype), dtype)
+
+
+def is_float(v: Value) -> bool:
+    return v.dtype.kind == "f"
+
+
+def float_input(n: Node, i: int = 0) -> Value:
+    """Input ``i``, which must be a floating-point tensor."""
+    v = n.input(i)
+    if not is_float(v):
+        raise n.error(f"input {i} must be a float tensor, got {v.dtype}")
+    return v
+
+
+def same_dtype(n: Node, values: list[Value]) -> np.dtype:
+    """The common dtype of ``values`` (ONNX requires them to agree)."""
+    dt = values[0].dtype
+    for v in values[1:]:
+        if v.dtype != dt:
+            raise n.error(f"inputs must have one element type, got {dt} and {v.dtype}")
+    return dt
+
+
+def unary(b: Builder, n: Node, fn: Callable[[str], str], *, wide: bool = False) -> Value:
+    """``fn(X)`` on the float input 0, same shape and dtype.  With ``wide``,
+    float32 (and float16) inputs are evaluated in float64 and rounded once."""
+    x = float_input(n)
+    if wide and x.dtype.itemsize < 8:
+        t = b.eltwise(cast(b.ref(x), F64), x.shape, F64)
+        return b.eltwise(cast(fn(t.name), x.dtype), x.shape, x.dtype)
+    return b.eltwise(fn(b.ref(x)), x.shape, x.dtype)
+
+
+def binary(b: Builder, n: Node, template: str, dtype: np.dtype | None = None) -> Value:
+    """``template`` with ``{a}``/``{b}`` naming inputs 0 and 1 (same dtype),
+    broadcasting; the result has ``dtype`` (default: the inputs')."""
+    x, y = n.input(0), n.input(1)
+    dt = same_dtype(n, [x, y])
+    shape = broadcast_shape(n, x.shape, y.shape)
+    expr = template.format(a=b.ref(x), b=b.ref(y))
+    return b.eltwise(expr, shape, dt if dtype is None else dtype)
+
+
+def _no_bool(n: Node, v: Value) -> None:
+    if v.dtype.kind == "b":
+        raise n.error("bool inputs are not supported by this operator")
+
+
+# -- arithmetic --------------------------------------------------------------
+@op("Add")
+def add(b: Builder, n: Node) -> list[Value | None]:
+    """Add: ``A + B`` with broadcasting (numeric types; integers wrap)."""
+    _no_bool(n, n.input(0))
+    return [binary(b, n, "{a} + {b}")]
+
+
+@op("Sub")
+def sub(b: Builder, n: Node) -> list[Value | None]:
+    """Sub: ``A - B`` with broadcasting (numeric types; integers wrap)."""
+    _no_bool(n, n.input(0))
+    return [binary(b, n, "{a} - {b}")]
+
+
+@op("Mul")
+def mul(b: Builder, n: Node) -> list[Value | None]:
+    """Mul: ``A * B`` with broadcasting (numeric types; integers wrap)."""
+    _no_bool(n, n.input(0))
+    return [binary(b, n, "{a} * {b}")]
+
+
+@op("Div")
+def div(b: Builder, n: Node) -> list[Value | None]:
+    """Div: ``A / B`` with broadcasting; integers truncate toward zero (x / 0 gives 0).
+
+    Tile's ``/`` floors on integers, so signed division steps back toward zero."""
+    x = n.input(0)
+    _no_bool(n, x)
+    if x.dtype.kind == "i":
+        # Tile's integer / floors; step back toward zero when the signs differ.
+        return [
+            binary(
+                b,
+                n,
+                "({a} % {b} != 0) && (({a} < 0) != ({b} < 0)) ? {a} / {b} + 1 : {a} / {b}",
+            )
+        ]
+    return [binary(b, n, "{a} / {b}")]
+
+
+@op("Mod")
+def mod(b: Builder, n: Node) -> list[Value | None]:
+    """Mod: ``fmod=0`` NumPy ``%`` (divisor's sign), ``fmod=1`` C ``fmod``; ints and floats.
+
+    A zero integer divisor gives 0."""
+    x = n.input(0)
+    _no_bool(n, x)
+    fmod = int(n.attr("fmod", 0))
+    if fmod not in (0, 1):
+        raise n.error(f"fmod must be 0 or 1, got {fmod}")
+    if not fmod or x.dtype.kind == "u":
+        return [binary(b, n, "{a} % {b}")]
+    y = n.input(1)
+    dt = same_dtype(n, [x, y])
+    shape = broadcast_shape(n, x.shape, y.shape)
+    # C fmod is |x| mod |y| (exact, both positive) with the dividend's sign.
+    X, Y = b.ref(x), b.ref(y)
+    r = b.eltwise(f"abs({X}) % abs({Y})", shape, dt)
+    R = r.name
+    expr = f"{X} < 0 ? -{R} : ({X} > 0 ? {R} : ({R} == 0 ? {X} : {R}))"
+    return [b.eltwise(expr, shape, dt)]
+
+
+@op("Pow")
+def pow_(b: Builder, n: Node) -> list[Value | None]:
+    """Pow: ``X ** Y``, broadcasting; mixed numeric types, the result in the base's type.
+
+    Computed in the NumPy-promoted type of base and exponent (a float base with
+    an integer exponent stays in the base's precision)."""
+    x, y = n.input(0), n.input(1)
+    _no_bool(n, x)
+    _no_bool(n, y)
+    shape = broadcast_shape(n, x.shape, y.shape)
+    promoted = np.result_type(x.dtype, y.dtype)
+    if x.dtype.kind == "f" and y.dtype.kind in "iu":
+        # A float base keeps its precision with an integer exponent (as NumPy).
+        promoted = x.dtype
+        expr = f"pow({b.ref(x)}, {cast(b.ref(y), x.dtype)})"
+    else:
+        expr = f"pow({b.ref(x)}, {b.ref(y)})"
+    if promoted != x.dtype:
+        expr = cast(expr, x.dtype)
+    return [b.eltwise(expr, shape, x.dtype)]
+
+
+# -- unary math --------------------------------------------------------------
+@op("Neg")
+def neg(b: Builder, n: Node) -> list[Value | None]:
+    """Neg: ``-X`` (signed integers and floats)."""
+    x = n.input(0)
+    _no_bool(n, x)
+    return [b.eltwise(f"-{b.ref(x)}", x.shape, x.dtype)]
+
+
+@op("Abs")
+def abs_(b: Builder, n: Node) -> list[Value | None]:
+    """Abs: ``|X|`` (integers and floats)."""
+    x = n.input(0)
+    _no_bool(n, x)
+    return [b.eltwise(f"abs({b.ref(x)})", x.shape, x.dtype)]
+
+
+@op("Sign")
+def sign(b: Builder, n: Node) -> list[Value | None]:
+    """Sign: -1, 0 or 1 in the input's type (NaN stays NaN)."""
+    x = n.input(0)
+    _no_bool(n, x)
+    X, dt = b.ref(x), x.dtype
+    if dt.kind == "u":
+        expr = f"{X} > 0 ? {typed(b, 1, dt)} : {X}"
+    else:
+        expr = f"{X} > 0 ? {typed(b, 1, dt)} : ({X} < 0 ? {typed(b, -1, dt)} : {X})"
+    return [b.eltwise(expr, x.shape, dt)]
+
+
+def _register(name: str, doc: str, fn: Callable[[Builder, Node], list[Value | None]]) -> None:
+    """Register ``fn`` for ``name`` with its own one-line doc (for ops that
+    share one implementation)."""
+
+    def op_fn(b: Builder, n: Node) -> list[Value | None]:
+        return fn(b, n)
+
+    op_fn.__doc__ = doc
+    op_fn.__name__ = op_fn.__qualname__ = name.lower()
+    op(name)(op_fn)
+
+
+def _float_unary(template: str) -> Callable[[Builder, Node], list[Value | None]]:
+    return lambda b, n: [unary(b, n, lambda x: template.format(x=x))]
+
+
+for _name, _template, _doc in (
+    ("Sqrt", "sqrt({x})", "square root; NaN below 0"),
+    ("Exp", "exp({x})", "``e^x``"),
+    ("Log", "log({x})", "natural logarithm; -inf at 0, NaN below"),
+    ("Ceil", "ceil({x})", "round up"),
+    ("Floor", "floor({x})", "round down"),
+    ("Round", "round({x})", "round to nearest, halves to even"),
+    ("Erf", "erf({x})", "the error function"),
+    ("Sin", "sin({x})", "sine"),
+    ("Cos", "cos({x})", "cosine"),
+    ("Tan", "tan({x})", "tangent"),
+    ("Reciprocal", "1 / {x}", "``1 / x``"),
+):
+    _register(_name, f"{_name}: {_doc} (float inputs).", _float_unary(_template))
+
+
+# log(2), pi/2: float64 literals.
+_LN2 = "0.6931471805599453"
+_HALF_PI = "1.5707963267948966"
+
+
+def _wide(b: Builder, n: Node) -> tuple[Value, Value]:
+    """The float input and its float64 version (the input itself when float64)."""
+    x = float_input(n)
+    if x.dtype == F64:
+        b.ref(x)
+        return x, x
+    return x, b.eltwise(cast(b.ref(x), F64), x.shape, F64)
+
+
+def _narrow(b: Builder, x: Value, r: Value) -> Value:
+    """``r`` (float64) rounded to ``x``'s type."""
+    return r if x.dtype == F64 else b.eltwise(cast(r.name, x.dtype), x.shape, x.dtype)
+
+
+def _f64(b: Builder, like: Value, expr: str) -> Value:
+    return b.eltwise(expr, like.shape, F64)
+
+
+def _log1p(b: Builder, u: Value) -> Value:
+    """``log(1 + u)`` accurate for small ``u`` (float64): ``log(w) u / (w - 1)``
+    with ``w = 1 + u`` cancels the rounding of ``w``."""
+    U = u.name
+    w = _f64(b, u, f"1 + {U}").name
+    return _f64(b, u, f"{w} == 1 ? {U} : ({U} > 1e15 ? log({U}) : log({w}) * {U} / ({w} - 1))")
+
+
+@op("Sinh")
+def sinh(b: Builder, n: Node) -> list[Value | None]:
+    """Sinh: float inputs (evaluated in float64).
+
+    ``(e^x - e^-x) / 2``, through ``expm1`` for ``|x| < 1``."""
+    x, w = _wide(b, n)
+    X = w.name
+    e = _f64(b, w, f"exp({X})").name
+    # expm1 (Kahan): (e - 1) x / log(e), exact where e rounds to 1.
+    m = _f64(b, w, f"{e} == 1 ? {X} : ({e} - 1) * {X} / log({e})").name
+    r = _f64(b, w, f"abs({X}) < 1 ? ({m} + {m} / ({m} + 1)) * 0.5 : ({e} - 1 / {e}) * 0.5")
+    return [_narrow(b, x, r)]
+
+
+@op("Cosh")
+def cosh(b: Builder, n: Node) -> list[Value | None]:
+    """Cosh: float inputs (evaluated in float64), ``(e^x + e^-x) / 2``."""
+    return [unary(b, n, lambda x: f"(exp({x}) + exp(-{x})) * 0.5", wide=True)]
+
+
+@op("Asinh")
+def asinh(b: Builder, n: Node) -> list[Value | None]:
+    """Asinh: float inputs (evaluated in float64).
+
+    ``sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))``, ``log(2|x|)`` when huge."""
+    x, w = _wide(b, n)
+    X = w.name
+    a = _f64(b, w, f"abs({X})").name
+    lp = _log1p(b, _f64(b, w, f"{a} + {a} * {a} / (1 + sqrt(1 + {a} * {a}))")).name
+    r = _f64(b, w, f"{a} > 1e8 ? log({a}) + {_LN2} : {lp}").name
+    return [_narrow(b, x, _f64(b, w, f"{X} < 0 ? -{r} : ({X} > 0 ? {r} : {X})"))]
+
+
+@op("Acosh")
+def acosh(b: Builder, n: Node) -> list[Value | None]:
+    """Acosh: float inputs (evaluated in float64); NaN below 1.
+
+    ``log1p(x - 1 + sqrt((x - 1)(x + 1)))``, ``log(2x)`` when huge."""
+    x, w = _wide(b, n)
+    X = w.name
+    lp = _log1p(b, _f64(b, w, f"{X} - 1 + sqrt(({X} - 1) * ({X} + 1))")).name
+    return [_narrow(b, x, _f64(b, w, f"{X} > 1e8 ? log({X}) + {_LN2} : {lp}"))]
+
+
+@op("Atanh")
+def atanh(b: Builder, n: Node) -> list[Value | None]:
+    """Atanh: float inputs (evaluated in float64); +-inf at +-1, NaN beyond.
+
+    ``log1p(2x / (1 - x)) / 2``."""
+    x, w = _wide(b, n)
+    X = w.name
+    lp = _log1p(b, _f64(b, w, f"2 * {X} / (1 - {X})")).name
+    return [_narrow(b, x, _f64(b, w, f"{lp} * 0.5"))]
+
+
+def _atan(b: Builder, x: Value) -> Value:
+    """atan of a float64 tensor (close to 1e-14 relative): a rational first guess
+    on |t| <= 1 refined by one exact-angle correction step with sin/cos, and
+    ``atan(x) = +-pi/2 - atan(1/x)`` beyond."""
+    X = x.name
+    t = b.eltwise(f"abs({X}) > 1 ? 1 / {X} : {X}", x.shape, F64)
+    T = t.name
+    # |error| < 1.6e-3 on [-1, 1]
+    y0 = b.eltwise(
+        f"0.7853981633974483 * {T} - {T} * (abs({T}) - 1) * (0.2447 + 0.0663 * abs({T}))",
+        x.shape,
+        F64,
+    )
+    Y = y0.name
+    # d = tan(y0 - atan(t)); atan(d) = d - d^3/3 + ...
+    d = b.eltwise(f"(sin({Y}) - {T} * cos({Y})) / (cos({Y}) + {T} * sin({Y}))", x.shape, F64)
+    D = d.name
+    core = b.eltwise(f"{Y} - {D} + {D} * {D} * {D} / 3", x.shape, F64)
+    C = core.name
+    return b.eltwise(
+        f"abs({X}) > 1 ? ({X} > 0 ? {_HALF_PI} : -{_HALF_PI}) - {C} : {C}", x.shape, F64
+    )
+
+
+def _inverse_trig(
+    b: Builder, n: Node, pre: Callable[[str], str], post: Callable[[str], str]
+) -> Value:
+    x = float_input(n)
+    w = b.eltwise(pre(cast(b.ref(x), F64)), x.shape, F64)
+    r = _atan(b, w)
+    return b.eltwise(cast(post(r.name), x.dtype), x.shape, x.dtype)
+
+
+@op("Atan")
+def atan(b: Builder, n: Node) -> list[Value | None]:
+    """Atan: float inputs (evaluated in float64, ~1e-14 relative)."""
+    return [_inverse_trig(b, n, lambda x: x, lambda r: r)]
+
+
+@op("Asin")
+def asin(b: Builder, n: Node) -> list[Value | None]:
+    """Asin: float inputs (evaluated in float64); NaN outside [-1, 1].
+
+    ``atan(x / sqrt((1 - x)(1 + x)))``."""
+    return [_inverse_trig(b, n, lambda x: f"{x} / sqrt((1 - {x}) * (1 + {x}))", lambda r: r)]
+
+
+@op("Acos")
+def acos(b: Builder, n: Node) -> list[Value | None]:
+    """Acos: float inputs (evaluated in float64); NaN outside [-1, 1].
+
+    ``2 atan(sqrt((1 - x) / (1 + x)))``."""
+    return [_inverse_trig(b, n, lambda x: f"sqrt((1 - {x}) / (1 + {x}))", lambda r: f"2 * {r}")]
+
+
+# -- comparisons and logic ---------------------------------------------------
+_COMPARE = {"Equal": "==", "Less": "<", "Greater": ">", "LessOrEqual": "<=", "GreaterOrEqual": ">="}
+
+
+def _compare(symbol: str) -> Callable[[Builder, Node], list[Value | None]]:
+    return lambda b, n: [binary(b, n, "{a} " + symbol + " {b}", np.dtype(bool))]
+
+
+for _name, _symbol in _COMPARE.items():
+    _kinds = "numeric or bool" if _name == "Equal" else "numeric"
+    _register(
+        _name,
+        f"{_name}: ``A {_symbol} B``, bool, broadcasting ({_kinds} inputs).",
+        _compare(_symbol),
+    )
+
+
+_LOGIC = {"And": "&&", "Or": "||", "Xor": "!="}
+
+
+def _bool_input(n: Node, i: int) -> Value:
+    v = n.input(i)
+    if v.dtype.kind != "b":
+        raise n.error(f"input {i} must be bool, got {v.dtype}")
+    return v
+
+
+def _logic(symbol: str) -> Callable[[Builder, Node], list[Value | None]]:
+    def fn(b: Builder, n: Node) -> list[Value | None]:
+        _bool_input(n, 0)
+        _bool_input(n, 1)
+        return [binary(b, n, "{a} " + symbol + " {b}", np.dtype(bool))]
+
+    return fn
+
+
+for _name, _symbol in _LOGIC.items():
+    _register(
+        _name, f"{_name}: logical {_name.lower()} of bool tensors, broadcasting.", _logic(_symbol)
+    )
+
+
+@op("Not")
+def not_(b: Builder, n: Node) -> list[Value | None]:
+    """Not: logical negation of a bool tensor."""
+    x = _bool_input(n, 0)
+    return [b.eltwise(f"!{b.ref(x)}", x.shape, x.dtype)]
+
+
+@op("Where")
+def where(b: Builder, n: Node) -> list[Value | None]:
+    """Where: ``C ? X : Y`` with three-way broadcasting."""
+    c, x, y = _bool_input(n, 0), n.input(1), n.input(2)
+    dt = same_dtype(n, [x, y])
+    shape = broadcast_shape(n, c.shape, x.shape, y.shape)
+    return [b.eltwise(f"{b.ref(c)} ? {b.ref(x)} : {b.ref(y)}", shape, dt)]
+
+
+@op("IsNaN")
+def isnan(b: Builder, n: Node) -> list[Value | None]:
+    """IsNaN: float inputs."""
+    x = float_input(n)
+    return [b.eltwise(f"{b.ref(x)} != {b.ref(x)}", x.shape, np.dtype(bool))]
+
+
+@op("IsInf")
+def isinf(b: Builder, n: Node) -> list[Value | None]:
+    """IsInf: float inputs; ``detect_positive`` and ``detect_negative``."""
+    x = float_input(n)
+    pos = int(n.attr("detect_positive", 1))
+    neg = int(n.attr("detect_negative", 1))
+    X, inf = b.ref(x), scalar(b, math.inf, x.dtype)
+    if pos and neg:
+        expr = f"abs({X}) == {inf}"
+    elif pos:
+        expr = f"{X} == {inf}"
+    elif neg:
+        expr = f"-{X} == {inf}"
+    else:
+        expr = f"{X} != {X} && {X} == {X}"  # always false
+    return [b.eltwise(expr, x.shape, np.dtype(bool))]
+
+
+# -- casts -------------------------------------------------------------------
+def _cast_to(b: Builder, n: Node, x: Value, dtype: np.dtype) -> Value:
+    if x.dtype.kind in "OSU" or dtype.kind in "OSU":
+        raise n.error("casts from or to strings are not supported (stripeml tensors are numeric)")
+    try:
+        tile_dtype(dtype)
+    except OnnxError:
+        raise n.error(f"casting to {dtype} is not supported") from None
+    if x.dtype == dtype:
+        return x
+    return b.eltwise(cast(b.ref(x), dtype), x.shape, dtype)
+
+
+@op("Cast")
+def cast_(b: Builder, n: Node) -> list[Value | None]:
+    """Cast: bool, integer and float types; no strings, bfloat16, float8, int4.
+
+    Float to integer truncates toward zero; to bool is ``x != 0``.  ``saturate``
+    only concerns float8 and is ignored."""
+    from onnx import TensorProto, helper
+
+    to = n.attr("to")
+    if to is None:
+        raise n.error("the 'to' attribute is required")
+    if int(to) == TensorProto.STRING:
+        raise n.error("casts from or to strings are not supported (stripeml tensors are numeric)")
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(to)))
+    except Exception:  # noqa: BLE001 - unknown enum values
+        raise n.error(f"casting to element type {to} is not supported") from None
+    return [_cast_to(b, n, n.input(0), dtype)]
+
+
+@op("CastLike")
+def castlike(b: Builder, n: Node) -> list[Value | None]:
+    """CastLike: Cast to the element type of input 1."""
+    return [_cast_to(b, n, n.input(0), n.input(1).dtype)]
+
+
+# -- variadic ----------------------------------------------------------------
+def _variadic(n: Node) -> tuple[list[Value], np.dtype, tuple[int, ...]]:
+    vals = [v for v in n.inputs if v is not None]
+    if not vals:
+        raise n.error("needs at least one input")
+    dt = same_dtype(n, vals)
+    shape = broadcast_shape(n, *[v.shape for v in vals])
+    return vals, dt, shape
+
+
+def _max_min(b: Builder, n: Node) -> list[Value | None]:
+    vals, dt, shape = _variadic(n)
+    if len(vals) == 1:
+        return [vals[0]]
+    fn = n.op_type.lower()
+    expr = b.ref(vals[0])
+    for v in vals[1:]:
+        expr = f"{fn}({expr}, {b.ref(v)})"
+    return [b.eltwise(expr, shape, dt)]
+
+
+def _sum_mean(b: Builder, n: Node) -> list[Value | None]:
+    vals, dt, shape = _variadic(n)
+    if n.op_type == "Mean" and dt.kind != "f":
+        raise n.error(f"inputs must be float tensors, got {dt}")
+    if len(vals) == 1:
+        return [vals[0]]
+    expr = " + ".join(b.ref(v) for v in vals)
+    if n.op_type == "Mean":
+        expr = f"({expr}) / {len(vals)}"
+    return [b.eltwise(expr, shape, dt)]
+
+
+_register(
+    "Max", "Max: elementwise maximum of 1 or more inputs, broadcasting (NaN propagates).", _max_min
+)
+_register(
+    "Min", "Min: elementwise minimum of 1 or more inputs, broadcasting (NaN propagates).", _max_min
+)
+_register("Sum", "Sum: elementwise sum of 1 or more inputs, broadcasting.", _sum_mean)
+_register("Mean", "Mean: elementwise mean of 1 or more float inputs, broadcasting.", _sum_mean)
+
+
+def _scalar_ref(b: Builder, n: Node, v: Value) -> str:
+    """A rank-0 Tile expression for the one-element tensor ``v``."""
+    if v.const is not None:
+        value = v.const.reshape(()).item()
+        if v.dtype.kind != "f" or math.isfinite(value):
+            return typed(b, value, v.dtype)
+        return scalar(b, value, v.dtype)
+    if not v.rank:
+        return b.ref(v)
+    zeros = ", ".join("0" for _ in v.shape)
+    return b.contraction(f"{{out}}[] = =({b.ref(v)}[{zeros}])", (), v.dtype).name
+
+
+@op("Clip")
+def clip(b: Builder, n: Node) -> list[Value | None]:
+    """Clip: optional ``min``/``max`` inputs (or opset < 11 attributes), numeric types.
+
+    ``min(max(X, lo), hi)``; NaN propagates."""
+    x = n.input(0)
+    _no_bool(n, x)
+    expr = b.ref(x)
+    if n.opset < 11 or "min" in n.attrs or "max" in n.attrs:
+        lo, hi = n.attr("min"), n.attr("max")
+        if lo is not None:
+            expr = f"max({expr}, {typed(b, lo, x.dtype)})"
+        if hi is not None:
+            expr = f"min({expr}, {typed(b, hi, x.dtype)})"
+    else:
+        for i, fn in ((1, "max"), (2, "min")):
+            bound = n.opt(i)
+            if bound is None:
+                continue
+            if bound.size != 1:
+                raise n.error(f"input {i} ({'min' if i == 1 else 'max'}) must be a scalar")
+            if bound.dtype != x.dtype:
+                raise n.error(f"bounds must have the input's type {x.dtype}, got {bound.dtype}")
+            ref = _scalar_ref(b, n, bound)
+            expr = f"{fn}({expr}, {ref})"
+    if expr == b.ref(x):
+        return [x]
+    return [b.eltwise(expr, x.shape, x.dtype)]
