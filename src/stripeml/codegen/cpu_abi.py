@@ -14,6 +14,17 @@ its *parallel index* (``KernelInfo.parallel_extent`` iterations in all); when
 threads without races, otherwise the runtime must call it once with
 ``(0, parallel_extent)``.  Root-level ``special`` statements are not compiled:
 the runtime executes them between kernels (``Step.special``).
+
+Where ``buffers[i]`` points is the runtime's business, and the generated code
+assumes only that buffers a kernel uses together do not overlap.  For a
+program temporary (``BufferInfo.kind == "none"``) with a byte ``offset`` set by
+the ``place`` pass, the runtime points into one arena per location at that
+offset, so temporaries never live at the same root statement share memory;
+the offsets come from the program (its root refinements, in ``buffers``
+order), not from this metadata, which the kernel cache stores without them
+(the cache key hashes the program text, offsets included).  Allocations
+nested in kernels are stack slots of the generated code; their offsets are
+ignored.
 """
 
 from __future__ import annotations

@@ -21,10 +21,15 @@ enclosing block needs both: one is dead before the other is first written
 (and the later one's initial contents are not read).
 
 Options: ``locations`` (the memories to plan, a list or a comma-separated
-string; empty: every location but ``REGISTER``), ``alignment`` (bytes).
+string; empty: every location but ``REGISTER``), ``alignment`` (bytes),
+``root_only`` (plan the root's allocations only, the program temporaries;
+nested blocks are not visited: the CPU target, whose kernels keep nested
+allocations on the stack).
 
 ``Place.peak_bytes(program)`` (:func:`._place_util.peak_bytes`) reports the
-bytes each location needs as placed; ``Place.live_bytes`` the lower bound.
+bytes each location needs as placed; ``Place.live_bytes`` the lower bound;
+``Place.initial_reads(program)`` the root allocations whose initial (zero)
+contents may be read.
 
 Requires: verified IR.  Guarantees: the same results (offsets change where
 buffers live, never what they hold), verified IR, offsets that never make two
@@ -41,7 +46,7 @@ from typing import ClassVar
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Refinement
 from ._memory import as_names, nbytes
-from ._place_util import allocations, live_bytes, live_range, peak_bytes
+from ._place_util import allocations, initial_reads, live_bytes, live_ranges, peak_bytes
 from .registry import register
 
 Region = tuple[int, int]  # [start, end) in bytes
@@ -54,16 +59,18 @@ class Place:
 
     locations: tuple[str, ...] = ()
     alignment: int = 64
+    root_only: bool = False
     name: ClassVar[str] = "place"
     peak_bytes = staticmethod(peak_bytes)
     live_bytes = staticmethod(live_bytes)
+    initial_reads = staticmethod(initial_reads)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "locations", as_names(self.locations))
 
     def run(self, program: Program) -> Program:
         root = self._place(program.root, (), {})
-        return program if root == program.root else Program(root)
+        return program if root is program.root else Program(root)
 
     def _planned(self, location: str) -> bool:
         if self.locations:
@@ -74,35 +81,41 @@ class Place:
         self, block: Block, outer: tuple[Block, ...], reserved: dict[str, list[Region]]
     ) -> Block:
         allocs = [r for r in allocations(block) if self._planned(r.location)]
-        live = {r.into: live_range(block, r, outer) for r in allocs}
+        live = live_ranges(block, allocs, outer)
         order = sorted(range(len(allocs)), key=lambda k: (-nbytes(allocs[k].shape), k))
         placed: dict[str, Region] = {}
+        done: list[tuple[Refinement, Region]] = []  # placed allocations, in placing order
         for k in order:
             r = allocs[k]
             a, b = live[r.into]
             busy = list(reserved.get(r.location, []))
-            for other in allocs:
-                if other.into in placed and other.location == r.location:
+            for other, region in done:
+                if other.location == r.location:
                     c, d = live[other.into]
                     if a <= d and c <= b:
-                        busy.append(placed[other.into])
+                        busy.append(region)
             align = math.lcm(max(self.alignment, 1), itemsize(r.shape.dtype))
             start = _first_fit(busy, nbytes(r.shape), align)
             placed[r.into] = (start, start + nbytes(r.shape))
+            done.append((r, placed[r.into]))
 
         stmts = list(block.stmts)
-        for k, s in enumerate(stmts):
-            if not isinstance(s, Block):
-                continue
-            inner = {loc: list(regions) for loc, regions in reserved.items()}
-            for r in allocs:
-                a, b = live[r.into]
-                if a <= k <= b:
-                    inner.setdefault(r.location, []).append(placed[r.into])
-            stmts[k] = self._place(s, (*outer, block), inner)
+        if not self.root_only:
+            for k, s in enumerate(stmts):
+                if not isinstance(s, Block):
+                    continue
+                inner = {loc: list(regions) for loc, regions in reserved.items()}
+                for r in allocs:
+                    a, b = live[r.into]
+                    if a <= k <= b:
+                        inner.setdefault(r.location, []).append(placed[r.into])
+                stmts[k] = self._place(s, (*outer, block), inner)
         refs = tuple(
             _with_offset(r, placed[r.into][0]) if r.into in placed else r for r in block.refs
         )
+        same_refs = all(a is b for a, b in zip(refs, block.refs))
+        if same_refs and all(a is b for a, b in zip(stmts, block.stmts)):
+            return block
         return replace(block, refs=refs, stmts=tuple(stmts))
 
 
@@ -111,8 +124,16 @@ def _with_offset(ref: Refinement, offset: int) -> Refinement:
 
 
 def _first_fit(busy: list[Region], size: int, align: int) -> int:
-    """The lowest multiple of ``align`` where ``size`` bytes overlap none of ``busy``."""
-    for start in sorted({0, *(-(-end // align) * align for _, end in busy)}):
-        if all(start + size <= s or start >= e for s, e in busy):
-            return start
-    raise AssertionError("unreachable: the end of the last region is always free")
+    """The lowest multiple of ``align`` where ``size`` bytes overlap none of ``busy``.
+
+    One sweep over ``busy`` by start: the candidate only ever moves past the end
+    of a region it overlaps (rounded up to ``align``), so the first candidate
+    that fits before the next region's start is the lowest that fits at all.
+    """
+    start = 0
+    for s, e in sorted(busy):
+        if start + size <= s:
+            break
+        if e > start:
+            start = -(-e // align) * align
+    return start

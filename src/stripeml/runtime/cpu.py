@@ -16,6 +16,18 @@ its parallel index on a persistent per-process thread pool (the calling thread
 takes the first chunk); ctypes releases the GIL during each native call, so
 the chunks really run in parallel.  Root-level ``special`` statements run with
 the interpreter's implementations.
+
+**Temporaries** (the root's ``none`` buffers) are allocated once per concurrent
+call and reused by later calls.  Those the ``place`` pass gave an ``offset``
+(the CPU pipeline places every root temporary) are views into one zeroed,
+64-byte aligned byte arena per location, of ``max(offset + size)`` bytes, so
+buffers never live at the same time share memory; the others get arrays of
+their own.  A reused temporary starts with whatever the previous call left in
+its bytes, possibly another buffer's data: that is harmless for the buffers
+every statement writes before reading, and the few whose initial contents
+may be read (``Place.initial_reads``: elements read before any statement wrote
+them) are zeroed again before each reuse, so every call sees what the
+interpreter sees.
 """
 
 from __future__ import annotations
@@ -131,7 +143,9 @@ class CpuBackend:
             module = generate_module(program, self.vector_width, self.fma)
             entry = Entry(jit.compile_ir(module.llvm_ir), module)
             cache.put(key, entry)
-        return CpuCompiled(entry.module, jit.load_object(entry.object_code), self.threads)
+        return CpuCompiled(
+            entry.module, jit.load_object(entry.object_code), self.threads, program=program
+        )
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -168,21 +182,37 @@ class _Buffer:
     origin: int  # element 0's offset in a storage of ``extent`` elements
     extent: int
     ref: Refinement = field(repr=False)  # for the interpreter's specials
+    location: str = "DRAM"
+    offset: int | None = None  # a temporary's byte offset in its location's arena
 
     @staticmethod
-    def of(info: BufferInfo) -> _Buffer:
+    def of(info: BufferInfo, placed: Refinement | None = None) -> _Buffer:
+        """The layout of ``info``; ``placed``: the program's root refinement of a
+        temporary, whose location and offset say where it lives."""
         shape = TensorShape(info.dtype, info.sizes, info.strides)
         dense_strides = TensorShape.dense(info.dtype, info.sizes).strides
         dense = all(st == d for n, st, d in zip(info.sizes, info.strides, dense_strides) if n > 1)
         origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
         ref = Refinement(info.kind, info.name, shape)
-        return _Buffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref)
+        where = {}
+        if placed is not None and info.kind not in ("in", "out"):
+            where = {"location": placed.location, "offset": placed.offset}
+        return _Buffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref, **where)
+
+    @property
+    def nbytes(self) -> int:
+        return self.extent * self.dtype.itemsize
 
     def storage(self) -> np.ndarray:
         """Fresh flat storage, zeroed like the interpreter's."""
         if self.dense:
             return np.zeros(self.info.sizes, self.dtype).reshape(-1)
         return np.zeros(self.extent, self.dtype)
+
+    def view(self, arena: np.ndarray) -> np.ndarray:
+        """Flat storage at ``offset`` in ``arena`` (bytes of its location)."""
+        start = self.offset or 0
+        return arena[start : start + self.nbytes].view(self.dtype)
 
     def logical(self, storage: np.ndarray) -> np.ndarray:
         """The logical array (a view) of ``storage``."""
@@ -207,14 +237,40 @@ class CpuCompiled:
     ``code`` is the LLVM IR as the generator produced it (before optimisation);
     it comes from the disk cache on a warm start.  The MCJIT engine that owns
     the kernels' machine code lives as long as this object.
+
+    ``program``: the Stripe program the module was generated from (its root
+    refinements, in ``module.buffers`` order); the placed temporaries' offsets
+    come from it.  Without it every temporary gets its own array.
     """
 
-    def __init__(self, module: CpuModule, loaded: jit.LoadedObject, threads: int) -> None:
+    def __init__(
+        self,
+        module: CpuModule,
+        loaded: jit.LoadedObject,
+        threads: int,
+        program: Program | None = None,
+    ) -> None:
         self.module = module
         self.code = module.llvm_ir
         self.threads = threads
         self._loaded = loaded  # keeps the executable memory alive
-        self._buffers = tuple(_Buffer.of(b) for b in module.buffers)
+        refs: tuple[Refinement | None, ...] = (None,) * len(module.buffers)
+        if program is not None and [r.into for r in program.root.refs] == [
+            b.name for b in module.buffers
+        ]:
+            refs = program.root.refs
+        self._program = program
+        self._buffers = tuple(_Buffer.of(b, r) for b, r in zip(module.buffers, refs))
+        self._temps = tuple(b for b in self._buffers if b.info.kind not in ("in", "out"))
+        arenas: dict[str, int] = {}
+        for b in self._temps:
+            if b.offset is not None:
+                arenas[b.location] = max(arenas.get(b.location, 0), b.offset + b.nbytes)
+        #: Bytes of each location's arena (the placed temporaries), per concurrent call.
+        self.arena_bytes: dict[str, int] = arenas
+        # Positions in ``self._temps`` of the temporaries zeroed again before a reuse
+        # (computed at the first reuse: most compiled programs never need it).
+        self._rezero: tuple[int, ...] | None = None
         self._kernels = {
             s.kernel.symbol: loaded.kernel(s.kernel.symbol)
             for s in module.steps
@@ -234,8 +290,9 @@ class CpuCompiled:
 
         ``outputs`` may provide arrays for (some of) the results: they are
         written in place and returned.  Program temporaries are reused across
-        calls (fresh pages are slow to touch).  Output arrays must not alias
-        inputs.
+        calls (fresh pages are slow to touch): placed ones are views of one
+        arena per location, one set per concurrent call (see the module
+        docstring).  Output arrays must not alias inputs.
         """
         outputs = dict(outputs or {})
         self._check_names(inputs, outputs)
@@ -303,11 +360,41 @@ class CpuCompiled:
             if kind == "in" and name not in inputs:
                 raise ShapeError(f"missing input {name!r}")
 
+    @property
+    def temp_bytes(self) -> dict[str, int]:
+        """Bytes of temporaries one call needs per location: the arena plus the
+        temporaries without an offset (``analysis.memory.peak_bytes`` of the root)."""
+        out = dict(self.arena_bytes)
+        for b in self._temps:
+            if b.offset is None:
+                out[b.location] = out.get(b.location, 0) + b.nbytes
+        return out
+
     def _take_temps(self) -> list[np.ndarray]:
+        """Storage of the temporaries for one call: a spare set, or a fresh one."""
         with self._lock:
-            if self._spare_temps:
-                return self._spare_temps.pop()
-        return [b.storage() for b in self._buffers if b.info.kind not in ("in", "out")]
+            spare = self._spare_temps.pop() if self._spare_temps else None
+            if spare is not None and self._rezero is None:
+                self._rezero = self._initial_reads()
+        if spare is not None:
+            for k in self._rezero or ():
+                spare[k].fill(0)
+            return spare
+        arenas = {loc: _zeroed_arena(n) for loc, n in self.arena_bytes.items()}
+        return [
+            b.storage() if b.offset is None else b.view(arenas[b.location]) for b in self._temps
+        ]
+
+    def _initial_reads(self) -> tuple[int, ...]:
+        """Positions of the temporaries whose initial (zero) contents may be read."""
+        if not self._temps:
+            return ()
+        if self._program is None:  # nothing to analyse: keep the values of the last call
+            return ()
+        from ..passes.place import Place
+
+        names = Place.initial_reads(self._program)
+        return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
 
     def _give_back_temps(self, temps: list[np.ndarray]) -> None:
         with self._lock:
@@ -348,6 +435,14 @@ class CpuCompiled:
         }
         with np.errstate(all="ignore"):
             run_special(special, refs, write)  # type: ignore[arg-type]
+
+
+def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
+    """``nbytes`` zeroed bytes starting at a multiple of ``align`` (calloc'd: pages
+    are touched only when used)."""
+    raw = np.zeros(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start : start + nbytes]
 
 
 def _checked(buf: _Buffer, value: object, what: str) -> np.ndarray:
