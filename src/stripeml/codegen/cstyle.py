@@ -198,7 +198,7 @@ class CStyle:
         if op == "mod":
             return f"{need('mod', dt)}({args[0]}, {args[1]})"
         if op == "neg":
-            return f"({t})(-{args[0]})"
+            return f"({t})(-({args[0]}))"
         if op == "abs":
             if fl:
                 return f"{self.math_name('fabs', dt)}({args[0]})"
@@ -211,7 +211,7 @@ class CStyle:
             return self.minmax("max", args[0], self.literal(dt, 0), dt)
         if fl and op == "sigmoid":
             one = self.literal(dt, 1.0)
-            return f"({one} / ({one} + {self.math_name('exp', dt)}(-{args[0]})))"
+            return f"({one} / ({one} + {self.math_name('exp', dt)}(-({args[0]}))))"
         if fl and (op in _MATH or op == "round"):
             return f"{self.math_name(op, dt)}({', '.join(args)})"
         raise StripeError(f"{self.name}: intrinsic {op} on {dt} is not supported")
@@ -633,7 +633,7 @@ class _KernelPrinter:
                 coef = c.expr.coeff(name)
                 rest = self.aff(c.expr - Affine.index(name, coef) + base * coef, env2)
                 if coef > 0:  # coef*v + rest >= 0  ->  v >= ceil(-rest / coef)
-                    lo.append(self._ceil(f"(-{rest})", coef))
+                    lo.append(self._ceil(f"(-({rest}))", coef))
                 else:  # v <= floor(rest / -coef)
                     hi.append(f"({self._floor(rest, -coef)} + 1)")
             v = self.fresh(name)
@@ -655,7 +655,7 @@ class _KernelPrinter:
         return x if d == 1 else f"{self.need('fdiv_idx', 'i64')}({x}, {d})"
 
     def _ceil(self, x: str, d: int) -> str:
-        return x if d == 1 else f"(-{self.need('fdiv_idx', 'i64')}(-{x}, {d}))"
+        return x if d == 1 else f"(-{self.need('fdiv_idx', 'i64')}(-({x}), {d}))"
 
     # -- statements ---------------------------------------------------------------------
     def stmts(self, blk: Block, env: dict[str, str], binds: dict[str, _Bind], init: bool) -> None:
