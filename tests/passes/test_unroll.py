@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stripeml
+from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.unroll import Unroll
 from stripeml.runtime.cpu import CpuBackend
@@ -227,3 +228,58 @@ def test_ragged_rows_keep_a_needed_result():
     got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)
     np.testing.assert_allclose(got["Z"], x @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got["Y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_row_blocks_when_one_block_of_rows_fits():
+    """Rows read by every panel (A: 16x40 floats, 2560 bytes) exceed ``pack_max_bytes``
+    but half of them fit: the rows split into 2 outer blocks, first in the kernel."""
+    result = _check(
+        MATMUL, [(16, 40), (40, 32)], lambda a, b: a @ b, pack_max_bytes=2048, row_blocks=2
+    )
+    text = result.stages[-1][1]
+    assert "[m_b:2, n_o:2]" in text and "in A[8*m_b, 0] f32(8, 40)" in text
+    # Already fitting (or not fitting even split): no row blocks.
+    for limit in (1 << 18, 1024):
+        text = _check(
+            MATMUL, [(16, 40), (40, 32)], lambda a, b: a @ b, pack_max_bytes=limit, row_blocks=2
+        )
+        assert "m_b" not in text.stages[-1][1]
+    assert (
+        "m_b"
+        not in _check(MATMUL, [(16, 40), (40, 32)], lambda a, b: a @ b, pack_max_bytes=2048).stages[
+            -1
+        ][1]
+    )  # fmt: skip  (off by default)
+
+
+def test_row_blocks_with_epilogue_and_conv():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((16, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 32)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(pack_max_bytes=2048, row_blocks=2)]).program
+    text = stripeml.ir.format(result)
+    assert "#epilogue" in text and "b_b:2" in text
+    inputs = {"X": x, "W": w, "Bias": bias}
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
+    for threads in (1, 2):
+        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # The padded conv through the whole CPU pipeline (halo, then row blocks).
+    i = rng.standard_normal((1, 56, 56, 64)).astype(np.float32)
+    k = rng.standard_normal((3, 3, 64, 64)).astype(np.float32)
+    halo = run_pipeline(stripeml.compile(CONV).lower(i, k).program, [Halo()]).program
+    blocked = run_pipeline(halo, [Unroll(pack_max_bytes=1 << 19, row_blocks=2)]).program
+    assert "[x_b:2, co_o:4]" in stripeml.ir.format(blocked)
+    got = CpuBackend(threads=2, passes=[], fma=True).compile(blocked).run({"I": i, "K": k})["O"]
+    exe = stripeml.compile(CONV, target="cpu").lower(i, k)
+    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(
+        np.einsum("nxyc,cd->nxyd", p[:, a : a + 56, b : b + 56], k[a, b])
+        for a in range(3)
+        for b in range(3)
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(exe(i, k), want, rtol=1e-4, atol=1e-3)

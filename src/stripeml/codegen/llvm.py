@@ -36,6 +36,7 @@ from ..ir.nodes import (
     Program,
     Special,
     Store,
+    TensorShape,
 )
 from .cpu_abi import BufferInfo, CpuModule, KernelInfo, Step
 from .llvm_ops import call_intrinsic, combine, hreduce, intrinsic
@@ -425,7 +426,7 @@ class _KernelGen:
         vidx: str | None = None,
     ) -> None:
         for r in blk.refs:
-            if r.dir == "none" and init is None:
+            if r.dir == "none" and init is None and not _overwritten_first(blk, r.into):
                 bd = binds[r.into]
                 size = max(r.shape.extent, 1)
                 if size == 1:
@@ -571,6 +572,36 @@ class _KernelGen:
         phi.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(exit_)
+
+
+def _overwritten_first(blk: Block, name: str) -> bool:
+    """Whether ``blk``'s first statement assigns every element of its ``none`` buffer
+    ``name`` (a packed panel's copy), so zeroing it first would be wasted."""
+    buf = blk.ref(name)
+    first = blk.stmts[0] if blk.stmts else None
+    if not isinstance(first, Block) or first.constraints or first.sub_blocks:
+        return False
+    if any(i.affine is not None for i in first.idxs):
+        return False
+    writes = [r for r in first.refs if r.from_ == name]
+    if len(writes) != 1 or writes[0].dir != "out" or writes[0].agg != "assign":
+        return False
+    w = writes[0]
+    if w.shape.strides != buf.shape.strides or any(s != 1 for s in w.shape.sizes):
+        return False
+    ranges = {i.name: i.range for i in first.idxs}
+    # access[d] = one index of range sizes[d], each dimension its own index.
+    seen = set()
+    for a, size in zip(w.access, buf.shape.sizes):
+        if a.const or len(a.terms) != 1:
+            return False
+        ((n, c),) = a.terms
+        if c != 1 or n in seen or ranges.get(n) != size:
+            return False
+        seen.add(n)
+    stored = [st for st in first.stmts if isinstance(st, Store) and st.ref == w.into]
+    dense = TensorShape.dense(buf.shape.dtype, buf.shape.sizes)
+    return len(stored) == 1 and dense.strides == buf.shape.strides
 
 
 def _is_zero(v: ir.Value) -> bool:
