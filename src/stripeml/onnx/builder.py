@@ -154,8 +154,12 @@ class Builder:
         return v.name
 
     def input(self, shape: Sequence[int], dtype: Any, hint: str = "X") -> Value:
-        """A runtime input of the generated function."""
-        v = Value(self.fresh(hint), tuple(int(s) for s in shape), np.dtype(dtype))
+        """A runtime input of the generated function (an empty tensor is fully
+        known from its shape: it becomes a constant)."""
+        shape = tuple(int(s) for s in shape)
+        if 0 in shape:
+            return Value("", shape, np.dtype(dtype), np.zeros(shape, dtype))
+        v = Value(self.fresh(hint), shape, np.dtype(dtype))
         self.params.append(v)
         self.declared[v.name] = v
         return v
@@ -178,8 +182,10 @@ class Builder:
     # -- statements ----------------------------------------------------------
     def _new(self, shape: Sequence[int], dtype: Any) -> Value:
         shape = tuple(int(s) for s in shape)
-        if any(s <= 0 for s in shape):
-            raise OnnxError(f"empty tensors (shape {shape}) are not supported")
+        if any(s < 0 for s in shape):
+            raise OnnxError(f"negative dimension in shape {shape}")
+        if 0 in shape:  # no elements: the value is known, no statement is needed
+            return Value("", shape, np.dtype(dtype), np.zeros(shape, dtype))
         v = Value(self.fresh(), shape, np.dtype(dtype))
         self.declared[v.name] = v
         return v
@@ -187,14 +193,16 @@ class Builder:
     def eltwise(self, expr: str, shape: Sequence[int], dtype: Any) -> Value:
         """``T = expr;`` (NumPy broadcasting); returns ``T``."""
         v = self._new(shape, dtype)
-        self.statements.append(f"{v.name} = {expr};")
+        if v.const is None:
+            self.statements.append(f"{v.name} = {expr};")
         return v
 
     def contraction(self, template: str, shape: Sequence[int], dtype: Any) -> Value:
         """A contraction whose text is ``template`` with ``{out}`` naming the
         output: ``"{out}[i : 4] = +(X[i, k])"``."""
         v = self._new(shape, dtype)
-        self.statements.append(template.format(out=v.name) + ";")
+        if v.const is None:
+            self.statements.append(template.format(out=v.name) + ";")
         return v
 
     def statement(self, template: str, shape: Sequence[int], dtype: Any) -> Value:
