@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stripeml
+from stripeml.ir.nodes import walk_blocks
 from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
+from stripeml.passes.thread import Thread
 from stripeml.passes.unroll import Unroll
 from stripeml.runtime.cpu import CpuBackend
 from stripeml.runtime.interp import run
@@ -283,3 +285,99 @@ def test_row_blocks_with_epilogue_and_conv():
     )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(exe(i, k), want, rtol=1e-4, atol=1e-3)
+
+
+# -- cache-blocked GEMM (gemm_kc) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [
+        (16, 64, 32),  # every size a multiple of its block
+        (16, 40, 16),  # K not a multiple of kc: a shorter last k-block
+        (22, 33, 48),  # M not a multiple of mc (nor of 4): 16 blocked rows, then 4 + 2
+        (8, 17, 64),  # two k-blocks, the last one of one point
+        (9, 100, 32),  # several middle k-blocks, one blocked row block and one row left
+    ],
+)
+@pytest.mark.parametrize("prepack", [True, False])
+def test_blocked_gemm(m, k, n, prepack):
+    result = _check(
+        MATMUL, [(m, k), (k, n)], lambda a, b: a @ b, gemm_kc=16, gemm_mc=8, gemm_prepack=prepack
+    )
+    text = result.stages[-1][1]
+    assert "#blocked" in text and f"k0_C_k{-(-k // 16) - 1} " in text
+    stmts = result.program.root.stmts
+    if prepack:  # B's panels first, in a kernel and a temporary of their own
+        assert (
+            stmts[0].name == "k0_C_pack_B" and f"none k0_C_B_panels f32({n // 16}, {k}, 16)" in text
+        )
+        stmts = stmts[1:]
+    else:
+        assert "panel_pack" not in text and "none B_pack" in text
+    (blocked, *rest) = stmts
+    assert [i.name for i in blocked.idxs] == ["m_b"]  # row blocks only: k stays inside
+    assert len(rest) == (2 if m % 8 > 4 else int(m % 8 > 0))  # the rows left: 4 + 2, or one
+
+
+def test_blocked_gemm_not_applicable_falls_back():
+    # N not a multiple of vector_width * vectors, K within one block, a batched GEMM,
+    # max-plus, M below mc: the plain register tiles (or nothing) instead.
+    for src, shapes, ref in [
+        (MATMUL, [(16, 40), (40, 24)], lambda a, b: a @ b),
+        (MATMUL, [(16, 16), (16, 32)], lambda a, b: a @ b),
+        (MATMUL, [(4, 40), (40, 32)], lambda a, b: a @ b),
+        (BATCHED, [(2, 8, 40), (2, 40, 16)], lambda a, b: a @ b),
+        (MAXPLUS, [(8, 40), (40, 16)], lambda a, b: (a[:, :, None] + b[None]).max(1)),
+    ]:
+        result = _check(src, shapes, ref, gemm_kc=16, gemm_mc=8)
+        assert "#blocked" not in result.stages[-1][1]
+
+
+@pytest.mark.parametrize(("m", "k"), [(16, 64), (22, 33), (13, 40)])
+def test_blocked_gemm_with_epilogue(m, k):
+    """bias + relu runs on each tile of the last k-block only (and on the rest's tiles)."""
+    rng = np.random.default_rng(m + k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, 32)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(gemm_kc=16, gemm_mc=8)]).program
+    text = stripeml.ir.format(result)
+    assert "#blocked" in text and "none Z " not in text
+    pack, blocked = result.root.stmts[:2]
+    assert "panel_pack" in pack.tags
+    last = blocked.stmts[-1]
+    assert [b.name for b in blocked.stmts] == [f"k0_Z_k{j}" for j in range(-(-k // 16))]
+    assert any("epilogue" in b.tags for b in walk_blocks(last))
+    assert not any("epilogue" in b.tags for s in blocked.stmts[:-1] for b in walk_blocks(s))
+    inputs = {"X": x, "W": w, "Bias": bias}
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
+    for threads in (1, 2):
+        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_blocked_gemm_keeps_a_needed_result_and_threads_split_row_blocks():
+    """A result read later is stored (no epilogue); `thread` splits the row blocks."""
+    src = """function (X[B, K], W[K, N], Bias[N]) -> (Y, Z) {
+        Z[b, n : B, N] = +(X[b, k] * W[k, n]);
+        Y = relu(Z + Bias);
+    }"""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((24, 50)).astype(np.float32)
+    w = rng.standard_normal((50, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    program = stripeml.compile(src).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(gemm_kc=16, gemm_mc=8), Thread(threads=2)]).program
+    blocked = result.root.stmts[1]
+    assert "blocked" in blocked.tags and "thread" in blocked.tags
+    assert blocked.idxs[0].name == "b_b" and blocked.idxs[0].range == 3
+    assert "#epilogue" not in stripeml.ir.format(result)
+    inputs = {"X": x, "W": w, "Bias": bias}
+    for threads in (1, 2):
+        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)
+        np.testing.assert_allclose(got["Z"], x @ w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["Y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run(result, inputs)["Z"], x @ w, rtol=1e-5, atol=1e-5)

@@ -33,6 +33,14 @@ neither.  The remainder part makes a second pass over the inputs read along
 the vector index (memory-bound: ~0.4 ms for 2 rows of a 1024x1024 W on a
 2-core znver3).
 
+Cache blocking (``gemm_kc``, off by default; ``_unroll_goto.py``): a plain
+GEMM is split into row blocks of ``gemm_mc`` (the kernel's only index) and,
+inside each, consecutive k-blocks of ``gemm_kc`` that pack their block of A
+and reuse 16-column panels of B packed once by a kernel of their own; partial
+sums stay in a per-row-block buffer and the epilogue runs after the last
+k-block only.  Measured no faster than the unblocked tiles on a 2-core znver3
+(docs/passes.md section 11).
+
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
 the same operation), verified IR, and the same object when nothing applies.
@@ -59,6 +67,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
+from . import _unroll_goto as _goto
 from ._common import box_interval, fresh
 from .registry import register
 
@@ -84,6 +93,14 @@ class Unroll:
     # stay in L2 across the panels.  Off: 2 measured -2%..+17% (median +3%) on the
     # 3x3 conv 56x56x64 with 2 threads of a loaded 2-core znver3, not conclusive.
     row_blocks: int = 1
+    # GotoBLAS-style cache blocking of plain GEMMs (0: off; see _unroll_goto.py):
+    # reductions longer than ``gemm_kc`` run in k-blocks of it, each packing a
+    # block of ``gemm_mc`` rows of A and ``gemm_kc`` x (one panel) of B.
+    gemm_kc: int = 0
+    gemm_mc: int = 64
+    # With gemm_kc: B's panels are packed once, by a kernel of their own, into a
+    # root temporary (else per k-block, row block and panel).
+    gemm_prepack: bool = True
     # Run a following elementwise kernel that reads the result point by point
     # (bias, activation) on each finished register tile, from a tile-local buffer.
     epilogue: bool = True
@@ -94,15 +111,29 @@ class Unroll:
         root = program.root
         stmts: list[Statement] = []
         dropped: set[str] = set()
+        temps: list[Refinement] = []
         changed = False
         i = 0
         while i < len(root.stmts):
             s = root.stmts[i]
             parts = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
+            # Kernels packing B for a blocked GEMM go first, each filling a new temporary.
+            packers = [t for _, t in parts or [] if "panel_pack" in t.tags]
+            parts = [(kp, t) for kp, t in parts or [] if t not in packers] or None
+            for t in packers:
+                out = next(r for r in t.refs if r.dir == "out")
+                dense = TensorShape.dense(out.shape.dtype, tuple(i.range for i in t.idxs))
+                temps.append(Refinement("none", out.from_, dense))
+            stmts.extend(packers)
             # A blocked reduction finishes only after the last block: no epilogue then.
             if parts and self.epilogue and not self.k_block and i + 1 < len(root.stmts):
                 e, later = root.stmts[i + 1], root.stmts[i + 2 :]
-                fused = [_attach_epilogue(t, kp, e, root, later) for kp, t in parts]
+                fused = [
+                    self._blocked_epilogue(root, kp, e, later)
+                    if "blocked" in t.tags
+                    else _attach_epilogue(t, kp, e, root, later)
+                    for kp, t in parts
+                ]
                 # Every part or none: the result buffer disappears only if all are fused.
                 if all(f is not None for f in fused):
                     parts = [(kp, f[0]) for (kp, _), f in zip(parts, fused)]
@@ -113,7 +144,7 @@ class Unroll:
             i += 1
         if not changed:
             return program
-        refs = tuple(r for r in root.refs if r.into not in dropped)
+        refs = tuple(r for r in root.refs if r.into not in dropped) + tuple(temps)
         return Program(replace(root, refs=refs, stmts=tuple(stmts)))
 
     def _tile(
@@ -155,6 +186,10 @@ class Unroll:
         if not vcands:
             return None
         v = vcands[-1]
+        if self.gemm_kc and row is None and len(addr) == 2:
+            blocked = self._blocked(root, k, next(n for n in addr if n != v), v, red)
+            if blocked is not None:
+                return blocked
         rows_cands = [n for n in addr if n != v and n not in in_cons and ranges[n] % self.rows == 0]
         if row is not None:
             rows_cands = [row]
@@ -173,6 +208,54 @@ class Unroll:
             return None
         vt = vec * w
         return [(k, self._rewrite(root, k, v, vt, u, red))]
+
+    def _blocked(
+        self, root: Block, k: Block, u: str, v: str, red: list[str]
+    ) -> list[tuple[Block, Block]] | None:
+        """Cache-blocked parts: rows ``[0, R - R % gemm_mc)`` blocked, the rest tiled."""
+        mc = self.gemm_mc - self.gemm_mc % self.rows
+        vt = self.vector_width * self.vectors
+        if not _goto.applicable(k, u, v, red, self.gemm_kc, mc, vt):
+            return None
+        out = next(r for r in k.refs if r.dir == "out")
+        if mc * k.idx(v).range * itemsize(out.shape.dtype) > self.pack_max_bytes:
+            return None  # the row block's partial sums would not stay in L2
+        total = k.idx(u).range
+        rem = total % mc
+        head = _restrict(k, u, 0, total - rem, k.name) if rem else k
+        packers, blocked, _ = self._blocked_build(root, head)
+        parts = [(head, t) for t in packers] + [(head, blocked)]
+        if rem:
+            taken = {s.name for s in root.stmts if isinstance(s, Block)}
+            tail = _restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
+            rest = replace(self, gemm_kc=0)._tile(root, tail)
+            if rest is None:
+                return None
+            parts += rest
+        return parts
+
+    def _blocked_build(
+        self, root: Block, k: Block, epilogue: tuple[Block, Refinement] | None = None
+    ) -> tuple[list[Block], Block, list[Refinement]]:
+        u, v, kx = _gemm_axes(k)
+        return _goto.build(
+            root, k, u, v, kx, rows=self.rows, vt=self.vector_width * self.vectors,
+            kc=self.gemm_kc, mc=self.gemm_mc - self.gemm_mc % self.rows, epilogue=epilogue,
+            prepack=self.gemm_prepack,
+        )  # fmt: skip
+
+    def _blocked_epilogue(
+        self, root: Block, k: Block, e: Statement, later: tuple[Statement, ...]
+    ) -> tuple[Block, str] | None:
+        """The blocked form of ``k`` running ``e`` after its last k-block."""
+        found = _epilogue_view(k, e, root, later)
+        if found is None:
+            return None
+        t, tv = found
+        assert isinstance(e, Block)
+        if {r.into for r in e.refs if r is not tv} & {r.into for r in k.refs}:
+            return None
+        return self._blocked_build(root, k, (e, tv))[1], t
 
     def _split(self, root: Block, k: Block, u: str) -> list[tuple[Block, Block]] | None:
         """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart."""
@@ -352,6 +435,19 @@ class Unroll:
         )
 
 
+def _gemm_axes(k: Block) -> tuple[str, str, str]:
+    """(rows, vector, reduction) indices of a plain GEMM kernel (``_goto.applicable``)."""
+    out = next(r for r in k.refs if r.dir == "out")
+    stride = {
+        i.name: sum(a.coeff(i.name) * s for a, s in zip(out.access, out.shape.strides))
+        for i in k.idxs
+    }
+    v = [n for n, s in stride.items() if s == 1][-1]
+    u = next(n for n, s in stride.items() if s != 0 and n != v)
+    kx = next(n for n, s in stride.items() if s == 0)
+    return u, v, kx
+
+
 def _restrict(k: Block, u: str, start: int, count: int, name: str) -> Block:
     """``k`` over the points ``start <= u < start + count`` (``u`` renumbered from 0)."""
     shift = {u: Affine.index(u) + start}
@@ -422,30 +518,13 @@ def _attach_epilogue(
     aggregation scope, so the values are final when the tile block ends) and
     the epilogue block reads it; ``T`` disappears.
     """
-    if not isinstance(e, Block) or "eltwise" not in e.tags or "fill" in e.tags:
+    found = _epilogue_view(k, e, root, later)
+    if found is None:
         return None
-    if e.sub_blocks or e.constraints or any(i.affine is not None for i in e.idxs):
-        return None
-    if any(not isinstance(st, (Load, Store, Intrinsic, Constant, LoadIndex)) for st in e.stmts):
-        return None
+    t, tv = found
+    assert isinstance(e, Block)
     outs = [r for r in k.refs if r.dir == "out"]
-    if len(outs) != 1:
-        return None
-    t = outs[0].from_
-    troot = next((r for r in root.refs if r.into == t), None)
-    if troot is None or troot.dir != "none" or any(_mentions(st, t) for st in later):
-        return None
-    tviews = [r for r in e.refs if r.from_ == t]
-    if len(tviews) != 1 or tviews[0].dir != "in":
-        return None
-    tv = tviews[0]
-    ident = tuple(Affine.index(i.name) for i in e.idxs)
-    if tv.access != ident or tuple(i.range for i in e.idxs) != troot.shape.sizes:
-        return None
-    if any(r.dir == "none" or (r.dir in ("out", "inout") and r.agg != "assign") for r in e.refs):
-        return None
-    if any(r.dir != "in" and r.from_ == t for r in e.refs):
-        return None
+    troot = next(r for r in root.refs if r.into == t)
     host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
     if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
         return None
@@ -522,6 +601,38 @@ def _attach_epilogue(
                 tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
         t,
     )  # fmt: skip
+
+
+def _epilogue_view(
+    k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
+) -> tuple[str, Refinement] | None:
+    """(the contraction's result ``T``, ``e``'s view of it) when the elementwise
+    kernel ``e`` can run as an epilogue of ``k`` (see ``_attach_epilogue``)."""
+    if not isinstance(e, Block) or "eltwise" not in e.tags or "fill" in e.tags:
+        return None
+    if e.sub_blocks or e.constraints or any(i.affine is not None for i in e.idxs):
+        return None
+    if any(not isinstance(st, (Load, Store, Intrinsic, Constant, LoadIndex)) for st in e.stmts):
+        return None
+    outs = [r for r in k.refs if r.dir == "out"]
+    if len(outs) != 1:
+        return None
+    t = outs[0].from_
+    troot = next((r for r in root.refs if r.into == t), None)
+    if troot is None or troot.dir != "none" or any(_mentions(st, t) for st in later):
+        return None
+    tviews = [r for r in e.refs if r.from_ == t]
+    if len(tviews) != 1 or tviews[0].dir != "in":
+        return None
+    tv = tviews[0]
+    ident = tuple(Affine.index(i.name) for i in e.idxs)
+    if tv.access != ident or tuple(i.range for i in e.idxs) != troot.shape.sizes:
+        return None
+    if any(r.dir == "none" or (r.dir in ("out", "inout") and r.agg != "assign") for r in e.refs):
+        return None
+    if any(r.dir != "in" and r.from_ == t for r in e.refs):
+        return None
+    return t, tv
 
 
 def _mentions(s: Statement, buffer: str) -> bool:
