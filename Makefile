@@ -12,9 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The light SqueezeNet shipped with the onnx package, checked against onnxruntime.
+ONNX_DEMO = $(PY) -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'light', 'light_squeezenet.onnx'))"
+
 demo: $(STAMP)
 	$(VENV)/bin/stripeml demo --target interp
 	$(VENV)/bin/stripeml demo --target cpu
+	$(VENV)/bin/stripeml onnx "$$($(ONNX_DEMO))" --random --check --bench 5
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
