@@ -110,6 +110,7 @@ def _ort_session(model: Any, threads: int | None = None) -> Any:
     except ImportError:
         return None
     opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # errors only: its warnings about unused initializers are noise
     if threads:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
