@@ -10,8 +10,12 @@ from stripeml.runtime.interp import run
 
 MODES = ("general", "fast", "auto")
 # The CPU backend runs every program too and must agree with the interpreter:
-# scalar code on one thread and 8-lane vector code on two threads.
-CPU_VARIANTS = (dict(threads=1, vector_width=1), dict(threads=2, vector_width=8))
+# scalar code on one thread and 8-lane vector code on two threads (split even
+# when a kernel is small, so the threaded path runs on the tests' small sizes).
+CPU_VARIANTS = (
+    dict(threads=1, vector_width=1),
+    dict(threads=2, vector_width=8, min_chunk_work=1 << 10),
+)
 # What the CPU backend does not compile yet (it says so with a StripeError).
 CPU_UNSUPPORTED = ("inside a kernel is not supported", "float16 is not supported")
 

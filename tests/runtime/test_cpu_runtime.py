@@ -194,13 +194,13 @@ def test_concurrent_runs_of_one_compiled_program(monkeypatch):
 @pytest.mark.parametrize(
     ("extent", "splittable", "work", "threads", "chunks"),
     [
-        (1000, True, 1 << 20, 4, 4),
-        (3, True, 1 << 20, 8, 3),  # never more chunks than iterations
-        (1000, True, 1 << 10, 4, 1),  # too little work to pay
+        (1000, True, 4 * cpu.MIN_WORK_PER_CHUNK, 4, 4),
+        (3, True, 8 * cpu.MIN_WORK_PER_CHUNK, 8, 3),  # never more chunks than iterations
+        (1000, True, cpu.MIN_WORK_PER_CHUNK // 32, 4, 1),  # too little work to pay
         (1000, True, 3 * cpu.MIN_WORK_PER_CHUNK, 8, 3),
-        (1000, False, 1 << 20, 4, 1),
-        (1000, True, 1 << 20, 1, 1),
-        (1, True, 1 << 20, 4, 1),
+        (1000, False, 4 * cpu.MIN_WORK_PER_CHUNK, 4, 1),
+        (1000, True, 4 * cpu.MIN_WORK_PER_CHUNK, 1, 1),
+        (1, True, 4 * cpu.MIN_WORK_PER_CHUNK, 4, 1),
     ],
 )
 def test_chunk_bounds(extent, splittable, work, threads, chunks):
@@ -209,6 +209,12 @@ def test_chunk_bounds(extent, splittable, work, threads, chunks):
     assert len(bounds) == chunks + 1
     assert bounds[0] == 0 and bounds[-1] == extent
     assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
+
+
+def test_min_chunk_work_option_lowers_the_threshold():
+    info = KernelInfo("k", "k", 1000, True, 1 << 12)
+    assert len(cpu.chunk_bounds(info, 4)) == 2  # one chunk by default
+    assert len(cpu.chunk_bounds(info, 4, min_work=1 << 10)) == 5
 
 
 @pytest.mark.parametrize("splittable", [True, False])

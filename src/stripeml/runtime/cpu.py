@@ -58,9 +58,12 @@ if TYPE_CHECKING:
     from ..targets import Target
 
 #: Scalar operations a thread must get before splitting a kernel pays for the
-#: hand-off (a pool dispatch costs tens of microseconds; 32k operations take
-#: about as long on one core).
-MIN_WORK_PER_CHUNK = 1 << 15
+#: hand-off.  Measured on a 2-core VM: handing a chunk to the pool and waiting
+#: for it costs 0.1-0.2 ms, which is about 1M operations on one core (a
+#: 512x512 copy ran in 0.085 ms on one thread and 0.29 ms split in two;
+#: SqueezeNet went from 20-27 ms to 15-17 ms with this threshold instead of
+#: 32k).  ``CpuBackend(min_chunk_work=...)`` overrides it (tests force splits).
+MIN_WORK_PER_CHUNK = 1 << 20
 
 
 def generate_module(program: Program, vector_width: int, fma: bool = False) -> CpuModule:
@@ -99,6 +102,8 @@ class CpuBackend:
     passes: tuple[object, ...] | None = None
     # Contract a multiply feeding an add into an FMA (the target's ``fma``).
     fma: bool = False
+    # Work a thread must get before a kernel is split (see MIN_WORK_PER_CHUNK).
+    min_chunk_work: int = MIN_WORK_PER_CHUNK
     target: Target | None = field(default=None, compare=False, repr=False)
     name: ClassVar[str] = "cpu"
 
@@ -144,7 +149,11 @@ class CpuBackend:
             entry = Entry(jit.compile_ir(module.llvm_ir), module)
             cache.put(key, entry)
         return CpuCompiled(
-            entry.module, jit.load_object(entry.object_code), self.threads, program=program
+            entry.module,
+            jit.load_object(entry.object_code),
+            self.threads,
+            program=program,
+            min_chunk_work=self.min_chunk_work,
         )
 
 
@@ -163,12 +172,12 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return pool
 
 
-def chunk_bounds(info: KernelInfo, threads: int) -> list[int]:
+def chunk_bounds(info: KernelInfo, threads: int, min_work: int = MIN_WORK_PER_CHUNK) -> list[int]:
     """Split points of ``[0, parallel_extent)``: one chunk unless splitting pays."""
     extent = info.parallel_extent
     chunks = 1
     if info.splittable and threads > 1:
-        chunks = max(1, min(threads, extent, info.work // MIN_WORK_PER_CHUNK))
+        chunks = max(1, min(threads, extent, info.work // max(1, min_work)))
     return [extent * i // chunks for i in range(chunks + 1)]
 
 
@@ -249,10 +258,12 @@ class CpuCompiled:
         loaded: jit.LoadedObject,
         threads: int,
         program: Program | None = None,
+        min_chunk_work: int = MIN_WORK_PER_CHUNK,
     ) -> None:
         self.module = module
         self.code = module.llvm_ir
         self.threads = threads
+        self.min_chunk_work = min_chunk_work
         self._loaded = loaded  # keeps the executable memory alive
         refs: tuple[Refinement | None, ...] = (None,) * len(module.buffers)
         if program is not None and [r.into for r in program.root.refs] == [
@@ -414,7 +425,7 @@ class CpuCompiled:
 
     def _run_kernel(self, info: KernelInfo, pointers: object) -> None:
         fn = self._kernels[info.symbol]
-        bounds = chunk_bounds(info, self.threads)
+        bounds = chunk_bounds(info, self.threads, self.min_chunk_work)
         if len(bounds) <= 2:
             fn(pointers, 0, info.parallel_extent)
             return
