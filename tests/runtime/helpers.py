@@ -17,7 +17,7 @@ CPU_VARIANTS = (
     dict(threads=2, vector_width=8, min_chunk_work=1 << 10),
 )
 # What the CPU backend does not compile yet (it says so with a StripeError).
-CPU_UNSUPPORTED = ("inside a kernel is not supported", "float16 is not supported")
+CPU_UNSUPPORTED = ("inside a kernel is not supported",)
 
 
 def run_cpu(program: Program, inputs, outputs=None, **options):

@@ -21,6 +21,7 @@ copy of its loop nest that only stores), then accumulates in memory.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 
 import llvmlite.ir as ir
@@ -53,7 +54,20 @@ from .llvm_plan import (
     _work,
     blk_idx_names,
 )
-from .llvm_types import I1, I8, I64, PTR, const, identity, mem_type, reg_type, splat, vec
+from .llvm_types import (
+    F32,
+    I1,
+    I8,
+    I64,
+    PTR,
+    const,
+    identity,
+    lanes_of,
+    mem_type,
+    reg_type,
+    splat,
+    vec,
+)
 
 
 def generate(
@@ -85,7 +99,25 @@ def generate(
             steps.append(Step(kernel=info))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
-    return CpuModule(str(module), buffers, tuple(steps))
+    text = str(module)
+    if re.search(r"[\s<(]half[\s>,)]", text) and not _native_half(triple):
+        raise StripeError("cpu: float16 needs the F16C conversions on x86 (this host lacks them)")
+    return CpuModule(text, buffers, tuple(steps))
+
+
+def _native_half(triple: str) -> bool:
+    """Whether LLVM converts half <-> float inline for ``triple``: on x86 only with
+    F16C (else it calls compiler-rt helpers the JIT cannot resolve)."""
+    if not triple.startswith(("x86_64", "i386", "i686")):
+        return True
+    import llvmlite.binding as llvm
+
+    if triple != llvm.get_process_triple():
+        return True  # not the host: the caller chooses the features
+    try:
+        return bool(llvm.get_host_cpu_features().get("f16c", False))
+    except RuntimeError:
+        return False
 
 
 def _sanitize(name: str) -> str:
@@ -277,14 +309,15 @@ class _KernelGen:
                 body(env2, lanes)
                 return
             bd = binds[reg]
-            rt = reg_type(bd.dtype)
+            adt = _acc_dtype(bd.dtype)
+            rt = reg_type(adt)
             bd.acc = self.alloca_builder.alloca(rt, name=self.fresh("acc"))
-            self.b.store(identity(bd.agg, bd.dtype), bd.acc)
+            self.b.store(identity(bd.agg, adt), bd.acc)
             if vidx is not None:
                 bd.vacc = self.alloca_builder.alloca(
                     vec(rt, self.vector_width), name=self.fresh("vacc")
                 )
-                self.b.store(splat(identity(bd.agg, bd.dtype), self.vector_width), bd.vacc)
+                self.b.store(splat(identity(bd.agg, adt), self.vector_width), bd.vacc)
             # Without constraints on the reduction indices every output point has
             # reduction points, so no "was it reached" flag is needed.
             flagged = any(n in inner for c in blk.constraints for n in c.expr.names)
@@ -297,13 +330,9 @@ class _KernelGen:
             if vidx is not None:
                 lanes_v = self.b.load(bd.vacc, typ=vec(rt, self.vector_width))
                 result = combine(
-                    self.b,
-                    bd.agg,
-                    result,
-                    hreduce(self.b, bd.agg, lanes_v, bd.dtype),
-                    bd.dtype,
-                    self.fma,
+                    self.b, bd.agg, result, hreduce(self.b, bd.agg, lanes_v, adt), adt, self.fma
                 )
+            result = self.from_acc(result, bd.dtype)
             if flagged:
                 with self.b.if_then(self.b.load(bd.touched, typ=I1)):
                     self.store(bd, env2, result)
@@ -329,7 +358,8 @@ class _KernelGen:
         b = self.b
         bd = binds[out]
         w = self.vector_width
-        rt = vec(reg_type(bd.dtype), w)
+        adt = _acc_dtype(bd.dtype)
+        rt = vec(reg_type(adt), w)
         combos = list(itertools.product(*[range(blk.idx(u).range) for u in unrolled]))
         chunks = range(blk.idx(vidx).range // w)
         red = [i.name for i in blk.idxs if i.name != vidx and i.name not in unrolled]
@@ -347,9 +377,9 @@ class _KernelGen:
             for j in chunks:
                 slot = self.alloca_builder.alloca(rt, name=self.fresh("tile"))
                 if bd.mode == "mem":
-                    b.store(self.vload(bd, at(combo, j, env), w, vidx), slot)
+                    b.store(self.to_acc(self.vload(bd, at(combo, j, env), w, vidx), bd.dtype), slot)
                 else:
-                    b.store(splat(identity(bd.agg, bd.dtype), w), slot)
+                    b.store(splat(identity(bd.agg, adt), w), slot)
                 slots[combo, j] = slot
         mode = bd.mode
 
@@ -366,7 +396,8 @@ class _KernelGen:
         bd.mode = "plain"
         for combo in combos:
             for j in chunks:
-                self.vstore(bd, at(combo, j, env), b.load(slots[combo, j], typ=rt), w)
+                tile = self.from_acc(b.load(slots[combo, j], typ=rt), bd.dtype)
+                self.vstore(bd, at(combo, j, env), tile, w)
         bd.mode = mode
 
     def _prefer_memory(
@@ -410,6 +441,14 @@ class _KernelGen:
         ptr = self.b.bitcast(self.address(bd, env), v.type.as_pointer())
         self.b.store(v, ptr, align=_bytes(bd.dtype))
 
+    def to_acc(self, v: ir.Value, dt: str) -> ir.Value:
+        """A value of dtype ``dt`` as its register accumulator holds it (f16: float)."""
+        return self.b.fpext(v, vec(F32, lanes_of(v))) if dt == "f16" else v
+
+    def from_acc(self, v: ir.Value, dt: str) -> ir.Value:
+        """A register accumulator's value as dtype ``dt`` (f16: rounded once)."""
+        return self.b.fptrunc(v, vec(reg_type("f16"), lanes_of(v))) if dt == "f16" else v
+
     def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
         t = ir.VectorType(v.type, lanes)
         one = self.b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
@@ -446,8 +485,10 @@ class _KernelGen:
                 v = vals[s.value][0]
                 if bd.mode == "reg":
                     slot = bd.vacc if lanes else bd.acc
+                    v = self.to_acc(v, bd.dtype)
                     acc = self.b.load(slot, typ=v.type)
-                    self.b.store(combine(self.b, bd.agg, acc, v, bd.dtype, self.fma), slot)
+                    adt = _acc_dtype(bd.dtype)
+                    self.b.store(combine(self.b, bd.agg, acc, v, adt, self.fma), slot)
                     if bd.touched is not None:
                         self.b.store(ir.Constant(I1, 1), bd.touched)
                 elif bd.mode == "mem":
@@ -602,6 +643,14 @@ def _overwritten_first(blk: Block, name: str) -> bool:
     stored = [st for st in first.stmts if isinstance(st, Store) and st.ref == w.into]
     dense = TensorShape.dense(buf.shape.dtype, buf.shape.sizes)
     return len(stored) == 1 and dense.strides == buf.shape.strides
+
+
+def _acc_dtype(dt: str) -> str:
+    """The dtype a register accumulator of ``dt`` holds: float16 sums and products
+    accumulate in float and round to float16 once, as NumPy's float16 reductions
+    (``sum``, ``einsum``, ``matmul``) and the interpreter's fast path do; an
+    accumulation in memory rounds after every step, as the general mode does."""
+    return "f32" if dt == "f16" else dt
 
 
 def _is_zero(v: ir.Value) -> bool:

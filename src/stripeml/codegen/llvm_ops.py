@@ -12,13 +12,25 @@ import llvmlite.ir as ir
 
 from ..errors import StripeError
 from ..ir import dtypes
-from .llvm_types import I1, identity, is_float, is_unsigned, lanes_of, reg_type, typed_const, vec
+from .llvm_types import (
+    F32,
+    I1,
+    identity,
+    is_float,
+    is_unsigned,
+    lanes_of,
+    reg_type,
+    typed_const,
+    vec,
+)
 
 
 def mangle(t: ir.Type) -> str:
     """LLVM's overload suffix for a type: f32, f64, i32, v8f32, p0."""
     if isinstance(t, ir.VectorType):
         return f"v{t.count}{mangle(t.element)}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
     if isinstance(t, ir.FloatType):
         return "f32"
     if isinstance(t, ir.DoubleType):
@@ -142,6 +154,9 @@ def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         b.fcmp_ordered("!=", r, zero),
         b.icmp_unsigned("!=", b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)),
     )
+    # A zero remainder takes the divisor's sign, as NumPy's (Python's) modulo.
+    signed_zero = call_intrinsic(b, "llvm.copysign", [zero, y])
+    r = b.select(b.fcmp_ordered("==", r, zero), signed_zero, r)
     return b.select(adjust, b.fadd(r, y), r)
 
 
@@ -174,6 +189,8 @@ def intrinsic(
     b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str, fma: bool = False
 ) -> ir.Value:
     """Emit Stripe intrinsic ``op`` producing dtype ``dt``."""
+    if dt == "f16" or "f16" in in_dts:
+        return _half_intrinsic(b, op, args, in_dts, dt)
     if op == "cast":
         return cast(b, args[0], in_dts[0], dt)
     if op == "ident":
@@ -236,6 +253,68 @@ def intrinsic(
     raise StripeError(f"intrinsic {op} on {dt} is not supported by the cpu target")
 
 
+def _widen(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """A half value (or vector) extended to float (exact)."""
+    return b.fpext(v, vec(F32, lanes_of(v)))
+
+
+def _narrow(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """A float/double value (or vector) rounded to half (one rounding)."""
+    return b.fptrunc(v, vec(reg_type("f16"), lanes_of(v)))
+
+
+def _round_to_odd_f32(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Double -> float rounded to odd (toward zero, lowest bit set when inexact).
+
+    Rounding that float to half then gives the half nearest to ``x`` (float keeps
+    more than 11 + 2 bits), one rounding as NumPy's astype, with no libcall (LLVM
+    lowers ``fptrunc double to half`` on x86 to ``__truncdfhf2``)."""
+    lanes = lanes_of(x)
+    i32 = vec(ir.IntType(32), lanes)
+    t = b.fptrunc(x, vec(F32, lanes))
+    back = b.fpext(t, x.type)
+    bits = b.bitcast(t, i32)
+    fabs = call_intrinsic(b, "llvm.fabs", [back])
+    over = b.fcmp_ordered(">", fabs, call_intrinsic(b, "llvm.fabs", [x]))
+    toward_zero = b.select(over, b.sub(bits, typed_const(i32, 1)), bits)
+    odd = b.bitcast(b.or_(toward_zero, typed_const(i32, 1)), t.type)
+    inexact = b.fcmp_ordered("!=", back, x)  # false for NaN: NaN stays as it is
+    return b.select(inexact, odd, t)
+
+
+def _half_intrinsic(
+    b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str
+) -> ir.Value:
+    """Intrinsics on float16 values as NumPy computes them: the f16 operands are
+    extended to float, the operation runs in float (exact for + - * / sqrt, whose
+    float results round to the same half as the exact results), and a float16
+    result is rounded to half once.  ``sigmoid`` rounds after each of its steps
+    and ``erf`` runs in double, as the interpreter computes them."""
+    if op == "cast":
+        src = in_dts[0]
+        if src == "f64" and dt == "f16":
+            return _narrow(b, _round_to_odd_f32(b, args[0]))  # one rounding, as astype
+        if src == "f16" and dt == "f16":
+            return args[0]
+    if op == "sigmoid":
+        x = args[0]
+        one = typed_const(x.type, 1.0)
+        e = _half_intrinsic(
+            b, "exp", [_half_intrinsic(b, "neg", [x], ["f16"], "f16")], ["f16"], "f16"
+        )
+        return _half_intrinsic(
+            b, "div", [one, _half_intrinsic(b, "add", [one, e], ["f16", "f16"], "f16")],
+            ["f16", "f16"], "f16",
+        )  # fmt: skip
+    if op == "erf":
+        wide = b.fpext(args[0], vec(ir.DoubleType(), lanes_of(args[0])))
+        return _narrow(b, _round_to_odd_f32(b, intrinsic(b, "erf", [wide], ["f64"], "f64")))
+    wide = [_widen(b, a) if d == "f16" else a for a, d in zip(args, in_dts)]
+    dts = ["f32" if d == "f16" else d for d in in_dts]
+    r = intrinsic(b, op, wide, dts, "f32" if dt == "f16" else dt)
+    return _narrow(b, r) if dt == "f16" else r
+
+
 # Beyond these magnitudes the inline trig's range reduction loses accuracy; such
 # arguments (rare) go to the C library one lane at a time.
 _TRIG_LIMIT = {"f32": 1.0e5, "f64": 1.0e14}
@@ -281,6 +360,13 @@ def combine(
     """``acc (agg) v`` for a reduction: float add/mul carry only ``reassoc``
     (what a vectorised reduction needs), plus ``contract`` when the target
     allows FMA."""
+    if dt == "f16":
+        # Rounded to half after every step, as the interpreter accumulates float16;
+        # no reassoc, so a scalar loop adds in the interpreter's order.
+        x, y = _widen(b, acc), _widen(b, v)
+        if agg in ("add", "mul"):
+            return _narrow(b, b.fadd(x, y) if agg == "add" else b.fmul(x, y))
+        return _narrow(b, _minmax(b, agg, x, y, "f32"))
     flags = ("reassoc", "contract") if fma else ("reassoc",)
     if agg == "add":
         return (
@@ -306,6 +392,8 @@ __all__ = ["cast", "combine", "identity", "intrinsic"]
 
 def hreduce(b: ir.IRBuilder, agg: str, v: ir.Value, dt: str) -> ir.Value:
     """Reduce the lanes of ``v`` with ``agg`` (``reassoc`` for float add/mul)."""
+    if dt == "f16":
+        return _narrow(b, hreduce(b, agg, _widen(b, v), "f32"))
     el = v.type.element
     if is_float(dt):
         if agg in ("add", "mul"):

@@ -3,13 +3,15 @@
 Values live in registers with these types: floats as half/float/double,
 integers as iN (signedness comes from the Stripe dtype), bool as i1.  In
 memory a bool is one byte (NumPy's layout), so loads and stores convert.
+float16 values are stored and kept in registers as ``half``; arithmetic on them
+runs in float and rounds back to half once per operation (NumPy's semantics,
+see ``llvm_ops.intrinsic``).
 """
 
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from ..errors import StripeError
 from ..ir import dtypes
 
 I1 = ir.IntType(1)
@@ -17,7 +19,8 @@ I8 = ir.IntType(8)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
 
-_FLOATS = {"f32": ir.FloatType(), "f64": ir.DoubleType()}
+_FLOATS = {"f16": ir.HalfType(), "f32": ir.FloatType(), "f64": ir.DoubleType()}
+F32 = _FLOATS["f32"]
 
 
 def reg_type(dt: str) -> ir.Type:
@@ -26,8 +29,6 @@ def reg_type(dt: str) -> ir.Type:
         return I1
     if dt in _FLOATS:
         return _FLOATS[dt]
-    if dt == "f16":
-        raise StripeError("float16 is not supported by the cpu target yet")
     return ir.IntType(dtypes.bits(dt))
 
 
@@ -78,7 +79,7 @@ def typed_const(t: ir.Type, value: object) -> ir.Constant:
     """A constant of type ``t``; for a vector type, ``value`` in every lane."""
     if isinstance(t, ir.VectorType):
         return ir.Constant(t, [typed_const(t.element, value).constant] * t.count)
-    if isinstance(t, (ir.FloatType, ir.DoubleType)):
+    if isinstance(t, (ir.HalfType, ir.FloatType, ir.DoubleType)):
         return ir.Constant(t, float(value))  # type: ignore[arg-type]
     return ir.Constant(t, int(value))  # type: ignore[call-overload]
 

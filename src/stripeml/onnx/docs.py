@@ -60,8 +60,8 @@ tests it leaves out, grouped by reason.
 
 Errors are `stripeml.StripeError`s (`stripeml.onnx.OnnxError` for the
 importer) naming the node and operator: unsupported operators, attributes,
-element types (strings, bfloat16, float8; float16 runs on the interpreter
-only), and values needed when compiling that are only known at run time.
+element types (strings, bfloat16, float8), and values needed when compiling
+that are only known at run time.
 Tensors with a dimension of size 0 are constants (their value is known from
 the shape), so they never reach the compiled program.
 
