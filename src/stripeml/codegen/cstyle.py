@@ -36,7 +36,12 @@ from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Program, Special, Store
 from .cpu_abi import BufferInfo
 from .gpu_abi import GpuModule, GpuStep, KernelInfo
-from .gpu_plan import KernelPlan, injective, needed_in_init, plan_kernel, reg_candidate
+from .gpu_plan import KernelPlan, plan_kernel
+
+# The register, injectivity and init-copy rules are the CPU generator's.
+from .llvm_plan import _injective as injective
+from .llvm_plan import _needed_in_init as needed_in_init
+from .llvm_plan import _reg_candidate as reg_candidate
 
 _CTYPES = {
     "bool": "uchar",

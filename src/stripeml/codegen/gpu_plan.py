@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from ..analysis.dependence import race_free_indices
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Load, Special, Store
+from .llvm_plan import _injective as injective
 
 #: Work-items per group for the naive mapping (a multiple of every warp size).
 NAIVE_GROUP = 128
@@ -159,44 +160,4 @@ def plan_tiled(
     points = _points(kernel, parallel)
     return KernelPlan(
         "tiled", parallel, points, points, group_size, serial, tuple(plans), tuple(registers)
-    )
-
-
-# -- shared with the printer ---------------------------------------------------------
-
-
-def reg_candidate(blk: Block, scopes: list[str]) -> str | None:
-    """A scope ref that can accumulate in a register: a leaf block whose only store it is."""
-    if len(scopes) != 1 or blk.sub_blocks:
-        return None
-    stores = [s for s in blk.stmts if isinstance(s, Store)]
-    if len(stores) != 1 or stores[0].ref != scopes[0]:
-        return None
-    if any(isinstance(s, Special) for s in blk.stmts):
-        return None
-    return scopes[0]
-
-
-def injective(offset: Affine, blk: Block, names=None) -> bool:
-    """Whether distinct points of ``blk``'s indices (``names`` of them) in ``offset``
-    reach distinct elements (mixed radix: each coefficient exceeds the span of all
-    smaller ones)."""
-    own = {i.name for i in blk.idxs} if names is None else set(names)
-    terms = sorted((abs(c), blk.idx(n).range) for n, c in offset.terms if n in own)
-    span = 0
-    for c, r in terms:
-        if c <= span:
-            return False
-        span += c * (r - 1)
-    return True
-
-
-def needed_in_init(blk: Block, name: str) -> bool:
-    """In the identity-writing copy, an index matters if it can change which elements are touched."""
-    if blk.sub_blocks:
-        return True
-    if any(name in c.expr.names for c in blk.constraints):
-        return True
-    return any(
-        r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs
     )

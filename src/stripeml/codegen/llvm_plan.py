@@ -98,10 +98,12 @@ def _register_tile_plan(
     return None
 
 
-def _injective(offset: Affine, blk: Block) -> bool:
-    """Whether distinct points of ``blk``'s indices in ``offset`` reach distinct elements
-    (mixed-radix test: each coefficient exceeds the span of all smaller ones)."""
-    terms = sorted((abs(c), blk.idx(n).range) for n, c in offset.terms if n in blk_idx_names(blk))
+def _injective(offset: Affine, blk: Block, names=None) -> bool:
+    """Whether distinct points of ``blk``'s indices (``names`` of them, default all)
+    in ``offset`` reach distinct elements (mixed-radix test: each coefficient exceeds
+    the span of all smaller ones)."""
+    own = blk_idx_names(blk) if names is None else set(names)
+    terms = sorted((abs(c), blk.idx(n).range) for n, c in offset.terms if n in own)
     span = 0
     for c, r in terms:
         if c <= span:

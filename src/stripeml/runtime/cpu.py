@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo, CpuModule, KernelInfo
-from ..errors import ShapeError, StripeError
+from ..errors import StripeError
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Program, Refinement, TensorShape
 from ..ir.printer import format as format_ir
 from ..targets.host import detect_threads as default_threads
 from ..targets.host import detect_vector_width
 from . import jit
+from .host import check_names, checked, run_root_special
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
@@ -315,7 +316,7 @@ class CpuCompiled:
         for buf in self._buffers:
             kind, name = buf.info.kind, buf.info.name
             if kind == "in":
-                arr = _checked(buf, inputs[name], "input")
+                arr = checked(buf, inputs[name], "input")
                 if buf.dense:
                     storage = np.ascontiguousarray(arr).reshape(-1)
                 else:
@@ -324,7 +325,7 @@ class CpuCompiled:
             elif kind == "out":
                 target = outputs.get(name)
                 if target is not None:
-                    target = _checked(buf, target, "output")
+                    target = checked(buf, target, "output")
                 if target is not None and buf.dense and _writable_c(target):
                     storage = target.reshape(-1)
                     results[name] = target
@@ -360,16 +361,7 @@ class CpuCompiled:
     # -- helpers -------------------------------------------------------------
 
     def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
-        kinds = {b.info.name: b.info.kind for b in self._buffers}
-        for name in inputs:
-            if kinds.get(name) != "in":
-                raise ShapeError(f"unknown input {name!r}")
-        for name in outputs:
-            if kinds.get(name) != "out":
-                raise ShapeError(f"unknown output {name!r}")
-        for name, kind in kinds.items():
-            if kind == "in" and name not in inputs:
-                raise ShapeError(f"missing input {name!r}")
+        check_names(self._buffers, inputs, outputs)
 
     @property
     def temp_bytes(self) -> dict[str, int]:
@@ -436,16 +428,7 @@ class CpuCompiled:
             f.result()
 
     def _run_special(self, special: object, storages: list[np.ndarray]) -> None:
-        from .interp.frame import write
-        from .interp.memory import RefState
-        from .interp.specials import run_special
-
-        refs = {
-            b.info.name: RefState(b.ref, s, np.full(1, b.origin, dtype=np.int64), None)
-            for b, s in zip(self._buffers, storages)
-        }
-        with np.errstate(all="ignore"):
-            run_special(special, refs, write)  # type: ignore[arg-type]
+        run_root_special(special, self._buffers, storages)
 
 
 def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
@@ -454,17 +437,6 @@ def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
     raw = np.zeros(nbytes + align, np.uint8)
     start = -raw.ctypes.data % align
     return raw[start : start + nbytes]
-
-
-def _checked(buf: _Buffer, value: object, what: str) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype != buf.dtype:
-        raise ShapeError(f"{what} {buf.info.name!r}: dtype {arr.dtype} does not match {buf.dtype}")
-    if arr.shape != buf.info.sizes:
-        raise ShapeError(
-            f"{what} {buf.info.name!r}: shape {arr.shape} does not match {buf.info.sizes}"
-        )
-    return arr
 
 
 def _writable_c(arr: np.ndarray) -> bool:

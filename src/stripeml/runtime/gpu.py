@@ -19,9 +19,9 @@ import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo
 from ..codegen.gpu_abi import GpuModule, KernelInfo
-from ..errors import ShapeError
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Refinement, Special, TensorShape
+from .host import check_names, checked, run_root_special
 
 
 @dataclass(frozen=True)
@@ -88,18 +88,18 @@ class GpuProgram:
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
         outputs = dict(outputs or {})
-        self._check_names(inputs, outputs)
+        check_names(self.buffers, inputs, outputs)
         with self._lock:
             results: dict[str, np.ndarray] = {}
             for k, buf in enumerate(self.buffers):
                 kind, name = buf.info.kind, buf.info.name
                 if kind == "in":
-                    buf.logical(self._host[k])[...] = _checked(buf, inputs[name], "input")
+                    buf.logical(self._host[k])[...] = checked(buf, inputs[name], "input")
                     self.upload(k, self._host[k])
                 elif kind == "out":
                     given = outputs.get(name)
                     view = buf.logical(self._host[k])
-                    view[...] = 0 if given is None else _checked(buf, given, "output")
+                    view[...] = 0 if given is None else checked(buf, given, "output")
                     self.upload(k, self._host[k])
             for step in self.module.steps:
                 if step.kernel is not None:
@@ -121,44 +121,12 @@ class GpuProgram:
                     results[name] = np.array(buf.logical(self._host[k]), order="C")
         return {b.info.name: results[b.info.name] for b in self.buffers if b.info.kind == "out"}
 
-    def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
-        kinds = {b.info.name: b.info.kind for b in self.buffers}
-        for name in inputs:
-            if kinds.get(name) != "in":
-                raise ShapeError(f"unknown input {name!r}")
-        for name in outputs:
-            if kinds.get(name) != "out":
-                raise ShapeError(f"unknown output {name!r}")
-        for name, kind in kinds.items():
-            if kind == "in" and name not in inputs:
-                raise ShapeError(f"missing input {name!r}")
-
     def _run_special(self, special: Special) -> None:
-        from .interp.frame import write
-        from .interp.memory import RefState
-        from .interp.specials import run_special
-
         index = {b.info.name: k for k, b in enumerate(self.buffers)}
         touched = [index[n] for n in (*special.inputs, *special.outputs)]
         for k in touched:
             self.download(k, self._host[k])
         self.finish()
-        refs = {
-            b.info.name: RefState(b.ref, s, np.full(1, b.origin, dtype=np.int64), None)
-            for b, s in zip(self.buffers, self._host)
-        }
-        with np.errstate(all="ignore"):
-            run_special(special, refs, write)  # type: ignore[arg-type]
+        run_root_special(special, self.buffers, self._host)
         for name in special.outputs:
             self.upload(index[name], self._host[index[name]])
-
-
-def _checked(buf: HostBuffer, value: object, what: str) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype != buf.dtype:
-        raise ShapeError(f"{what} {buf.info.name!r}: dtype {arr.dtype} does not match {buf.dtype}")
-    if arr.shape != buf.info.sizes:
-        raise ShapeError(
-            f"{what} {buf.info.name!r}: shape {arr.shape} does not match {buf.info.sizes}"
-        )
-    return arr
