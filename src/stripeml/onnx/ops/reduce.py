@@ -133,6 +133,17 @@ def _empty(x: Value, axes: list[int], keep: bool, fill: str) -> list[Value | Non
     return [Value("", arr.shape, dtype, arr)]
 
 
+def _operand(
+    n: Node, fill: str, allow_bool: bool = False
+) -> tuple[Value, list[int], bool, list[Value | None] | None]:
+    """A Reduce* node's input, axes and keepdims, and its result when the input
+    is empty (``_empty``'s ``fill``), else ``None``."""
+    x = n.input(0)
+    _check_numeric(n, x, allow_bool)
+    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
+    return x, axes, keep, _empty(x, axes, keep, fill)
+
+
 def _check_numeric(n: Node, x: Value, allow_bool: bool = False) -> None:
     kind = x.dtype.kind
     if kind not in "iuf" and not (allow_bool and kind == "b"):
@@ -159,10 +170,8 @@ def _post(b: Builder, expr: str, v: Value, dtype: np.dtype) -> Value:
 @op("ReduceSum", static=(1,))
 def reduce_sum(b: Builder, n: Node) -> list[Value | None]:
     """ReduceSum: axes (attribute or static input), keepdims, noop_with_empty_axes."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "zero")) is not None:
+    x, axes, keep, done = _operand(n, "zero")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     return [_finish(b, reduce(b, "+", as_dtype(b, x, ct), axes, keep), x.dtype)]
@@ -171,10 +180,8 @@ def reduce_sum(b: Builder, n: Node) -> list[Value | None]:
 @op("ReduceProd", static=(1,))
 def reduce_prod(b: Builder, n: Node) -> list[Value | None]:
     """ReduceProd: axes (attribute or static input), keepdims, noop_with_empty_axes."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "one")) is not None:
+    x, axes, keep, done = _operand(n, "one")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     return [_finish(b, reduce(b, "*", as_dtype(b, x, ct), axes, keep), x.dtype)]
@@ -183,10 +190,8 @@ def reduce_prod(b: Builder, n: Node) -> list[Value | None]:
 @op("ReduceMax", static=(1,))
 def reduce_max(b: Builder, n: Node) -> list[Value | None]:
     """ReduceMax: axes (attribute or static input), keepdims, noop_with_empty_axes; bool too."""
-    x = n.input(0)
-    _check_numeric(n, x, allow_bool=True)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "low")) is not None:
+    x, axes, keep, done = _operand(n, "low", allow_bool=True)
+    if done is not None:
         return done
     return [reduce(b, ">", x, axes, keep)]
 
@@ -194,10 +199,8 @@ def reduce_max(b: Builder, n: Node) -> list[Value | None]:
 @op("ReduceMin", static=(1,))
 def reduce_min(b: Builder, n: Node) -> list[Value | None]:
     """ReduceMin: axes (attribute or static input), keepdims, noop_with_empty_axes; bool too."""
-    x = n.input(0)
-    _check_numeric(n, x, allow_bool=True)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "high")) is not None:
+    x, axes, keep, done = _operand(n, "high", allow_bool=True)
+    if done is not None:
         return done
     return [reduce(b, "<", x, axes, keep)]
 
@@ -207,10 +210,8 @@ def reduce_mean(b: Builder, n: Node) -> list[Value | None]:
     """ReduceMean: axes (attribute or static input), keepdims, noop_with_empty_axes.
 
     Integer means truncate toward zero."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "nan")) is not None:
+    x, axes, keep, done = _operand(n, "nan")
+    if done is not None:
         return done
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     ct = compute_dtype(x.dtype)
@@ -225,10 +226,8 @@ def reduce_sum_square(b: Builder, n: Node) -> list[Value | None]:
     """ReduceSumSquare: axes (attribute or static input), keepdims, noop_with_empty_axes.
 
     With noop_with_empty_axes and no axes: the squares (as the ONNX reference)."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "zero")) is not None:
+    x, axes, keep, done = _operand(n, "zero")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     return [_finish(b, reduce(b, "+", as_dtype(b, x, ct), axes, keep, square=True), x.dtype)]
@@ -239,10 +238,8 @@ def reduce_l1(b: Builder, n: Node) -> list[Value | None]:
     """ReduceL1: axes (attribute or static input), keepdims, noop_with_empty_axes.
 
     With noop_with_empty_axes and no axes: the absolute values (as the ONNX reference)."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "zero")) is not None:
+    x, axes, keep, done = _operand(n, "zero")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     a = b.eltwise(f"abs({b.ref(as_dtype(b, x, ct))})", x.shape, ct)
@@ -254,10 +251,8 @@ def reduce_l2(b: Builder, n: Node) -> list[Value | None]:
     """ReduceL2: axes (attribute or static input), keepdims, noop_with_empty_axes.
 
     With noop_with_empty_axes and no axes: the absolute values (as the ONNX reference)."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "zero")) is not None:
+    x, axes, keep, done = _operand(n, "zero")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     s = reduce(b, "+", as_dtype(b, x, ct), axes, keep, square=True)
@@ -269,10 +264,8 @@ def reduce_log_sum(b: Builder, n: Node) -> list[Value | None]:
     """ReduceLogSum: axes (attribute or static input), keepdims, noop_with_empty_axes.
 
     With noop_with_empty_axes and no axes: the logarithms (as the ONNX reference)."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "low")) is not None:
+    x, axes, keep, done = _operand(n, "low")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     s = reduce(b, "+", as_dtype(b, x, ct), axes, keep)
@@ -285,10 +278,8 @@ def reduce_log_sum_exp(b: Builder, n: Node) -> list[Value | None]:
 
     Subtracts the maximum before ``exp``; with noop_with_empty_axes and no axes:
     the input."""
-    x = n.input(0)
-    _check_numeric(n, x)
-    axes, keep = _reduce_axes(n, x), bool(n.attr("keepdims", 1))
-    if (done := _empty(x, axes, keep, "low")) is not None:
+    x, axes, keep, done = _operand(n, "low")
+    if done is not None:
         return done
     ct = compute_dtype(x.dtype)
     if ct.kind != "f":
