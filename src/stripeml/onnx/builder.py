@@ -222,15 +222,12 @@ class Builder:
         body = "\n".join("    " + s for s in self.statements)
         return f"{head}\n{body}\n}}\n"
 
-    def check(self, source: str) -> None:
-        """Bind ``source`` with the Tile frontend and compare every tensor's shape
-        and dtype with what the ops declared."""
+    def check(self, fn: Any) -> None:
+        """Bind the generated program (``fn``: its parsed and checked Tile syntax
+        tree, ``Function.ast``) and compare every tensor's shape and dtype with
+        what the ops declared."""
         from ..tile.bind import bind
-        from ..tile.check import check
-        from ..tile.parser import parse
 
-        fn = parse(source)
-        check(fn)
         sig = tuple((p.shape, str(p.dtype)) for p in self.params)
         binding = bind(fn, sig)
         for name, info in binding.tensors.items():

@@ -308,10 +308,10 @@ class OnnxFunction:
         source = b.source(out_names) if out_names else ""
         function = None
         if out_names:
-            b.check(source)
             count = sum(1 for s in b.statements if not s.startswith("//"))
             self._say(f"compiling {count} Tile statements for {self.target}")
             function = api.compile(source, self.target, name=g.name)
+            b.check(function.ast)
         return Specialised(source, function, params, outputs)
 
     # -- running -----------------------------------------------------------
@@ -398,8 +398,8 @@ def fold(d: Any, node: Node) -> list[Value | None]:
             v = sub.eltwise(v.name, v.shape, v.dtype)
         names.append(v.name)
     source = sub.source(names)
-    sub.check(source)
     fn = api.compile(source, "interp", name=f"fold_{node.op_type}")
+    sub.check(fn.ast)
     results = fn(*[p.const for p in sub.params])
     if not isinstance(results, tuple):
         results = (results,)
