@@ -408,3 +408,52 @@ def test_blocked_gemm_keeps_a_needed_result_and_threads_split_row_blocks():
         np.testing.assert_allclose(got["Z"], x @ w, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got["Y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(run(result, inputs)["Z"], x @ w, rtol=1e-5, atol=1e-5)
+
+
+BLOCKED_CONV = """function (I[N, X, Y, CI], K[CB, KX, KY, CI, C], Bias[CO]) -> (R) {
+    O[n, x, y, BLK * cb + c : N, X, Y, CO] = +(I[n, x + kx - 1, y + ky - 1, ci] * K[cb, kx, ky, ci, c]);
+    R = relu(O + Bias);
+}"""
+
+
+@pytest.mark.parametrize(("size", "blk"), [(7, 8), (8, 16), (6, 16)])
+def test_blocked_weights_are_panels_not_rows(size, blk):
+    """Weights in blocks of output channels, ``K[cb, ..., c]`` with ``co = blk*cb + c``:
+    ``cb`` selects a panel (it never becomes the row index, which would read a
+    different panel per accumulator row), goes outermost so each panel serves all
+    its tiles in turn, and the dense panel is read in place (no copy)."""
+    rng = np.random.default_rng(size)
+    co, ci = 4 * blk, 5
+    i = rng.standard_normal((1, size, size, ci)).astype(np.float32)
+    k = rng.standard_normal((3, 3, ci, co)).astype(np.float32)
+    bias = rng.standard_normal(co).astype(np.float32)
+    kb = np.ascontiguousarray(k.reshape(3, 3, ci, co // blk, blk).transpose(3, 0, 1, 2, 4))
+    src = BLOCKED_CONV.replace("BLK", str(blk))
+    f = stripeml.compile(src)
+    program = f.lower(i, kb, bias).program
+    result = run_pipeline(
+        program, [Halo(), Unroll(rows=4, vectors=2, max_rows=7), Thread(threads=2)]
+    )
+    text = result.stages[-1][1]
+    tiled = [b for b in walk_blocks(result.program.root) if "tiled" in b.tags]
+    assert len(tiled) == 1
+    assert tiled[0].idxs[0].name == "cb", "the panel index is outermost (and the threads' index)"
+    tile = next(b for b in walk_blocks(tiled[0]) if "register_tile" in b.tags)
+    assert "cb" not in {x.name for x in tile.idxs}
+    assert "_pack" not in text, "blocked panels are dense: no copy"
+    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    conv = sum(
+        np.einsum("nxyc,cd->nxyd", p[:, a : a + size, b : b + size], k[a, b])
+        for a in range(3)
+        for b in range(3)
+    )
+    want = np.maximum(conv + bias, 0)
+    inputs = {"I": i, "K": kb, "Bias": bias}
+    np.testing.assert_allclose(run(result.program, inputs)["R"], want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        got = (
+            CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
+            .compile(result.program)
+            .run(inputs)["R"]
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -172,6 +172,20 @@ def _const(node: Node, i: int) -> np.ndarray | None:
     return np.asarray(v.const)
 
 
+def weight_block(co: int, out_dims: tuple[int, ...]) -> int:
+    """Output channels per block of a convolution's blocked weights, 0 for none.
+
+    The CPU pipeline's register tiles are 4 output pixels x 16 channels, or 7 x 8
+    when no output dimension is a multiple of 4 (7x7 and 14x14 images; see the
+    ``unroll`` pass): a block of the tile's width makes each tile's weights one
+    dense panel.  Measured on a 2-core znver3 (one thread, 3x3 conv 7x7x512 ->
+    512): 62 GFLOP/s against 43 with the panel copied out of (KH, KW, CI, CO)
+    weights on every call.
+    """
+    blk = 16 if any(d % 4 == 0 for d in out_dims) else 8
+    return blk if co % blk == 0 and co > blk else 0
+
+
 def _conv(b: Builder, node: Node) -> list[Value | None]:
     from .ops.conv import affine, window
 
@@ -202,7 +216,18 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     xr = b.ref(xin)
     ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
-    if groups == 1:
+    blk = weight_block(co, (n_, oh, ow))
+    if groups == 1 and blk:
+        # Blocked weights (CO / blk, KH, KW, CI, blk): each block of output channels
+        # is one dense panel, read in order by the register tiles (no copy per call).
+        wt = w.transpose(2, 3, 1, 0).reshape(kh, kw, ci, co // blk, blk).transpose(3, 0, 1, 2, 4)
+        wt = np.ascontiguousarray(wt).astype(dt, copy=False)
+        wr = b.ref(Value("", wt.shape, dt, wt))
+        text = (
+            f"{{out}}[n, y, x, {blk} * cb + c : {n_}, {oh}, {ow}, {co}] = "
+            f"+({xr}[n, {ys}, {xs}, ci] * {wr}[cb, ky, kx, ci, c])"
+        )
+    elif groups == 1:
         wt = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).astype(dt, copy=False)  # KH, KW, CI, CO
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[ky, kx, ci, co])"

@@ -199,7 +199,16 @@ class Unroll:
             blocked = self._blocked(root, k, next(n for n in addr if n != v), v, red)
             if blocked is not None:
                 return blocked
-        rows_cands = [n for n in addr if n != v and n not in in_cons and ranges[n] % self.rows == 0]
+        # Row indices: output indices that the inputs read along ``v`` (the panels:
+        # weights) do not depend on, so each panel vector serves every row of a
+        # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
+        # output channel ``16*cb + c``, selects panels instead: it stays outside.)
+        panel_ins = [r for r in ins if in_stride(r, v) == 1]
+        row_ok = [
+            n for n in addr
+            if n != v and n not in in_cons and all(in_stride(r, n) == 0 for r in panel_ins)
+        ]  # fmt: skip
+        rows_cands = [n for n in row_ok if ranges[n] % self.rows == 0]
         if row is not None:
             rows_cands = [row]
         elif not rows_cands and self.rows > 1:
@@ -207,7 +216,7 @@ class Unroll:
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
             # its weights once, instead of a main part and a remainder that both do.
             for d in range(self.max_rows, self.rows, -1):
-                whole = [n for n in addr if n != v and n not in in_cons and ranges[n] % d == 0]
+                whole = [n for n in row_ok if ranges[n] % d == 0]
                 if whole and ranges[v] % w == 0:
                     taller = replace(
                         self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
@@ -215,7 +224,7 @@ class Unroll:
                     tiled = taller._tile(root, k, whole[0])
                     if tiled is not None:
                         return tiled
-            ragged = [n for n in addr if n != v and n not in in_cons and ranges[n] > self.rows]
+            ragged = [n for n in row_ok if ranges[n] > self.rows]
             split = self._split(root, k, ragged[0]) if ragged else None
             if split is not None:
                 return split
@@ -422,7 +431,20 @@ class Unroll:
             tags=frozenset((k.tags - {"kernel"}) | {"register_tile"}),
             name=f"{k.name}_tile",
         )
-        idx1 = ([Index(uo, box1[uo])] if u is not None else []) + [k.idx(n) for n in others]
+        # Indices that select a panel of the inputs read along ``v`` (a blocked
+        # weight layout's block index) go outermost, so a panel is read for all
+        # the tiles that use it, one after another (and threads split panels).
+        panel_ins = [
+            r for r in k.refs
+            if r.dir == "in" and sum(a.coeff(v) * st for a, st in zip(r.access, r.shape.strides)) == 1
+        ]  # fmt: skip
+        outer = [n for n in others if any(a.coeff(n) for r in panel_ins for a in r.access)]
+        inner = [n for n in others if n not in outer]
+        idx1 = (
+            [k.idx(n) for n in outer]
+            + ([Index(uo, box1[uo])] if u is not None else [])
+            + [k.idx(n) for n in inner]
+        )
         top_k = (Index(ko, ranges[kb] // self.k_block),) if ko is not None else ()
         if merged:
             # Views of the single panel and of one tile row at once: access a0 + a1.

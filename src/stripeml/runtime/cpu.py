@@ -12,9 +12,10 @@
 
 :class:`CpuCompiled` runs the steps in order.  A kernel whose metadata says it
 is ``splittable`` and whose ``work`` is worth it runs as contiguous chunks of
-its parallel index on a persistent per-process thread pool (the calling thread
-takes the first chunk); ctypes releases the GIL during each native call, so
-the chunks really run in parallel.  Root-level ``special`` statements run with
+its parallel index on the process's native thread pool
+(:mod:`.native_pool`: worker threads that live in native code and claim
+chunks with an atomic compare-and-swap; the calling thread claims chunks too,
+so a hand-off costs microseconds, not the 0.1-0.2 ms of a Python pool).  Root-level ``special`` statements run with
 the interpreter's implementations.
 
 **Temporaries** (the root's ``none`` buffers) are allocated once per concurrent
@@ -38,7 +39,6 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -51,19 +51,19 @@ from ..ir.nodes import Program, Refinement, TensorShape
 from ..ir.printer import format as format_ir
 from ..targets.host import detect_threads as default_threads
 from ..targets.host import detect_vector_width
-from . import jit
+from . import jit, native_pool
 from .host import check_names, checked, run_root_special
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
     from ..targets import Target
 
-#: Scalar operations a thread must get before splitting a kernel pays for the
-#: hand-off.  Measured on a 2-core VM: handing a chunk to the pool and waiting
-#: for it costs 0.1-0.2 ms, which is about 1M operations on one core (a
-#: 512x512 copy ran in 0.085 ms on one thread and 0.29 ms split in two;
-#: SqueezeNet went from 20-27 ms to 15-17 ms with this threshold instead of
-#: 32k).  ``CpuBackend(min_chunk_work=...)`` overrides it (tests force splits).
+#: Scalar operations a thread must get before a kernel is split.  With the
+#: Python pool this replaced, a hand-off cost 0.1-0.2 ms (about 1M operations on
+#: one core); the native pool's costs about 5 us, and on a 2-core znver3
+#: SqueezeNet and ResNet-50 measured the same with 16k, 64k and 1M here (the
+#: kernels below 1M operations are memory-bound copies and pools), so the
+#: threshold stayed.  ``CpuBackend(min_chunk_work=...)`` overrides it (tests force splits).
 MIN_WORK_PER_CHUNK = 1 << 20
 
 
@@ -156,21 +156,6 @@ class CpuBackend:
             program=program,
             min_chunk_work=self.min_chunk_work,
         )
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """The persistent worker pool of this size (shared by every compiled program)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            pool = _POOLS[workers] = ThreadPoolExecutor(
-                max_workers=workers, thread_name_prefix="stripeml-cpu"
-            )
-        return pool
 
 
 def chunk_bounds(info: KernelInfo, threads: int, min_work: int = MIN_WORK_PER_CHUNK) -> list[int]:
@@ -288,6 +273,9 @@ class CpuCompiled:
             for s in module.steps
             if s.kernel is not None
         }
+        self._addresses = {sym: loaded.address(sym) for sym in self._kernels}
+        # Chunk bounds per (kernel, threads, min_chunk_work), as int64 arrays.
+        self._bounds: dict[tuple[str, int, int], np.ndarray] = {}
         self._spare_temps: list[list[np.ndarray]] = []
         self._lock = threading.Lock()
         # When a dict, each run adds every step's wall time under its block name.
@@ -417,15 +405,17 @@ class CpuCompiled:
 
     def _run_kernel(self, info: KernelInfo, pointers: object) -> None:
         fn = self._kernels[info.symbol]
-        bounds = chunk_bounds(info, self.threads, self.min_chunk_work)
-        if len(bounds) <= 2:
-            fn(pointers, 0, info.parallel_extent)
-            return
-        pool = _pool(self.threads - 1)
-        pending = [pool.submit(fn, pointers, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
-        fn(pointers, bounds[0], bounds[1])
-        for f in pending:
-            f.result()
+        key = (info.symbol, self.threads, self.min_chunk_work)
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            bounds = self._bounds[key] = np.array(
+                chunk_bounds(info, self.threads, self.min_chunk_work), np.int64
+            )
+        if len(bounds) > 2:
+            pool = native_pool.pool(self.threads - 1)
+            if pool.run(self._addresses[info.symbol], ctypes.addressof(pointers), bounds):
+                return
+        fn(pointers, 0, info.parallel_extent)
 
     def _run_special(self, special: object, storages: list[np.ndarray]) -> None:
         run_root_special(special, self._buffers, storages)

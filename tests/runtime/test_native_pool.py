@@ -1,0 +1,128 @@
+"""The CPU runtime's native thread pool: every chunk runs exactly once, jobs
+never mix, a busy pool declines, and workers stop on close."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from stripeml.runtime import jit
+from stripeml.runtime.native_pool import MAX_CHUNKS, NativePool, pool
+
+# fn(p, lo, hi): p[i] += i + 1 for i in [lo, hi), then p[-1] += 1 (atomically) per call.
+_ADD_IR = """
+define void @add_index(i8* %p, i64 %lo, i64 %hi) {
+entry:
+  %a = bitcast i8* %p to i64*
+  %empty = icmp uge i64 %lo, %hi
+  br i1 %empty, label %e, label %l
+l:
+  %i = phi i64 [%lo, %entry], [%i1, %l]
+  %q = getelementptr i64, i64* %a, i64 %i
+  %v = load i64, i64* %q
+  %i1 = add i64 %i, 1
+  %v1 = add i64 %v, %i1
+  store i64 %v1, i64* %q
+  %c = icmp ult i64 %i1, %hi
+  br i1 %c, label %l, label %e
+e:
+  %cp = getelementptr i64, i64* %a, i64 4096
+  %old = atomicrmw add i64* %cp, i64 1 seq_cst
+  ret void
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def add_index() -> int:
+    code = jit.load_object(jit.compile_ir(_ADD_IR))
+    add_index.code = code  # type: ignore[attr-defined]  # keep the engine alive
+    return code.address("add_index")
+
+
+def _bounds(n: int, chunks: int) -> np.ndarray:
+    return np.array([n * i // chunks for i in range(chunks + 1)], np.int64)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("chunks", [1, 2, 7, 64])
+def test_every_chunk_runs_once(add_index, workers, chunks):
+    p = pool(workers)
+    data = np.zeros(4097, np.int64)
+    bounds = _bounds(4096, chunks)
+    jobs = 200
+    for _ in range(jobs):
+        assert p.run(add_index, data.ctypes.data, bounds)
+    np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * jobs)
+    assert data[4096] == jobs * chunks  # one call per chunk, none repeated
+
+
+def test_jobs_see_their_own_arguments(add_index):
+    """Back-to-back jobs over different buffers and bounds never mix."""
+    p = pool(1)
+    bufs = [np.zeros(4097, np.int64) for _ in range(3)]
+    for rep in range(300):
+        k = rep % 3
+        assert p.run(add_index, bufs[k].ctypes.data, _bounds(1000 * (k + 1), 2 + k))
+    for k, buf in enumerate(bufs):
+        n = 1000 * (k + 1)
+        np.testing.assert_array_equal(buf[:n], np.arange(1, n + 1) * 100)
+        assert not buf[n:4096].any()
+        assert buf[4096] == 100 * (2 + k)
+
+
+def test_after_idle_the_caller_still_finishes(add_index):
+    """A worker asleep (idle for a while) never holds a job up: it wakes or the
+    caller takes its chunks."""
+    p = pool(1)
+    data = np.zeros(4097, np.int64)
+    time.sleep(0.05)
+    assert p.run(add_index, data.ctypes.data, _bounds(4096, 2))
+    np.testing.assert_array_equal(data[:4096], np.arange(1, 4097))
+
+
+def test_a_busy_pool_declines_and_concurrent_callers_stay_correct(add_index):
+    p = pool(1)
+    data = [np.zeros(4097, np.int64) for _ in range(4)]
+    declined = [0] * 4
+
+    def caller(k: int) -> None:
+        for _ in range(200):
+            if not p.run(add_index, data[k].ctypes.data, _bounds(4096, 4)):
+                declined[k] += 1
+                # What the runtime does then: the whole range on this thread.
+                jit.KERNEL_TYPE(add_index)(data[k].ctypes.data, 0, 4096)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        np.testing.assert_array_equal(data[k][:4096], np.arange(1, 4097) * 200)
+        assert data[k][4096] == 4 * (200 - declined[k]) + declined[k]
+
+
+def test_bad_chunk_counts_are_refused(add_index):
+    p = pool(1)
+    data = np.zeros(4097, np.int64)
+    with pytest.raises(ValueError, match="chunks"):
+        p.run(add_index, data.ctypes.data, np.zeros(1, np.int64))
+    with pytest.raises(ValueError, match="chunks"):
+        p.run(add_index, data.ctypes.data, np.zeros(MAX_CHUNKS + 2, np.int64))
+
+
+@pytest.mark.parametrize("naps", [False, True])
+def test_close_stops_the_workers(add_index, naps):
+    p = NativePool(2, naps=naps)
+    data = np.zeros(4097, np.int64)
+    assert p.run(add_index, data.ctypes.data, _bounds(4096, 3))
+    time.sleep(0.02)  # let the workers go to sleep: close must wake them
+    assert p.run(add_index, data.ctypes.data, _bounds(4096, 5))
+    time.sleep(0.02)
+    p.close()
+    assert not any(t.is_alive() for t in p._threads)
+    np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * 2)
