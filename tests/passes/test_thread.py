@@ -13,7 +13,7 @@ from stripeml.ir import Block, Program, parse
 from stripeml.passes import make_pass
 from stripeml.passes.autotile import Autotile
 from stripeml.passes.manager import run_pipeline
-from stripeml.passes.thread import Thread, choose_thread_index
+from stripeml.passes.thread import Thread, choose_thread_index, chunk_read_bytes
 from stripeml.runtime.interp import run
 
 from .helpers import checker
@@ -71,7 +71,83 @@ def test_choice_on_random_kernels(block: Block) -> None:
     if chosen is not None:
         assert chosen in safe
         enough = [n for n in safe if block.idx(n).range >= 3]
-        assert chosen == (enough[0] if enough else max(safe, key=lambda n: block.idx(n).range))
+        if not enough:
+            assert chosen == max(safe, key=lambda n: block.idx(n).range)
+            return
+        assert chosen in enough
+        even = [n for n in enough if -(-block.idx(n).range // 3) * 3 <= 1.1 * block.idx(n).range]
+        assert chosen in (even or enough)
+
+
+def test_chunk_read_bytes_by_hand() -> None:
+    program = parse("""block main [] #program (
+    in A f32(8, 4):(4, 1)
+    in B f32(4, 16):(16, 1)
+    out C f32(8, 16):(16, 1)
+) {
+  block mm [m:8, n:16, k:4] #agg_add #contraction #kernel (
+      in A[m, k] f32(1, 1):(4, 1)
+      in B[k, n] f32(1, 1):(16, 1)
+      out C[m, n]:add f32(1, 1):(16, 1)
+  ) {
+    $a = load(A)
+    $b = load(B)
+    $1 = mul($a, $b): f32
+    C = store($1)
+  }
+}
+""")
+    (mm,) = program.root.stmts
+    # m takes 4 values: A 4x4, B 4x16 elements; n takes 8: A 8x4, B 4x8 (4 bytes each).
+    assert chunk_read_bytes(mm, "m", 4) == (16 + 64) * 4
+    assert chunk_read_bytes(mm, "n", 8) == (32 + 32) * 4
+    # Both split evenly in two; n's chunks read less.
+    assert choose_thread_index(mm, 2) == "n"
+    # Three threads: 8 rows split 3/3/2 (12% above the mean), 16 columns 6/6/4 too;
+    # both uneven, so the cheaper one still wins.
+    assert choose_thread_index(mm, 3) == "n"
+
+
+def test_even_split_preferred_over_cheap_uneven_one() -> None:
+    program = parse("""block main [] #program (
+    in A f32(3, 64):(64, 1)
+    out B f32(3, 64):(64, 1)
+) {
+  block scale [i:3, j:64] #eltwise #kernel (
+      in A[i, j] f32(1, 1):(64, 1)
+      out B[i, j]:assign f32(1, 1):(64, 1)
+  ) {
+    $a = load(A)
+    B = store($a)
+  }
+}
+""")
+    (k,) = program.root.stmts
+    assert choose_thread_index(k, 2) == "j"  # i: chunks of 2 and 1 rows
+
+
+def test_conv_splits_rows_when_the_image_dominates() -> None:
+    """The blocked-weight conv kernels of the CPU pipeline: a large image with few
+    weight panels splits its rows; a small image with many panels splits panels."""
+    from stripeml.passes.halo import Halo
+    from stripeml.passes.unroll import Unroll
+
+    src = """function (I[N, X, Y, CI], K[CB, KX, KY, CI, C]) -> (O) {
+        O[n, x, y, BLK * cb + c : N, X, Y, CO] = +(I[n, x + kx - 1, y + ky - 1, ci] * K[cb, kx, ky, ci, c]);
+    }"""
+
+    def first_index(size: int, ci: int, co: int, blk: int) -> str:
+        i = np.zeros((1, size, size, ci), np.float32)
+        k = np.zeros((co // blk, 3, 3, ci, blk), np.float32)
+        text = src.replace("BLK", str(blk)).replace("CO]", f"{co}]")
+        program = stripeml.compile(text).lower(i, k).program
+        passes = [Halo(), Unroll(rows=4, vectors=2, max_rows=7), Thread(threads=2)]
+        out = run_pipeline(program, passes).program
+        (kernel,) = [b for b in out.root.stmts if "tiled" in b.tags]
+        return kernel.idxs[0].name
+
+    assert first_index(56, 64, 64, 16) == "x_o"  # 4 panels of 147 KB, an 861 KB image
+    assert first_index(7, 512, 512, 8) == "cb"  # 64 panels of 147 KB, a 166 KB image
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

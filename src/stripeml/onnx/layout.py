@@ -17,7 +17,10 @@ never see a layout.
 Layout-aware:
 
 * ``Conv`` (2-D, weights known when compiling): one NHWC contraction with the
-  weights pre-transposed to ``(KH, KW, CI, CO)``; a ``BatchNormalization``
+  weights rearranged when compiling, to ``(CO / B, KH, KW, CI, B)`` blocks of
+  ``B`` output channels (``weight_block``: one dense panel per register tile,
+  so the weights are never copied at run time) or else ``(KH, KW, CI, CO)``;
+  a ``BatchNormalization``
   that only reads the convolution's output is folded into its weights and
   bias (``fuse_conv_bn``).
 * ``BatchNormalization`` (parameters known): ``x * s + t`` per channel.
