@@ -29,8 +29,8 @@ from typing import ClassVar
 
 from ..analysis.access import accesses
 from ..analysis.dependence import race_free_indices
-from ..ir.dtypes import itemsize
 from ..analysis.select import parse_selector
+from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Statement
 from ._common import box_interval
 from .registry import register
