@@ -211,6 +211,23 @@ def test_chunk_bounds(extent, splittable, work, threads, chunks):
     assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
 
 
+@pytest.mark.parametrize(
+    ("extent", "work", "threads", "per_thread", "chunks"),
+    [
+        (1000, 4 * cpu.MIN_WORK_PER_CHUNK, 2, 4, 8),
+        (6, 4 * cpu.MIN_WORK_PER_CHUNK, 2, 4, 6),  # never more chunks than iterations
+        (1000, 3 * cpu.MIN_WORK_PER_CHUNK, 4, 4, 12),  # 3 threads' worth of work
+        (1000, cpu.MIN_WORK_PER_CHUNK, 2, 4, 1),  # one thread's worth: no split at all
+    ],
+)
+def test_chunks_per_thread(extent, work, threads, per_thread, chunks):
+    info = KernelInfo("k", "k", extent, True, work)
+    bounds = cpu.chunk_bounds(info, threads, per_thread=per_thread)
+    assert len(bounds) == chunks + 1
+    assert bounds[0] == 0 and bounds[-1] == extent
+    assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
+
+
 def test_min_chunk_work_option_lowers_the_threshold():
     info = KernelInfo("k", "k", 1000, True, 1 << 12)
     assert len(cpu.chunk_bounds(info, 4)) == 2  # one chunk by default
@@ -231,8 +248,9 @@ def test_split_covers_every_iteration_exactly_once(monkeypatch, splittable):
         np.testing.assert_array_equal(c, np.ones(n, np.float32))  # once, not twice
         results[threads] = np.unique(d)
     assert results[1].tolist() == [0]
-    if splittable:  # four calls, each starting where its chunk starts
-        assert results[4].tolist() == [0, n // 4, n // 2, 3 * n // 4]
+    if splittable:  # one call per chunk, each starting where its chunk starts
+        per = cpu.CHUNKS_PER_THREAD
+        assert results[4].tolist() == [n * i // (4 * per) for i in range(4 * per)]
     else:
         assert results[4].tolist() == [0]
 
