@@ -147,10 +147,11 @@ def test_cpu_pipeline(shape, pad, stride, dil):
 
 
 def test_unroll_tiles_rows_after_halo():
-    """Without constraints, ``unroll`` register-tiles x (rows) as well as the channels."""
+    """Without constraints, ``unroll`` register-tiles output pixels (rows along y, the
+    innermost pixel index: adjacent pixels) as well as the channels."""
     program, inputs, want = _case(1, 8, 8, 3, 16, 3, 3, 1, 1, 1)
     result = run_pipeline(program, [Halo(), Unroll()])
     assert [s for s, _ in result.stages] == ["lower", "halo", "unroll"]
-    assert "x_r:4" in result.stages[-1][1]
+    assert "y_r:4" in result.stages[-1][1]
     out = CpuBackend(threads=2, vector_width=8).compile(result.program).run(inputs)["O"]
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

@@ -146,7 +146,8 @@ def test_conv_splits_rows_when_the_image_dominates() -> None:
         (kernel,) = [b for b in out.root.stmts if "tiled" in b.tags]
         return kernel.idxs[0].name
 
-    assert first_index(56, 64, 64, 16) == "x_o"  # 4 panels of 147 KB, an 861 KB image
+    # 4 panels of 147 KB, an 861 KB image: a pixel index (x, or y's tiles)
+    assert first_index(56, 64, 64, 16) in {"x", "y_o"}
     assert first_index(7, 512, 512, 8) == "cb"  # 64 panels of 147 KB, a 166 KB image
 
 

@@ -295,7 +295,7 @@ def test_row_blocks_with_epilogue_and_conv():
     k = rng.standard_normal((3, 3, 64, 64)).astype(np.float32)
     halo = run_pipeline(stripeml.compile(CONV).lower(i, k).program, [Halo()]).program
     blocked = run_pipeline(halo, [Unroll(pack_max_bytes=1 << 19, row_blocks=2)]).program
-    assert "[x_b:2, co_o:4]" in stripeml.ir.format(blocked)
+    assert "[y_b:2, co_o:4]" in stripeml.ir.format(blocked)
     got = CpuBackend(threads=2, passes=[], fma=True).compile(blocked).run({"I": i, "K": k})["O"]
     exe = stripeml.compile(CONV, target="cpu").lower(i, k)
     p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
@@ -455,5 +455,35 @@ def test_blocked_weights_are_panels_not_rows(size, blk):
             CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
             .compile(result.program)
             .run(inputs)["R"]
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [6, 14])
+def test_two_dimensional_row_tiles(size):
+    """No pixel index is a multiple of 4 but two are even: 2 x 2 pixel tiles of
+    the full shape (4 rows x 2 vectors), not 7 x 1 vectors or a split."""
+    rng = np.random.default_rng(size)
+    i = rng.standard_normal((1, size, size, 7)).astype(np.float32)
+    k = rng.standard_normal((3, 3, 7, 32)).astype(np.float32)
+    program = stripeml.compile(CONV).lower(i, k).program
+    result = run_pipeline(program, [Halo(), Unroll(rows=4, vectors=2, max_rows=7)])
+    (tile,) = [b for b in walk_blocks(result.program.root) if "register_tile" in b.tags]
+    ranges = {x.name: x.range for x in tile.idxs}
+    assert ranges["x_r"] == ranges["y_r"] == 2 and ranges["co_r"] == 16
+    assert len([b for b in result.program.root.stmts if "tiled" in b.tags]) == 1
+    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = sum(
+        np.einsum("nxyc,cd->nxyd", p[:, a : a + size, b : b + size], k[a, b])
+        for a in range(3)
+        for b in range(3)
+    )
+    inputs = {"I": i, "K": k}
+    np.testing.assert_allclose(run(result.program, inputs)["O"], want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        got = (
+            CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
+            .compile(result.program)
+            .run(inputs)["O"]
         )
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -178,14 +178,15 @@ def _const(node: Node, i: int) -> np.ndarray | None:
 def weight_block(co: int, out_dims: tuple[int, ...]) -> int:
     """Output channels per block of a convolution's blocked weights, 0 for none.
 
-    The CPU pipeline's register tiles are 4 output pixels x 16 channels, or 7 x 8
-    when no output dimension is a multiple of 4 (7x7 and 14x14 images; see the
-    ``unroll`` pass): a block of the tile's width makes each tile's weights one
-    dense panel.  Measured on a 2-core znver3 (one thread, 3x3 conv 7x7x512 ->
-    512): 62 GFLOP/s against 43 with the panel copied out of (KH, KW, CI, CO)
-    weights on every call.
+    The CPU pipeline's register tiles (the ``unroll`` pass) are 4 output pixels
+    x 16 channels: 4 along one output dimension, or 2 x 2 along two; only when
+    neither fits (7x7 images) are they 7 x 8.  A block of the tile's width makes
+    each tile's weights one dense panel.  Measured on a 2-core znver3 (one
+    thread, 3x3 conv 7x7x512 -> 512): 62 GFLOP/s against 43 with the panel
+    copied out of (KH, KW, CI, CO) weights on every call.
     """
-    blk = 16 if any(d % 4 == 0 for d in out_dims) else 8
+    even = sum(1 for d in out_dims if d % 2 == 0)
+    blk = 16 if any(d % 4 == 0 for d in out_dims) or even >= 2 else 8
     return blk if co % blk == 0 and co > blk else 0
 
 
