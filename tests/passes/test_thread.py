@@ -101,11 +101,30 @@ def test_chunk_read_bytes_by_hand() -> None:
     # m takes 4 values: A 4x4, B 4x16 elements; n takes 8: A 8x4, B 4x8 (4 bytes each).
     assert chunk_read_bytes(mm, "m", 4) == (16 + 64) * 4
     assert chunk_read_bytes(mm, "n", 8) == (32 + 32) * 4
-    # Both split evenly in two; n's chunks read less.
-    assert choose_thread_index(mm, 2) == "n"
-    # Three threads: 8 rows split 3/3/2 (12% above the mean), 16 columns 6/6/4 too;
-    # both uneven, so the cheaper one still wins.
-    assert choose_thread_index(mm, 3) == "n"
+    # n's chunks read less, but n is C's unit-stride (vector) index: m is split.
+    assert choose_thread_index(mm, 2) == "m"
+
+
+def test_the_unit_stride_index_is_not_split() -> None:
+    """A copy into channels 64..127 of a 55x55x128 buffer: splitting the channels
+    would read a hair fewer bytes, but leave each thread strided rows and no
+    vector loop; the rows are split."""
+    program = parse("""block main [] #program (
+    in A f32(55, 55, 64):(3520, 64, 1)
+    out B f32(55, 55, 128):(7040, 128, 1)
+) {
+  block cat [y:55, x:55, c:64] #eltwise #kernel (
+      in A[y, x, c] f32(1, 1, 1):(3520, 64, 1)
+      out B[y, x, c + 64]:assign f32(1, 1, 1):(7040, 128, 1)
+  ) {
+    $a = load(A)
+    B = store($a)
+  }
+}
+""")
+    (k,) = program.root.stmts
+    assert chunk_read_bytes(k, "c", 32) < chunk_read_bytes(k, "y", 28)
+    assert choose_thread_index(k, 2) == "y"
 
 
 def test_even_split_preferred_over_cheap_uneven_one() -> None:

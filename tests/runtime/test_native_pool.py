@@ -3,6 +3,7 @@ never mix, a busy pool declines, and workers stop on close."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -126,3 +127,25 @@ def test_close_stops_the_workers(add_index, naps):
     p.close()
     assert not any(t.is_alive() for t in p._threads)
     np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * 2)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="pinning needs two or more CPUs and sched_getaffinity",
+)
+@pytest.mark.parametrize("pin", ["1", "0"])
+def test_workers_are_pinned_unless_disabled(add_index, monkeypatch, pin):
+    monkeypatch.setenv("STRIPEML_PIN_THREADS", pin)
+    allowed = os.sched_getaffinity(0)
+    p = NativePool(1)
+    try:
+        data = np.zeros(4097, np.int64)
+        assert p.run(add_index, data.ctypes.data, _bounds(4096, 2))  # the worker is running
+        (t,) = p._threads
+        mine = os.sched_getaffinity(t.native_id)
+        if pin == "1":
+            assert len(mine) == 1 and mine <= allowed
+        else:
+            assert mine == allowed
+    finally:
+        p.close()

@@ -31,7 +31,7 @@ from ..analysis.access import accesses
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import parse_selector
 from ..ir.dtypes import itemsize
-from ..ir.nodes import Block, Program, Statement
+from ..ir.nodes import Block, Program, Refinement, Statement
 from ._common import box_interval
 from .registry import register
 
@@ -74,8 +74,11 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
 
     Among the race-free indices with at least ``threads`` values, those that
     split evenly (the largest chunk at most 10% above the mean) are preferred,
-    and among them the one whose chunk reads the fewest input bytes
-    (:func:`chunk_read_bytes`; ties: the first in index order).  A 3x3
+    then those that are not the unit-stride index of a written view (split,
+    it would leave each thread strided rows and no vector loop), and among
+    them the one whose chunk reads the fewest input bytes
+    (:func:`chunk_read_bytes`; within 10% of the fewest: the first in index
+    order).  A 3x3
     convolution over 56x56x64 then splits its output rows (each thread reads
     half the image and all 147 KB of weights) rather than its 4 weight panels
     (each thread would stream the whole 860 KB image twice), while a 7x7x512
@@ -95,10 +98,23 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
         return -(-ranges[n] // threads)
 
     even = [n for n in full if chunk(n) * threads <= 1.1 * ranges[n]] or full
+    # Not the unit-stride index of a written view (the one vectorised and
+    # contiguous in memory), unless nothing else qualifies.
+    unit = {
+        n for r in block.refs if r.dir in ("out", "inout")
+        for n in ranges if _stride(r, n) == 1
+    }  # fmt: skip
+    even = [n for n in even if n not in unit] or even
     if len(even) == 1:
         return even[0]
     cost = {n: chunk_read_bytes(block, n, chunk(n)) for n in even}
-    return min(even, key=lambda n: (cost[n], even.index(n)))
+    # Within 10% of the cheapest counts as a tie: the first in index order wins.
+    best = min(cost.values())
+    return next(n for n in even if cost[n] <= 1.1 * best)
+
+
+def _stride(r: Refinement, name: str) -> int:
+    return sum(a.coeff(name) * st for a, st in zip(r.access, r.shape.strides))
 
 
 def chunk_read_bytes(block: Block, index: str, values: int) -> int:

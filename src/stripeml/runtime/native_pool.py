@@ -25,6 +25,7 @@ the kernel in one piece).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import platform
@@ -273,10 +274,24 @@ class NativePool:
         self._wake = _WORKER(code.address("stripeml_pool_wake"))
         worker = _WORKER(code.address("stripeml_pool_worker"))
         self._busy = threading.Lock()
+        # Each worker on a CPU of its own (when there are more CPUs than workers):
+        # a worker woken by a futex is otherwise often placed on the caller's CPU,
+        # and the two share it until the scheduler moves one (measured: SqueezeNet
+        # with 2 threads, called every 50 ms, median 17.7 ms unpinned, 11.3 pinned,
+        # 10.3 back to back either way).  The calling thread is left alone; the
+        # first CPU is rotated by process id so that processes spread out.
+        cpus = _cpus()
+        pin = os.environ.get("STRIPEML_PIN_THREADS", "1") != "0" and workers < len(cpus)
+        start = os.getpid()
+
+        def body(k: int) -> None:
+            if pin:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, {cpus[(start + k + 1) % len(cpus)]})
+            worker(self._addr)
+
         self._threads = [
-            threading.Thread(
-                target=worker, args=(self._addr,), name=f"stripeml-cpu-{k}", daemon=True
-            )
+            threading.Thread(target=body, args=(k,), name=f"stripeml-cpu-{k}", daemon=True)
             for k in range(workers)
         ]
         for t in self._threads:
@@ -302,6 +317,12 @@ class NativePool:
         self._wake(self._addr)
         for t in self._threads:
             t.join()
+
+
+def _cpus() -> list[int]:
+    """The CPUs this process may run on (empty where the OS does not say)."""
+    getter = getattr(os, "sched_getaffinity", None)
+    return sorted(getter(0)) if getter is not None else []
 
 
 _POOLS: dict[tuple[int, int], NativePool] = {}
