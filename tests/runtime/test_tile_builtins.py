@@ -464,3 +464,27 @@ def test_lowered_programs_agree_in_every_interpreter_mode(name: str) -> None:
     modes and the CPU code generator without passes all agree."""
     program, inputs = _lowered(name)
     run_all(program, inputs, rtol=1e-4)
+
+
+def test_cpu_runs_root_specials_directly(monkeypatch) -> None:
+    """On the CPU backend a root ``reshape``/``gather`` is a NumPy copy of whole
+    buffers, not the interpreter's element-by-element path (which is patched to
+    fail here); the results are NumPy's."""
+    import stripeml.runtime.interp.specials as interp_specials
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the interpreter's special ran")
+
+    monkeypatch.setattr(interp_specials, "run_special", refuse)
+    src = """function (X[A, B, C], I[K]) -> (Y, G) {
+        T = X * 2;
+        Y = reshape(T, C, A * B);
+        G = gather(Y, I, 1);
+    }"""
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    i = np.array([5, -1, 0, 2], np.int64)
+    y, g = stripeml.compile(src, target="cpu")(x, i)
+    want_y = (x * 2).reshape(4, 6)
+    _check((y, g), (want_y, np.take(want_y, i, axis=1)))
+    with pytest.raises(StripeError, match="out of range"):
+        stripeml.compile(src, target="cpu")(x, np.array([6], np.int64))

@@ -42,7 +42,16 @@ def checked(buf: Any, value: object, what: str) -> np.ndarray:
 
 def run_root_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.ndarray]) -> None:
     """Run a root-level special on host storages (``buffers`` have ``.info``,
-    ``.ref`` and ``.origin``), with the interpreter's implementation."""
+    ``.ref`` and ``.origin``), with the interpreter's semantics.
+
+    ``copy``, ``reshape`` and ``gather`` run directly on NumPy views of the
+    buffers (a root special runs once, on whole buffers): one ``copyto``
+    instead of the interpreter's element-offset gather and scatter, about 1 ms
+    per 200k-element reshape.  Anything else, or views the direct path cannot
+    write safely, take the interpreter's implementation.
+    """
+    if _direct_special(special, buffers, storages):
+        return
     from .interp.frame import write
     from .interp.memory import RefState
     from .interp.specials import run_special
@@ -53,3 +62,49 @@ def run_root_special(special: Any, buffers: Sequence[Any], storages: Sequence[np
     }
     with np.errstate(all="ignore"):
         run_special(special, refs, write)
+
+
+def _logical(buf: Any, storage: np.ndarray) -> np.ndarray:
+    """The logical array of ``buf`` (a view of ``storage``)."""
+    sizes, strides = tuple(buf.info.sizes), tuple(buf.info.strides)
+    item = storage.itemsize
+    return np.lib.stride_tricks.as_strided(
+        storage[buf.origin :], shape=sizes, strides=tuple(st * item for st in strides)
+    )
+
+
+def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.ndarray]) -> bool:
+    """Run ``copy``/``reshape``/``gather`` on array views; ``False`` to fall back."""
+    if special.op not in ("copy", "reshape", "gather") or len(special.outputs) != 1:
+        return False
+    wanted = (*special.inputs, special.outputs[0])
+    found: dict[str, tuple[Any, np.ndarray]] = {}
+    for b, s in zip(buffers, storages):
+        if b.info.name in wanted:
+            found[b.info.name] = (b, s)
+    if len(found) != len(set(wanted)) or special.outputs[0] in special.inputs:
+        return False
+    out_buf, out_storage = found[special.outputs[0]]
+    sizes = tuple(out_buf.info.sizes)
+    # Every output element must have storage of its own (no stride-0 dimension).
+    if any(n > 1 and st == 0 for n, st in zip(sizes, out_buf.info.strides)):
+        return False
+    if any(s.size == 0 for _, s in found.values()):
+        return False
+    ins = [_logical(*found[name]) for name in special.inputs]
+    if special.op == "copy" and len(ins) == 1 and ins[0].shape == sizes:
+        result = ins[0]
+    elif special.op == "reshape" and len(ins) == 1 and ins[0].size == int(np.prod(sizes)):
+        result = ins[0].reshape(sizes)
+    elif special.op == "gather" and len(ins) == 2:
+        from .interp.specials import _gather
+
+        params = dict(special.params)
+        result = _gather(ins[0][None], ins[1][None], int(params.get("axis", 0)))[0]  # type: ignore[arg-type]
+        if result.shape != sizes:
+            return False
+    else:
+        return False
+    with np.errstate(all="ignore"):
+        np.copyto(_logical(out_buf, out_storage), result, casting="unsafe")
+    return True
