@@ -149,3 +149,16 @@ def test_workers_are_pinned_unless_disabled(add_index, monkeypatch, pin):
             assert mine == allowed
     finally:
         p.close()
+
+
+def test_workers_take_chunks(add_index):
+    """The workers really run chunks (the caller does not do everything): over a
+    few hundred jobs of 64 chunks, a worker that is alive claims some."""
+    p = pool(1)
+    data = np.zeros(4097, np.int64)
+    before = p.worker_chunks
+    for _ in range(300):
+        assert p.run(add_index, data.ctypes.data, _bounds(4096, 64))
+        if p.worker_chunks > before:
+            break
+    assert p.worker_chunks > before

@@ -53,7 +53,17 @@ MAX_CHUNKS = (1 << 16) - 1
 
 # Word offsets in the state block (the job word and the done counter on
 # separate cache lines).
-_JOB, _QUIT, _FN, _PTRS, _BOUNDS, _SLEEPERS, _DONE, _WAKE = 0, 1, 2, 3, 4, 5, 8, 9
+_JOB, _QUIT, _FN, _PTRS, _BOUNDS, _SLEEPERS, _DONE, _WAKE, _WORKER_CHUNKS = (
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    8,
+    9,
+    10,
+)
 _STATE_WORDS = 16
 
 
@@ -125,7 +135,7 @@ declare i32 @usleep(i32)
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
 
-define private i1 @claim_and_run(i64* %st) {{
+define private i1 @claim_and_run(i64* %st, i64 %mine) {{
 entry:
   %jp = getelementptr i64, i64* %st, i64 {_JOB}
   br label %again
@@ -159,6 +169,8 @@ run:
   call void %fn(i8* %ptrs, i64 %lo, i64 %hi)
   %dp = getelementptr i64, i64* %st, i64 {_DONE}
   %old = atomicrmw add i64* %dp, i64 1 release
+  %cp = getelementptr i64, i64* %st, i64 {_WORKER_CHUNKS}
+  %oldc = atomicrmw add i64* %cp, i64 %mine monotonic
   ret i1 true
 none:
   ret i1 false
@@ -170,7 +182,7 @@ entry:{words}
 loop:
   %spins = phi i64 [ 0, %entry ], [ 0, %loop ], [ %spins1, %spin ], [ %spins1, %yield ], [ %spins1, %napped ]
   %nap = phi i64 [ 20, %entry ], [ 20, %loop ], [ %nap, %spin ], [ %nap, %yield ], [ %nap2, %napped ]
-  %did = call i1 @claim_and_run(i64* %st)
+  %did = call i1 @claim_and_run(i64* %st, i64 1)
   br i1 %did, label %loop, label %idle
 idle:
   %qp = getelementptr i64, i64* %st, i64 {_QUIT}
@@ -225,7 +237,7 @@ entry:{words}
   call void @stripeml_pool_wake(i64* %st)
   br label %work
 work:
-  %did = call i1 @claim_and_run(i64* %st)
+  %did = call i1 @claim_and_run(i64* %st, i64 0)
   br i1 %did, label %work, label %wait
 wait:
   %spins = phi i64 [ 0, %work ], [ %spins1, %relax ], [ 0, %yield ]
@@ -310,6 +322,11 @@ class NativePool:
         finally:
             self._busy.release()
         return True
+
+    @property
+    def worker_chunks(self) -> int:
+        """Chunks the workers (not the callers) have run so far."""
+        return int(self._state[_WORKER_CHUNKS])
 
     def close(self) -> None:
         """Stop the workers (they leave within one nap) and wait for them."""
