@@ -299,8 +299,9 @@ class CpuCompiled:
             if s.kernel is not None
         }
         self._addresses = {sym: loaded.address(sym) for sym in self._kernels}
-        # Chunk bounds per (kernel, threads, min_chunk_work, chunks_per_thread), as int64 arrays.
-        self._bounds: dict[tuple[str, int, int, int], np.ndarray] = {}
+        # The steps as run, per (threads, min_chunk_work, chunks_per_thread).
+        self._plans: dict[tuple[int, int, int], list[tuple]] = {}
+        self._bound_arrays: list[np.ndarray] = []
         self._spare_temps: list[list[np.ndarray]] = []
         self._lock = threading.Lock()
         # When a dict, each run adds every step's wall time under its block name.
@@ -418,28 +419,48 @@ class CpuCompiled:
 
     def _run_steps(self, pointers: object, storages: list[np.ndarray]) -> None:
         times = self.step_seconds
-        for k, step in enumerate(self.module.steps):
+        plan = self._plan()
+        ptrs = ctypes.addressof(pointers)  # type: ignore[arg-type]
+        pool = None  # the native pool, fetched at the first split kernel
+        for k, (fn, addr, extent, bounds, special) in enumerate(plan):
             start = time.perf_counter() if times is not None else 0.0
-            if step.kernel is not None:
-                self._run_kernel(step.kernel, pointers)
-            elif step.special is not None:
-                self._run_special(step.special, storages)
+            if special is not None:
+                self._run_special(special, storages)
+            elif bounds is None:
+                fn(pointers, 0, extent)
+            else:
+                if pool is None:
+                    pool = native_pool.pool(self.threads - 1)
+                if not pool.run_raw(addr, ptrs, *bounds):
+                    fn(pointers, 0, extent)
             if times is not None:
+                step = self.module.steps[k]
                 name = step.kernel.block_name if step.kernel is not None else f"special{k}"
                 times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
-    def _run_kernel(self, info: KernelInfo, pointers: object) -> None:
-        fn = self._kernels[info.symbol]
-        key = (info.symbol, self.threads, self.min_chunk_work, self.chunks_per_thread)
-        bounds = self._bounds.get(key)
-        if bounds is None:
+    def _plan(self) -> list[tuple]:
+        """Per step ``(fn, address, extent, (bounds address, chunks) or None, special)``
+        for the current threading options (computed once per option set)."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        plan = []
+        for step in self.module.steps:
+            info = step.kernel
+            if info is None:
+                plan.append((None, 0, 0, None, step.special))
+                continue
             cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
-            bounds = self._bounds[key] = np.array(cuts, np.int64)
-        if len(bounds) > 2:
-            pool = native_pool.pool(self.threads - 1)
-            if pool.run(self._addresses[info.symbol], ctypes.addressof(pointers), bounds):
-                return
-        fn(pointers, 0, info.parallel_extent)
+            bounds = None
+            if len(cuts) > 2:
+                arr = np.array(cuts, np.int64)
+                self._bound_arrays.append(arr)  # kept alive: the pool reads it by address
+                bounds = (arr.ctypes.data, len(cuts) - 1)
+            fn = self._kernels[info.symbol]
+            plan.append((fn, self._addresses[info.symbol], info.parallel_extent, bounds, None))
+        self._plans[key] = plan
+        return plan
 
     def _run_special(self, special: object, storages: list[np.ndarray]) -> None:
         run_root_special(special, self._buffers, storages)

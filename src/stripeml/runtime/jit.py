@@ -24,7 +24,9 @@ own (cheap) copy with the same settings.
 
 LLVM's global context is not thread-safe; one re-entrant lock serialises
 every call into it.  ``STATS`` counts parses, optimisations, emissions and
-loads so tests can tell a cache hit (no parse, no optimise) from a miss.
+loads of program code so tests can tell a cache hit (no parse, no optimise)
+from a miss; the runtime's own support code (the native thread pool, compiled
+once per process) passes ``count=False``.
 """
 
 from __future__ import annotations
@@ -109,11 +111,11 @@ def target_machine() -> llvm.TargetMachine:
         return _new_target_machine()
 
 
-def parse(ir_text: str) -> llvm.ModuleRef:
+def parse(ir_text: str, count: bool = True) -> llvm.ModuleRef:
     """Parse and verify LLVM IR for the host; LLVM's message becomes an InternalError."""
     tm = target_machine()
     with _LOCK:
-        STATS["parse"] += 1
+        STATS["parse"] += count
         try:
             module = llvm.parse_assembly(ir_text)
             module.verify()
@@ -124,12 +126,12 @@ def parse(ir_text: str) -> llvm.ModuleRef:
         return module
 
 
-def optimize(ir_text: str) -> llvm.ModuleRef:
+def optimize(ir_text: str, count: bool = True) -> llvm.ModuleRef:
     """Parse ``ir_text`` and run the O3 pipeline (loop + SLP vectorisation) on it."""
-    module = parse(ir_text)
+    module = parse(ir_text, count)
     tm = target_machine()
     with _LOCK:
-        STATS["optimize"] += 1
+        STATS["optimize"] += count
         pto = llvm.create_pipeline_tuning_options(speed_level=_OPT_LEVEL)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
@@ -140,25 +142,25 @@ def optimize(ir_text: str) -> llvm.ModuleRef:
     return module
 
 
-def emit_object(module: llvm.ModuleRef) -> bytes:
+def emit_object(module: llvm.ModuleRef, count: bool = True) -> bytes:
     """Native object code (ELF on Linux) for an optimised module."""
     tm = target_machine()
     with _LOCK:
-        STATS["emit"] += 1
+        STATS["emit"] += count
         return bytes(tm.emit_object(module))
 
 
-def compile_ir(ir_text: str) -> bytes:
+def compile_ir(ir_text: str, count: bool = True) -> bytes:
     """``emit_object(optimize(ir_text))``."""
-    return emit_object(optimize(ir_text))
+    return emit_object(optimize(ir_text, count), count)
 
 
 class LoadedObject:
     """Object code linked into its own MCJIT engine; frees the code when collected."""
 
-    def __init__(self, object_code: bytes) -> None:
+    def __init__(self, object_code: bytes, count: bool = True) -> None:
         with _LOCK:
-            STATS["load"] += 1
+            STATS["load"] += count
             # MCJIT needs a module to start from; an empty one with the host triple.
             empty = llvm.parse_assembly("")
             empty.triple = host().triple
@@ -181,6 +183,6 @@ class LoadedObject:
         return KERNEL_TYPE(self.address(symbol))
 
 
-def load_object(object_code: bytes) -> LoadedObject:
+def load_object(object_code: bytes, count: bool = True) -> LoadedObject:
     """Link ``object_code`` into a fresh engine (no parsing, no optimisation)."""
-    return LoadedObject(object_code)
+    return LoadedObject(object_code, count)

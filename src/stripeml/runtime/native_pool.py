@@ -267,7 +267,7 @@ _RUN = ctypes.CFUNCTYPE(
 @lru_cache(maxsize=2)
 def _code(naps: bool = False) -> jit.LoadedObject:
     """The pool's machine code, compiled once per process (never freed: workers run it)."""
-    return jit.load_object(jit.compile_ir(_ir(naps)))
+    return jit.load_object(jit.compile_ir(_ir(naps), count=False), count=False)
 
 
 class NativePool:
@@ -319,6 +319,17 @@ class NativePool:
             return False
         try:
             self._run(self._addr, fn, ptrs, bounds.ctypes.data, n)
+        finally:
+            self._busy.release()
+        return True
+
+    def run_raw(self, fn: int, ptrs: int, bounds: int, n: int) -> bool:
+        """:meth:`run` with ``bounds`` the address of ``n + 1`` int64 split points
+        (``1 <= n <= MAX_CHUNKS``, unchecked: the CPU runtime's precomputed plans)."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            self._run(self._addr, fn, ptrs, bounds, n)
         finally:
             self._busy.release()
         return True
