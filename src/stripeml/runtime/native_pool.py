@@ -1,11 +1,12 @@
 """A native thread pool for the CPU runtime: chunks of a kernel handed over in
-about a microsecond instead of the 0.1-0.2 ms of a Python pool.
+a few microseconds instead of the 0.1-0.2 ms of a Python pool.
 
 The pool is a few lines of LLVM IR compiled once per process (no C compiler
 needed) and a block of shared 64-bit words.  Worker threads are Python
 threads that call ``stripeml_pool_worker`` through ctypes, which releases the
-GIL, and then live in native code: they spin on the shared words, run chunks,
-and sleep in short naps when idle.  The calling thread runs
+GIL, and then live in native code: they spin on the shared words (yielding
+the CPU now and then), run chunks, and when idle for a while sleep on a futex
+until the next job (or nap in growing ``usleep``s where there are no futexes).  The calling thread runs
 ``stripeml_pool_run(state, fn, ptrs, bounds, n)``: it publishes a job of ``n``
 chunks (``fn(ptrs, bounds[i], bounds[i + 1])``), claims chunks itself like a
 worker, and returns when every chunk has finished.
@@ -37,8 +38,8 @@ import numpy as np
 
 from . import jit
 
-#: Idle spins (each a ``pause``) before a worker starts to nap: about 0.1-0.3 ms,
-#: longer than the gaps between the kernels of one run.
+#: Idle spins (each a ``pause``) before a worker sleeps: a few tenths of a
+#: millisecond, longer than the gaps between the kernels of one run.
 SPIN_LIMIT = 1 << 13
 #: Spinning threads (an idle worker, the caller waiting for the last chunks)
 #: call ``sched_yield`` every this many spins: where the scheduler put two of
