@@ -162,3 +162,19 @@ def test_workers_take_chunks(add_index):
         if p.worker_chunks > before:
             break
     assert p.worker_chunks > before
+
+
+def test_without_a_pool_kernels_run_on_the_calling_thread(monkeypatch):
+    """Where no pool can be made (Windows), split kernels run whole, correctly."""
+    import stripeml
+    from stripeml.runtime import native_pool
+
+    monkeypatch.setattr(native_pool, "_UNAVAILABLE", [])
+    monkeypatch.setattr(native_pool.sys, "platform", "win32")
+    assert native_pool.pool(1) is None
+    assert "POSIX" in native_pool.unavailable()
+    a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    f = stripeml.compile(
+        "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }", "cpu"
+    )
+    np.testing.assert_allclose(f(a, a), a @ a, rtol=1e-4, atol=1e-3)

@@ -421,7 +421,8 @@ class CpuCompiled:
         times = self.step_seconds
         plan = self._plan()
         ptrs = ctypes.addressof(pointers)  # type: ignore[arg-type]
-        pool = None  # the native pool, fetched at the first split kernel
+        pool: native_pool.NativePool | None = None  # fetched at the first split kernel
+        fetched = False
         for k, (fn, addr, extent, bounds, special) in enumerate(plan):
             start = time.perf_counter() if times is not None else 0.0
             if special is not None:
@@ -429,9 +430,9 @@ class CpuCompiled:
             elif bounds is None:
                 fn(pointers, 0, extent)
             else:
-                if pool is None:
-                    pool = native_pool.pool(self.threads - 1)
-                if not pool.run_raw(addr, ptrs, *bounds):
+                if not fetched:
+                    pool, fetched = native_pool.pool(self.threads - 1), True
+                if pool is None or not pool.run_raw(addr, ptrs, *bounds):
                     fn(pointers, 0, extent)
             if times is not None:
                 step = self.module.steps[k]

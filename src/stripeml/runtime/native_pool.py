@@ -36,6 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..errors import InternalError
 from . import jit
 
 #: Idle spins (each a ``pause``) before a worker sleeps: a few tenths of a
@@ -358,14 +359,32 @@ _POOLS: dict[tuple[int, int], NativePool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def pool(workers: int) -> NativePool:
-    """This process's pool of ``workers`` native workers (created on first use)."""
+_UNAVAILABLE: list[str] = []  # why no pool could be made in this process, if so
+
+
+def pool(workers: int) -> NativePool | None:
+    """This process's pool of ``workers`` native workers (created on first use);
+    ``None`` where none can be made (no POSIX ``usleep``/``sched_yield`` to link
+    against, as on Windows): the runtime then runs every kernel on the calling
+    thread, and :func:`unavailable` says why."""
+    if sys.platform == "win32":
+        if not _UNAVAILABLE:
+            _UNAVAILABLE.append("the native thread pool needs a POSIX C library")
+        return None
     key = (os.getpid(), workers)  # a forked child starts its own threads
     with _POOLS_LOCK:
         found = _POOLS.get(key)
-        if found is None:
-            found = _POOLS[key] = NativePool(workers)
+        if found is None and not _UNAVAILABLE:
+            try:
+                found = _POOLS[key] = NativePool(workers)
+            except (RuntimeError, OSError, InternalError) as exc:
+                _UNAVAILABLE.append(f"the native thread pool could not start: {exc}")
         return found
+
+
+def unavailable() -> str | None:
+    """Why kernels run on one thread in this process (no pool), or ``None``."""
+    return _UNAVAILABLE[0] if _UNAVAILABLE else None
 
 
 @atexit.register
