@@ -390,6 +390,26 @@ def test_gemm_constant_transposed_weights(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(
+    ("rows", "cols", "trans_b", "blocked"),
+    [(1, 1000, 1, "8 * jb + c"), (4, 64, 0, "16 * jb + c"), (3, 20, 0, None), (2, 16, 1, None)],
+)
+def test_gemm_constant_weights_in_column_blocks(target, rows, cols, trans_b, blocked):
+    """Constant weights are stored in blocks of 16 (else 8) output columns when the
+    layer is wider than one block; the results are NumPy's either way."""
+    a, c = randn(rows, 48), randn(cols)
+    w = randn(cols, 48) if trans_b else randn(48, cols)
+    m = model("Gemm", {"a": a}, {"w": w, "c": c}, transB=trans_b, alpha=0.5)
+    want = 0.5 * (a @ (w.T if trans_b else w)) + c
+    np.testing.assert_allclose(run(m, target, a), want, rtol=1e-5, atol=1e-5)
+    source = so.compile(m, target=target).source(a)
+    if blocked:
+        assert blocked in source
+    else:
+        assert "jb" not in source
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
     "ashape, bshape",
     [
         ((3,), (3,)),
