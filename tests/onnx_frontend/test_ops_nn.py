@@ -530,3 +530,33 @@ def test_einsum_errors():
         run(model("Einsum", {"a": a, "b": bb}, equation="ij,jk->ik"), "interp", a, bb)
     with pytest.raises(StripeError, match="not in any input"):
         run(model("Einsum", {"a": a}, equation="ij->iz"), "interp", a)
+
+
+def test_dropout_keeps_the_channels_last_layout():
+    """Conv -> Dropout -> Conv: the inference-time Dropout passes the NHWC image
+    through, so the program transposes only the graph's input and output."""
+    x, w1, w2 = randn(1, 3, 6, 6), randn(8, 3, 3, 3), randn(4, 8, 1, 1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
+        helper.make_node("Dropout", ["h"], ["d"]),
+        helper.make_node("Conv", ["d", "w2"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h = sum(
+        np.einsum("nchw,oc->nohw", xp[:, :, a : a + 6, b : b + 6], w1[:, :, a, b])
+        for a in range(3)
+        for b in range(3)
+    )
+    want = np.einsum("nchw,oc->nohw", h, w2[:, :, 0, 0])
+    for target in TARGETS:
+        np.testing.assert_allclose(run(m, target, x), want, rtol=1e-4, atol=1e-4)
+    source = so.compile(m, target="interp").source(x)
+    assert source.count("= =(") == 2, source  # NCHW -> NHWC in, NHWC -> NCHW out

@@ -25,7 +25,8 @@ Layout-aware:
   bias (``fuse_conv_bn``).
 * ``BatchNormalization`` (parameters known): ``x * s + t`` per channel.
 * ``MaxPool``, ``AveragePool``, ``GlobalAveragePool``, ``GlobalMaxPool`` (2-D).
-* elementwise operators: unary ones apply to the stored tensor as is; binary
+* elementwise operators (and ``Dropout``, the identity at inference): unary
+  ones apply to the stored tensor as is; binary
   and variadic ones when every non-constant operand has the same layout
   (constants are transposed when compiling).
 * ``Concat`` over channels.
@@ -47,7 +48,7 @@ UNARY = {
     "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "HardSigmoid",
     "HardSwish", "Softplus", "Softsign", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf",
     "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Identity", "Mish",
-    "Gelu", "ThresholdedRelu", "Shrink", "Swish", "Cast", "Not", "IsNaN", "IsInf",
+    "Gelu", "ThresholdedRelu", "Shrink", "Swish", "Cast", "Not", "IsNaN", "IsInf", "Dropout",
 }  # fmt: skip
 BINARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Equal",
