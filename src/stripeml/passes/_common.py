@@ -28,6 +28,11 @@ READ_DIRS = ("in", "inout")
 WRITE_DIRS = ("out", "inout")
 
 
+def index_stride(ref: Refinement, name: str) -> int:
+    """Elements ``ref``'s element moves when index ``name`` grows by one."""
+    return sum(a.coeff(name) * st for a, st in zip(ref.access, ref.shape.strides))
+
+
 # -- data flow at the root ----------------------------------------------------------
 
 

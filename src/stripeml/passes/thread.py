@@ -31,8 +31,8 @@ from ..analysis.access import accesses
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import parse_selector
 from ..ir.dtypes import itemsize
-from ..ir.nodes import Block, Program, Refinement, Statement
-from ._common import box_interval
+from ..ir.nodes import Block, Program, Statement
+from ._common import box_interval, index_stride
 from .registry import register
 
 
@@ -102,7 +102,7 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
     # contiguous in memory), unless nothing else qualifies.
     unit = {
         n for r in block.refs if r.dir in ("out", "inout")
-        for n in ranges if _stride(r, n) == 1
+        for n in ranges if index_stride(r, n) == 1
     }  # fmt: skip
     even = [n for n in even if n not in unit] or even
     if len(even) == 1:
@@ -111,10 +111,6 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
     # Within 10% of the cheapest counts as a tie: the first in index order wins.
     best = min(cost.values())
     return next(n for n in even if cost[n] <= 1.1 * best)
-
-
-def _stride(r: Refinement, name: str) -> int:
-    return sum(a.coeff(name) * st for a, st in zip(r.access, r.shape.strides))
 
 
 def chunk_read_bytes(block: Block, index: str, values: int) -> int:

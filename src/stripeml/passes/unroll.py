@@ -85,7 +85,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from . import _unroll_goto as _goto
-from ._common import box_interval, fresh
+from ._common import box_interval, fresh, index_stride
 from .registry import register
 
 
@@ -186,9 +186,7 @@ class Unroll:
         out = outs[0]
         ranges = {i.name: i.range for i in k.idxs}
         in_cons = {n for c in k.constraints for n in c.expr.names}
-        stride = {
-            n: sum(a.coeff(n) * s for a, s in zip(out.access, out.shape.strides)) for n in ranges
-        }
+        stride = {n: index_stride(out, n) for n in ranges}
         addr = [n for n in ranges if stride[n] != 0]
         red = [n for n in ranges if stride[n] == 0]
         if not red:
@@ -196,12 +194,9 @@ class Unroll:
         w = self.vector_width
         ins = [r for r in k.refs if r.dir == "in"]
 
-        def in_stride(r: Refinement, n: str) -> int:
-            return sum(a.coeff(n) * s for a, s in zip(r.access, r.shape.strides))
-
         vcands = [
             n for n in addr
-            if stride[n] == 1 and n not in in_cons and all(in_stride(r, n) in (0, 1) for r in ins)
+            if stride[n] == 1 and n not in in_cons and all(index_stride(r, n) in (0, 1) for r in ins)
         ]  # fmt: skip
         if not vcands:
             return None
@@ -214,10 +209,10 @@ class Unroll:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
         # output channel ``16*cb + c``, selects panels instead: it stays outside.)
-        panel_ins = [r for r in ins if in_stride(r, v) == 1]
+        panel_ins = [r for r in ins if index_stride(r, v) == 1]
         row_ok = [
             n for n in addr
-            if n != v and n not in in_cons and all(in_stride(r, n) == 0 for r in panel_ins)
+            if n != v and n not in in_cons and all(index_stride(r, n) == 0 for r in panel_ins)
         ]  # fmt: skip
         rows_cands = [n for n in row_ok if ranges[n] % self.rows == 0]
         if row is not None:
@@ -481,10 +476,7 @@ class Unroll:
         # Indices that select a panel of the inputs read along ``v`` (a blocked
         # weight layout's block index) go outermost, so a panel is read for all
         # the tiles that use it, one after another (and threads split panels).
-        panel_ins = [
-            r for r in k.refs
-            if r.dir == "in" and sum(a.coeff(v) * st for a, st in zip(r.access, r.shape.strides)) == 1
-        ]  # fmt: skip
+        panel_ins = [r for r in k.refs if r.dir == "in" and index_stride(r, v) == 1]
         outer = [n for n in others if any(a.coeff(n) for r in panel_ins for a in r.access)]
         inner = [n for n in others if n not in outer]
         idx1 = (
@@ -529,10 +521,7 @@ class Unroll:
 def _gemm_axes(k: Block) -> tuple[str, str, str]:
     """(rows, vector, reduction) indices of a plain GEMM kernel (``_goto.applicable``)."""
     out = next(r for r in k.refs if r.dir == "out")
-    stride = {
-        i.name: sum(a.coeff(i.name) * s for a, s in zip(out.access, out.shape.strides))
-        for i in k.idxs
-    }
+    stride = {i.name: index_stride(out, i.name) for i in k.idxs}
     v = [n for n, s in stride.items() if s == 1][-1]
     u = next(n for n, s in stride.items() if s != 0 and n != v)
     kx = next(n for n, s in stride.items() if s == 0)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..ir.nodes import Block, Program, Refinement, Statement
+from ..ir.nodes import Block, Program, Statement
+from ._common import index_stride
 from .registry import register
 
 
@@ -50,10 +51,6 @@ class Vectorize:
         return replace(s, idxs=idxs, tags=s.tags | {"vector"})
 
 
-def _stride(r: Refinement, name: str) -> int:
-    return sum(a.coeff(name) * st for a, st in zip(r.access, r.shape.strides))
-
-
 def _vector_index(b: Block, width: int) -> str | None:
     writes = [r for r in b.refs if r.dir in ("out", "inout")]
     if not writes or any(r.dir == "none" for r in b.refs):
@@ -61,8 +58,8 @@ def _vector_index(b: Block, width: int) -> str | None:
     for idx in reversed(b.idxs):
         if idx.affine is not None or idx.range < width:
             continue
-        if all(_stride(r, idx.name) == 1 for r in writes) and all(
-            _stride(r, idx.name) in (0, 1) for r in b.refs if r.dir == "in"
+        if all(index_stride(r, idx.name) == 1 for r in writes) and all(
+            index_stride(r, idx.name) in (0, 1) for r in b.refs if r.dir == "in"
         ):
             return idx.name
     return None
