@@ -93,10 +93,7 @@ def _ir(naps: bool = False) -> str:
   %fv = load atomic i64, i64* %fwp seq_cst, align 8
   %s0 = atomicrmw add i64* %sp, i64 1 seq_cst
   %w = load atomic i64, i64* %jp seq_cst, align 8
-  %next = and i64 %w, 65535
-  %n0 = lshr i64 %w, 16
-  %n = and i64 %n0, 65535
-  %has = icmp ult i64 %next, %n
+  %has = call i1 @pending(i64 %w)
   br i1 %has, label %unsleep, label %futex
 futex:
   %ts = alloca [2 x i64], align 8
@@ -137,16 +134,23 @@ declare i32 @usleep(i32)
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
 
+; Whether job word %w has an unclaimed chunk (next < n).
+define private i1 @pending(i64 %w) alwaysinline {{
+entry:
+  %next = and i64 %w, 65535
+  %n0 = lshr i64 %w, 16
+  %n = and i64 %n0, 65535
+  %has = icmp ult i64 %next, %n
+  ret i1 %has
+}}
+
 define private i1 @claim_and_run(i64* %st, i64 %mine) {{
 entry:
   %jp = getelementptr i64, i64* %st, i64 {_JOB}
   br label %again
 again:
   %w = load atomic i64, i64* %jp acquire, align 8
-  %next = and i64 %w, 65535
-  %n0 = lshr i64 %w, 16
-  %n = and i64 %n0, 65535
-  %has = icmp ult i64 %next, %n
+  %has = call i1 @pending(i64 %w)
   br i1 %has, label %try, label %none
 try:
   %w1 = add i64 %w, 1
@@ -163,6 +167,7 @@ run:
   %bp = getelementptr i64, i64* %st, i64 {_BOUNDS}
   %bi = load i64, i64* %bp, align 8
   %bounds = inttoptr i64 %bi to i64*
+  %next = and i64 %w, 65535
   %lop = getelementptr i64, i64* %bounds, i64 %next
   %lo = load i64, i64* %lop, align 8
   %next1 = add i64 %next, 1
@@ -317,13 +322,7 @@ class NativePool:
         n = len(bounds) - 1
         if not 0 < n <= MAX_CHUNKS:
             raise ValueError(f"a job has 1 to {MAX_CHUNKS} chunks, got {n}")
-        if not self._busy.acquire(blocking=False):
-            return False
-        try:
-            self._run(self._addr, fn, ptrs, bounds.ctypes.data, n)
-        finally:
-            self._busy.release()
-        return True
+        return self.run_raw(fn, ptrs, bounds.ctypes.data, n)
 
     def run_raw(self, fn: int, ptrs: int, bounds: int, n: int) -> bool:
         """:meth:`run` with ``bounds`` the address of ``n + 1`` int64 split points
