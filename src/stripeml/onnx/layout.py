@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .builder import Builder, Node, Value
-from .ops._util import literal
+from .ops._util import column_blocks, literal
 from .registry import OPS, op
 
 NHWC = (0, 2, 3, 1)
@@ -225,8 +225,7 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     if groups == 1 and blk:
         # Blocked weights (CO / blk, KH, KW, CI, blk): each block of output channels
         # is one dense panel, read in order by the register tiles (no copy per call).
-        wt = w.transpose(2, 3, 1, 0).reshape(kh, kw, ci, co // blk, blk).transpose(3, 0, 1, 2, 4)
-        wt = np.ascontiguousarray(wt).astype(dt, copy=False)
+        wt = column_blocks(w.transpose(2, 3, 1, 0), blk).astype(dt, copy=False)
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = (
             f"{{out}}[n, y, x, {blk} * cb + c : {n_}, {oh}, {ow}, {co}] = "

@@ -77,3 +77,12 @@ def cast(expr: str, dtype: np.dtype) -> str:
 def ints(node: Node, key: str, default: Sequence[int] | None = None) -> list[int]:
     v = node.attr(key, default)
     return [] if v is None else [int(x) for x in v]
+
+
+def column_blocks(w: np.ndarray, blk: int) -> np.ndarray:
+    """Constant weights ``(..., N)`` as ``(N / blk, ..., blk)``, contiguous: each
+    block of ``blk`` output columns one dense panel for the CPU register tiles
+    (the contraction then reads ``W[cb, ..., c]`` for column ``blk * cb + c``)."""
+    *lead, n = w.shape
+    blocks = w.reshape(*lead, n // blk, blk)
+    return np.ascontiguousarray(np.moveaxis(blocks, -2, 0))

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..builder import Builder, Node, Value
 from ..registry import op
-from ._util import broadcast_shape, literal
+from ._util import broadcast_shape, column_blocks, literal
 from .conv import channel_vector
 
 
@@ -156,8 +156,7 @@ def gemm(b: Builder, n: Node) -> list[Value | None]:
         # Constant weights in blocks of output columns, (J / blk, K, blk): each
         # register tile's panel is one contiguous stretch, streamed in order, not
         # 64 bytes every J * 4 bytes (a new page per row for a wide layer).
-        arr = np.asarray(bb.const).reshape(k, j // blk, blk).transpose(1, 0, 2)
-        arr = np.ascontiguousarray(arr)
+        arr = column_blocks(np.asarray(bb.const), blk)
         w = b.ref(Value("", arr.shape, arr.dtype, arr))
         text = f"{{out}}[m, {blk} * jb + c : {m}, {j}] = +({b.ref(a)}[{a_idx}] * {w}[jb, k, c])"
     else:
