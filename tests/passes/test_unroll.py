@@ -47,6 +47,29 @@ def _check(src: str, shapes, reference, **options):
     return result
 
 
+def _conv3x3(i: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """NHWC 3x3 convolution, padding 1, stride 1 (``k``: KX, KY, CI, CO), in NumPy."""
+    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    x, y = i.shape[1], i.shape[2]
+    return sum(
+        np.einsum("nxyc,cd->nxyd", p[:, a : a + x, b : b + y], k[a, b])
+        for a in range(3)
+        for b in range(3)
+    )
+
+
+def _check_cpu(program, inputs, name: str, want: np.ndarray) -> None:
+    """``program`` on the interpreter and on the CPU (1 and 2 threads, every split taken)."""
+    np.testing.assert_allclose(run(program, inputs)[name], want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        got = (
+            CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
+            .compile(program)
+            .run(inputs)[name]
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(("m", "k", "n"), [(4, 1, 16), (8, 5, 32), (12, 37, 48), (64, 64, 64)])
 def test_matmul(m, k, n):
     _check(MATMUL, [(m, k), (k, n)], lambda a, b: a @ b)
@@ -69,15 +92,7 @@ def test_batched_and_max_plus():
 
 
 def test_padded_conv_tiles_channels_only():
-    def conv(i, k):
-        p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
-        return sum(
-            np.einsum("nxyc,cd->nxyd", p[:, a : a + i.shape[1], b : b + i.shape[2]], k[a, b])
-            for a in range(3)
-            for b in range(3)
-        )
-
-    result = _check(CONV, [(1, 5, 6, 3), (3, 3, 3, 16)], conv)
+    result = _check(CONV, [(1, 5, 6, 3), (3, 3, 3, 16)], _conv3x3)
     # x and y carry the padding constraints, so only the output channels are tiled.
     assert "co_o" in result.stages[-1][1] and "x_o" not in result.stages[-1][1]
 
@@ -441,22 +456,8 @@ def test_blocked_weights_are_panels_not_rows(size, blk):
     tile = next(b for b in walk_blocks(tiled[0]) if "register_tile" in b.tags)
     assert "cb" not in {x.name for x in tile.idxs}
     assert "_pack" not in text, "blocked panels are dense: no copy"
-    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    conv = sum(
-        np.einsum("nxyc,cd->nxyd", p[:, a : a + size, b : b + size], k[a, b])
-        for a in range(3)
-        for b in range(3)
-    )
-    want = np.maximum(conv + bias, 0)
-    inputs = {"I": i, "K": kb, "Bias": bias}
-    np.testing.assert_allclose(run(result.program, inputs)["R"], want, rtol=1e-4, atol=1e-4)
-    for threads in (1, 2):
-        got = (
-            CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
-            .compile(result.program)
-            .run(inputs)["R"]
-        )
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    want = np.maximum(_conv3x3(i, k) + bias, 0)
+    _check_cpu(result.program, {"I": i, "K": kb, "Bias": bias}, "R", want)
 
 
 @pytest.mark.parametrize("size", [6, 14])
@@ -472,18 +473,4 @@ def test_two_dimensional_row_tiles(size):
     ranges = {x.name: x.range for x in tile.idxs}
     assert ranges["x_r"] == ranges["y_r"] == 2 and ranges["co_r"] == 16
     assert len([b for b in result.program.root.stmts if "tiled" in b.tags]) == 1
-    p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    want = sum(
-        np.einsum("nxyc,cd->nxyd", p[:, a : a + size, b : b + size], k[a, b])
-        for a in range(3)
-        for b in range(3)
-    )
-    inputs = {"I": i, "K": k}
-    np.testing.assert_allclose(run(result.program, inputs)["O"], want, rtol=1e-4, atol=1e-4)
-    for threads in (1, 2):
-        got = (
-            CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
-            .compile(result.program)
-            .run(inputs)["O"]
-        )
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    _check_cpu(result.program, {"I": i, "K": k}, "O", _conv3x3(i, k))
