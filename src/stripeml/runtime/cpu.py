@@ -15,8 +15,10 @@ is ``splittable`` and whose ``work`` is worth it runs as contiguous chunks of
 its parallel index on the process's native thread pool
 (:mod:`.native_pool`: worker threads that live in native code and claim
 chunks with an atomic compare-and-swap; the calling thread claims chunks too,
-so a hand-off costs microseconds, not the 0.1-0.2 ms of a Python pool).  Root-level ``special`` statements run with
-the interpreter's implementations.
+so a hand-off costs microseconds, not the 0.1-0.2 ms of a Python pool).
+Root-level ``special`` statements run on the host (:func:`.host.run_root_special`:
+``copy``/``reshape``/``gather`` as NumPy copies, others with the interpreter's
+implementations).
 
 **Temporaries** (the root's ``none`` buffers) are allocated once per concurrent
 call and reused by later calls.  Those the ``place`` pass gave an ``offset``

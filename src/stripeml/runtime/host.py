@@ -42,7 +42,7 @@ def checked(buf: Any, value: object, what: str) -> np.ndarray:
 
 def run_root_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.ndarray]) -> None:
     """Run a root-level special on host storages (``buffers`` have ``.info``,
-    ``.ref`` and ``.origin``), with the interpreter's semantics.
+    ``.ref``, ``.origin`` and ``.logical(storage)``), with the interpreter's semantics.
 
     ``copy``, ``reshape`` and ``gather`` run directly on NumPy views of the
     buffers (a root special runs once, on whole buffers): one ``copyto``
@@ -64,15 +64,6 @@ def run_root_special(special: Any, buffers: Sequence[Any], storages: Sequence[np
         run_special(special, refs, write)
 
 
-def _logical(buf: Any, storage: np.ndarray) -> np.ndarray:
-    """The logical array of ``buf`` (a view of ``storage``)."""
-    sizes, strides = tuple(buf.info.sizes), tuple(buf.info.strides)
-    item = storage.itemsize
-    return np.lib.stride_tricks.as_strided(
-        storage[buf.origin :], shape=sizes, strides=tuple(st * item for st in strides)
-    )
-
-
 def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.ndarray]) -> bool:
     """Run ``copy``/``reshape``/``gather`` on array views; ``False`` to fall back."""
     if special.op not in ("copy", "reshape", "gather") or len(special.outputs) != 1:
@@ -91,7 +82,7 @@ def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.
         return False
     if any(s.size == 0 for _, s in found.values()):
         return False
-    ins = [_logical(*found[name]) for name in special.inputs]
+    ins = [b.logical(s) for b, s in (found[name] for name in special.inputs)]
     if special.op == "copy" and len(ins) == 1 and ins[0].shape == sizes:
         result = ins[0]
     elif special.op == "reshape" and len(ins) == 1 and ins[0].size == int(np.prod(sizes)):
@@ -106,5 +97,5 @@ def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.
     else:
         return False
     with np.errstate(all="ignore"):
-        np.copyto(_logical(out_buf, out_storage), result, casting="unsafe")
+        np.copyto(out_buf.logical(out_storage), result, casting="unsafe")
     return True
