@@ -20,7 +20,7 @@ def f32(*shape):
 
 
 def test_wrong_number_of_inputs():
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     with pytest.raises(ShapeError, match="missing input"):
         f(f32(2, 3))
     with pytest.raises(ShapeError, match="takes 2 input"):
@@ -28,7 +28,7 @@ def test_wrong_number_of_inputs():
 
 
 def test_unknown_and_duplicate_keyword():
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     with pytest.raises(ShapeError, match="no input named 'Z'"):
         f(f32(2, 3), Z=f32(3, 4))
     with pytest.raises(ShapeError, match="given twice"):
@@ -36,31 +36,31 @@ def test_unknown_and_duplicate_keyword():
 
 
 def test_rank_mismatch():
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     with pytest.raises(ShapeError, match=r"'A' is declared with rank 2 but has shape \(2, 3, 1\)"):
         f(f32(2, 3, 1), f32(3, 4))
 
 
 def test_dimension_bound_twice():
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     with pytest.raises(ShapeError, match="dimension K is bound to 3 by 'A' and to 5 by 'B'"):
         f(f32(2, 3), f32(5, 4))
 
 
 def test_fixed_dimension():
-    f = stripeml.compile("function (A[3, N]) -> (B) { B = A * 2; }")
+    f = stripeml.compile("function (A[3, N]) -> (B) { B = A * 2; }", target="interp")
     with pytest.raises(ShapeError, match="must have size 3"):
         f(f32(4, 2))
 
 
 def test_non_positive_size():
-    f = stripeml.compile("function (I[N]) -> (O) { O[i : N - 4] = =(I[i]); }")
+    f = stripeml.compile("function (I[N]) -> (O) { O[i : N - 4] = =(I[i]); }", target="interp")
     with pytest.raises(ShapeError, match="evaluates to -1; sizes must be positive"):
         f(f32(3))
 
 
 def test_unsupported_dtype():
-    f = stripeml.compile("function (A) -> (B) { B = A + 1; }")
+    f = stripeml.compile("function (A) -> (B) { B = A + 1; }", target="interp")
     with pytest.raises(ShapeError, match="unsupported dtype"):
         f(np.array(["a", "b"]))
     with pytest.raises(ShapeError, match="unsupported dtype"):
@@ -68,13 +68,13 @@ def test_unsupported_dtype():
 
 
 def test_broadcast_mismatch():
-    f = stripeml.compile("function (A, B) -> (C) { C = A + B; }")
+    f = stripeml.compile("function (A, B) -> (C) { C = A + B; }", target="interp")
     with pytest.raises(ShapeError, match=r"shapes \(3,\) and \(4,\) do not broadcast"):
         f(f32(3), f32(4))
 
 
 def test_access_rank_mismatch_at_bind():
-    f = stripeml.compile("function (A) -> (B) { B[i : 3] = +(A[i, j]); }")
+    f = stripeml.compile("function (A) -> (B) { B[i : 3] = +(A[i, j]); }", target="interp")
     with pytest.raises(ShapeError, match="has rank 1"):
         f(f32(3))
 
@@ -82,19 +82,21 @@ def test_access_rank_mismatch_at_bind():
 def test_unbounded_index():
     # k appears only in i - k < N, which bounds i - k but not k itself... and i is bounded,
     # so k is bounded too; use an index that appears in a sum of two free indices instead.
-    f = stripeml.compile("function (I[N]) -> (O) { O[i : N] = +(I[j + k]); }")
+    f = stripeml.compile("function (I[N]) -> (O) { O[i : N] = +(I[j + k]); }", target="interp")
     with pytest.raises(TileTypeError, match="index 'j', 'k' has no finite range"):
         f(f32(4))
 
 
 def test_default_shape_mismatch():
-    f = stripeml.compile("function (I[N], D[M]) -> (O) { O[i : N] = +(I[i]), default D; }")
+    f = stripeml.compile(
+        "function (I[N], D[M]) -> (O) { O[i : N] = +(I[i]), default D; }", target="interp"
+    )
     with pytest.raises(ShapeError, match="default 'D' has shape"):
         f(f32(4), f32(5))
 
 
 def test_executable_wrong_signature():
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     exe = f.lower(f32(2, 3), f32(3, 4))
     with pytest.raises(ShapeError, match="built for"):
         exe(f32(2, 2), f32(2, 4))
@@ -107,11 +109,11 @@ def test_unknown_target():
 
 def test_source_not_a_string():
     with pytest.raises(StripeError, match="must be a string"):
-        stripeml.compile(b"function () -> () {}")  # type: ignore[arg-type]
+        stripeml.compile(b"function () -> () {}", target="interp")  # type: ignore[arg-type]
 
 
 def test_non_array_input():
-    f = stripeml.compile("function (A) -> (B) { B = A + 1; }")
+    f = stripeml.compile("function (A) -> (B) { B = A + 1; }", target="interp")
     with pytest.raises(ShapeError):
         f(object())
 
@@ -132,7 +134,7 @@ def test_out_receives_results_in_place(target):
 
 
 def test_out_errors():
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     with pytest.raises(ShapeError, match="must be an array of shape"):
         f(f32(2, 3), f32(3, 4), out=np.zeros((2, 4), np.float64))
     with pytest.raises(ShapeError, match="needs 1 array"):
@@ -144,7 +146,7 @@ def test_out_errors():
 def test_peak_bytes_reports_temporaries_per_location():
     chain = "function (A) -> (B) { T1 = A + 1; T2 = T1 * 2; T3 = T2 - 3; B = T3 / 4; }"
     a = np.ones((64, 64), np.float32)
-    unplaced = stripeml.compile(chain).lower(a)
+    unplaced = stripeml.compile(chain, target="interp").lower(a)
     assert unplaced.peak_bytes == {"DRAM": 3 * 64 * 64 * 4}  # three temporaries, none shared
     npu = stripeml.compile(chain, target="examples/npu").lower(a)
     # fuse leaves no temporary at all on the NPU pipeline

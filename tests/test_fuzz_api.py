@@ -45,7 +45,7 @@ def mutated(draw):
 
 def _run(source: str, inputs: dict[str, np.ndarray]) -> None:
     try:
-        f = stripeml.compile(source)
+        f = stripeml.compile(source, target="interp")
         args = list(inputs.values())[: len(f.params)]
         while len(args) < len(f.params):
             args.append(np.ones(3, np.float32))

@@ -2,7 +2,7 @@
 
 Public API (pinned, see DESIGN §2)::
 
-    f = stripeml.compile(source, target="interp")
+    f = stripeml.compile(source)   # target="cpu" by default; "interp", a name or a .toml path
     y = f(a, b)            # or f(A=a, B=b)
     exe = f.lower(a, b)    # .ir, .stages, .code
 """

@@ -1,12 +1,17 @@
 """The public entry point: ``stripeml.compile`` and the callables it returns.
 
-``compile`` parses and checks the Tile source at once.  Shapes bind at call
-time: each new signature (input shapes and dtypes) is bound, lowered, run
-through the target's pass pipeline and compiled once, then cached in memory.
+``compile`` parses and checks the Tile source at once and resolves the target
+once (:func:`stripeml.targets.resolve`: a frozen ``Target`` holding the
+hardware facts and the built pipeline) and its backend
+(:func:`stripeml.runtime.backend.backend_for`).  Shapes bind at call time:
+each new signature (input shapes and dtypes) is bound, lowered, run through
+``target.passes`` and compiled by the backend once, then cached in memory
+and, for backends with a disk cache, on disk.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -16,8 +21,9 @@ import numpy as np
 from .errors import InternalError, ShapeError, StripeError
 from .ir.nodes import Program
 from .ir.printer import format as format_ir
-from .passes.manager import run_pipeline
-from .runtime.backend import Backend, Compiled, get_backend
+from .passes.manager import PipelineResult, run_pipeline
+from .runtime.backend import Backend, Compiled, backend_for
+from .targets import Target, resolve
 from .tile import ast
 from .tile.bind import Signature, bind, signature_of
 from .tile.check import check
@@ -180,21 +186,23 @@ def _fmt_sig(sig: Signature) -> str:
 class Function:
     """A compiled Tile function; call it with NumPy arrays."""
 
-    def __init__(self, source: str, target: str = "interp", name: str = "main") -> None:
+    def __init__(
+        self, source: str, target: str | os.PathLike[str] | Target = "cpu", name: str = "main"
+    ) -> None:
         if not isinstance(source, str):
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
         self.source = source
         self.name = name
         self.ast: ast.Function = parse(source)
         check(self.ast)
-        self.target = target
-        self.backend: Backend = get_backend(target)
+        self.target: Target = resolve(target)
+        self.backend: Backend = backend_for(self.target)
         self.params: tuple[str, ...] = tuple(p.name for p in self.ast.params)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
         self._cache: dict[Signature, Executable] = {}
 
     def __repr__(self) -> str:
-        return f"<stripeml.Function {self.name}({', '.join(self.params)}) -> ({', '.join(self.outputs)}) target={self.target!r}>"
+        return f"<stripeml.Function {self.name}({', '.join(self.params)}) -> ({', '.join(self.outputs)}) target={self.target.name!r}>"
 
     # -- argument handling -------------------------------------------------
     def _arrays(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
@@ -245,23 +253,24 @@ class Function:
             self._cache[sig] = exe
         return exe
 
-    def _optimise(self, sig: Signature):
+    def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
         binding = bind(self.ast, sig)
         program = lower(self.ast, binding, self.name)
-        return run_pipeline(program, self.backend.pipeline())
+        return run_pipeline(program, self.target.passes)
 
-    # A backend with a disk cache (``describe()``) also caches the optimised
-    # program per (source, signature), so a warm start skips lowering and passes.
+    # A backend with a disk cache (``describe()`` is not None) also caches the
+    # optimised program per (source, signature, target), so a warm start skips
+    # lowering and passes.
     def _disk_key(self, sig: Signature) -> str | None:
-        describe = getattr(self.backend, "describe", None)
-        if not callable(describe):
+        described = self.backend.describe()
+        if described is None:
             return None
         from .runtime.kernel_cache import cache_key, compiler_fingerprint
 
-        pipeline = repr(self.backend.pipeline())
-        text = f"{self.source}\0{self.name}\0{sig!r}\0{pipeline}\0{compiler_fingerprint()}"
-        return cache_key(text, describe())
+        target = self.target.fingerprint()
+        text = f"{self.source}\0{self.name}\0{sig!r}\0{target}\0{compiler_fingerprint()}"
+        return cache_key(text, described)
 
     def _from_disk(self, sig: Signature) -> Executable | None:
         key = self._disk_key(sig)
@@ -270,7 +279,7 @@ class Function:
         from .ir.parser import parse as parse_ir
         from .runtime.kernel_cache import ProgramCache
 
-        text = ProgramCache(getattr(self.backend, "cache_dir", None)).get(key)
+        text = ProgramCache(self.backend.cache_dir).get(key)
         if text is None:
             return None
         program = parse_ir(text)
@@ -281,7 +290,7 @@ class Function:
         if key is not None:
             from .runtime.kernel_cache import ProgramCache
 
-            ProgramCache(getattr(self.backend, "cache_dir", None)).put(key, text)
+            ProgramCache(self.backend.cache_dir).put(key, text)
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable:
         """Specialise for these inputs' shapes and dtypes without running."""
@@ -298,6 +307,9 @@ class Function:
         return self._results(exe.run_named(named, exe.out_arrays(out)))
 
 
-def compile(source: str, target: str = "interp", *, name: str = "main") -> Function:  # noqa: A001
-    """Parse and check Tile ``source``; return a callable compiled per signature."""
+def compile(  # noqa: A001
+    source: str, target: str | os.PathLike[str] | Target = "cpu", *, name: str = "main"
+) -> Function:
+    """Parse and check Tile ``source`` and resolve ``target`` (default ``"cpu"``:
+    native code for this machine); return a callable compiled per signature."""
     return Function(source, target, name)

@@ -335,8 +335,7 @@ def _memory_report(
 
     program = exe.program  # type: ignore[attr-defined]
     _, traffic = run_with_report(program, dict(zip(f.params, arrays)))  # type: ignore[attr-defined]
-    target = getattr(getattr(f, "backend", None), "target", None)
-    memories = target.memories if target is not None else ()
+    memories = f.target.memories  # type: ignore[attr-defined]
     peaks = peak_bytes(program) if is_placed(program) else None
     table = format_traffic(traffic.reads, traffic.writes, memories, peaks)
     if peaks is None:

@@ -61,6 +61,15 @@ class TargetError(StripeError):
     """
 
 
+class OptionError(StripeError):
+    """A pass option has a bad value; ``option`` names it (the target loader
+    reports it as ``pipeline[i].options.<option>``)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(message)
+
+
 class ExecutionError(StripeError):
     """A program failed while running (for example a race on an ``assign`` output)."""
 

@@ -14,7 +14,7 @@ import pytest
 
 import stripeml
 from stripeml.codegen.llvm import generate
-from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
 
 ROWSUM = "function (X[N, K]) -> (S) { S[n : N] = +(X[n, k]); }"
 ROWMAX = "function (X[N, K]) -> (S) { S[n : N] = >(X[n, k]); }"
@@ -26,12 +26,12 @@ PADDED = """function (I[N, X, CI], K[KX, CI, CO]) -> (O) {
 
 
 def program(src: str, *arrays):
-    return stripeml.compile(src).lower(*arrays).program
+    return stripeml.compile(src, target="interp").lower(*arrays).program
 
 
 def run(src: str, *arrays, **options):
     p = program(src, *arrays)
-    compiled = CpuBackend(**options).compile(p)
+    compiled = CpuBackend(CpuOptions(**options)).compile(p)
     return compiled.run(dict(zip([r.into for r in p.inputs], arrays)))
 
 
@@ -126,7 +126,7 @@ def test_exe_code_is_llvm_ir():
     code = f.lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)).code
     assert "define void @" in code and "getelementptr" in code
     assert (
-        stripeml.compile(MATMUL)
+        stripeml.compile(MATMUL, target="interp")
         .lower(np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32))
         .code
         == ""
@@ -159,5 +159,5 @@ def test_fma_only_when_the_target_allows_it():
     rng = np.random.default_rng(5)
     x = rng.standard_normal((33, 70)).astype(np.float32)
     y = rng.standard_normal((70, 24)).astype(np.float32)
-    got = CpuBackend(fma=True).compile(program(MATMUL, x, y)).run({"A": x, "B": y})["C"]
+    got = CpuBackend(CpuOptions(fma=True)).compile(program(MATMUL, x, y)).run({"A": x, "B": y})["C"]
     np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)

@@ -16,7 +16,7 @@ def lower_case(case) -> tuple[Program, dict[str, np.ndarray]]:
     import stripeml
 
     inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
+    f = stripeml.compile(case.source, target="interp")
     return f.lower(*(inputs[p] for p in f.params)).program, inputs
 
 

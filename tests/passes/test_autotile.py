@@ -267,7 +267,7 @@ def test_random_contractions_tiled_match_the_oracle(drawn, seed: int, memory: in
     note(source)
     arrays = make_inputs(spec, shapes, seed)
     expected = brute_force(spec, arrays)
-    f = stripeml.compile(source)
+    f = stripeml.compile(source, target="interp")
     program = f.lower(*(arrays[name] for name, _ in spec.params)).program
     passes = [Autotile(memory_bytes=memory, line_bytes=8, select="kernel"), Thread(threads=2)]
     result = run_pipeline(program, passes)

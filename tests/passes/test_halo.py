@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stripeml
+from pipelines import cpu_passes
 from stripeml.ir.nodes import Block
-from stripeml.passes import cpu_pipeline
 from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.unroll import Unroll
-from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
 
 from .helpers import checker
@@ -45,7 +45,7 @@ def _case(n, x, y, ci, co, kx, ky, pad, stride, dil, seed=0):
     rng = np.random.default_rng(seed)
     i = rng.standard_normal((n, x, y, ci)).astype(np.float32)
     k = rng.standard_normal((kx, ky, ci, co)).astype(np.float32)
-    f = stripeml.compile(_conv_src(pad, stride, dil, xo, yo))
+    f = stripeml.compile(_conv_src(pad, stride, dil, xo, yo), target="interp")
     program = f.lower(i, k).program
     want = _conv_numpy(i, k, pad, stride, dil, xo, yo)
     return program, {"I": i, "K": k}, want
@@ -119,7 +119,7 @@ def test_integer_conv_needs_no_finiteness():
     src = "function (I[X], K[KX]) -> (O) { O[x : X] = +(I[x + kx - 1] * K[kx]); }"
     i = np.arange(1, 9, dtype=np.int32)
     k = np.array([1, -2, 3], np.int32)
-    program = stripeml.compile(src).lower(i, k).program
+    program = stripeml.compile(src, target="interp").lower(i, k).program
     new = Halo(assume_finite=False).run(program)
     assert new is not program
     want = np.convolve(np.pad(i, 1), k[::-1], mode="valid")
@@ -130,18 +130,18 @@ def test_integer_conv_needs_no_finiteness():
     ("shape", "pad", "stride", "dil"),
     [((1, 8, 8, 3, 16), 1, 1, 1), ((2, 8, 6, 4, 16), 2, 1, 2), ((1, 9, 9, 2, 8), 1, 2, 1)],
 )
-def test_cpu_pipeline(shape, pad, stride, dil):
+def test_cpu_passes(shape, pad, stride, dil):
     """``halo`` before the CPU pipeline: the compiled conv equals NumPy on 1 and 2 threads."""
     n, x, y, ci, co = shape
     program, inputs, want = _case(n, x, y, ci, co, 3, 3, pad, stride, dil)
-    passes = cpu_pipeline(vector_width=8)
+    passes = cpu_passes(vector_width=8)
     after_dce = [p.name for p in passes].index("dce") + 1
     for pipeline in ([Halo(), *passes], [*passes[:after_dce], Halo(), *passes[after_dce:]]):
         result = run_pipeline(program, pipeline, check=checker(inputs, run(program, inputs)))
         assert "halo" in [s for s, _ in result.stages]
         for threads in (1, 2):
-            backend = CpuBackend(threads=threads, vector_width=8, passes=tuple(pipeline))
-            final = run_pipeline(program, backend.pipeline()).program
+            backend = CpuBackend(CpuOptions(threads=threads, vector_width=8))
+            final = run_pipeline(program, pipeline).program
             out = backend.compile(final).run(inputs)["O"]
             np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
@@ -153,5 +153,5 @@ def test_unroll_tiles_rows_after_halo():
     result = run_pipeline(program, [Halo(), Unroll()])
     assert [s for s, _ in result.stages] == ["lower", "halo", "unroll"]
     assert "y_r:4" in result.stages[-1][1]
-    out = CpuBackend(threads=2, vector_width=8).compile(result.program).run(inputs)["O"]
+    out = CpuBackend(CpuOptions(threads=2, vector_width=8)).compile(result.program).run(inputs)["O"]
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import stripeml
+from pipelines import cpu_passes
 from stripeml.errors import StripeError
 from stripeml.ir import Block, Program, format, parse, verify
-from stripeml.passes import cpu_pipeline, make_pass
+from stripeml.passes import make_pass
 from stripeml.passes._place_util import live_range
 from stripeml.passes.cache import Cache
 from stripeml.passes.localize import Localize
@@ -235,7 +236,7 @@ def test_cache_options_are_checked() -> None:
 def test_autotiled_convolution_cached_and_placed_runs_in_shared_memory() -> None:
     case = CASES_BY_NAME["conv2d_same_pad"]
     inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
+    f = stripeml.compile(case.source, target="interp")
     program = f.lower(*(inputs[p] for p in f.params)).program
     expected = run(program, inputs)
     passes = [
@@ -312,7 +313,7 @@ def test_nested_allocations_share_one_frame_per_point() -> None:
 
 
 def _lowered(source: str, **arrays: np.ndarray) -> Program:
-    return stripeml.compile(source).lower(**arrays).program
+    return stripeml.compile(source, target="interp").lower(**arrays).program
 
 
 @pytest.mark.parametrize("size", [(4, 5), (64, 64)])
@@ -338,9 +339,9 @@ def test_place_shrinks_the_ten_statement_chain(size: tuple[int, int]) -> None:
 def test_place_on_the_mlp() -> None:
     case = CASES_BY_NAME["mlp_10_statements"]
     inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
+    f = stripeml.compile(case.source, target="interp")
     program = f.lower(*(inputs[p] for p in f.params)).program
-    unplaced = [q for q in cpu_pipeline() if q.name != "place"]  # the CPU target places too
+    unplaced = [q for q in cpu_passes() if q.name != "place"]  # the CPU target places too
     for p in (program, run_pipeline(program, unplaced).program):
         placed = Place().run(p)
         assert Place.peak_bytes(placed)["DRAM"] < Place.peak_bytes(p)["DRAM"]
@@ -381,7 +382,7 @@ def test_prune_after_autotile_removes_unit_tiles() -> None:
     """``matmul_vector_rows_1`` has a range-1 index: prune takes it out everywhere."""
     case = CASES_BY_NAME["matmul_vector_rows_1"]
     inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
+    f = stripeml.compile(case.source, target="interp")
     program = f.lower(*(inputs[p] for p in f.params)).program
     result = Prune().run(program)
     assert all(i.range > 1 for b in stripeml.ir.walk_blocks(result.root) for i in b.idxs)
@@ -397,9 +398,9 @@ def test_random_chains_through_the_memory_passes(chain, n: int, m: int, fused: b
     source, _ = chain
     note(source)
     inputs = chain_inputs(n, m)
-    program = stripeml.compile(source).lower(**inputs).program
+    program = stripeml.compile(source, target="interp").lower(**inputs).program
     expected = run(program, inputs)
-    passes = [*(cpu_pipeline() if fused else []), Localize(), Scalarize(), Prune(), Pad(4)]
+    passes = [*(cpu_passes() if fused else []), Localize(), Scalarize(), Prune(), Pad(4)]
     passes += [Cache(location="L1", select="kernel"), Place(alignment=8)]
     result = run_pipeline(program, passes, check=checker(inputs, expected)).program
     assert_placed_soundly(result)
@@ -411,7 +412,7 @@ def test_every_block_kind_is_handled() -> None:
     for name in ("default_tensor", "unreached_elements_zero", "layernorm", "cumsum"):
         case = CASES_BY_NAME[name]
         inputs = case.make_inputs()
-        f = stripeml.compile(case.source)
+        f = stripeml.compile(case.source, target="interp")
         program = f.lower(*(inputs[p] for p in f.params)).program
         for p in (Localize(), Scalarize(), Prune(), Pad(2), Cache(select="kernel"), Place()):
             out = p.run(program)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import pytest
 
 import stripeml
-from stripeml.passes import Dce, Fuse, cpu_pipeline, make_pass
+from pipelines import cpu_passes
+from stripeml.passes import Dce, Fuse, make_pass
 from stripeml.passes.cache import Cache
 from stripeml.passes.localize import Localize
 from stripeml.passes.manager import run_pipeline
@@ -38,11 +39,11 @@ MEMORY = ("localize", "scalarize", "cache", "place", "pad", "prune")
 
 PIPELINES: dict[str, Callable[[], list]] = {
     "lowered": lambda: [Localize(), Scalarize(), Prune(), Pad(multiple=4), Place()],
-    "cpu": lambda: [*cpu_pipeline(), Localize(), Scalarize(), Prune(), Pad(), Place()],
+    "cpu": lambda: [*cpu_passes(), Localize(), Scalarize(), Prune(), Pad(), Place()],
     "cache_kernels": lambda: [
         # the CPU pipeline's own `place` (64-byte alignment) would not be at a
         # fixed point after the final placement with another alignment
-        *(p for p in cpu_pipeline() if p.name != "place"),
+        *(p for p in cpu_passes() if p.name != "place"),
         Cache(location="SRAM", select="kernel"),
         Localize(),
         Scalarize(),

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 import stripeml
+from pipelines import cpu_passes
 from stripeml.ir import Block, Intrinsic, Program, format, parse, walk_blocks
-from stripeml.passes import Dce, Fuse, cpu_pipeline
+from stripeml.passes import Dce, Fuse
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime.interp import run
 
@@ -27,7 +28,7 @@ except ImportError:  # tests/ imported as a package
     from tests.programs import CASES, CASES_BY_NAME, Case
 
 PIPELINES: dict[str, Callable[[], list]] = {
-    "cpu": cpu_pipeline,
+    "cpu": cpu_passes,
     "eltwise_only": lambda: [Fuse(into_contraction=False, contraction=False), Dce()],
     "contraction_only": lambda: [Fuse(eltwise=False, into_contraction=False), Dce()],
     "dce": lambda: [Dce()],
@@ -90,7 +91,7 @@ def _ops(block: Block) -> set[str]:
 def test_softmax_exp_fuses_into_row_sum() -> None:
     """The exp kernel runs inside the row sum; the division reads E (it needs the whole sum)."""
     program, _ = lower_case(CASES_BY_NAME["softmax"])
-    m, fused, div = _kernels(run_pipeline(program, cpu_pipeline()).program)
+    m, fused, div = _kernels(run_pipeline(program, cpu_passes()).program)
     assert "contraction" in m.tags and "fused" not in m.tags
     assert fused.has_tags("contraction", "fused", "agg_add") and "exp" in _ops(fused)
     assert {r.from_ for r in fused.refs if r.dir == "out"} == {"E", "S"}
@@ -100,7 +101,7 @@ def test_softmax_exp_fuses_into_row_sum() -> None:
 def test_log_softmax_exp_stays_in_registers() -> None:
     """E is read only by the row sum, so once fused it is never stored."""
     program, _ = lower_case(CASES_BY_NAME["log_softmax"])
-    result = run_pipeline(program, cpu_pipeline()).program
+    result = run_pipeline(program, cpu_passes()).program
     assert "E" not in {r.into for r in result.root.refs}
     assert all("E" not in {r.from_ for r in k.refs} for k in _kernels(result))
 
@@ -140,7 +141,7 @@ def test_mlp_matmul_bias_relu_is_one_kernel() -> None:
 )
 def test_small_programs_become_one_kernel(source: str, shapes: list) -> None:
     """One kernel after fuse + dce; a program that was one kernel is the same object."""
-    f = stripeml.compile(source)
+    f = stripeml.compile(source, target="interp")
     rng = np.random.default_rng(0)
     inputs = {p: rng.uniform(-1, 1, s).astype(np.float32) for p, s in zip(f.params, shapes)}
     program = f.lower(**inputs).program

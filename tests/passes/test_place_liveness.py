@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 import stripeml
+from pipelines import cpu_passes
 from stripeml.errors import StripeError
 from stripeml.ir import parse
-from stripeml.passes import _place_util, cpu_pipeline
+from stripeml.passes import _place_util
 from stripeml.passes._place_util import allocations, live_ranges, walk
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.place import Place, _first_fit
@@ -60,7 +61,7 @@ def _golden_programs() -> list:
 
 
 def test_the_quick_coverage_test_agrees_with_isl(monkeypatch) -> None:
-    unplaced = [p for p in cpu_pipeline() if p.name != "place"]
+    unplaced = [p for p in cpu_passes() if p.name != "place"]
     programs = _golden_programs()
     for case in CASES:
         program, _ = lower_case(case)
@@ -83,8 +84,8 @@ def test_the_quick_coverage_test_agrees_with_isl(monkeypatch) -> None:
 def test_root_only_leaves_nested_allocations_alone() -> None:
     case = next(c for c in CASES if c.name == "mlp_10_statements")
     program, _ = lower_case(case)
-    result = run_pipeline(program, cpu_pipeline()).program
-    assert cpu_pipeline()[-1] == Place(root_only=True)
+    result = run_pipeline(program, cpu_passes()).program
+    assert cpu_passes()[-1] == Place(root_only=True)
     nested = [
         r for block, outer in walk(result.root) if outer for r in allocations(block)
     ]  # REGISTER accumulators of fused contractions, L1/L2 panels of `unroll`
@@ -125,7 +126,7 @@ def _chain_source(n: int) -> str:
 @pytest.mark.parametrize("root_only", [True, False])
 def test_placing_a_200_kernel_program_is_fast(root_only: bool) -> None:
     a = np.ones((64, 64), np.float32)
-    program = stripeml.compile(_chain_source(200)).lower(a, a).program
+    program = stripeml.compile(_chain_source(200), target="interp").lower(a, a).program
     assert len(program.root.stmts) == 200
     place = Place(root_only=root_only)
     start = time.perf_counter()

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import stripeml
-from stripeml.passes import cpu_pipeline
+from pipelines import cpu_passes
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime.interp import run
 
@@ -72,10 +72,10 @@ def test_random_chain_fuses_without_changing_results(chain, n: int, m: int) -> N
     source, _outputs = chain
     note(source)
     inputs = chain_inputs(n, m)
-    program = stripeml.compile(source).lower(**inputs).program
+    program = stripeml.compile(source, target="interp").lower(**inputs).program
     expected = run(program, inputs)
     tol = {"rtol": 1e-5, "atol": 1e-6}
-    result = run_pipeline(program, cpu_pipeline(), check=checker(inputs, expected, **tol))
+    result = run_pipeline(program, cpu_passes(), check=checker(inputs, expected, **tol))
     note(result.stages[-1][1])
     stripeml.ir.verify(result.program)
     assert_close(run(result.program, inputs), expected, "final", **tol)

@@ -53,7 +53,7 @@ def _check_marked(program: Program, threads: int) -> int:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_suite_marks_race_free_indices(case: Case, threads: int) -> None:
     inputs = case.make_inputs()
-    f = stripeml.compile(case.source)
+    f = stripeml.compile(case.source, target="interp")
     program = f.lower(*(inputs[p] for p in f.params)).program
     expected = run(program, inputs)
     check = checker(inputs, expected, rtol=case.rtol, atol=case.atol)
@@ -159,7 +159,7 @@ def test_conv_splits_rows_when_the_image_dominates() -> None:
         i = np.zeros((1, size, size, ci), np.float32)
         k = np.zeros((co // blk, 3, 3, ci, blk), np.float32)
         text = src.replace("BLK", str(blk)).replace("CO]", f"{co}]")
-        program = stripeml.compile(text).lower(i, k).program
+        program = stripeml.compile(text, target="interp").lower(i, k).program
         passes = [Halo(), Unroll(rows=4, vectors=2, max_rows=7), Thread(threads=2)]
         out = run_pipeline(program, passes).program
         (kernel,) = [b for b in out.root.stmts if "tiled" in b.tags]
@@ -176,7 +176,11 @@ def test_tiled_random_contractions_split_safely(drawn, seed: int, memory: int) -
     spec, shapes = drawn
     note(spec.source())
     arrays = make_inputs(spec, shapes, seed)
-    program = stripeml.compile(spec.source()).lower(*(arrays[n] for n, _ in spec.params)).program
+    program = (
+        stripeml.compile(spec.source(), target="interp")
+        .lower(*(arrays[n] for n, _ in spec.params))
+        .program
+    )
     passes = [Autotile(memory_bytes=memory, line_bytes=8), Thread(threads=2)]
     result = run_pipeline(program, passes).program
     note(stripeml.ir.format(result))

@@ -13,7 +13,7 @@ from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.thread import Thread
 from stripeml.passes.unroll import Unroll
-from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
@@ -27,7 +27,7 @@ CONV = """function (I[N, X, Y, CI], K[KX, KY, CI, CO]) -> (O) {
 def _check(src: str, shapes, reference, **options):
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     program = f.lower(*arrays).program
     inputs = dict(zip(f.params, arrays))
     result = run_pipeline(program, [Unroll(**options)])
@@ -39,7 +39,7 @@ def _check(src: str, shapes, reference, **options):
     )
     for threads in (1, 2):
         got = (
-            CpuBackend(threads=threads, vector_width=options.get("vector_width", 8))
+            CpuBackend(CpuOptions(threads=threads, vector_width=options.get("vector_width", 8)))
             .compile(result.program)
             .run(inputs)
         )
@@ -63,7 +63,7 @@ def _check_cpu(program, inputs, name: str, want: np.ndarray) -> None:
     np.testing.assert_allclose(run(program, inputs)[name], want, rtol=1e-4, atol=1e-4)
     for threads in (1, 2):
         got = (
-            CpuBackend(threads=threads, passes=[], fma=True, min_chunk_work=1)
+            CpuBackend(CpuOptions(threads=threads, fma=True, min_chunk_work=1))
             .compile(program)
             .run(inputs)[name]
         )
@@ -100,10 +100,10 @@ def test_padded_conv_tiles_channels_only():
 def test_not_applicable_is_unchanged():
     a = np.zeros((5, 3), np.float32)
     b = np.zeros((3, 7), np.float32)  # 7 columns: no vector tile
-    program = stripeml.compile(MATMUL).lower(a, b).program
+    program = stripeml.compile(MATMUL, target="interp").lower(a, b).program
     assert Unroll().run(program) is program
     elt = (
-        stripeml.compile("function (A) -> (B) { B = A * 2; }")
+        stripeml.compile("function (A) -> (B) { B = A * 2; }", target="interp")
         .lower(np.zeros(16, np.float32))
         .program
     )
@@ -134,12 +134,12 @@ def test_random_gemm_like(m, n, k, agg, transpose_a, batch):
     am = a.transpose(0, 2, 1) if transpose_a else a
     prod = am[:, :, :, None] * w[:, None, :, :]
     want = {"+": prod.sum(2), ">": prod.max(2), "<": prod.min(2)}[agg]
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     program = f.lower(a, w).program
     result = run_pipeline(program, [Unroll()])
     inputs = {"A": a, "W": w}
     np.testing.assert_allclose(run(result.program, inputs)["C"], want, rtol=1e-4, atol=1e-4)
-    got = CpuBackend(threads=2, fma=True).compile(result.program).run(inputs)["C"]
+    got = CpuBackend(CpuOptions(threads=2, fma=True)).compile(result.program).run(inputs)["C"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -155,7 +155,7 @@ def test_epilogue_runs_on_each_register_tile(b, k, n):
     x = rng.standard_normal((b, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll()]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "none Z " not in text  # Z lives only per tile now
@@ -163,7 +163,7 @@ def test_epilogue_runs_on_each_register_tile(b, k, n):
     inputs = {"X": x, "W": w, "Bias": bias}
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
-    got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)["Y"]
+    got = CpuBackend(CpuOptions(threads=2)).compile(result).run(inputs)["Y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -173,10 +173,13 @@ def test_no_epilogue_when_the_result_is_needed_elsewhere():
         Y = relu(Z + Bias);
     }"""
     arrays = [np.ones((4, 3), np.float32), np.ones((3, 16), np.float32), np.ones(16, np.float32)]
-    result = run_pipeline(stripeml.compile(src).lower(*arrays).program, [Unroll()]).program
+    result = run_pipeline(
+        stripeml.compile(src, target="interp").lower(*arrays).program, [Unroll()]
+    ).program
     assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 2
     off = run_pipeline(
-        stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll(epilogue=False)]
+        stripeml.compile(DENSE_RELU, target="interp").lower(*arrays).program,
+        [Unroll(epilogue=False)],
     )
     assert "#epilogue" not in off.stages[-1][1]
 
@@ -187,7 +190,7 @@ def test_no_epilogue_on_a_blocked_reduction():
     x = rng.standard_normal((4, 64)).astype(np.float32)
     w = rng.standard_normal((64, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
-    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll(k_block=16)]).program
     assert "#epilogue" not in stripeml.ir.format(result)
     want = np.maximum(x @ w + bias, 0)
@@ -215,7 +218,7 @@ def test_ragged_rows_with_epilogue(m, rows):
     x = rng.standard_normal((m, 9)).astype(np.float32)
     w = rng.standard_normal((9, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
-    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll(rows=rows, vectors=2, max_rows=0)]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "none Z " not in text
@@ -225,7 +228,7 @@ def test_ragged_rows_with_epilogue(m, rows):
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
     for threads in (1, 2):
-        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        got = CpuBackend(CpuOptions(threads=threads, fma=True)).compile(result).run(inputs)["Y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -236,7 +239,7 @@ def test_ragged_rows_with_a_divisor_get_taller_whole_tiles(m):
     x = rng.standard_normal((m, 9)).astype(np.float32)
     w = rng.standard_normal((9, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
-    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll(rows=4, vectors=2, max_rows=7)]).program
     text = stripeml.ir.format(result)
     assert len(result.root.stmts) == 1 and "_rest" not in text
@@ -245,7 +248,7 @@ def test_ragged_rows_with_a_divisor_get_taller_whole_tiles(m):
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
     for threads in (1, 2):
-        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        got = CpuBackend(CpuOptions(threads=threads, fma=True)).compile(result).run(inputs)["Y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -259,11 +262,11 @@ def test_ragged_rows_keep_a_needed_result():
     x = rng.standard_normal((7, 3)).astype(np.float32)
     w = rng.standard_normal((3, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     result = run_pipeline(f.lower(x, w, bias).program, [Unroll(max_rows=0)]).program
     assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 3
     inputs = {"X": x, "W": w, "Bias": bias}
-    got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)
+    got = CpuBackend(CpuOptions(threads=2)).compile(result).run(inputs)
     np.testing.assert_allclose(got["Z"], x @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got["Y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
 
@@ -295,7 +298,7 @@ def test_row_blocks_with_epilogue_and_conv():
     x = rng.standard_normal((16, 40)).astype(np.float32)
     w = rng.standard_normal((40, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
-    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll(pack_max_bytes=2048, row_blocks=2)]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "b_b:2" in text
@@ -303,15 +306,17 @@ def test_row_blocks_with_epilogue_and_conv():
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
     for threads in (1, 2):
-        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        got = CpuBackend(CpuOptions(threads=threads, fma=True)).compile(result).run(inputs)["Y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # The padded conv through the whole CPU pipeline (halo, then row blocks).
     i = rng.standard_normal((1, 56, 56, 64)).astype(np.float32)
     k = rng.standard_normal((3, 3, 64, 64)).astype(np.float32)
-    halo = run_pipeline(stripeml.compile(CONV).lower(i, k).program, [Halo()]).program
+    halo = run_pipeline(
+        stripeml.compile(CONV, target="interp").lower(i, k).program, [Halo()]
+    ).program
     blocked = run_pipeline(halo, [Unroll(pack_max_bytes=1 << 19, row_blocks=2)]).program
     assert "[y_b:2, co_o:4]" in stripeml.ir.format(blocked)
-    got = CpuBackend(threads=2, passes=[], fma=True).compile(blocked).run({"I": i, "K": k})["O"]
+    got = CpuBackend(CpuOptions(threads=2, fma=True)).compile(blocked).run({"I": i, "K": k})["O"]
     exe = stripeml.compile(CONV, target="cpu").lower(i, k)
     p = np.pad(i, ((0, 0), (1, 1), (1, 1), (0, 0)))
     want = sum(
@@ -383,7 +388,7 @@ def test_blocked_gemm_with_epilogue(m, k):
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
-    program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll(gemm_kc=16, gemm_mc=8)]).program
     text = stripeml.ir.format(result)
     assert "#blocked" in text and "none Z " not in text
@@ -397,7 +402,7 @@ def test_blocked_gemm_with_epilogue(m, k):
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
     for threads in (1, 2):
-        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)["Y"]
+        got = CpuBackend(CpuOptions(threads=threads, fma=True)).compile(result).run(inputs)["Y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -411,7 +416,7 @@ def test_blocked_gemm_keeps_a_needed_result_and_threads_split_row_blocks():
     x = rng.standard_normal((24, 50)).astype(np.float32)
     w = rng.standard_normal((50, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
-    program = stripeml.compile(src).lower(x, w, bias).program
+    program = stripeml.compile(src, target="interp").lower(x, w, bias).program
     result = run_pipeline(program, [Unroll(gemm_kc=16, gemm_mc=8), Thread(threads=2)]).program
     blocked = result.root.stmts[1]
     assert "blocked" in blocked.tags and "thread" in blocked.tags
@@ -419,7 +424,7 @@ def test_blocked_gemm_keeps_a_needed_result_and_threads_split_row_blocks():
     assert "#epilogue" not in stripeml.ir.format(result)
     inputs = {"X": x, "W": w, "Bias": bias}
     for threads in (1, 2):
-        got = CpuBackend(threads=threads, passes=[], fma=True).compile(result).run(inputs)
+        got = CpuBackend(CpuOptions(threads=threads, fma=True)).compile(result).run(inputs)
         np.testing.assert_allclose(got["Z"], x @ w, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got["Y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(run(result, inputs)["Z"], x @ w, rtol=1e-5, atol=1e-5)
@@ -444,7 +449,7 @@ def test_blocked_weights_are_panels_not_rows(size, blk):
     bias = rng.standard_normal(co).astype(np.float32)
     kb = np.ascontiguousarray(k.reshape(3, 3, ci, co // blk, blk).transpose(3, 0, 1, 2, 4))
     src = BLOCKED_CONV.replace("BLK", str(blk))
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     program = f.lower(i, kb, bias).program
     result = run_pipeline(
         program, [Halo(), Unroll(rows=4, vectors=2, max_rows=7), Thread(threads=2)]
@@ -467,7 +472,7 @@ def test_two_dimensional_row_tiles(size):
     rng = np.random.default_rng(size)
     i = rng.standard_normal((1, size, size, 7)).astype(np.float32)
     k = rng.standard_normal((3, 3, 7, 32)).astype(np.float32)
-    program = stripeml.compile(CONV).lower(i, k).program
+    program = stripeml.compile(CONV, target="interp").lower(i, k).program
     result = run_pipeline(program, [Halo(), Unroll(rows=4, vectors=2, max_rows=7)])
     (tile,) = [b for b in walk_blocks(result.program.root) if "register_tile" in b.tags]
     ranges = {x.name: x.range for x in tile.idxs}

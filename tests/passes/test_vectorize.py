@@ -7,7 +7,7 @@ import numpy as np
 import stripeml
 from stripeml.ir import parse
 from stripeml.passes.vectorize import Vectorize
-from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
 
 TRANSPOSED = """block main [] #program (
@@ -35,21 +35,21 @@ def test_eltwise_gets_tagged_and_keeps_results():
     src = "function (A[M, N], B[N]) -> (C) { C = A * B + 1; }"
     a = np.random.default_rng(0).standard_normal((5, 19)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal(19).astype(np.float32)
-    p = stripeml.compile(src).lower(a, b).program
+    p = stripeml.compile(src, target="interp").lower(a, b).program
     q = Vectorize(width=8).run(p)
     (k,) = q.root.stmts
     assert "vector" in k.tags and k.idxs[-1].name == "i1"
     assert Vectorize(width=8).run(q) is q  # idempotent
     want = a * b + 1
     np.testing.assert_allclose(run(q, {"A": a, "B": b})["C"], want, rtol=1e-6)
-    got = CpuBackend(threads=2, vector_width=8).compile(q).run({"A": a, "B": b})["C"]
+    got = CpuBackend(CpuOptions(threads=2, vector_width=8)).compile(q).run({"A": a, "B": b})["C"]
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    assert "<8 x float>" in CpuBackend(vector_width=8).compile(q).code
+    assert "<8 x float>" in CpuBackend(CpuOptions(vector_width=8)).compile(q).code
 
 
 def test_short_ranges_are_not_vectorised():
     p = (
-        stripeml.compile("function (A) -> (B) { B = A * 2; }")
+        stripeml.compile("function (A) -> (B) { B = A * 2; }", target="interp")
         .lower(np.zeros(5, np.float32))
         .program
     )

@@ -245,7 +245,7 @@ def child_main(n: int) -> None:
     gen = add_generator(n)
     cpu.generate_module = gen  # the backend looks the generator up at compile time
     t1 = time.perf_counter()
-    compiled = cpu.CpuBackend(threads=2).compile(add_program(n))
+    compiled = cpu.CpuBackend(cpu.CpuOptions(threads=2)).compile(add_program(n))
     t2 = time.perf_counter()
     a = np.arange(n, dtype=np.float32)
     out = compiled.run({"A": a, "B": a})["C"]

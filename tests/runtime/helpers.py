@@ -22,10 +22,10 @@ CPU_UNSUPPORTED = ("inside a kernel is not supported",)
 
 def run_cpu(program: Program, inputs, outputs=None, **options):
     """Compile ``program`` for the CPU and run it (None when the backend says it can't)."""
-    from stripeml.runtime.cpu import CpuBackend
+    from stripeml.runtime.cpu import CpuBackend, CpuOptions
 
     try:
-        compiled = CpuBackend(**options).compile(program)
+        compiled = CpuBackend(CpuOptions(**options)).compile(program)
     except StripeError as exc:
         if any(m in str(exc) for m in CPU_UNSUPPORTED):
             return None

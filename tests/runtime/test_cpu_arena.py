@@ -225,7 +225,7 @@ def _inputs(program, seed: int = 0) -> dict[str, np.ndarray]:
 def test_a_sum_into_a_dead_buffers_bytes(options) -> None:
     program, offsets, placed = _placed(SUM_AFTER_DEAD)
     assert offsets["T"] == offsets["W"]  # W takes T's bytes, full of exp(A)
-    compiled = cpu.CpuBackend(**options).compile(placed)
+    compiled = cpu.CpuBackend(cpu.CpuOptions(**options)).compile(placed)
     assert compiled.arena_bytes == {"DRAM": 32}  # one buffer's bytes for both
     for seed in range(3):
         inputs = _inputs(program, seed)
@@ -239,7 +239,7 @@ def test_a_partial_sum_never_sees_another_buffers_bytes(monkeypatch) -> None:
     program, offsets, placed = _placed(PARTIAL_SUM_THEN_REUSE)
     assert Place.initial_reads(placed) == {"U"}
     assert offsets["U"] == offsets["V"] != offsets["T"]  # V reuses U's bytes after k4
-    compiled = cpu.CpuBackend(threads=1).compile(placed)
+    compiled = cpu.CpuBackend(cpu.CpuOptions(threads=1)).compile(placed)
 
     def calls(compiled: cpu.CpuCompiled) -> list[dict[str, np.ndarray]]:
         out = []
@@ -256,7 +256,7 @@ def test_a_partial_sum_never_sees_another_buffers_bytes(monkeypatch) -> None:
                 assert not got[1::2].any()  # the odd elements U never receives read 0
     # Without zeroing U again, the second call reads V's values in U's odd elements.
     monkeypatch.setattr(cpu.CpuCompiled, "_initial_reads", lambda self: ())
-    stale = cpu.CpuBackend(threads=1).compile(placed)
+    stale = cpu.CpuBackend(cpu.CpuOptions(threads=1)).compile(placed)
     first, second, _ = calls(stale)
     assert not first["O"][0][1::2].any()
     assert second["O"][0][1::2].any()
@@ -264,7 +264,7 @@ def test_a_partial_sum_never_sees_another_buffers_bytes(monkeypatch) -> None:
 
 def test_concurrent_calls_each_get_an_arena() -> None:
     program, _, placed = _placed(PARTIAL_SUM_THEN_REUSE)
-    compiled = cpu.CpuBackend(threads=1).compile(placed)
+    compiled = cpu.CpuBackend(cpu.CpuOptions(threads=1)).compile(placed)
     first, second = compiled._take_temps(), compiled._take_temps()
     assert not any(np.shares_memory(s, t) for s in first for t in second)
     compiled._give_back_temps(first)
@@ -291,7 +291,7 @@ def test_concurrent_calls_each_get_an_arena() -> None:
 
 def test_unplaced_temporaries_keep_their_own_arrays() -> None:
     program = parse(SUM_AFTER_DEAD)
-    compiled = cpu.CpuBackend(threads=1).compile(program)
+    compiled = cpu.CpuBackend(cpu.CpuOptions(threads=1)).compile(program)
     assert compiled.arena_bytes == {} and compiled.temp_bytes == {"DRAM": 64}
     inputs = _inputs(program)
     got, want = compiled.run(inputs), run(program, inputs)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stripeml.ir.nodes import Intrinsic, Load, Store
-from stripeml.runtime.cpu import CpuBackend
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
 
 from .programs_ir import block, contraction, matmul, program, root_ref, view
@@ -42,7 +42,7 @@ def _eltwise(op: str, in_dtypes: list[str], out_dtype: str, n: int = M):
 
 
 def _cpu(prog, inputs, width):
-    return CpuBackend(threads=1, vector_width=width).compile(prog).run(inputs)
+    return CpuBackend(CpuOptions(threads=1, vector_width=width)).compile(prog).run(inputs)
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> None:

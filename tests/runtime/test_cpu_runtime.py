@@ -12,7 +12,8 @@ from stripeml.codegen.cpu_abi import KernelInfo, Step
 from stripeml.errors import InternalError, ShapeError
 from stripeml.ir.nodes import Special
 from stripeml.runtime import cpu, jit
-from stripeml.runtime.backend import get_backend
+from stripeml.runtime.backend import backend_for
+from stripeml.targets import resolve
 
 from .cpu_samples import (
     SPIN_LIMIT,
@@ -38,7 +39,7 @@ def _fresh_cache(tmp_path, monkeypatch):
 
 def _compile(monkeypatch, gen: FakeGenerator, program, **options) -> cpu.CpuCompiled:
     monkeypatch.setattr(cpu, "generate_module", gen)
-    return cpu.CpuBackend(**options).compile(program)
+    return cpu.CpuBackend(cpu.CpuOptions(**options)).compile(program)
 
 
 # -- jit plumbing ----------------------------------------------------------------
@@ -75,26 +76,22 @@ def test_missing_symbol_raises_internal_error():
         loaded.address("nope")
 
 
-def test_get_backend_cpu_is_cached_and_configured():
-    backend = get_backend("cpu")
-    assert backend is get_backend("cpu")
+def test_cpu_backend_is_cached_and_configured():
+    backend = backend_for(resolve("cpu"))
+    assert backend is backend_for(resolve("cpu"))
     assert isinstance(backend, cpu.CpuBackend) and backend.name == "cpu"
-    assert backend.threads >= 1 and backend.vector_width in (4, 8, 16)
-    assert isinstance(backend.pipeline(), list)
+    assert backend.options.threads >= 1 and backend.options.vector_width in (4, 8, 16)
+    assert isinstance(resolve("cpu").passes, tuple)
 
 
-def test_pipeline_uses_cpu_pipeline_when_registered(monkeypatch):
-    from stripeml import passes
-
-    seen = {}
-
-    def cpu_pipeline(vector_width: int):
-        seen["vw"] = vector_width
-        return ("p1", "p2")
-
-    monkeypatch.setattr(passes, "cpu_pipeline", cpu_pipeline, raising=False)
-    assert cpu.CpuBackend(vector_width=4).pipeline() == ["p1", "p2"]
-    assert seen == {"vw": 4}
+def test_cpu_options_come_from_the_target(tmp_path):
+    path = tmp_path / "four.toml"
+    path.write_text(
+        'backend = "cpu"\nthreads = 3\nvector_width = 4\nfma = true\n'
+        '[[memory]]\nname = "DRAM"\nsize = "1 GiB"\n'
+    )
+    backend = backend_for(resolve(path))
+    assert backend.options == cpu.CpuOptions(threads=3, vector_width=4, fma=True)
 
 
 # -- running -----------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_corrupt_entry_is_rebuilt_by_the_backend(tmp_path, monkeypatch, damage):
     n = 256
     gen = add_generator(n)
     monkeypatch.setattr(cpu, "generate_module", gen)
-    backend = cpu.CpuBackend(threads=1, cache_dir=tmp_path)
+    backend = cpu.CpuBackend(cpu.CpuOptions(threads=1, cache_dir=tmp_path))
     backend.compile(add_program(n))
     [path] = (tmp_path / "cpu").iterdir()
     path.write_bytes(damage(path.read_bytes()))
@@ -141,7 +141,7 @@ def test_unwritable_cache_dir_compiles_without_caching(tmp_path, monkeypatch):
     n = 64
     gen = add_generator(n)
     monkeypatch.setattr(cpu, "generate_module", gen)
-    backend = cpu.CpuBackend(threads=1, cache_dir=blocker / "cache")
+    backend = cpu.CpuBackend(cpu.CpuOptions(threads=1, cache_dir=blocker / "cache"))
     with pytest.warns(RuntimeWarning, match="without a disk cache"):
         compiled = backend.compile(add_program(n))
     a = np.ones(n, np.float32)
@@ -232,10 +232,13 @@ def test_in_process_hit_skips_generation(tmp_path, monkeypatch):
     monkeypatch.setattr(cpu, "generate_module", gen)
     before = jit.STATS["optimize"]
     for _ in range(2):
-        compiled = cpu.CpuBackend(threads=1, cache_dir=tmp_path).compile(add_program(n))
+        compiled = cpu.CpuBackend(
+            cpu.CpuOptions(threads=1, vector_width=8, cache_dir=tmp_path)
+        ).compile(add_program(n))
     assert gen.calls == 1 and jit.STATS["optimize"] == before + 1
     # Other codegen options are other keys.
-    cpu.CpuBackend(threads=1, vector_width=4, cache_dir=tmp_path).compile(add_program(n))
-    cpu.CpuBackend(threads=1, vector_width=16, cache_dir=tmp_path).compile(add_program(n))
+    for width in (4, 16):
+        options = cpu.CpuOptions(threads=1, vector_width=width, cache_dir=tmp_path)
+        cpu.CpuBackend(options).compile(add_program(n))
     assert gen.calls == 3
     assert compiled.code == add_kernel("add_f32", 0, 1, 2)

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import stripeml
+from pipelines import cpu_passes
 from stripeml.errors import ExecutionError, ShapeError, StripeError
 from stripeml.ir import Block, Special, verify
-from stripeml.passes import Dce, Fuse, cpu_pipeline, make_pass
+from stripeml.passes import Dce, Fuse, make_pass
 from stripeml.passes.cache import Cache
 from stripeml.passes.localize import Localize
 from stripeml.passes.manager import run_pipeline
@@ -298,7 +299,7 @@ def test_dce_keeps_used_specials_and_drops_dead_ones() -> None:
     }"""
     x = rng.standard_normal((2, 3)).astype(np.float32)
     idx = np.array([0, 2], np.int64)
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     program = f.lower(x, idx).program
     assert sum(isinstance(s, Special) for s in program.root.stmts) == 3
     cleaned = Dce().run(program)
@@ -335,8 +336,8 @@ def _every_pass() -> list:
 
 
 PIPELINES = {
-    "cpu": lambda: [*cpu_pipeline(vector_width=4)],
-    "cpu_memory": lambda: [*cpu_pipeline(vector_width=4), Localize(), Scalarize(), Prune(),
+    "cpu": lambda: [*cpu_passes(vector_width=4)],
+    "cpu_memory": lambda: [*cpu_passes(vector_width=4), Localize(), Scalarize(), Prune(),
                            Pad(), Place()],
     "autotile_cache": lambda: [Fuse(), Dce(),
                                make_pass("autotile", memory_bytes=512, select="kernel"),
@@ -399,7 +400,7 @@ PROGRAMS = {
 def _lowered(name: str):
     src, make = PROGRAMS[name]
     args = make()
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     program = f.lower(*args).program
     return program, dict(zip(f.params, args))
 
@@ -442,7 +443,7 @@ def test_pipelines(name: str, pipeline: str) -> None:
 def test_programs_on_cpu_match_interp(name: str) -> None:
     src, make = PROGRAMS[name]
     args = make()
-    want = stripeml.compile(src)(*args)
+    want = stripeml.compile(src, target="interp")(*args)
     _check(stripeml.compile(src, target="cpu")(*args), want, rtol=1e-4, atol=1e-5)
 
 

@@ -86,7 +86,7 @@ def test_copy_into_sram_counts_dram_reads_and_sram_writes(mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_matmul_counts_one_element_per_point_on_every_path(mode: str) -> None:
     m, k, n = 9, 7, 5
-    f = stripeml.compile(MATMUL)
+    f = stripeml.compile(MATMUL, target="interp")
     a, b = np.ones((m, k), np.float32), np.ones((k, n), np.float32)
     program = f.lower(a, b).program
     _, traffic = run_with_report(program, {"A": a, "B": b}, mode=mode)

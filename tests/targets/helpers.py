@@ -50,3 +50,20 @@ def fake_sysfs(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:
             if value is not None:
                 (d / name).write_text(f"{value}\n")
     return root
+
+
+def cpuinfo_vector_width() -> int | None:
+    """f32 lanes of this x86 machine's widest vector unit from the kernel's own
+    ``/proc/cpuinfo`` flags (not from LLVM, which stripeml asks): ``None`` where
+    there is no such file or it is not an x86 CPU."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            if "avx512f" in flags:
+                return 16
+            return 8 if flags & {"avx", "avx2"} else 4
+    return None

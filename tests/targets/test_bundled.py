@@ -12,14 +12,15 @@ import pytest
 import stripeml
 from stripeml.errors import StripeError
 from stripeml.ir import format as format_ir
-from stripeml.passes import Dce, Fuse, cpu_pipeline
+from stripeml.passes import Dce, Fuse
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime import cpu
-from stripeml.runtime.backend import InterpBackend, backend_for, get_backend
+from stripeml.runtime.backend import InterpBackend, backend_for
+from stripeml.runtime.gpu import GpuOptions
 from stripeml.runtime.interp import run_with_report
-from stripeml.targets import BACKENDS, TARGETS_DIR, bundled_targets, load_target
+from stripeml.targets import BACKENDS, INTERP, TARGETS_DIR, bundled_targets, load_target, resolve
 
-from .helpers import HEADER, write
+from .helpers import HEADER, cpuinfo_vector_width, write
 
 try:
     from programs import CASES, Case
@@ -53,7 +54,7 @@ def test_every_bundled_target_loads(name: str) -> None:
     t = load_target(name)
     assert t.backend in BACKENDS
     assert t.memories[0].name == "DRAM"  # where the IR puts buffers by default
-    assert [p.name for p in t.passes()] == [s.name for s in t.pipeline]
+    assert [p.name for p in t.passes] == [s.name for s in t.pipeline]
     if name != "cpu":  # explicit sizes run from the largest to the smallest
         sizes = [m.size_bytes for m in t.memories]
         assert sizes == sorted(sizes, reverse=True)
@@ -63,7 +64,9 @@ def test_cpu_target_is_the_host() -> None:
     t = load_target("cpu")
     assert t.backend == "cpu"
     assert t.memory_names == ("DRAM", "L3", "L2", "L1")
-    assert t.threads == cpu.default_threads() and t.vector_width == cpu.detect_vector_width()
+    assert t.threads == len(os.sched_getaffinity(0))
+    if cpuinfo_vector_width() is not None:
+        assert t.vector_width == cpuinfo_vector_width()
     assert [s.name for s in t.pipeline][:1] == ["fuse"]
 
 
@@ -91,72 +94,76 @@ def test_example_accelerators() -> None:
 # -- backends -----------------------------------------------------------------------
 
 
-def test_get_backend_cpu_comes_from_cpu_toml() -> None:
-    backend = get_backend("cpu")
+def test_cpu_backend_comes_from_cpu_toml() -> None:
     target = load_target("cpu")
-    assert isinstance(backend, cpu.CpuBackend) and backend is get_backend("cpu")
-    assert backend.target == target
-    assert (backend.threads, backend.vector_width) == (target.threads, target.vector_width)
-    assert backend.pipeline() == target.passes()
+    backend = backend_for(resolve("cpu"))
+    assert isinstance(backend, cpu.CpuBackend) and backend is backend_for(resolve("cpu"))
+    assert backend.options == cpu.CpuOptions.from_target(target)
+    assert (backend.options.threads, backend.options.vector_width) == (
+        target.threads,
+        target.vector_width,
+    )
+    assert resolve("cpu").passes == target.passes
 
 
-def test_get_backend_interp_and_example_files() -> None:
-    plain = get_backend("interp")
-    assert isinstance(plain, InterpBackend) and plain.pipeline() == [] and plain.target is None
-    npu = get_backend("targets/examples/npu.toml")
-    assert isinstance(npu, InterpBackend) and npu.name == "interp"
-    assert npu.pipeline() == load_target("examples/npu").passes()
-    assert get_backend("examples/npu") is npu  # cached per file
+def test_interp_and_example_files() -> None:
+    assert resolve("interp") is INTERP and INTERP.passes == () and INTERP.source == ""
+    assert isinstance(backend_for(INTERP), InterpBackend)
+    npu = resolve("targets/examples/npu.toml")
+    backend = backend_for(npu)
+    assert isinstance(backend, InterpBackend) and backend.name == "interp"
+    assert npu.passes == load_target("examples/npu").passes
+    assert resolve("examples/npu") is npu  # loaded once per file
 
 
-def test_backends_are_cached_per_path_and_mtime(tmp_path: Path) -> None:
+def test_targets_are_cached_per_path_and_mtime(tmp_path: Path) -> None:
     path = write(tmp_path, HEADER + '[[pipeline]]\npass = "dce"\n')
-    first = get_backend(str(path))
-    assert get_backend(str(path)) is first and first.pipeline() == [Dce()]
+    first = resolve(str(path))
+    assert resolve(str(path)) is first and first.passes == (Dce(),)
     path.write_text(HEADER + '[[pipeline]]\npass = "fuse"\n')
     stamp = path.stat().st_mtime_ns + 10**9
     os.utime(path, ns=(stamp, stamp))
-    second = get_backend(str(path))
-    assert second is not first and second.pipeline() == [Fuse()]
+    second = resolve(str(path))
+    assert second is not first and second.passes == (Fuse(),)
 
 
 def test_cpu_target_file_sets_threads_and_vector_width(tmp_path: Path) -> None:
     text = 'backend = "cpu"\nthreads = 3\nvector_width = 4\n' + HEADER.split("\n", 1)[1]
-    backend = get_backend(write(tmp_path, text))
+    target = resolve(write(tmp_path, text))
+    backend = backend_for(target)
     assert isinstance(backend, cpu.CpuBackend)
-    assert (backend.threads, backend.vector_width, backend.pipeline()) == (3, 4, [])
+    assert (backend.options.threads, backend.options.vector_width, target.passes) == (3, 4, ())
 
 
 @pytest.mark.parametrize("name", ["opencl", "cuda"])
 def test_gpu_backends_come_from_their_files(name: str) -> None:
-    backend = get_backend(name)
     target = load_target(name)
-    assert backend.name == name and backend.target == target
-    assert backend.max_group_size == target.max_threads_per_group
-    assert backend.pipeline() == target.passes()
+    backend = backend_for(resolve(name))
+    assert backend.name == name and backend.options == GpuOptions.from_target(target)
+    assert backend.options.max_group_size == target.max_threads_per_group
+    assert resolve(name).passes == target.passes
 
 
 def test_unknown_targets() -> None:
     with pytest.raises(StripeError, match="unknown target 'tpu'"):
-        get_backend("tpu")
+        resolve("tpu")
     with pytest.raises(StripeError, match="must be a string"):
-        get_backend(3)  # type: ignore[arg-type]
+        resolve(3)  # type: ignore[arg-type]
 
 
-def test_backend_for_a_target_object() -> None:
+def test_a_target_object_is_its_own_resolution() -> None:
     t = load_target("examples/two_level_cpu")
-    backend = backend_for(t)
-    assert isinstance(backend, InterpBackend) and backend.target is t
-    assert get_backend(t).pipeline() == t.passes()
+    assert resolve(t) is t
+    assert isinstance(backend_for(t), InterpBackend)
+    assert stripeml.compile("function (A) -> (B) { B = A; }", target=t).target is t
 
 
-def test_cpu_backend_stays_backwards_compatible(tmp_path: Path) -> None:
-    assert cpu.CpuBackend().pipeline() == cpu_pipeline()
-    b = cpu.CpuBackend(threads=2, vector_width=4, cache_dir=tmp_path)
-    assert (b.threads, b.vector_width, b.passes, b.target) == (2, 4, None, None)
-    given = cpu.CpuBackend(vector_width=4, passes=[Dce()])
-    assert given.passes == (Dce(),) and given.pipeline() == [Dce()]
-    assert hash(given) == hash(cpu.CpuBackend(vector_width=4, passes=(Dce(),)))
+def test_cpu_options_default_to_this_host(tmp_path: Path) -> None:
+    assert cpu.CpuBackend().options.threads == len(os.sched_getaffinity(0))
+    b = cpu.CpuBackend(cpu.CpuOptions(threads=2, vector_width=4, cache_dir=tmp_path))
+    assert (b.options.threads, b.options.vector_width, b.cache_dir) == (2, 4, tmp_path)
+    given = cpu.CpuBackend(cpu.CpuOptions(vector_width=4))
+    assert hash(given) == hash(cpu.CpuBackend(cpu.CpuOptions(vector_width=4)))
 
 
 def test_kernel_cache_key_follows_the_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,7 +181,7 @@ def test_kernel_cache_key_follows_the_pipeline(monkeypatch: pytest.MonkeyPatch) 
     for passes in ([], [Fuse(), Dce()], [Dce()]):
         final = run_pipeline(program, passes).program
         with pytest.raises(_Stop):
-            cpu.CpuBackend(vector_width=4, passes=tuple(passes)).compile(final)
+            cpu.CpuBackend(cpu.CpuOptions(vector_width=4)).compile(final)
         assert keys[-1][0] == format_ir(final)
     (t0, _), (t1, _), (t2, _) = keys
     assert t0 != t1 and t0 == t2  # fuse changed the program; dce alone did not
@@ -202,7 +209,7 @@ def test_npu_pipeline_stages_tiles_through_sram(tmp_path: Path) -> None:
     assert "#tiled" in exe.ir and "@SRAM" in exe.ir
     out, traffic = run_with_report(exe.program, {"A": a, "B": b})
     np.testing.assert_allclose(out["C"], a @ b, rtol=1e-5)
-    plain = stripeml.compile(MATMUL).lower(a, b).program
+    plain = stripeml.compile(MATMUL, target="interp").lower(a, b).program
     _, untiled = run_with_report(plain, {"A": a, "B": b})
     assert set(untiled.reads) == {"DRAM"}
     assert traffic.reads["SRAM"] > 0 and traffic.writes["SRAM"] > 0

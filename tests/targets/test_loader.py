@@ -22,7 +22,7 @@ from stripeml.targets import (
 )
 from stripeml.targets.host import detect_caches, detect_threads, detect_vector_width
 
-from .helpers import HEADER, fake_sysfs, write
+from .helpers import HEADER, cpuinfo_vector_width, fake_sysfs, write
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -80,17 +80,18 @@ def test_good_file_loads_every_fact(tmp_path: Path) -> None:
 
 def test_passes_are_built_from_the_registry(tmp_path: Path) -> None:
     t = load_target(write(tmp_path, GOOD))
-    fuse, dce = t.passes()
+    fuse, dce = t.passes
     assert isinstance(fuse, PASSES["fuse"]) and fuse.eltwise is False
     assert isinstance(dce, PASSES["dce"])
-    assert t.passes() == [fuse, dce]  # frozen dataclasses: equal each time
+    assert t.passes == (fuse, dce)  # frozen dataclasses: equal each time
+    assert t.passes[0] is fuse  # built once, when the file was loaded
 
 
 def test_defaults(tmp_path: Path) -> None:
     t = load_target(write(tmp_path, HEADER, "my_chip.toml"))
     assert t.name == "my_chip"  # the file stem
     assert (t.threads, t.vector_width) == (1, 1)
-    assert t.pipeline == () and t.passes() == []
+    assert t.pipeline == () and t.passes == ()
     assert t.max_threads_per_group is None and t.shared_memory_bytes is None
 
 
@@ -225,6 +226,8 @@ def test_auto_on_this_machine() -> None:
     t = target_from_toml(AUTO)
     assert t.threads == detect_threads() == len(os.sched_getaffinity(0))
     assert t.vector_width == detect_vector_width() in (4, 8, 16)
+    if cpuinfo_vector_width() is not None:  # the kernel's own view of the CPU agrees
+        assert t.vector_width == cpuinfo_vector_width()
     assert all(m.size_bytes > 0 and m.line_bytes > 0 for m in t.memories)
 
 
@@ -268,7 +271,7 @@ options = { fraction = "$DRAM.bandwidth_gbs" }
 def test_references_are_substituted(probe_pass: type, tmp_path: Path) -> None:
     text = REFS.replace('fraction = "$DRAM.bandwidth_gbs"', "fraction = 1, flag = true")
     t = load_target(write(tmp_path, text))
-    first, second, third = t.passes()
+    first, second, third = t.passes
     assert first == probe_pass(size=32 * KiB, sizes=(3, 16, 128, 7))
     assert second == probe_pass(fraction=0.25, memory="L1", size=32)
     assert third == probe_pass(fraction=1, flag=True)

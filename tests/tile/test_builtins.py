@@ -39,7 +39,7 @@ def call_fails(
     src: str, args: list[np.ndarray], cls: type[StripeError], fragment: str, at: str
 ) -> str:
     """Compiling succeeds; calling fails with ``cls`` located at the text ``at``."""
-    f = stripeml.compile(src)
+    f = stripeml.compile(src, target="interp")
     with pytest.raises(cls) as info:
         f(*args)
     message = str(info.value)
@@ -144,7 +144,7 @@ def test_builtin_assignment_rules() -> None:
 
 def test_errors_raised_by_compile() -> None:
     with pytest.raises(TileTypeError):
-        stripeml.compile(fn("O = exp(reshape(A, 4));"))
+        stripeml.compile(fn("O = exp(reshape(A, 4));"), target="interp")
 
 
 # -- errors when shapes bind ----------------------------------------------------------
@@ -195,7 +195,7 @@ def test_index_axis_out_of_range() -> None:
 
 
 def _program(src: str, *args: np.ndarray):
-    exe = stripeml.compile(src).lower(*args)
+    exe = stripeml.compile(src, target="interp").lower(*args)
     verify(exe.program)
     return exe.program
 

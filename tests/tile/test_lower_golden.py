@@ -32,7 +32,7 @@ def _inputs(source: str) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", CASES)
 def test_lowering_golden(name: str) -> None:
     source = (GOLDEN / f"{name}.tile").read_text()
-    exe = stripeml.compile(source, name=name).lower(*_inputs(source))
+    exe = stripeml.compile(source, name=name, target="interp").lower(*_inputs(source))
     expected_path = GOLDEN / f"{name}.ir"
     if os.environ.get("STRIPEML_UPDATE_GOLDEN"):
         expected_path.write_text(exe.ir)

@@ -18,7 +18,7 @@ import pkgutil
 
 from .dce import Dce
 from .fuse import Fuse
-from .registry import PASSES, make_pass, pass_options, register
+from .registry import PASSES, Pass, make_pass, pass_options, register
 
 _NOT_PASSES = {"manager", "registry"}
 for _info in pkgutil.iter_modules(__path__):
@@ -26,20 +26,4 @@ for _info in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_info.name}")
 
 
-def cpu_pipeline(vector_width: int | None = None) -> list:
-    """The passes of the bundled ``cpu.toml`` target (optionally for another vector width)."""
-    from ..targets import load_target
-
-    target = load_target("cpu")
-    passes = target.passes()
-    if vector_width is not None:
-        from dataclasses import replace
-
-        passes = [
-            replace(p, **{k: vector_width for k in ("vector_width", "width") if hasattr(p, k)})
-            for p in passes
-        ]
-    return passes
-
-
-__all__ = ["PASSES", "Dce", "Fuse", "cpu_pipeline", "make_pass", "pass_options", "register"]
+__all__ = ["PASSES", "Dce", "Fuse", "Pass", "make_pass", "pass_options", "register"]

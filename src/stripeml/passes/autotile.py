@@ -59,7 +59,7 @@ from ..analysis.cost import CostModel, TileCost
 from ..analysis.domain import inequalities_of, project_onto
 from ..analysis.isl_util import affine_range, exists_point, nest_domain
 from ..analysis.select import parse_selector
-from ..errors import StripeError
+from ..errors import OptionError
 from ..ir.affine import Affine
 from ..ir.nodes import (
     Block,
@@ -73,7 +73,7 @@ from ..ir.nodes import (
     walk_blocks,
 )
 from ._common import fresh
-from .registry import register
+from .registry import check_option, register
 
 
 @register
@@ -104,9 +104,10 @@ class Autotile:
     name: ClassVar[str] = "autotile"
 
     def __post_init__(self) -> None:
-        parse_selector(self.select)
-        if self.memory_bytes <= 0 or self.fraction <= 0 or self.line_bytes <= 0:
-            raise StripeError("autotile: memory_bytes, fraction and line_bytes must be positive")
+        check_option("select", lambda: parse_selector(self.select))
+        for key in ("memory_bytes", "fraction", "line_bytes"):
+            if getattr(self, key) <= 0:
+                raise OptionError(key, f"pass 'autotile': option '{key}' must be positive")
 
     def run(self, program: Program) -> Program:
         wanted = parse_selector(self.select)

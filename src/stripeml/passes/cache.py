@@ -59,7 +59,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..analysis.select import parse_selector
-from ..errors import StripeError
+from ..errors import OptionError
 from ..ir.affine import Affine
 from ..ir.dtypes import is_float, to_numpy
 from ..ir.nodes import (
@@ -88,7 +88,7 @@ from ._memory import (
     use_set,
     writes,
 )
-from .registry import register
+from .registry import check_option, register
 
 _DIRS = {"in": ("in",), "out": ("out",), "all": ("in", "out"), "inout": ("in", "out")}
 _CACHE_TAGS = {"cache_in", "cache_out", "cache_init"}
@@ -107,10 +107,11 @@ class Cache:
     name: ClassVar[str] = "cache"
 
     def __post_init__(self) -> None:
-        parse_selector(self.select)
+        check_option("select", lambda: parse_selector(self.select))
         if self.dirs not in _DIRS:
-            raise StripeError(
-                f"pass 'cache': option 'dirs' must be one of {', '.join(_DIRS)}, got {self.dirs!r}"
+            raise OptionError(
+                "dirs",
+                f"pass 'cache': option 'dirs' must be one of {', '.join(_DIRS)}, got {self.dirs!r}",
             )
 
     def run(self, program: Program) -> Program:

@@ -12,19 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from ..ir.nodes import Program
 from ..ir.printer import format as format_ir
 from ..ir.verifier import verify
-
-
-class Pass(Protocol):
-    """A pass: a frozen dataclass (its fields are its options) with ``name`` and ``run``."""
-
-    name: str
-
-    def run(self, program: Program) -> Program: ...
+from .registry import Pass
 
 
 @dataclass

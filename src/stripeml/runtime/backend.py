@@ -1,29 +1,29 @@
-"""The backend interface, and backends made from targets.
+"""The backend interface, and the backend of a target.
 
-A backend turns a verified Stripe program into something callable: the NumPy
-interpreter (``interp``), the host CPU through LLVM (``cpu``, imported
-lazily so the core does not load llvmlite), OpenCL devices through pyopencl
-(``opencl``) and NVIDIA GPUs through NVRTC and the CUDA driver (``cuda``),
-both optional extras imported only when a target names them.  Every target but the bare
-``"interp"`` is a target file (:mod:`stripeml.targets`): its facts configure
-the backend and its pipeline is the backend's.
+A backend turns an optimised Stripe program into something callable: the
+NumPy interpreter (``interp``), the host CPU through LLVM (``cpu``), and GPUs
+through OpenCL or CUDA (``opencl``, ``cuda``: one :class:`~.gpu.GpuBackend`
+parameterised by its dialect).  :func:`backend_for` makes the backend of a
+resolved :class:`~stripeml.targets.Target` through that kind's frozen options
+object (``CpuOptions.from_target``, ``GpuOptions.from_target``), once per
+target.  Backends never run passes: the pipeline is the target's
+(``target.passes``), run by the caller before ``compile``.  The CPU, OpenCL and
+CUDA modules import their native dependencies lazily, so the core loads none
+of them.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
-from ..errors import StripeError, TargetError
 from ..ir.nodes import Program
-
-if TYPE_CHECKING:
-    from ..targets import Target
+from ..targets.target import GPU_BACKENDS, Target
 
 
 class Compiled(Protocol):
@@ -37,11 +37,21 @@ class Compiled(Protocol):
 
 
 class Backend(Protocol):
+    """Compiles optimised programs for one kind of machine."""
+
     name: str
 
-    def pipeline(self) -> list: ...
+    @property
+    def cache_dir(self) -> str | os.PathLike[str] | None:
+        """Where the disk cache lives (``None``: the default place, or no cache)."""
+        ...
 
     def compile(self, program: Program) -> Compiled: ...
+
+    def describe(self) -> str | None:
+        """Everything besides the program that compiled code depends on (the disk
+        cache's key), or ``None`` when results are not cached on disk."""
+        ...
 
 
 @dataclass
@@ -57,104 +67,45 @@ class _InterpCompiled:
         return run(self.program, inputs, outputs)
 
 
+@dataclass(frozen=True)
 class InterpBackend:
-    """``target="interp"``: the reference interpreter.
+    """The reference interpreter: runs the program as it is (no options)."""
 
-    No passes by default; a target file with ``backend = "interp"`` (an
-    accelerator only the interpreter runs) gives its pipeline as ``passes``.
-    """
-
-    name = "interp"
-
-    def __init__(self, passes: Sequence[object] = (), target: Target | None = None) -> None:
-        self.passes = tuple(passes)
-        self.target = target
-
-    def pipeline(self) -> list:
-        return list(self.passes)
+    name: ClassVar[str] = "interp"
+    cache_dir: ClassVar[None] = None
 
     def compile(self, program: Program) -> Compiled:
         return _InterpCompiled(program)
 
+    def describe(self) -> str | None:
+        return None
 
-_PLANNED: dict[str, str] = {}
 
-# Backends made from target files, by (resolved path, modification time): a
-# file is loaded (and the host probed) once, and again after it changes.
-_BACKENDS: dict[str, tuple[int, Backend]] = {}
+# One backend per target (targets are frozen and hashable).
+_BACKENDS: dict[Target, Backend] = {}
 _LOCK = threading.Lock()
 
 
-def get_backend(target: str | os.PathLike[str] | Target) -> Backend:
-    """The backend for a target: ``"interp"``, a bundled target name (``"cpu"``
-    loads ``targets/cpu.toml``), a path to a target ``.toml`` file, or a
-    :class:`~stripeml.targets.Target`."""
-    from ..targets import Target, load_target, resolve_target
-
-    if isinstance(target, Target):
-        return backend_for(target)
-    if not isinstance(target, (str, os.PathLike)):
-        raise StripeError(f"target must be a string, got {type(target).__name__}")
-    if target == "interp":
-        return InterpBackend()
-    path = resolve_target(target).resolve()
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise TargetError(f"{path}: cannot read the target file: {exc}") from None
-    key = str(path)
-    with _LOCK:
-        cached = _BACKENDS.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    backend = backend_for(load_target(path))
-    with _LOCK:
-        _BACKENDS[key] = (stamp, backend)
-    return backend
-
-
 def backend_for(target: Target) -> Backend:
-    """A fresh backend running ``target``'s pipeline with its facts."""
+    """The backend that runs ``target``'s programs, made once per target."""
+    with _LOCK:
+        cached = _BACKENDS.get(target)
+    if cached is not None:
+        return cached
+    backend = _make(target)
+    with _LOCK:
+        return _BACKENDS.setdefault(target, backend)
+
+
+def _make(target: Target) -> Backend:
     if target.backend == "interp":
-        return InterpBackend(target.passes(), target)
+        return InterpBackend()
     if target.backend == "cpu":
-        from .cpu import CpuBackend
+        from .cpu import CpuBackend, CpuOptions
 
-        return CpuBackend(
-            threads=target.threads,
-            vector_width=target.vector_width,
-            fma=target.fma,
-            passes=tuple(target.passes()),
-            target=target,
-        )
-    # A device whose subgroup is no wider than its vector lanes (a CPU running
-    # OpenCL) vectorises one work-item's loops, so its work-items keep a strip
-    # of accumulators; a GPU spreads outputs over threads instead.
-    strip = 0
-    if target.subgroup_size and target.subgroup_size <= target.vector_width:
-        strip = 8 * target.vector_width
-    if target.backend == "opencl":
-        from .opencl import OpenCLBackend
+        return CpuBackend(CpuOptions.from_target(target))
+    if target.backend in GPU_BACKENDS:
+        from .gpu import GpuBackend, GpuOptions
 
-        return OpenCLBackend(
-            passes=tuple(target.passes()),
-            max_group_size=target.max_threads_per_group or 256,
-            shared_memory=target.shared_memory_bytes or 0,
-            strip=strip,
-            target=target,
-        )
-    if target.backend == "cuda":
-        from .cuda import CudaBackend
-
-        return CudaBackend(
-            passes=tuple(target.passes()),
-            max_group_size=target.max_threads_per_group or 1024,
-            shared_memory=target.shared_memory_bytes or 0,
-            strip=strip,
-            target=target,
-        )
-    planned = _PLANNED.get(target.backend, f"backend '{target.backend}'")
-    where = f" ({target.source})" if target.source else ""
-    raise StripeError(
-        f"target '{target.name}'{where} is not available yet ({planned} is not built)"
-    )
+        return GpuBackend(target.backend, GpuOptions.from_target(target))
+    raise AssertionError(f"the target loader accepted backend {target.backend!r}")

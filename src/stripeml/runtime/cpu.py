@@ -36,7 +36,6 @@ interpreter sees.
 from __future__ import annotations
 
 import ctypes
-import inspect
 import os
 import threading
 import time
@@ -47,12 +46,10 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo, CpuModule, KernelInfo
-from ..errors import StripeError
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Program, Refinement, TensorShape
 from ..ir.printer import format as format_ir
-from ..targets.host import detect_threads as default_threads
-from ..targets.host import detect_vector_width
+from ..targets.host import detect_threads, detect_vector_width
 from . import jit, native_pool
 from .host import check_names, checked, run_root_special
 from .kernel_cache import Entry, KernelCache, cache_key
@@ -65,7 +62,7 @@ if TYPE_CHECKING:
 #: one core); the native pool's costs about 5 us, and on a 2-core znver3
 #: SqueezeNet and ResNet-50 measured the same with 16k, 64k and 1M here (the
 #: kernels below 1M operations are memory-bound copies and pools), so the
-#: threshold stayed.  ``CpuBackend(min_chunk_work=...)`` overrides it (tests force splits).
+#: threshold stayed.  ``CpuOptions(min_chunk_work=...)`` overrides it (tests force splits).
 MIN_WORK_PER_CHUNK = 1 << 20
 
 #: Chunks per thread of a split kernel.  Threads claim chunks one at a time, so
@@ -78,95 +75,80 @@ CHUNKS_PER_THREAD = 4
 
 def generate_module(program: Program, vector_width: int, fma: bool = False) -> CpuModule:
     """The code generator (imported lazily; tests replace this function)."""
-    try:
-        from ..codegen.llvm import generate
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__package__.rpartition('.')[0]}.codegen.llvm":
-            raise
-        raise StripeError("target 'cpu': the LLVM code generator is not built yet") from exc
+    from ..codegen.llvm import generate
 
     return generate(program, vector_width=vector_width, fma=fma)
 
 
 @dataclass(frozen=True)
-class CpuBackend:
-    """The host CPU through LLVM.  ``None`` options are detected from the host.
+class CpuOptions:
+    """Everything the CPU backend is told: frozen, hashable, one per target.
 
-    ``threads``: kernels run on this many threads (default: the CPUs available).
-    ``vector_width``: f32 lanes handed to the pipeline and the code generator.
-    ``cache_dir``: the kernel cache root (default: read from the environment at
-    each compile, see :func:`~stripeml.runtime.kernel_cache.default_cache_dir`).
-    ``passes``: the pass objects to run (a target file's pipeline); ``None``
-    means ``stripeml.passes.cpu_pipeline()``.
-    ``target``: the :class:`~stripeml.targets.Target` this backend was made
-    from, if any (``get_backend("cpu")`` loads ``targets/cpu.toml``).
+    ``threads``: kernels run on this many threads (default: the CPUs this
+    process may use).  ``vector_width``: f32 lanes of the generated vector code
+    (default: the host's widest unit).  ``fma``: contract a multiply feeding an
+    add into an FMA.  ``min_chunk_work`` / ``chunks_per_thread``: when and how
+    finely a kernel is split over threads (see :data:`MIN_WORK_PER_CHUNK`,
+    :data:`CHUNKS_PER_THREAD`).  ``cache_dir``: the kernel cache root (``None``:
+    read from the environment at each compile, see
+    :func:`~stripeml.runtime.kernel_cache.default_cache_dir`).
+    """
+
+    threads: int = field(default_factory=detect_threads)
+    vector_width: int = field(default_factory=detect_vector_width)
+    fma: bool = False
+    min_chunk_work: int = MIN_WORK_PER_CHUNK
+    chunks_per_thread: int = CHUNKS_PER_THREAD
+    cache_dir: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.threads < 1 or self.vector_width < 1:
+            raise ValueError(f"threads and vector_width must be >= 1, got {self}")
+
+    @classmethod
+    def from_target(cls, target: Target) -> CpuOptions:
+        """The options a ``backend = "cpu"`` target file's facts give."""
+        return cls(threads=target.threads, vector_width=target.vector_width, fma=target.fma)
+
+
+@dataclass(frozen=True)
+class CpuBackend:
+    """The host CPU through LLVM, configured by one :class:`CpuOptions`.
 
     The kernel cache keys on the final Stripe text and :meth:`describe`, so
     two pipelines that produce the same program share object code, and any
     pipeline change that changes the program gets its own entry.
     """
 
-    threads: int | None = None
-    vector_width: int | None = None
-    cache_dir: str | os.PathLike[str] | None = None
-    passes: tuple[object, ...] | None = None
-    # Contract a multiply feeding an add into an FMA (the target's ``fma``).
-    fma: bool = False
-    # Work a thread must get before a kernel is split (see MIN_WORK_PER_CHUNK).
-    min_chunk_work: int = MIN_WORK_PER_CHUNK
-    # Chunks per thread of a split kernel (see CHUNKS_PER_THREAD).
-    chunks_per_thread: int = CHUNKS_PER_THREAD
-    target: Target | None = field(default=None, compare=False, repr=False)
+    options: CpuOptions = field(default_factory=CpuOptions)
     name: ClassVar[str] = "cpu"
 
-    def __post_init__(self) -> None:
-        if self.threads is None:
-            object.__setattr__(self, "threads", default_threads())
-        if self.vector_width is None:
-            object.__setattr__(self, "vector_width", detect_vector_width())
-        if self.threads < 1 or self.vector_width < 1:
-            raise ValueError(f"threads and vector_width must be >= 1, got {self}")
-        if self.passes is not None and not isinstance(self.passes, tuple):
-            object.__setattr__(self, "passes", tuple(self.passes))
-
-    def pipeline(self) -> list:
-        """``passes`` when given; else ``stripeml.passes.cpu_pipeline(...)`` when the
-        pass registry provides it, else ``[]``.
-
-        The options ``cpu_pipeline`` declares among ``threads`` and
-        ``vector_width`` are passed.
-        """
-        if self.passes is not None:
-            return list(self.passes)
-        from .. import passes
-
-        make = getattr(passes, "cpu_pipeline", None)
-        if not callable(make):
-            return []
-        accepted = inspect.signature(make).parameters
-        options = {"threads": self.threads, "vector_width": self.vector_width}
-        return list(make(**{k: v for k, v in options.items() if k in accepted}))
+    @property
+    def cache_dir(self) -> str | os.PathLike[str] | None:
+        return self.options.cache_dir
 
     def describe(self) -> str:
         """Everything besides the program that the object code depends on."""
-        return f"cpu vector_width={self.vector_width} fma={self.fma}; {jit.target_description()}"
+        o = self.options
+        return f"cpu vector_width={o.vector_width} fma={o.fma}; {jit.target_description()}"
 
     def compile(self, program: Program) -> CpuCompiled:
         """Object code from the disk cache, or generated, optimised and stored."""
-        cache = KernelCache(self.cache_dir)
+        o = self.options
+        cache = KernelCache(o.cache_dir)
         key = cache_key(format_ir(program), self.describe())
         entry = cache.get(key)
         if entry is None:
-            module = generate_module(program, self.vector_width, self.fma)
+            module = generate_module(program, o.vector_width, o.fma)
             entry = Entry(jit.compile_ir(module.llvm_ir), module)
             cache.put(key, entry)
         return CpuCompiled(
             entry.module,
             jit.load_object(entry.object_code),
-            self.threads,
+            o.threads,
             program=program,
-            min_chunk_work=self.min_chunk_work,
-            chunks_per_thread=self.chunks_per_thread,
+            min_chunk_work=o.min_chunk_work,
+            chunks_per_thread=o.chunks_per_thread,
         )
 
 

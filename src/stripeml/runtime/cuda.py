@@ -1,7 +1,8 @@
 """``target="cuda"``: Stripe -> CUDA C -> PTX (NVRTC) -> an NVIDIA GPU (CUDA driver API).
 
-:class:`CudaBackend` runs the target file's pipeline, prints CUDA C
-(:mod:`stripeml.codegen.cuda`) and compiles it to PTX with NVRTC at once, so
+:data:`DEVICE` is what :class:`~.gpu.GpuBackend` uses for the ``cuda``
+dialect: it prints CUDA C (:mod:`stripeml.codegen.cuda`) and compiles it to
+PTX with NVRTC at once, so
 ``f.lower(...)`` works (and is tested) on machines without a GPU.  Running
 needs a GPU and its driver: the first call creates the primary context of
 device 0, loads the PTX and allocates one device buffer per root buffer,
@@ -15,18 +16,13 @@ the bundled ``cuda.toml``); the driver JIT-compiles it for newer GPUs.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..codegen.gpu_abi import GpuModule, KernelInfo
 from ..errors import StripeError
 from ..ir.nodes import Program
-from .gpu import GpuProgram
-
-if TYPE_CHECKING:
-    from ..targets import Target
+from .gpu import GpuOptions, GpuProgram
 
 #: The PTX architecture when no GPU says otherwise (NVIDIA Hopper, as cuda.toml).
 DEFAULT_ARCH = "compute_90"
@@ -134,29 +130,21 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, name: str = "stripeml.cu"
     return ptx.rstrip(b"\0 ").decode()
 
 
-@dataclass(frozen=True)
-class CudaBackend:
-    """An NVIDIA GPU through CUDA, with a target file's pipeline and block limits."""
+class CudaDevice:
+    """The CUDA dialect's device half for :class:`~.gpu.GpuBackend`: CUDA C compiled
+    to PTX with NVRTC at once (no GPU needed), loaded on the GPU at the first run."""
 
-    passes: tuple[object, ...] = ()
-    shared_memory: int = 0
-    strip: int = 0
-    max_group_size: int = 1024
-    target: Target | None = field(default=None, compare=False, repr=False)
-    name: ClassVar[str] = "cuda"
-
-    def pipeline(self) -> list:
-        return list(self.passes)
-
-    def compile(self, program: Program) -> CudaCompiled:
+    def generate(self, program: Program, options: GpuOptions) -> GpuModule:
         from ..codegen.cuda import generate_cuda
 
-        module = generate_cuda(
+        return generate_cuda(
             program,
-            max_group_size=self.max_group_size,
-            shared_memory=self.shared_memory,
-            strip=self.strip,
+            max_group_size=options.max_group_size,
+            shared_memory=options.shared_memory,
+            strip=options.strip,
         )
+
+    def load(self, module: GpuModule) -> CudaCompiled:
         ok, _ = gpu_available()
         arch = gpu_context()[2] if ok else DEFAULT_ARCH
         return CudaCompiled(module, compile_ptx(module.source, arch))
@@ -241,3 +229,6 @@ class CudaCompiled(GpuProgram):
 
     def finish(self) -> None:
         _check(self._driver.cuStreamSynchronize(self._stream), "cuStreamSynchronize")
+
+
+DEVICE = CudaDevice()

@@ -1,4 +1,10 @@
-"""What the OpenCL and CUDA runtimes share: host-side buffers, checks, specials.
+"""GPUs: one backend for OpenCL and CUDA, and what their runtimes share.
+
+:class:`GpuBackend` is the backend of every ``opencl`` and ``cuda`` target:
+its ``dialect`` names the device module (:mod:`.opencl` or :mod:`.cuda`,
+imported on first use, so pyopencl and cuda-bindings stay optional) that
+prints the program in its C dialect and loads it on its device; its
+:class:`GpuOptions` come from the target file's facts.
 
 A compiled GPU program (:class:`GpuProgram`) keeps one device buffer per root
 refinement for its whole life, so repeated calls reuse device memory; a call
@@ -11,17 +17,79 @@ outputs), and downloads the results.  Subclasses provide the device calls.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo
 from ..codegen.gpu_abi import GpuModule, KernelInfo
 from ..ir.dtypes import to_numpy
-from ..ir.nodes import Refinement, Special, TensorShape
+from ..ir.nodes import Program, Refinement, Special, TensorShape
+from ..targets.target import Target
 from .host import check_names, checked, run_root_special
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    """What the C-style code generators are told about a device.
+
+    ``max_group_size``: work-items per work-group (threads per block);
+    ``shared_memory``: bytes of local/shared memory a group may use;
+    ``strip``: accumulators one work-item keeps along a vectorised strip (0:
+    one output each).
+    """
+
+    max_group_size: int
+    shared_memory: int = 0
+    strip: int = 0
+
+    @classmethod
+    def from_target(cls, target: Target) -> GpuOptions:
+        """The options of an ``opencl``/``cuda`` target (the loader requires
+        ``max_threads_per_group`` of those)."""
+        if target.max_threads_per_group is None:
+            raise ValueError(f"target '{target.name}' has no max_threads_per_group")
+        return cls(
+            max_group_size=target.max_threads_per_group,
+            shared_memory=target.shared_memory_bytes or 0,
+            strip=target.work_item_strip,
+        )
+
+
+class Device(Protocol):
+    """A dialect's device module: prints a program in its C dialect and loads it."""
+
+    def generate(self, program: Program, options: GpuOptions) -> GpuModule: ...
+
+    def load(self, module: GpuModule) -> GpuProgram: ...
+
+
+@dataclass(frozen=True)
+class GpuBackend:
+    """``target="opencl"`` / ``"cuda"`` (and their target files): the program
+    printed by the dialect's code generator, loaded on its device."""
+
+    dialect: str  # "opencl" | "cuda": the module of this package that runs it
+    options: GpuOptions
+    cache_dir: ClassVar[None] = None  # compiled GPU code is not cached on disk
+
+    @property
+    def name(self) -> str:
+        return self.dialect
+
+    def device(self) -> Device:
+        return importlib.import_module(f"{__package__}.{self.dialect}").DEVICE
+
+    def compile(self, program: Program) -> GpuProgram:
+        device = self.device()
+        return device.load(device.generate(program, self.options))
+
+    def describe(self) -> str | None:
+        return None  # compiled GPU code is not cached on disk
 
 
 @dataclass(frozen=True)

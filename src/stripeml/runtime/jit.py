@@ -3,7 +3,9 @@
 Everything that touches LLVM goes through this module:
 
 * :func:`host` describes the machine (triple, CPU name, feature string, LLVM
-  version); the kernel cache keys on :func:`target_description`.
+  version; the CPU comes from :func:`stripeml.targets.host.detect_cpu`, which
+  also decides the target's ``auto`` facts); the kernel cache keys on
+  :func:`target_description`.
 * :func:`optimize` parses LLVM IR text and runs the new pass manager's O3
   pipeline with loop and SLP vectorisation on, for the host CPU.
 * :func:`emit_object` turns an optimised module into ELF object code (bytes,
@@ -41,6 +43,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import InternalError
+from ..targets.host import detect_cpu
 
 #: How many times each LLVM step ran in this process (tests read it).
 STATS: Counter[str] = Counter()
@@ -73,12 +76,9 @@ def host() -> Host:
     with _LOCK:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        try:
-            features = llvm.get_host_cpu_features().flatten()
-        except RuntimeError:  # LLVM cannot detect features here: baseline only
-            features = ""
+        cpu = detect_cpu()  # the same description the target's `auto` facts come from
         version = ".".join(map(str, llvm.llvm_version_info))
-        return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(), features, version)
+        return Host(cpu.triple, cpu.name, cpu.feature_string, version)
 
 
 def target_description() -> str:

@@ -1,9 +1,9 @@
 """``target="opencl"``: Stripe -> OpenCL C -> any OpenCL device, through pyopencl.
 
-:class:`OpenCLBackend` runs the target file's pipeline, prints OpenCL C
-(:mod:`stripeml.codegen.opencl`), builds it for the device and returns an
-:class:`OpenCLCompiled` that launches one NDRange per root kernel on one
-in-order queue.  The device is the first GPU of the first platform that has
+:data:`DEVICE` is what :class:`~.gpu.GpuBackend` uses for the ``opencl``
+dialect: it prints OpenCL C (:mod:`stripeml.codegen.opencl`), builds it for
+the device and returns an :class:`OpenCLCompiled` that launches one NDRange
+per root kernel on one in-order queue.  The device is the first GPU of the first platform that has
 one, else the first device found (PoCL's CPU device in CI);
 ``PYOPENCL_CTX`` (pyopencl's own variable) picks another.  pyopencl and a
 driver come with the ``opencl`` extra: ``pip install 'stripeml[opencl]'``
@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..codegen.gpu_abi import GpuModule, KernelInfo
 from ..errors import StripeError
 from ..ir.nodes import Program
-from .gpu import GpuProgram
-
-if TYPE_CHECKING:
-    from ..targets import Target
+from .gpu import GpuOptions, GpuProgram
 
 
 def _cl():
@@ -67,29 +62,20 @@ def device_context():
         return _DEVICE[0]
 
 
-@dataclass(frozen=True)
-class OpenCLBackend:
-    """An OpenCL device, with a target file's pipeline and work-group limits."""
+class OpenCLDevice:
+    """The OpenCL dialect's device half for :class:`~.gpu.GpuBackend`."""
 
-    passes: tuple[object, ...] = ()
-    shared_memory: int = 0
-    strip: int = 0
-    max_group_size: int = 256
-    target: Target | None = field(default=None, compare=False, repr=False)
-    name: ClassVar[str] = "opencl"
-
-    def pipeline(self) -> list:
-        return list(self.passes)
-
-    def compile(self, program: Program) -> OpenCLCompiled:
+    def generate(self, program: Program, options: GpuOptions) -> GpuModule:
         from ..codegen.opencl import generate_opencl
 
-        module = generate_opencl(
+        return generate_opencl(
             program,
-            max_group_size=self.max_group_size,
-            shared_memory=self.shared_memory,
-            strip=self.strip,
+            max_group_size=options.max_group_size,
+            shared_memory=options.shared_memory,
+            strip=options.strip,
         )
+
+    def load(self, module: GpuModule) -> OpenCLCompiled:
         return OpenCLCompiled(module)
 
 
@@ -143,3 +129,6 @@ class OpenCLCompiled(GpuProgram):
 
     def finish(self) -> None:
         self.queue.finish()
+
+
+DEVICE = OpenCLDevice()

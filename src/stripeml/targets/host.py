@@ -1,13 +1,15 @@
 """Facts about the host machine: what a target file's ``auto`` values become.
 
 Detection happens here, once, when a target file is loaded; passes never look
-at the machine.  Each fact is detected lazily (a target without ``auto`` costs
+at the machine, and the CPU backend's JIT asks :func:`detect_cpu` (the one
+place that queries LLVM about the host) for the same description.  Each fact is detected lazily (a target without ``auto`` costs
 nothing) and may be given explicitly instead, which is how tests describe an
 imaginary machine:
 
 * ``threads``: the CPUs in this process's affinity set;
 * ``vector_width``: f32 lanes of the widest vector unit LLVM reports
   (``avx512f`` -> 16, ``avx``/``avx2`` -> 8, else 4; 4 without llvmlite);
+* ``fma``: whether the CPU has fused multiply-add;
 * ``caches``: size and line size per level from
   ``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,coherency_line_size}``
   (instruction caches skipped), with :data:`FALLBACK_CACHE_BYTES` and
@@ -20,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -51,30 +53,60 @@ def detect_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def detect_vector_width() -> int:
-    """f32 lanes of the host's widest vector unit: 16 (AVX-512F), 8 (AVX/AVX2), else 4."""
-    try:
-        from ..runtime import jit
+@dataclass(frozen=True)
+class CpuId:
+    """What the CPU says about itself, as LLVM reads it: its target triple, CPU name
+    and the ISA features it has (``avx2``, ``fma``, ``neon`` ...)."""
 
-        h = jit.host()
-    except ImportError:  # no llvmlite: assume 128-bit vectors
-        return 4
-    if h.has("avx512f"):
+    triple: str
+    name: str
+    features: frozenset[str]
+    #: LLVM's full feature string (``+avx2,-avx512f,...``, sorted), for code generators.
+    feature_string: str = ""
+
+
+#: The CPU when LLVM cannot be asked: a 64-bit host with no known vector extension.
+BASELINE_CPU = CpuId("unknown", "generic", frozenset())
+
+
+@lru_cache(maxsize=1)
+def detect_cpu() -> CpuId:
+    """This machine's CPU from LLVM's host detection (llvmlite), once per process;
+    :data:`BASELINE_CPU` without llvmlite."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:
+        return BASELINE_CPU
+    try:
+        text = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # LLVM cannot detect features here: baseline only
+        text = ""
+    on = frozenset(f[1:] for f in text.split(",") if f.startswith("+"))
+    return CpuId(llvm.get_process_triple(), llvm.get_host_cpu_name(), on, text)
+
+
+def vector_width_of(cpu: CpuId) -> int:
+    """f32 lanes of ``cpu``'s widest vector unit: 16 (AVX-512F), 8 (AVX/AVX2), else 4."""
+    if "avx512f" in cpu.features:
         return 16
-    if h.has("avx2") or h.has("avx"):
+    if cpu.features & {"avx2", "avx"}:
         return 8
     return 4
 
 
-def detect_fma() -> bool:
-    """Whether the host has fused multiply-add (x86 FMA3; always on AArch64)."""
-    try:
-        from ..runtime import jit
+def fma_of(cpu: CpuId) -> bool:
+    """Whether ``cpu`` has fused multiply-add (x86 FMA3; always on AArch64)."""
+    return bool(cpu.features & {"fma", "neon"}) or "aarch64" in cpu.triple
 
-        h = jit.host()
-    except ImportError:
-        return False
-    return h.has("fma") or h.has("neon") or "aarch64" in h.triple
+
+def detect_vector_width() -> int:
+    """f32 lanes of this machine's widest vector unit (:func:`vector_width_of`)."""
+    return vector_width_of(detect_cpu())
+
+
+def detect_fma() -> bool:
+    """Whether this machine has fused multiply-add (:func:`fma_of`)."""
+    return fma_of(detect_cpu())
 
 
 def detect_caches(root: str | os.PathLike[str] = CACHE_ROOT) -> dict[int, CacheLevel]:
@@ -116,8 +148,10 @@ def detect_dram_bytes() -> int:
 class HostFacts:
     """The host as target files see it; each fact detected on first use, then kept.
 
-    Any fact may be given to the constructor instead of detected; ``cache_root``
-    points cache detection at another sysfs ``cache`` directory (tests).
+    Any fact may be given to the constructor instead of detected; ``cpu``
+    describes another CPU (its ISA features decide ``vector_width`` and ``fma``),
+    and ``cache_root`` points cache detection at another sysfs ``cache``
+    directory (tests).
     """
 
     def __init__(
@@ -125,10 +159,14 @@ class HostFacts:
         *,
         threads: int | None = None,
         vector_width: int | None = None,
+        fma: bool | None = None,
         dram_bytes: int | None = None,
+        cpu: CpuId | None = None,
         cache_root: str | os.PathLike[str] = CACHE_ROOT,
     ) -> None:
         self._given = {"threads": threads, "vector_width": vector_width, "dram_bytes": dram_bytes}
+        self._fma = fma
+        self._cpu = cpu
         self.cache_root = Path(cache_root)
 
     def _fact(self, name: str, detect) -> int:
@@ -140,12 +178,20 @@ class HostFacts:
         return self._fact("threads", detect_threads)
 
     @cached_property
+    def cpu(self) -> CpuId:
+        return self._cpu if self._cpu is not None else detect_cpu()
+
+    @cached_property
     def vector_width(self) -> int:
+        if self._cpu is not None:
+            return self._fact("vector_width", lambda: vector_width_of(self.cpu))
         return self._fact("vector_width", detect_vector_width)
 
     @cached_property
     def fma(self) -> bool:
-        return detect_fma()
+        if self._fma is not None:
+            return self._fma
+        return fma_of(self._cpu) if self._cpu is not None else detect_fma()
 
     @cached_property
     def dram_bytes(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
@@ -21,9 +22,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from ..errors import StripeError, TargetError
+from ..errors import OptionError, StripeError, TargetError
 from .host import GiB, HostFacts, KiB, MiB
-from .target import BACKENDS, Memory, PassSpec, Target
+from .target import BACKENDS, GPU_BACKENDS, INTERP, Memory, PassSpec, Target
 
 TARGETS_DIR = Path(__file__).resolve().parent
 
@@ -38,6 +39,7 @@ _TOP_KEYS = (
     "subgroup_size",
     "shared_memory",
     "compute_units",
+    "work_item_strip",
     "memory",
     "pipeline",
 )
@@ -111,6 +113,40 @@ def load_target(target: str | os.PathLike[str], *, host: HostFacts | None = None
     except (OSError, UnicodeDecodeError) as exc:
         raise TargetError(f"{path}: cannot read the target file: {exc}") from None
     return target_from_toml(text, source=str(path), host=host, default_name=path.stem)
+
+
+# Targets loaded from files, by resolved path: (modification time, target).  A file
+# is read (and the host probed) once, and again after it changes.
+_LOADED: dict[str, tuple[int, Target]] = {}
+_LOCK = threading.Lock()
+
+
+def resolve(target: str | os.PathLike[str] | Target) -> Target:
+    """The :class:`Target` that ``compile(..., target=...)`` means: a ``Target`` as
+    it is, :data:`~.target.INTERP` for ``"interp"``, else the file of a bundled
+    name or a path (:func:`resolve_target`), loaded once per modification."""
+    if isinstance(target, Target):
+        return target
+    if not isinstance(target, (str, os.PathLike)):
+        raise TargetError(
+            f"target must be a string (a name or a path to a .toml file) or a Target, "
+            f"got {type(target).__name__}"
+        )
+    if target == "interp":
+        return INTERP
+    path = resolve_target(target).resolve()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read the target file: {exc}") from None
+    with _LOCK:
+        cached = _LOADED.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    loaded = load_target(path)
+    with _LOCK:
+        _LOADED[str(path)] = (stamp, loaded)
+    return loaded
 
 
 def target_from_toml(
@@ -192,6 +228,16 @@ class _Reader:
         for key in _GPU_COUNTS:
             if key in data:
                 facts[key] = self.count(data[key], key)
+        if backend in GPU_BACKENDS and "max_threads_per_group" not in data:
+            raise self.fail(
+                "max_threads_per_group",
+                f"missing (a '{backend}' target must say how many work-items a group may have)",
+            )
+        strip = data.get("work_item_strip", 0)
+        if isinstance(strip, bool) or not isinstance(strip, int) or strip < 0:
+            raise self.fail(
+                "work_item_strip", f"must be a non-negative integer, got {_kind(strip)}"
+            )
         if "shared_memory" in data:
             facts["shared_memory"] = self.size(data["shared_memory"], "shared_memory")
         memories = self.memories(data.get("memory"))
@@ -211,6 +257,7 @@ class _Reader:
             subgroup_size=facts.get("subgroup_size"),  # type: ignore[arg-type]
             shared_memory_bytes=facts.get("shared_memory"),  # type: ignore[arg-type]
             compute_units=facts.get("compute_units"),  # type: ignore[arg-type]
+            work_item_strip=strip,
             fma=fma,
             description=self.string(data, "description", "description", default=""),
             source=self.source,
@@ -292,7 +339,8 @@ class _Reader:
     # -- pipeline ------------------------------------------------------------
 
     def pipeline(self, entries: object, refs: Mapping[str, object]) -> tuple[PassSpec, ...]:
-        from ..passes import PASSES, make_pass, pass_options
+        """Each entry's pass, built (and so validated) once, here."""
+        from ..passes.registry import make_pass, pass_class
 
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise self.fail(
@@ -303,30 +351,23 @@ class _Reader:
             at = f"pipeline[{i}]"
             self.no_unknown_keys(entry, _PIPELINE_KEYS, at)
             name = self.string(entry, "pass", f"{at}.pass")
-            if name not in PASSES:
-                known = ", ".join(sorted(PASSES)) or "none"
-                raise self.fail(f"{at}.pass", f"unknown pass '{name}' (known passes: {known})")
+            try:
+                pass_class(name)
+            except StripeError as exc:
+                raise self.fail(f"{at}.pass", str(exc)) from None
             raw = entry.get("options", {})
             if not isinstance(raw, dict):
                 raise self.fail(f"{at}.options", f"must be a table, got {_kind(raw)}")
-            fields = pass_options(PASSES[name])
-            options = []
-            for key, value in raw.items():
-                if key not in fields:
-                    known = ", ".join(sorted(fields)) or "none"
-                    raise self.fail(
-                        f"{at}.options.{key}",
-                        f"pass '{name}' has no option '{key}' (its options: {known})",
-                    )
-                options.append((key, self.option(value, refs, f"{at}.options.{key}")))
+            options = tuple(
+                (key, self.option(value, refs, f"{at}.options.{key}")) for key, value in raw.items()
+            )
             try:
-                make_pass(name, **dict(options))
-            except StripeError as exc:
-                bad = [k for k, _ in options if f"option '{k}'" in str(exc)]
-                raise self.fail(f"{at}.options.{bad[0]}" if bad else at, str(exc)) from None
+                built = make_pass(name, **dict(options))
+            except OptionError as exc:
+                raise self.fail(f"{at}.options.{exc.option}", str(exc)) from None
             except (TypeError, ValueError) as exc:  # a pass's own __post_init__ checks
                 raise self.fail(f"{at}.options", f"pass '{name}': {exc}") from None
-            specs.append(PassSpec(name, tuple(options)))
+            specs.append(PassSpec(name, options, built))
         return tuple(specs)
 
     def option(self, value: object, refs: Mapping[str, object], key: str) -> object:

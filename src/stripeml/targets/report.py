@@ -51,6 +51,7 @@ def describe_target(target: Target) -> str:
         ("subgroup", target.subgroup_size),
         ("shared memory", target.shared_memory_bytes),
         ("compute units", target.compute_units),
+        ("work-item strip", target.work_item_strip or None),
     ]
     for label, value in gpu:
         if value is not None:

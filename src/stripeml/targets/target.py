@@ -1,18 +1,28 @@
 """What a target is once its file is loaded: plain, frozen, hashable data.
 
 A :class:`Target` holds the hardware facts of one machine (threads, vector
-width, memory levels, GPU limits) and its pass pipeline as
-:class:`PassSpec` entries, with every ``auto`` value and ``$reference``
-already resolved.  :mod:`.loader` builds one from a TOML file
-(``docs/targets.md``); :meth:`Target.passes` builds the pass objects.
+width, memory levels, GPU limits) and its pass pipeline, with every ``auto``
+value and ``$reference`` already resolved.  Each pipeline entry is a
+:class:`PassSpec`: the pass name and options as the file wrote them, and the
+pass object built from them, once, when the file was loaded (building it is
+what validates the options).  :mod:`.loader` builds targets from TOML files
+(``docs/targets.md``); :data:`INTERP` is the bare interpreter, which has no
+file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..passes.registry import Pass
 
 #: The backends a target file may name (``backend = "..."``).
 BACKENDS = ("interp", "cpu", "opencl", "cuda")
+
+#: Backends that run on a GPU-like device and need its work-group facts.
+GPU_BACKENDS = ("opencl", "cuda")
 
 OptionValue = object  # bool | int | float | str | tuple of those (TOML arrays)
 
@@ -29,16 +39,24 @@ class Memory:
 
 @dataclass(frozen=True)
 class PassSpec:
-    """One pipeline entry: a registered pass name and its options, in file order."""
+    """One pipeline entry: a registered pass name, its options in file order, and
+    the pass object built from them (built here when not given)."""
 
     name: str
     options: tuple[tuple[str, OptionValue], ...] = ()
+    built: Pass | None = field(default=None, compare=False, repr=False)
 
-    def build(self) -> object:
-        """The pass object (``stripeml.passes.make_pass(name, **options)``)."""
-        from ..passes import make_pass
+    def __post_init__(self) -> None:
+        if self.built is None:
+            from ..passes.registry import make_pass  # the registry imports every pass
 
-        return make_pass(self.name, **dict(self.options))
+            object.__setattr__(self, "built", make_pass(self.name, **dict(self.options)))
+
+    @property
+    def pass_(self) -> Pass:
+        """The pass object (never ``None`` after construction)."""
+        assert self.built is not None
+        return self.built
 
     def describe(self) -> str:
         """``autotile(memory='L1', fraction=0.25)``."""
@@ -50,9 +68,12 @@ class PassSpec:
 class Target:
     """A machine and its pipeline (see ``docs/targets.md``).
 
-    ``memories`` run from the slowest/largest (``DRAM``) to the fastest.  The
-    GPU facts are ``None`` on targets that do not set them.  ``source`` is the
-    file it came from (for messages; not part of equality).
+    ``memories`` run from the slowest/largest (``DRAM``) to the fastest (every
+    target file declares at least DRAM; :data:`INTERP` declares none).  The
+    GPU facts are ``None`` on targets that do not set them;
+    ``work_item_strip`` is the accumulators one GPU work-item keeps along a
+    vectorised strip (0: one output per work-item).  ``source`` is the file it
+    came from (for messages; not part of equality).
     """
 
     name: str
@@ -65,14 +86,16 @@ class Target:
     subgroup_size: int | None = None
     shared_memory_bytes: int | None = None
     compute_units: int | None = None
+    work_item_strip: int = 0
     # Fuse a multiply feeding an add into one FMA (one rounding instead of two).
     fma: bool = False
     description: str = ""
     source: str = field(default="", compare=False)
 
-    def passes(self) -> list:
-        """The pipeline's pass objects, in order."""
-        return [spec.build() for spec in self.pipeline]
+    @property
+    def passes(self) -> tuple[Pass, ...]:
+        """The pipeline's pass objects, in order (built once, with the target)."""
+        return tuple(spec.pass_ for spec in self.pipeline)
 
     def memory(self, name: str) -> Memory:
         """The memory level called ``name`` (``KeyError`` if the target has none)."""
@@ -88,3 +111,21 @@ class Target:
     def describe_pipeline(self) -> str:
         """The pipeline on one line: ``fuse() -> dce()``."""
         return " -> ".join(s.describe() for s in self.pipeline) or "(no passes)"
+
+    def fingerprint(self) -> str:
+        """Every fact and pass option as text: what a compiled program depends on
+        besides its source (part of the disk cache's key)."""
+        facts = {k: v for k, v in self.__dict__.items() if k not in ("pipeline", "source")}
+        passes = ", ".join(repr(p) for p in self.passes)
+        return f"{facts!r}; passes=[{passes}]"
+
+
+#: ``target="interp"``: the reference interpreter with no passes and no file.
+INTERP = Target(
+    name="interp",
+    backend="interp",
+    threads=1,
+    vector_width=1,
+    memories=(),  # it models no memory levels
+    description="The reference interpreter: the program as lowered, no passes",
+)
