@@ -84,7 +84,8 @@ def test_the_quick_coverage_test_agrees_with_isl(monkeypatch) -> None:
 def test_root_only_leaves_nested_allocations_alone() -> None:
     case = next(c for c in CASES if c.name == "mlp_10_statements")
     program, _ = lower_case(case)
-    result = run_pipeline(program, cpu_passes()).program
+    # 8 lanes on every host: with 16 (AVX-512) this program's tiles need no panels
+    result = run_pipeline(program, cpu_passes(vector_width=8)).program
     assert cpu_passes()[-1] == Place(root_only=True)
     nested = [
         r for block, outer in walk(result.root) if outer for r in allocations(block)
