@@ -117,6 +117,10 @@ class Executable:
     def run_named(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
+        """Run on the call's inputs by name (the function's constants are added)."""
+        constants = self.function.constants
+        if constants:
+            inputs = {**inputs, **constants}
         with _internal_errors(f"running {self.function.name}"):
             return self._compiled.run(inputs, outputs)
 
@@ -159,7 +163,12 @@ class Executable:
 
     @property
     def signature(self) -> Signature:
-        return tuple((r.shape.sizes, str(_np_dtype(r.shape.dtype))) for r in self.program.inputs)
+        """Shapes and dtypes of the inputs a call passes (constants excluded)."""
+        return tuple(
+            (r.shape.sizes, str(_np_dtype(r.shape.dtype)))
+            for r in self.program.inputs
+            if not r.const
+        )
 
 
 @contextmanager
@@ -187,7 +196,11 @@ class Function:
     """A compiled Tile function; call it with NumPy arrays."""
 
     def __init__(
-        self, source: str, target: str | os.PathLike[str] | Target = "cpu", name: str = "main"
+        self,
+        source: str,
+        target: str | os.PathLike[str] | Target = "cpu",
+        name: str = "main",
+        constants: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(source, str):
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
@@ -197,7 +210,10 @@ class Function:
         check(self.ast)
         self.target: Target = resolve(target)
         self.backend: Backend = backend_for(self.target)
-        self.params: tuple[str, ...] = tuple(p.name for p in self.ast.params)
+        every = tuple(p.name for p in self.ast.params)
+        self.constants: dict[str, np.ndarray] = _bind_constants(every, constants or {})
+        #: The parameters a call passes (those not bound as constants), in order.
+        self.params: tuple[str, ...] = tuple(p for p in every if p not in self.constants)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
         self._cache: dict[Signature, Executable] = {}
 
@@ -255,9 +271,15 @@ class Function:
 
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
-        binding = bind(self.ast, sig)
-        program = lower(self.ast, binding, self.name)
+        binding = bind(self.ast, self._every_signature(sig))
+        program = lower(self.ast, binding, self.name, frozenset(self.constants))
         return run_pipeline(program, self.target.passes)
+
+    def _every_signature(self, sig: Signature) -> Signature:
+        """``sig`` (of the parameters a call passes) with the constants' in place."""
+        given = iter(sig)
+        fixed = {k: signature_of([v])[0] for k, v in self.constants.items()}
+        return tuple(fixed[p.name] if p.name in fixed else next(given) for p in self.ast.params)
 
     # A backend with a disk cache (``describe()`` is not None) also caches the
     # optimised program per (source, signature, target), so a warm start skips
@@ -269,7 +291,11 @@ class Function:
         from .runtime.kernel_cache import cache_key, compiler_fingerprint
 
         target = self.target.fingerprint()
-        text = f"{self.source}\0{self.name}\0{sig!r}\0{target}\0{compiler_fingerprint()}"
+        every = self._every_signature(sig)
+        consts = sorted(self.constants)  # which parameters are const (not their values)
+        text = (
+            f"{self.source}\0{self.name}\0{every!r}\0{consts}\0{target}\0{compiler_fingerprint()}"
+        )
         return cache_key(text, described)
 
     def _from_disk(self, sig: Signature) -> Executable | None:
@@ -308,8 +334,41 @@ class Function:
 
 
 def compile(  # noqa: A001
-    source: str, target: str | os.PathLike[str] | Target = "cpu", *, name: str = "main"
+    source: str,
+    target: str | os.PathLike[str] | Target = "cpu",
+    *,
+    name: str = "main",
+    constants: Mapping[str, Any] | None = None,
 ) -> Function:
     """Parse and check Tile ``source`` and resolve ``target`` (default ``"cpu"``:
-    native code for this machine); return a callable compiled per signature."""
-    return Function(source, target, name)
+    native code for this machine); return a callable compiled per signature.
+
+    ``constants`` binds parameters to values now (a model's weights, say): calls
+    pass only the other parameters, and what the program computes from constants
+    alone (a weight laid out for the register tiles) a backend may compute once.
+    The arrays are copied, so later changes to them do not reach the function.
+    """
+    return Function(source, target, name, constants)
+
+
+def _bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Read-only copies of the constant parameters, in parameter order."""
+    unknown = [k for k in given if k not in params]
+    if unknown:
+        raise StripeError(
+            f"constants {', '.join(map(repr, unknown))} name no parameter "
+            f"(parameters: {', '.join(params)})"
+        )
+    out: dict[str, np.ndarray] = {}
+    for p in params:
+        if p not in given:
+            continue
+        try:
+            arr = np.array(given[p], copy=True, order="C")
+        except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
+            raise StripeError(f"constant '{p}' is not array-like: {exc}") from None
+        if arr.dtype == object or arr.dtype.kind in "USVMmc":
+            raise StripeError(f"constant '{p}' has unsupported dtype {arr.dtype}")
+        arr.setflags(write=False)
+        out[p] = arr
+    return out

@@ -72,6 +72,7 @@ refinements = st.builds(
     agg=st.one_of(st.sampled_from(AGGREGATIONS), names),
     location=st.one_of(st.sampled_from(["DRAM", "L1", "SHARED", ""]), names),
     offset=st.one_of(st.none(), ints),
+    const=st.booleans(),
 )
 name_tuples = st.lists(names, max_size=3).map(tuple)
 leaf_stmts = st.one_of(

@@ -147,6 +147,13 @@ def test_root_refs():
     fails(with_root_ref(p, "C", agg="add"), "no aggregation")
 
 
+def test_const_refs():
+    p = matmul(2, 3, 4)
+    verify(with_root_ref(p, "A", const=True))  # a constant parameter
+    fails(with_root_ref(p, "C", const=True), "block 'root', ref 'C'", "may be const")
+    fails(with_ref(p, "A", const=True), "may be const")  # a view, not a parameter
+
+
 def test_text_fields_are_single_line():
     fails(with_kernel(matmul(), comment="a\nb"), "comment")
     fails(with_kernel(matmul(), name="a\nb"), "name")

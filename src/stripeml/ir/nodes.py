@@ -18,6 +18,7 @@ Semantics in brief (``docs/stripe-ir.md`` is the full reference):
   relative to the parent's origin; its ``shape.strides`` are the parent's.
   ``none`` allocates fresh memory per point of the enclosing block; root-level
   refs are the program's parameters (``in``/``out``) and temporaries (``none``).
+  A root ``in`` marked ``const`` holds the same values at every run.
 * ``load``/``store`` access the element at a view's origin.  Stores go through
   the ref's aggregation: all values stored to one element by all points of the
   block (and blocks nested in it) are combined with ``agg``; the combined value
@@ -101,6 +102,9 @@ class Refinement:
     agg: str = ""
     location: str = DEFAULT_LOCATION
     offset: int | None = None
+    # A root parameter whose contents are the same at every run (bound when the
+    # function was compiled): what is computed from it alone may be computed once.
+    const: bool = False
 
     @property
     def is_view(self) -> bool:

@@ -307,6 +307,9 @@ class _Parser:
             location = self.name("a memory location")
             if self.accept(":"):
                 offset = self.int_value()
+        const = self.tok.kind == "ident" and self.tok.text == "const"
+        if const:
+            self.advance()
         return Refinement(
             dir=direction,
             into=into,
@@ -316,6 +319,7 @@ class _Parser:
             agg=agg,
             location=location,
             offset=offset,
+            const=const,
         )
 
     def int_tuple(self) -> tuple[int, ...]:

@@ -153,6 +153,8 @@ def format_ref(ref: Refinement) -> str:
         text += f" @{format_name(ref.location)}"
         if ref.offset is not None:
             text += f":{ref.offset}"
+    if ref.const:
+        text += " const"
     return text
 
 

@@ -200,6 +200,13 @@ def root_refs(ref: Refinement, scope: Scope) -> Iterator[str]:
 
 
 @ref_rule
+def const_refs(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """Only the program's parameters (root ``in`` refs) may be ``const``."""
+    if ref.const and not (scope.is_root and ref.dir == "in"):
+        yield "only a program parameter (a root 'in' refinement) may be const"
+
+
+@ref_rule
 def allocations(ref: Refinement, scope: Scope) -> Iterator[str]:
     """A ``none`` ref is fresh memory: no from, no access, no aggregation."""
     if ref.dir == "none" and not scope.is_root:

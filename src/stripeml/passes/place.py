@@ -20,6 +20,11 @@ So two allocations share bytes only when no statement of their common
 enclosing block needs both: one is dead before the other is first written
 (and the later one's initial contents are not read).
 
+Constant temporaries (:mod:`stripeml.analysis.constness`: computed from
+constant parameters alone, so a backend may compute them once and keep them
+across runs) are live for the program's whole life: they get no offset, and
+so no bytes of an arena that other buffers reuse.
+
 Options: ``locations`` (the memories to plan, a list or a comma-separated
 string; empty: every location but ``REGISTER``), ``alignment`` (bytes),
 ``root_only`` (plan the root's allocations only, the program temporaries;
@@ -43,6 +48,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.constness import constness
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Refinement
 from ._memory import as_names, nbytes
@@ -69,7 +75,8 @@ class Place:
         object.__setattr__(self, "locations", as_names(self.locations))
 
     def run(self, program: Program) -> Program:
-        root = self._place(program.root, (), {})
+        kept = constness(program).temporaries
+        root = self._place(program.root, (), {}, kept)
         return program if root is program.root else Program(root)
 
     def _planned(self, location: str) -> bool:
@@ -78,9 +85,15 @@ class Place:
         return location != "REGISTER"
 
     def _place(
-        self, block: Block, outer: tuple[Block, ...], reserved: dict[str, list[Region]]
+        self,
+        block: Block,
+        outer: tuple[Block, ...],
+        reserved: dict[str, list[Region]],
+        kept: frozenset[str] = frozenset(),
     ) -> Block:
-        allocs = [r for r in allocations(block) if self._planned(r.location)]
+        allocs = [
+            r for r in allocations(block) if self._planned(r.location) and r.into not in kept
+        ]
         live = live_ranges(block, allocs, outer)
         order = sorted(range(len(allocs)), key=lambda k: (-nbytes(allocs[k].shape), k))
         placed: dict[str, Region] = {}
@@ -111,7 +124,10 @@ class Place:
                         inner.setdefault(r.location, []).append(placed[r.into])
                 stmts[k] = self._place(s, (*outer, block), inner)
         refs = tuple(
-            _with_offset(r, placed[r.into][0]) if r.into in placed else r for r in block.refs
+            _with_offset(r, placed[r.into][0] if r.into in placed else None)
+            if r.into in placed or r.into in kept
+            else r
+            for r in block.refs
         )
         same_refs = all(a is b for a, b in zip(refs, block.refs))
         if same_refs and all(a is b for a, b in zip(stmts, block.stmts)):
@@ -119,7 +135,7 @@ class Place:
         return replace(block, refs=refs, stmts=tuple(stmts))
 
 
-def _with_offset(ref: Refinement, offset: int) -> Refinement:
+def _with_offset(ref: Refinement, offset: int | None) -> Refinement:
     return ref if ref.offset == offset else replace(ref, offset=offset)
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ..analysis.constness import constness
 from ..codegen.cpu_abi import BufferInfo, CpuModule, KernelInfo
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Program, Refinement, TensorShape
@@ -267,7 +268,16 @@ class CpuCompiled:
             refs = program.root.refs
         self._program = program
         self._buffers = tuple(_Buffer.of(b, r) for b, r in zip(module.buffers, refs))
-        self._temps = tuple(b for b in self._buffers if b.info.kind not in ("in", "out"))
+        # Steps computing from constant parameters alone run once, at the first call;
+        # the temporaries they write are kept (shared by every call) from then on.
+        const = constness(program) if program is not None else None
+        self._const_steps = const.statements if const is not None else frozenset()
+        kept = const.temporaries if const is not None else frozenset()
+        self._kept = {k: b for k, b in enumerate(self._buffers) if b.info.name in kept}
+        self._kept_storage: dict[int, np.ndarray] | None = None
+        self._temps = tuple(
+            b for b in self._buffers if b.info.kind not in ("in", "out") and b.info.name not in kept
+        )
         arenas: dict[str, int] = {}
         for b in self._temps:
             if b.offset is not None:
@@ -283,11 +293,13 @@ class CpuCompiled:
             if s.kernel is not None
         }
         self._addresses = {sym: loaded.address(sym) for sym in self._kernels}
-        # The steps as run, per (threads, min_chunk_work, chunks_per_thread).
-        self._plans: dict[tuple[int, int, int], list[tuple]] = {}
+        # The steps as run, per (threads, min_chunk_work, chunks_per_thread, constant).
+        self._plans: dict[tuple[int, int, int, bool], list[tuple]] = {}
         self._bound_arrays: list[np.ndarray] = []
         self._spare_temps: list[list[np.ndarray]] = []
         self._lock = threading.Lock()
+        self._prime_lock = threading.Lock()
+        self._primed = False
         # When a dict, each run adds every step's wall time under its block name.
         self.step_seconds: dict[str, float] | None = None
 
@@ -308,6 +320,7 @@ class CpuCompiled:
         self._check_names(inputs, outputs)
         temps = self._take_temps()
         spare = iter(temps)
+        kept = self._kept_storages()
         storages: list[np.ndarray] = []
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, _Buffer, np.ndarray]] = []
@@ -340,12 +353,14 @@ class CpuCompiled:
                         results[name] = target
                     copy_back.append((name, buf, storage))
             else:
-                storage = next(spare)
+                storage = kept[len(storages)] if len(storages) in kept else next(spare)
             storages.append(storage)
         pointers = (ctypes.c_void_p * max(1, len(storages)))(
             *(b.pointer(s) for b, s in zip(self._buffers, storages))
         )
         try:
+            if self._const_steps and not self._primed:
+                self._prime(pointers, storages)
             self._run_steps(pointers, storages)
         finally:
             self._give_back_temps(temps)
@@ -401,13 +416,31 @@ class CpuCompiled:
         with self._lock:
             self._spare_temps.append(temps)
 
-    def _run_steps(self, pointers: object, storages: list[np.ndarray]) -> None:
+    def _kept_storages(self) -> dict[int, np.ndarray]:
+        """Storage of the constant temporaries (buffer position -> array), made once."""
+        if self._kept_storage is None:
+            with self._lock:
+                if self._kept_storage is None:
+                    self._kept_storage = {k: b.storage() for k, b in self._kept.items()}
+        return self._kept_storage
+
+    def _prime(self, pointers: object, storages: list[np.ndarray]) -> None:
+        """Run the constant steps, in program order, once for this compiled program
+        (they read only constant parameters and the temporaries they write)."""
+        with self._prime_lock:
+            if not self._primed:
+                self._run_steps(pointers, storages, constant=True)
+                self._primed = True
+
+    def _run_steps(
+        self, pointers: object, storages: list[np.ndarray], constant: bool = False
+    ) -> None:
         times = self.step_seconds
-        plan = self._plan()
+        plan = self._plan(constant)
         ptrs = ctypes.addressof(pointers)  # type: ignore[arg-type]
         pool: native_pool.NativePool | None = None  # fetched at the first split kernel
         fetched = False
-        for k, (fn, addr, extent, bounds, special) in enumerate(plan):
+        for k, fn, addr, extent, bounds, special in plan:
             start = time.perf_counter() if times is not None else 0.0
             if special is not None:
                 self._run_special(special, storages)
@@ -423,18 +456,21 @@ class CpuCompiled:
                 name = step.kernel.block_name if step.kernel is not None else f"special{k}"
                 times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
-    def _plan(self) -> list[tuple]:
-        """Per step ``(fn, address, extent, (bounds address, chunks) or None, special)``
-        for the current threading options (computed once per option set)."""
-        key = (self.threads, self.min_chunk_work, self.chunks_per_thread)
+    def _plan(self, constant: bool = False) -> list[tuple]:
+        """Per step ``(position, fn, address, extent, (bounds address, chunks) or None,
+        special)`` for the current threading options (computed once per option set):
+        the constant steps, or all the others."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
         plan = []
-        for step in self.module.steps:
+        for k, step in enumerate(self.module.steps):
+            if (k in self._const_steps) != constant:
+                continue
             info = step.kernel
             if info is None:
-                plan.append((None, 0, 0, None, step.special))
+                plan.append((k, None, 0, 0, None, step.special))
                 continue
             cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
             bounds = None
@@ -443,7 +479,7 @@ class CpuCompiled:
                 self._bound_arrays.append(arr)  # kept alive: the pool reads it by address
                 bounds = (arr.ctypes.data, len(cuts) - 1)
             fn = self._kernels[info.symbol]
-            plan.append((fn, self._addresses[info.symbol], info.parallel_extent, bounds, None))
+            plan.append((k, fn, self._addresses[info.symbol], info.parallel_extent, bounds, None))
         self._plans[key] = plan
         return plan
 

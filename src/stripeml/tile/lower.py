@@ -10,6 +10,8 @@ become root-level ``special`` statements between the kernels.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..analysis.ranges import Bound, covers, implied_by_box, infer_ranges
 from ..errors import TileTypeError
 from ..ir.affine import Affine
@@ -32,13 +34,20 @@ from .eltwise import ScalarEmitter, lower_eltwise
 from .exprs import eval_size, indices_of, literal_int, poly_to_affine
 
 
-def lower(fn: ast.Function, binding: Binding, name: str = "main") -> Program:
-    """Lower ``fn`` for the shapes/dtypes in ``binding``."""
+def lower(
+    fn: ast.Function,
+    binding: Binding,
+    name: str = "main",
+    constants: frozenset[str] = frozenset(),
+) -> Program:
+    """Lower ``fn`` for the shapes/dtypes in ``binding``; the parameters named in
+    ``constants`` are marked ``const`` (bound when the function was compiled)."""
     params = {p.name for p in fn.params}
     outputs = [o.name for o in fn.outputs]
     refs = []
     for p in fn.params:
-        refs.append(_root_ref("in", p.name, binding.tensors[p.name]))
+        ref = _root_ref("in", p.name, binding.tensors[p.name])
+        refs.append(replace(ref, const=True) if p.name in constants else ref)
     for o in outputs:
         refs.append(_root_ref("out", o, binding.tensors[o]))
     for s in fn.stmts:

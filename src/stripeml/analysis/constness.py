@@ -1,0 +1,75 @@
+"""Constness: which root statements compute the same values at every run.
+
+A program parameter marked ``const`` (``in W ... const``) holds the same
+values at every run.  A root statement (kernel block or special) is
+**constant** when every buffer it reads is constant and every buffer it
+writes is a temporary; a temporary is constant when all its writers are
+constant statements and no statement reads it before its last writer (a
+reader that ran earlier would see the previous run's values instead of the
+zeros a fresh run starts with).  A backend may run the constant statements
+once, on the first run, and keep their temporaries from then on: every later
+run then computes what a full run computes.
+
+Requires: verified IR.  Guarantees: a fixpoint (every constant statement's
+inputs are constant, and only constant statements write constant
+temporaries); statements writing a program result are never constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.nodes import Block, Program, Special, Statement
+
+__all__ = ["Constness", "constness"]
+
+
+@dataclass(frozen=True, slots=True)
+class Constness:
+    """``statements``: positions among the root's statements of the constant ones;
+    ``temporaries``: the temporaries they compute (constant at every later run)."""
+
+    statements: frozenset[int]
+    temporaries: frozenset[str]
+
+
+def _reads_writes(s: Statement) -> tuple[frozenset[str], frozenset[str]]:
+    if isinstance(s, Special):
+        return frozenset(s.inputs), frozenset(s.outputs)
+    if isinstance(s, Block):
+        reads = {r.from_ for r in s.refs if r.dir in ("in", "inout") and r.from_}
+        writes = {r.from_ for r in s.refs if r.dir in ("out", "inout") and r.from_}
+        return frozenset(reads), frozenset(writes)
+    return frozenset(), frozenset()
+
+
+def constness(program: Program) -> Constness:
+    """The constant statements and temporaries of ``program`` (module docstring).
+
+    The greatest fixpoint: start from every statement that writes only
+    temporaries, and drop, until nothing changes, statements that read a
+    buffer that is not constant.  Data flows forward (a temporary read before
+    its last writer is excluded at the start), so there are no cycles.
+    """
+    root = program.root
+    params = {r.into for r in root.refs if r.const}
+    access = [_reads_writes(s) for s in root.stmts]
+    writers: dict[str, list[int]] = {}
+    for k, (_, writes) in enumerate(access):
+        for name in writes:
+            writers.setdefault(name, []).append(k)
+    temps = set()
+    for r in root.refs:
+        if r.dir != "none" or r.into not in writers:
+            continue
+        last = max(writers[r.into])
+        early = [k for k, (reads, _) in enumerate(access) if r.into in reads and k < last]
+        if all(k in writers[r.into] for k in early):
+            temps.add(r.into)
+    stmts = {k for k, (_, writes) in enumerate(access) if writes and writes <= temps}
+    while True:
+        bufs = params | {t for t in temps if all(w in stmts for w in writers[t])}
+        keep = {k for k in stmts if access[k][0] <= bufs and access[k][1] <= bufs}
+        if keep == stmts:
+            return Constness(frozenset(stmts), frozenset(bufs - params))
+        stmts = keep
