@@ -82,3 +82,14 @@ def test_bad_constants() -> None:
         stripeml.compile(SRC, constants={"Z": np.ones(3)})
     with pytest.raises(StripeError, match="constant 'B' has unsupported dtype"):
         stripeml.compile(SRC, constants={"B": np.array(["x"])})
+
+
+def test_an_immutable_array_is_bound_without_a_copy() -> None:
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    b.setflags(write=False)  # and it views nothing: nobody can change it
+    assert stripeml.compile(SRC, target="interp", constants={"B": b}).constants["B"] is b
+    owner = rng.standard_normal((16, 32)).astype(np.float32)
+    view = owner[:]
+    view.setflags(write=False)  # read-only, but its owner can still be written
+    bound = stripeml.compile(SRC, target="interp", constants={"B": view}).constants["B"]
+    assert bound is not view and not np.shares_memory(bound, owner)

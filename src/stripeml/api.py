@@ -363,12 +363,26 @@ def _bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str
     for p in params:
         if p not in given:
             continue
-        try:
-            arr = np.array(given[p], copy=True, order="C")
-        except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
-            raise StripeError(f"constant '{p}' is not array-like: {exc}") from None
+        value = given[p]
+        if isinstance(value, np.ndarray) and _immutable(value) and value.flags.c_contiguous:
+            arr = value  # nobody can change it: no copy needed
+        else:
+            try:
+                arr = np.array(value, copy=True, order="C")
+            except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
+                raise StripeError(f"constant '{p}' is not array-like: {exc}") from None
+            arr.setflags(write=False)
         if arr.dtype == object or arr.dtype.kind in "USVMmc":
             raise StripeError(f"constant '{p}' has unsupported dtype {arr.dtype}")
-        arr.setflags(write=False)
         out[p] = arr
     return out
+
+
+def _immutable(arr: np.ndarray) -> bool:
+    """Whether no one can write ``arr``'s elements through it or any array it views."""
+    base: object = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return base is None or isinstance(base, bytes)

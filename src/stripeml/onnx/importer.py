@@ -14,9 +14,11 @@ shape fed as an input, say).  For each signature the importer
 3. compiles it with ``stripeml.compile`` for the target, so fusion and memory
    planning see the whole graph.
 
-Initializers and folded constants that the program reads become parameters of
-the Tile function and are passed at every call (weights are not copied into
-the source).
+Initializers and folded constants that the program reads become constant
+parameters of the Tile function (``stripeml.compile(..., constants=...)``):
+bound when compiling, marked ``const`` in the program, so what the program
+computes from them alone (a weight laid out for the register tiles) the CPU
+backend computes once.  Weights are not copied into the source.
 """
 
 from __future__ import annotations
@@ -158,12 +160,13 @@ class Specialised:
 
     source: str
     function: Any  # stripeml.api.Function, or None when every output is known
-    params: list[tuple[str, Any]]  # ("input", index) or ("const", array) per Tile parameter
+    inputs: list[int]  # per Tile parameter a call passes: the graph input's index
     outputs: list[tuple[str, Any]]  # ("tile", name) or ("const", array) per graph output
 
     def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The Tile function's arguments for these graph inputs."""
-        return [arrays[x] if kind == "input" else x for kind, x in self.params]
+        """The Tile function's arguments for these graph inputs (the weights and
+        other constants are bound in the function)."""
+        return [arrays[k] for k in self.inputs]
 
 
 class OnnxFunction:
@@ -299,20 +302,21 @@ class OnnxFunction:
                 v = b.eltwise(b.ref(v), v.shape, v.dtype)
             out_names.append(v.name)
             outputs.append(("tile", v.name))
-        params: list[tuple[str, Any]] = []
+        inputs: list[int] = []
+        constants: dict[str, np.ndarray] = {}
         for p in b.params:
             if id(p) in input_index:
-                params.append(("input", input_index[id(p)]))
+                inputs.append(input_index[id(p)])
             else:
-                params.append(("const", p.const))
+                constants[p.name] = _frozen(p.const)
         source = b.source(out_names) if out_names else ""
         function = None
         if out_names:
             count = sum(1 for s in b.statements if not s.startswith("//"))
             self._say(f"compiling {count} Tile statements for {self.target}")
-            function = api.compile(source, self.target, name=g.name)
+            function = api.compile(source, self.target, name=g.name, constants=constants)
             b.check(function.ast)
-        return Specialised(source, function, params, outputs)
+        return Specialised(source, function, inputs, outputs)
 
     # -- running -----------------------------------------------------------
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -379,6 +383,17 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
             if v is None:
                 raise node.error(f"output {name!r} is not supported")
             env[name] = v
+
+
+def _frozen(value: Any) -> np.ndarray:
+    """A constant as a read-only array: the importer's own arrays (initializers,
+    folded values, rearranged weights) are marked read-only, so ``compile``
+    binds them without a copy (one copy of a model's weights, not one per
+    signature)."""
+    arr = np.asarray(value)
+    if arr.flags.writeable and arr.base is None:
+        arr.setflags(write=False)
+    return arr
 
 
 def fold(d: Any, node: Node) -> list[Value | None]:
