@@ -37,11 +37,7 @@ from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Program, Spe
 from .cpu_abi import BufferInfo
 from .gpu_abi import GpuModule, GpuStep, KernelInfo
 from .gpu_plan import KernelPlan, plan_kernel
-
-# The register, injectivity and init-copy rules are the CPU generator's.
-from .llvm_plan import _injective as injective
-from .llvm_plan import _needed_in_init as needed_in_init
-from .llvm_plan import _reg_candidate as reg_candidate
+from .plan import needed_in_init, register_scope
 
 _CTYPES = {
     "bool": "uchar",
@@ -553,9 +549,7 @@ class _KernelPrinter:
         scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
         reg = None
         if scopes:
-            reg = reg_candidate(blk, scopes)
-            if reg is not None and not injective(binds[reg].offset, blk):
-                reg = None
+            reg = register_scope(blk, {n: binds[n].offset for n in scopes})
             for n in scopes:
                 binds[n].mode = "reg" if n == reg else "mem"
             mem = [n for n in scopes if n != reg]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from ..analysis.dependence import race_free_indices
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Load, Special, Store
-from .llvm_plan import _injective as injective
+from .plan import injective
 
 #: Work-items per group for the naive mapping (a multiple of every warp size).
 NAIVE_GROUP = 128
