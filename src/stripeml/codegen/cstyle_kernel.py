@@ -40,11 +40,10 @@ from .plan import (
     needed_in_init,
     needs_touched_flag,
     place_constraints,
-    ref_mode,
     register_scope,
     sanitize,
     split_by_address,
-    view_offset,
+    views,
 )
 
 if TYPE_CHECKING:
@@ -228,22 +227,15 @@ class KernelPrinter:
     def bind_refs(
         self, blk: Block, prefs: dict[str, CBind], init: set[int] | None
     ) -> dict[str, CBind]:
-        """``blk``'s refinements as generated code sees them, inside parents ``prefs``;
-        ``init``: the parent binds an identity-writing copy initialises (``None``
-        when printing the block itself)."""
+        """``blk``'s refinements (:func:`.plan.views`) as C arrays: views index their
+        parent's array; allocations are private arrays, or local memory of a
+        tiled kernel (``local_arrays``); a register accumulator passes down."""
         binds: dict[str, CBind] = {}
-        for r in blk.refs:
-            if r.dir == "none":
+        for r, p, off, mode in views(blk, prefs, init):
+            if p is None:
                 name = self.local_arrays.get(id(r)) or self.fresh(r.into)
-                mode = "skip" if init is not None else "plain"
-                binds[r.into] = CBind(name, Affine(), r.shape.dtype, "", mode)
+                binds[r.into] = CBind(name, off, r.shape.dtype, "", mode)
                 continue
-            p = prefs[r.from_]
-            off = view_offset(p.offset, r)
-            if init is not None:
-                mode = ref_mode(r, p.mode, init=True, target=id(p) in init)
-            else:
-                mode = ref_mode(r, p.mode)
             bd = CBind(p.base, off, r.shape.dtype, r.agg, mode)
             if mode == "reg":
                 bd.acc, bd.touched, bd.acc_index = p.acc, p.touched, p.acc_index

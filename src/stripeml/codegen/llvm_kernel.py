@@ -24,7 +24,6 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..errors import StripeError
-from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Special, Store, TensorShape
 from .cpu_abi import KernelInfo
@@ -44,10 +43,9 @@ from .plan import (
     init_targets,
     needed_in_init,
     needs_touched_flag,
-    ref_mode,
     register_scope,
     split_by_address,
-    view_offset,
+    views,
 )
 
 
@@ -70,28 +68,19 @@ class KernelEmitter(KernelBuilder):
     def bind_refs(
         self, blk: Block, prefs: dict[str, Bind], init: set[int] | None
     ) -> dict[str, Bind]:
-        """``blk``'s refinements as generated code sees them, inside parents ``prefs``;
-        ``init``: the parent binds an identity-writing copy initialises (``None``
-        when emitting the block itself)."""
+        """``blk``'s refinements (:func:`.plan.views`) as LLVM values: views share
+        their parent's pointer, allocations are stack slots of the kernel."""
         binds: dict[str, Bind] = {}
-        for r in blk.refs:
-            if r.dir == "none":
+        for r, p, off, mode in views(blk, prefs, init):
+            if p is None:
                 slot = self.alloca_builder.alloca(
                     mem_type(r.shape.dtype), size=max(r.shape.extent, 1), name=self.fresh("alloc")
                 )
                 if r.shape.extent > 1:
                     slot.align = 64  # a cache line: vector rows of packed panels never split lines
-                binds[r.into] = Bind(
-                    slot, Affine(), r.shape.dtype, "", "skip" if init is not None else "plain", None
-                )
-                continue
-            p = prefs[r.from_]
-            off = view_offset(p.offset, r)
-            if init is not None:
-                mode = ref_mode(r, p.mode, init=True, target=id(p) in init)
+                binds[r.into] = Bind(slot, off, r.shape.dtype, "", mode, None)
             else:
-                mode = ref_mode(r, p.mode)
-            binds[r.into] = Bind(p.base, off, r.shape.dtype, r.agg, mode, p.root)
+                binds[r.into] = Bind(p.base, off, r.shape.dtype, r.agg, mode, p.root)
         return binds
 
     # -- blocks ---------------------------------------------------------------

@@ -6,8 +6,8 @@ decisions they share, pure questions about blocks (no printing, no LLVM):
 
 * **names**: :func:`sanitize`, :func:`kernel_symbol`, and the root buffers a
   kernel takes as parameters (:func:`kernel_buffers`);
-* **refinements**: where a view starts in the underlying memory
-  (:func:`view_offset`) and how generated code treats it, its *mode*
+* **refinements** (:func:`views`): where a view starts in the underlying
+  memory (:func:`view_offset`) and how generated code treats it, its *mode*
   (:func:`ref_mode`, the modes listed in :data:`MODES`);
 * **aggregation**, the scope rule of ``docs/stripe-ir.md``: which scope
   accumulates in a register (:func:`register_scope`, which needs the store's
@@ -23,7 +23,8 @@ decisions they share, pure questions about blocks (no printing, no LLVM):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from typing import Protocol, TypeVar
 
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constraint, Refinement, Special, Store
@@ -79,6 +80,36 @@ def index_names(blk: Block) -> set[str]:
 
 
 # -- refinements -------------------------------------------------------------------
+
+
+class View(Protocol):
+    """What :func:`views` needs of a backend's binding of a parent refinement."""
+
+    offset: Affine
+    mode: str
+
+
+V = TypeVar("V", bound=View)
+
+
+def views(
+    blk: Block, prefs: Mapping[str, V], init: Collection[int] | None
+) -> Iterator[tuple[Refinement, V | None, Affine, str]]:
+    """``(ref, parent, offset, mode)`` for each refinement of ``blk``, in order.
+
+    ``prefs``: the bindings of the enclosing block's refinements, by name;
+    ``init``: the ids of those an identity-writing copy of ``blk`` initialises
+    (:func:`init_targets`), ``None`` when emitting ``blk`` itself.  An
+    allocation has no parent, offset 0 and mode ``plain`` (``skip`` in a copy).
+    """
+    for r in blk.refs:
+        if r.dir == "none":
+            yield r, None, Affine(), "skip" if init is not None else "plain"
+            continue
+        p = prefs[r.from_]
+        target = init is not None and id(p) in init
+        mode = ref_mode(r, p.mode, init=init is not None, target=target)
+        yield r, p, view_offset(p.offset, r), mode
 
 
 def view_offset(parent: Affine, ref: Refinement) -> Affine:
