@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.nodes import Special
+from ..ir.nodes import Block, Special
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +45,20 @@ class KernelInfo:
 
 @dataclass(frozen=True, slots=True)
 class BufferInfo:
+    """One root refinement: a kernel parameter, a result or a program temporary."""
+
     name: str
     dtype: str  # Stripe dtype name
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
     kind: str  # "in" | "out" | "none" (program temporary)
+
+
+def root_buffers(root: Block) -> tuple[BufferInfo, ...]:
+    """Every root refinement of the program whose root block is ``root``, in order."""
+    return tuple(
+        BufferInfo(r.into, r.shape.dtype, r.shape.sizes, r.shape.strides, r.dir) for r in root.refs
+    )
 
 
 @dataclass(frozen=True, slots=True)

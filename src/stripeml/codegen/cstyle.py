@@ -1,47 +1,33 @@
-"""Stripe -> C-like GPU kernels: the base that OpenCL C and CUDA C share.
+"""Stripe -> C-like GPU kernels: the C-style base that OpenCL C and CUDA C share.
 
-:class:`CStyle` prints types, literals, scalar intrinsics and aggregations in
-C; a dialect (:mod:`.opencl`, :mod:`.cuda`) overrides only a few class
-attributes and methods: qualifiers, work-item ids, the barrier, math function
-names, bit-cast literals.  :func:`generate` walks the program:
+:class:`CStyle` prints types, literals, scalar intrinsics, aggregations and
+helper functions in C; a dialect (:mod:`.opencl`, :mod:`.cuda`) sets only
+class attributes: qualifiers, work-item ids, the barrier, the math functions'
+float suffix, bit-cast spellings, what the source starts with (after
+tinygrad's ``renderer/cstyle.py``).  :func:`generate` prints a whole program:
 
 * every root-level kernel block becomes one kernel function whose parameters
-  are the root buffers it uses (:mod:`.gpu_abi`); root ``special`` statements
-  stay on the host;
-* how a kernel's points map onto work-groups and work-items is decided by
-  :mod:`.gpu_plan` (``naive``: one work-item per point of the kernel's
-  race-free indices; ``tiled``: tiles to work-groups, a tile's points to the
-  group's work-items, ``SHARED`` buffers in local memory, barriers);
-* blocks become loop nests, constraints become loop bounds (each bounds the
-  innermost loop it mentions) or guards, refinements become a pointer plus an
-  affine element offset, ``none`` allocations private arrays (or local memory
-  for a tiled kernel's own buffers), zeroed per point;
-* aggregation follows the scope rule of ``docs/stripe-ir.md``: a leaf scope
-  with one store at an injective address accumulates in a register and stores
-  once (if any point reached it); any other scope first writes the
-  aggregation's identity to every element it touches, then accumulates in
-  memory.  Points that store to one element always run on one work-item (the
-  parallel indices are proven race-free with isl), so no atomics are needed.
+  are the root buffers it uses (:mod:`.gpu_abi`), printed by
+  :class:`.cstyle_kernel.KernelPrinter` (blocks, loops, statements,
+  aggregation) once :mod:`.gpu_plan` has mapped its points onto work-groups
+  and work-items (``naive``, or ``tiled``: :mod:`.gpu_tiled`);
+* root ``special`` statements stay on the host (``GpuStep.special``);
+* the source is the dialect's prelude, the index helpers ``sm_max`` /
+  ``sm_min``, the helper functions the kernels asked for, then the kernels.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass, field
 
 from ..errors import StripeError
 from ..ir import dtypes
-from ..ir.affine import Affine
-from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Program, Special, Store
-from .cpu_abi import BufferInfo
-from .gpu_abi import GpuModule, GpuStep, KernelInfo
-from .gpu_plan import KernelPlan, plan_kernel
-
-# The register, injectivity and init-copy rules are the CPU generator's.
-from .llvm_plan import _injective as injective
-from .llvm_plan import _needed_in_init as needed_in_init
-from .llvm_plan import _reg_candidate as reg_candidate
+from ..ir.nodes import Block, Program, Special
+from .cpu_abi import root_buffers
+from .cstyle_kernel import KernelPrinter
+from .gpu_abi import GpuModule, GpuStep
+from .plan import COMPARISONS, kernel_symbol
 
 _CTYPES = {
     "bool": "uchar",
@@ -56,22 +42,14 @@ _CTYPES = {
     "f32": "float",
     "f64": "double",
 }
-_CMP = {
-    "cmp_lt": "<",
-    "cmp_le": "<=",
-    "cmp_gt": ">",
-    "cmp_ge": ">=",
-    "cmp_eq": "==",
-    "cmp_ne": "!=",
-}
 _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos", "tan", "erf", "floor", "ceil", "pow")
 
 
 class CStyle:
     """The C-like dialect: what OpenCL C and CUDA C print alike.
 
-    Subclasses set the attributes below and override :meth:`math_name` and
-    :meth:`float_from_bits` when their spelling differs.
+    The attributes' defaults are OpenCL C's spelling (C99 with address-space
+    qualifiers); a dialect overrides the ones it spells differently.
     """
 
     name = "c"
@@ -86,14 +64,23 @@ class CStyle:
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     unroll = "#pragma unroll"
     u64_suffix = "UL"
+    #: What every source starts with (typedefs), and what one that uses float64 adds.
+    prelude = ""
+    f64_prelude = ""
+    #: Appended to a math function's name for float32 (C's ``expf``; "" where overloaded).
+    f32_math_suffix = ""
+    #: A float32 / float64 with a given bit pattern (``str.format`` of the bits).
+    f32_from_bits = "as_float(0x{:08x}u)"
+    f64_from_bits = "as_double(0x{:016x}UL)"
     #: C type names of the Stripe dtypes (bool is one byte in memory, like NumPy's).
     types: dict[str, str] = _CTYPES
 
     def header(self, uses_f64: bool) -> str:
         """What the source starts with (extensions, typedefs)."""
-        return ""
+        return "\n".join(p for p in (self.prelude, self.f64_prelude if uses_f64 else "") if p)
 
     def ctype(self, dt: str) -> str:
+        """The C type of Stripe dtype ``dt`` in memory."""
         if dt == "f16":
             raise StripeError(f"{self.name}: float16 is not supported yet")
         return self.types[dt]
@@ -103,17 +90,18 @@ class CStyle:
         return "bool" if dt == "bool" else self.ctype(dt)
 
     def math_name(self, op: str, dt: str) -> str:
-        """The math library function for ``op`` on ``dt`` (OpenCL's are overloaded)."""
-        return "rint" if op == "round" else op
+        """The math library function for ``op`` on ``dt``."""
+        name = "rint" if op == "round" else op
+        return name + self.f32_math_suffix if dt == "f32" else name
 
     def float_from_bits(self, dt: str, bits: int) -> str:
         """A float of ``dt`` with this bit pattern (used for inf and nan)."""
-        if dt == "f32":
-            return f"as_float(0x{bits:08x}u)"
-        return f"as_double(0x{bits:016x}{self.u64_suffix})"
+        return (self.f32_from_bits if dt == "f32" else self.f64_from_bits).format(bits)
 
     # -- literals ----------------------------------------------------------------
     def literal(self, dt: str, value: object) -> str:
+        """``value`` as a C literal of ``dt``: floats exact in hexadecimal, inf and
+        nan from their bits, integers wrapped to ``dt``'s width and cast to it."""
         if dt == "bool":
             return "true" if value else "false"
         if dtypes.is_float(dt):
@@ -163,6 +151,7 @@ class CStyle:
         return self.minmax(agg, a, b, dt)
 
     def minmax(self, op: str, a: str, b: str, dt: str) -> str:
+        """``max(a, b)`` or ``min(a, b)``; on floats a NaN operand wins."""
         cmp = ">" if op == "max" else "<"
         if dtypes.is_float(dt):  # NaN-propagating, like NumPy's maximum/minimum
             return f"(({a}) != ({a}) ? ({a}) : (({b}) != ({b}) ? ({b}) : (({a}) {cmp}= ({b}) ? ({a}) : ({b}))))"
@@ -177,8 +166,8 @@ class CStyle:
             return args[0]
         if op == "select":
             return f"({args[0]} ? {args[1]} : {args[2]})"
-        if op in _CMP:
-            return f"({args[0]} {_CMP[op]} {args[1]})"
+        if op in COMPARISONS:
+            return f"({args[0]} {COMPARISONS[op]} {args[1]})"
         if op == "and":
             return f"({args[0]} && {args[1]})"
         if op == "or":
@@ -291,39 +280,6 @@ class CStyle:
         raise AssertionError(kind)
 
 
-@dataclass
-class _Bind:
-    """A refinement as seen by generated code."""
-
-    base: str  # C pointer (or array) name of the underlying memory
-    offset: Affine  # element offset of the view's origin
-    dtype: str
-    agg: str
-    mode: str  # read | plain | scope | mem | reg | init | skip
-    init_target: bool = False
-    acc: str | None = None  # register accumulator (mode reg)
-    # A register strip (tiled kernels): the accumulator is acc[... + strip index].
-    acc_index: str | None = None
-    touched: str | None = None
-
-
-@dataclass
-class _Writer:
-    lines: list[str] = field(default_factory=list)
-    depth: int = 1
-
-    def __call__(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
-
-    def open(self, text: str) -> None:
-        self(text + " {")
-        self.depth += 1
-
-    def close(self) -> None:
-        self.depth -= 1
-        self("}")
-
-
 def generate(
     program: Program,
     style: CStyle,
@@ -340,9 +296,7 @@ def generate(
     work-item of a tiled kernel keeps (0: none; see :mod:`.gpu_plan`).
     """
     root = program.root
-    buffers = tuple(
-        BufferInfo(r.into, r.shape.dtype, r.shape.sizes, r.shape.strides, r.dir) for r in root.refs
-    )
+    buffers = root_buffers(root)
     for r in root.refs:
         style.ctype(r.shape.dtype)
     helpers: dict[str, str] = {}
@@ -355,10 +309,9 @@ def generate(
             continue
         if not isinstance(stmt, Block):
             raise StripeError(f"{style.name}: root statement {type(stmt).__name__} is unsupported")
-        symbol = f"k{n}_{_sanitize(stmt.name)}"
-        gen = _KernelPrinter(style, root, stmt, symbol, helpers, max_group_size)
-        gen.max_shared = shared_memory
-        gen.strip = strip
+        gen = KernelPrinter(
+            style, root, stmt, kernel_symbol(n, stmt), helpers, max_group_size, shared_memory, strip
+        )
         text, info = gen.run()
         uses_f64 = uses_f64 or gen.uses_f64
         kernels.append(text)
@@ -371,376 +324,3 @@ def generate(
     parts += list(helpers.values())
     source = "\n".join(p for p in parts if p) + "\n\n" + "\n\n".join(kernels) + "\n"
     return GpuModule(source, buffers, tuple(steps), uses_f64)
-
-
-def _sanitize(name: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "kernel"
-
-
-class _KernelPrinter:
-    def __init__(
-        self,
-        style: CStyle,
-        root: Block,
-        kernel: Block,
-        symbol: str,
-        helpers: dict[str, str],
-        max_group_size: int,
-    ) -> None:
-        self.s = style
-        self.root = root
-        self.kernel = kernel
-        self.symbol = symbol
-        self.helpers = helpers
-        self.max_group_size = max_group_size
-        self.w = _Writer()
-        self.counter = 0
-        self.uses_f64 = False
-        self.shared_bytes = 0
-        self.max_shared = 0
-        self.strip = 0
-        self.local_arrays: dict[int, str] = {}  # id(ref) -> C name, for tiled kernels
-        used: list[str] = []
-        for r in kernel.refs:
-            if r.from_ and r.from_ not in used:
-                used.append(r.from_)
-        self.used = used
-        index = {r.into: i for i, r in enumerate(root.refs)}
-        self.buffer_ids = tuple(index[u] for u in used)
-        self.root_binds = {}
-        for u in used:
-            ref = root.ref(u)
-            shape = ref.shape
-            origin = sum(
-                (n - 1) * -st for n, st in zip(shape.sizes, shape.strides) if st < 0 and n > 0
-            )
-            self.root_binds[u] = _Bind(
-                f"b_{_sanitize(u)}", Affine.constant(origin), shape.dtype, "", "read"
-            )
-
-    # -- names and helpers ---------------------------------------------------------
-    def fresh(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{_sanitize(prefix)}_{self.counter}"
-
-    def need(self, kind: str, dt: str, src: str = "") -> str:
-        name, text = self.s.helper(kind, dt, src)
-        self.helpers.setdefault(name, text)
-        return name
-
-    def aff(self, a: Affine, env: dict[str, str]) -> str:
-        parts = []
-        for name, c in a.terms:
-            if name not in env:
-                raise StripeError(f"{self.s.name}: index '{name}' is not visible")
-            parts.append(env[name] if c == 1 else f"{c}*{env[name]}")
-        if a.const or not parts:
-            parts.append(str(a.const))
-        return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
-
-    def elem(self, bd: _Bind, env: dict[str, str]) -> str:
-        return f"{bd.base}[{self.aff(bd.offset, env)}]"
-
-    def typ(self, dt: str) -> str:
-        if dt == "f64":
-            self.uses_f64 = True
-        return self.s.ctype(dt)
-
-    # -- driver -------------------------------------------------------------------------
-    def run(self) -> tuple[str, KernelInfo]:
-        plan = plan_kernel(self.kernel, self.max_group_size, strip=self.strip)
-        params = []
-        for u in self.used:
-            dt = self.root.ref(u).shape.dtype
-            params.append(
-                f"{self.s.global_qualifier} {self.typ(dt)}* {self.s.restrict} {self.root_binds[u].base}".strip()
-            )
-        if plan.mapping == "tiled":
-            self.emit_tiled(plan)
-        else:
-            self.emit_naive(plan)
-        head = f"{self.s.kernel_qualifier} {self.symbol}({', '.join(params)})"
-        text = head + " {\n" + "\n".join(self.w.lines) + "\n}"
-        info = KernelInfo(
-            self.symbol,
-            self.kernel.name,
-            self.buffer_ids,
-            plan.groups,
-            plan.group_size,
-            plan.mapping,
-            self.shared_bytes,
-        )
-        return text, info
-
-    def decompose(self, flat: str, names: list[str], blk: Block, env: dict[str, str]) -> None:
-        """Bind ``names`` (indices of ``blk``) to the digits of ``flat`` (row-major)."""
-        stride = 1
-        strides = []
-        for n in reversed(names):
-            strides.append(stride)
-            stride *= blk.idx(n).range
-        for n, st in zip(names, reversed(strides)):
-            r = blk.idx(n).range
-            v = self.fresh(n)
-            expr = flat if st == 1 else f"({flat} / {st})"
-            if st * r < stride:
-                expr = f"({expr} % {r})"
-            base = blk.idx(n).affine
-            if base is not None and (base.terms or base.const):
-                expr = f"({self.aff(base, env)} + {expr})"
-            self.w(f"const long {v} = {expr};")
-            env[n] = v
-
-    def emit_naive(self, plan: KernelPlan) -> None:
-        w = self.w
-        total = plan.points
-        w(
-            f"const long gid = (long){self.s.group_id} * {plan.group_size} + (long){self.s.local_id};"
-        )
-        if plan.groups * plan.group_size != total:
-            w(f"if (gid >= {total}) return;")
-        env: dict[str, str] = {}
-        self.decompose("gid", list(plan.parallel), self.kernel, env)
-        self.emit_block(self.kernel, env, self.root_binds, pinned=set(plan.parallel))
-
-    # -- refinements ------------------------------------------------------------------
-    def bind_refs(self, blk: Block, prefs: dict[str, _Bind], init: bool) -> dict[str, _Bind]:
-        binds: dict[str, _Bind] = {}
-        for r in blk.refs:
-            if r.dir == "none":
-                name = self.local_arrays.get(id(r)) or self.fresh(r.into)
-                binds[r.into] = _Bind(
-                    name, Affine(), r.shape.dtype, "", "skip" if init else "plain"
-                )
-                continue
-            p = prefs[r.from_]
-            off = p.offset
-            for a, st in zip(r.access, r.shape.strides):
-                off = off + a * st
-            if init:
-                mode = (
-                    "init"
-                    if p.init_target or p.mode == "init"
-                    else ("read" if r.dir == "in" else "skip")
-                )
-            elif r.dir == "in":
-                mode = "read"
-            elif r.agg in ("", "assign"):
-                mode = "plain"
-            elif p.mode in ("mem", "reg"):
-                mode = p.mode
-            else:
-                mode = "scope"
-            if r.dir == "inout" and r.agg not in ("", "assign") and mode == "scope":
-                mode = "mem"
-            bd = _Bind(p.base, off, r.shape.dtype, r.agg, mode)
-            if mode == "reg":
-                bd.acc, bd.touched, bd.acc_index = p.acc, p.touched, p.acc_index
-            binds[r.into] = bd
-        return binds
-
-    # -- blocks -------------------------------------------------------------------------
-    def emit_block(
-        self,
-        blk: Block,
-        env: dict[str, str],
-        prefs: dict[str, _Bind],
-        pinned: set[str] = frozenset(),  # type: ignore[assignment]
-        init: bool = False,
-        innermost: str | None = None,
-    ) -> None:
-        binds = self.bind_refs(blk, prefs, init)
-        scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
-        reg = None
-        if scopes:
-            reg = reg_candidate(blk, scopes)
-            if reg is not None and not injective(binds[reg].offset, blk):
-                reg = None
-            for n in scopes:
-                binds[n].mode = "reg" if n == reg else "mem"
-            mem = [n for n in scopes if n != reg]
-            if mem:
-                # Write the identity to every element these scopes will touch.
-                saved = {}
-                for r in blk.refs:
-                    if r.into in mem:
-                        saved[r.from_] = prefs[r.from_].init_target
-                        prefs[r.from_].init_target = True
-                self.emit_block(blk, env, prefs, pinned, init=True)
-                for name, flag in saved.items():
-                    prefs[name].init_target = flag
-        order = [i.name for i in blk.idxs if i.name not in pinned]
-        if innermost in order:
-            order.remove(innermost)
-            order.append(innermost)
-        if init:
-            order = [n for n in order if needed_in_init(blk, n)]
-        outer, inner = order, []
-        if reg is not None:
-            addr = set(binds[reg].offset.names)
-            outer = [n for n in order if n in addr]
-            inner = [n for n in order if n not in addr]
-
-        def body(env3: dict[str, str]) -> None:
-            self.stmts(blk, env3, binds, init)
-
-        def point(env2: dict[str, str]) -> None:
-            if reg is None:
-                body(env2)
-                return
-            bd = binds[reg]
-            bd.acc = self.fresh("acc")
-            self.w(f"{self.s.reg_type(bd.dtype)} {bd.acc} = {self.s.identity(bd.agg, bd.dtype)};")
-            flagged = any(n in inner for c in blk.constraints for n in c.expr.names)
-            bd.touched = None
-            if flagged:
-                bd.touched = self.fresh("touched")
-                self.w(f"bool {bd.touched} = false;")
-            self.loops(blk, inner, env2, body, guards_here=False)
-            value = bd.acc
-            if bd.dtype == "bool":
-                value = f"(uchar){value}"
-            if flagged:
-                self.w(f"if ({bd.touched}) {self.elem(bd, env2)} = {value};")
-            else:
-                self.w(f"{self.elem(bd, env2)} = {value};")
-
-        self.loops(blk, outer, env, point, guards_here=True)
-
-    def loops(
-        self, blk: Block, order: list[str], env: dict[str, str], body, guards_here: bool
-    ) -> None:
-        """Loops over ``order``; each constraint bounds the innermost loop it mentions;
-        constraints on enclosing (or pinned) indices only become one guard."""
-        pos = {n: i for i, n in enumerate(order)}
-        own = {i.name for i in blk.idxs}
-        guards, per_loop = [], {n: [] for n in order}
-        for c in blk.constraints:
-            names = [n for n in c.expr.names if n in pos]
-            if any(n in own and n not in pos and n not in env for n in c.expr.names):
-                continue
-            if names:
-                per_loop[max(names, key=pos.__getitem__)].append(c)
-            elif guards_here:
-                guards.append(c)
-        w = self.w
-        opened = 0
-        if guards:
-            cond = " && ".join(f"{self.aff(c.expr, env)} >= 0" for c in guards)
-            w.open(f"if ({cond})")
-            opened += 1
-        env2 = dict(env)
-        for name in order:
-            idx = blk.idx(name)
-            base = idx.affine or Affine()
-            lo, hi = ["0"], [str(idx.range)]
-            for c in per_loop[name]:
-                coef = c.expr.coeff(name)
-                rest = self.aff(c.expr - Affine.index(name, coef) + base * coef, env2)
-                if coef > 0:  # coef*v + rest >= 0  ->  v >= ceil(-rest / coef)
-                    lo.append(self._ceil(f"(-({rest}))", coef))
-                else:  # v <= floor(rest / -coef)
-                    hi.append(f"({self._floor(rest, -coef)} + 1)")
-            v = self.fresh(name)
-            lo_e = _fold("max", lo)
-            hi_e = _fold("min", hi)
-            w.open(f"for (long {v} = {lo_e}; {v} < {hi_e}; ++{v})")
-            opened += 1
-            if base.terms or base.const:
-                val = self.fresh(name)
-                w(f"const long {val} = {self.aff(base, env2)} + {v};")
-                env2[name] = val
-            else:
-                env2[name] = v
-        body(env2)
-        for _ in range(opened):
-            w.close()
-
-    def _floor(self, x: str, d: int) -> str:
-        return x if d == 1 else f"{self.need('fdiv_idx', 'i64')}({x}, {d})"
-
-    def _ceil(self, x: str, d: int) -> str:
-        return x if d == 1 else f"(-{self.need('fdiv_idx', 'i64')}(-({x}), {d}))"
-
-    # -- statements ---------------------------------------------------------------------
-    def stmts(self, blk: Block, env: dict[str, str], binds: dict[str, _Bind], init: bool) -> None:
-        w = self.w
-        s = self.s
-        if not init:
-            for r in blk.refs:
-                if r.dir == "none" and id(r) not in self.local_arrays:
-                    bd = binds[r.into]
-                    size = max(r.shape.extent, 1)
-                    w(f"{self.typ(bd.dtype)} {bd.base}[{size}];")
-                    w(f"for (int z = 0; z < {size}; ++z) {bd.base}[z] = 0;")
-        vals: dict[str, tuple[str, str]] = {}
-        for st in blk.stmts:
-            if isinstance(st, Block):
-                self.emit_block(st, env, binds, init=init)
-            elif isinstance(st, Store):
-                bd = binds[st.ref]
-                if init:
-                    if bd.mode == "init":
-                        w(f"{self.elem(bd, env)} = {s.identity(bd.agg, bd.dtype)};")
-                    continue
-                v = vals[st.value][0]
-                if bd.mode == "reg":
-                    acc, touched = bd.acc, bd.touched
-                    if bd.acc_index is not None:  # acc, touched end in "[base + "
-                        acc = f"{acc}{env[bd.acc_index]}]"
-                        touched = f"{touched}{env[bd.acc_index]}]" if touched else None
-                    w(f"{acc} = {s.combine(bd.agg, acc, v, bd.dtype)};")
-                    if touched is not None:
-                        w(f"{touched} = true;")
-                elif bd.mode == "mem":
-                    e = self.elem(bd, env)
-                    cur = f"({e} != 0)" if bd.dtype == "bool" else e
-                    w(f"{e} = {s.combine(bd.agg, cur, v, bd.dtype)};")
-                else:
-                    w(f"{self.elem(bd, env)} = {v};")
-            elif init:
-                continue
-            elif isinstance(st, Load):
-                bd = binds[st.ref]
-                name = self.fresh("v")
-                e = self.elem(bd, env)
-                if bd.dtype == "bool":
-                    w(f"const bool {name} = ({e} != 0);")
-                else:
-                    w(f"const {self.typ(bd.dtype)} {name} = {e};")
-                vals[st.into] = (name, bd.dtype)
-            elif isinstance(st, Constant):
-                name = self.fresh("c")
-                self.typ(st.dtype)
-                w(f"const {s.reg_type(st.dtype)} {name} = {s.literal(st.dtype, st.value)};")
-                vals[st.into] = (name, st.dtype)
-            elif isinstance(st, LoadIndex):
-                name = self.fresh("i")
-                w(f"const long {name} = {self.aff(st.expr, env)};")
-                vals[st.into] = (name, "i64")
-            elif isinstance(st, Intrinsic):
-                args = [vals[a][0] for a in st.inputs]
-                dts = [vals[a][1] for a in st.inputs]
-                self.typ(st.dtype)
-                expr = s.intrinsic(st.op, args, dts, st.dtype, self.need)
-                name = self.fresh("t")
-                w(f"const {s.reg_type(st.dtype)} {name} = {expr};")
-                vals[st.into] = (name, st.dtype)
-            elif isinstance(st, Special):
-                raise StripeError(
-                    f"{s.name}: special '{st.op}' inside a kernel is not supported yet"
-                )
-
-    # -- tiled kernels --------------------------------------------------------------------
-    def emit_tiled(self, plan: KernelPlan) -> None:
-        from .gpu_tiled import emit_tiled
-
-        emit_tiled(self, plan)
-
-
-def _fold(fn: str, xs: list[str]) -> str:
-    """``sm_max(a, sm_max(b, c))`` over index expressions (helpers of the prelude)."""
-    out = xs[0]
-    for x in xs[1:]:
-        out = f"sm_{fn}({out}, {x})"
-    return out

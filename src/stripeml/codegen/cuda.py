@@ -21,6 +21,8 @@ typedef unsigned long long u64_t;"""
 
 
 class CudaStyle(CStyle):
+    """CUDA C (``__global__``, ``__shared__``, ``__syncthreads``)."""
+
     name = "cuda"
     kernel_qualifier = 'extern "C" __global__ void'
     global_qualifier = ""
@@ -32,19 +34,11 @@ class CudaStyle(CStyle):
     local_id = "threadIdx.x"
     barrier = "__syncthreads();"
     u64_suffix = "ULL"
+    prelude = _TYPEDEFS
+    f32_math_suffix = "f"
+    f32_from_bits = "__int_as_float(0x{:08x})"
+    f64_from_bits = "__longlong_as_double(0x{:016x}LL)"
     types = {**CStyle.types, "i8": "signed char", "i64": "i64_t", "u64": "u64_t"}
-
-    def header(self, uses_f64: bool) -> str:
-        return _TYPEDEFS
-
-    def math_name(self, op: str, dt: str) -> str:
-        name = "rint" if op == "round" else op
-        return name + "f" if dt == "f32" else name
-
-    def float_from_bits(self, dt: str, bits: int) -> str:
-        if dt == "f32":
-            return f"__int_as_float(0x{bits:08x})"
-        return f"__longlong_as_double(0x{bits:016x}LL)"
 
 
 def generate_cuda(program: Program, **options: int) -> GpuModule:

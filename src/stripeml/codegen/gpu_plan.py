@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from ..analysis.dependence import race_free_indices
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Load, Special, Store
-from .llvm_plan import _injective as injective
+from .plan import injective, view_offset
 
 #: Work-items per group for the naive mapping (a multiple of every warp size).
 NAIVE_GROUP = 128
@@ -140,9 +140,7 @@ def plan_tiled(
                 return None
             view = views[0]
             kref = kernel.ref(owner)
-            addr = Affine()
-            for a, st in zip(view.access, view.shape.strides):
-                addr = addr + a * st
+            addr = view_offset(Affine(), view)
             mine = set(threads) | ({strips[id(leaf)]} if id(leaf) in strips else set())
             if any(n not in mine for n in addr.names if n in {i.name for i in leaf.idxs}):
                 return None

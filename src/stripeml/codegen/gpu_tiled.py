@@ -15,11 +15,20 @@ serial loops, and writes them once at the end (only those some point stored).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import StripeError
+from ..ir.dtypes import itemsize
+from ..ir.nodes import Block
 from .gpu_plan import KernelPlan
+from .plan import view_offset
+
+if TYPE_CHECKING:
+    from .cstyle_kernel import KernelPrinter
 
 
-def emit_tiled(p, plan: KernelPlan) -> None:  # p: cstyle._KernelPrinter
+def emit_tiled(p: KernelPrinter, plan: KernelPlan) -> None:
+    """Print the body of tiled kernel ``p.kernel`` as ``plan`` maps it (see the module)."""
     s, w, kernel = p.s, p.w, p.kernel
     gs = plan.group_size
     w(f"const long grp = (long){s.group_id};")
@@ -32,7 +41,7 @@ def emit_tiled(p, plan: KernelPlan) -> None:  # p: cstyle._KernelPrinter
         cond = " && ".join(f"{p.aff(c.expr, env)} >= 0" for c in uniform)
         w(f"if (!({cond})) return;  // the whole group: no point in this tile")
     _declare_shared(p, kernel)
-    binds = p.bind_refs(kernel, p.root_binds, False)
+    binds = p.bind_refs(kernel, p.root_binds, None)
     flagged = bool(kernel.constraints) or any(
         b.constraints
         for b in kernel.stmts  # type: ignore[union-attr]
@@ -91,9 +100,7 @@ def emit_tiled(p, plan: KernelPlan) -> None:  # p: cstyle._KernelPrinter
         leaf = next(b for b in kernel.stmts if leaves[id(b)] is lp)
         view = next(v for v in leaf.refs if v.from_ == name)
         bd = binds[name]
-        off = bd.offset
-        for a, st in zip(view.access, view.shape.strides):
-            off = off + a * st
+        off = view_offset(bd.offset, view)
         w.open(f"for (int j = 0; j < {lp.per_thread}; ++j)")
         w("const long t = lid + j * " + str(gs) + ";")
         w.open(f"if (t < {lp.points})")
@@ -113,13 +120,13 @@ def emit_tiled(p, plan: KernelPlan) -> None:  # p: cstyle._KernelPrinter
         w.close()
 
 
-def _declare_shared(p, kernel) -> None:
+def _declare_shared(p: KernelPrinter, kernel: Block) -> None:
     """Group-shared memory for the kernel's allocations (an arena when placed)."""
     s, w = p.s, p.w
     allocs = [r for r in kernel.refs if r.dir == "none"]
     if not allocs:
         return
-    sizes = {id(r): max(r.shape.extent, 1) * _itemsize(r.shape.dtype) for r in allocs}
+    sizes = {id(r): max(r.shape.extent, 1) * itemsize(r.shape.dtype) for r in allocs}
     if all(r.offset is not None for r in allocs):
         total = max(r.offset + sizes[id(r)] for r in allocs)  # type: ignore[operator]
         arena = p.fresh("smem")
@@ -141,9 +148,3 @@ def _declare_shared(p, kernel) -> None:
             f"the target has {p.max_shared}"
         )
     p.shared_bytes = total
-
-
-def _itemsize(dt: str) -> int:
-    from ..ir.dtypes import itemsize
-
-    return itemsize(dt)

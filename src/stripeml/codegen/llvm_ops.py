@@ -23,6 +23,7 @@ from .llvm_types import (
     typed_const,
     vec,
 )
+from .plan import COMPARISONS
 
 
 def mangle(t: ir.Type) -> str:
@@ -168,14 +169,6 @@ def _minmax(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: str, flags=(
     return b.select(cmp, x, y)
 
 
-_CMP = {
-    "cmp_lt": "<",
-    "cmp_le": "<=",
-    "cmp_gt": ">",
-    "cmp_ge": ">=",
-    "cmp_eq": "==",
-    "cmp_ne": "!=",
-}
 _MATH = ("exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "erf", "pow")
 _LLVM_UNARY = {
     "sqrt": "llvm.sqrt",
@@ -197,9 +190,9 @@ def intrinsic(
         return args[0]
     if op == "select":
         return b.select(args[0], args[1], args[2])
-    if op in _CMP:
+    if op in COMPARISONS:
         src = in_dts[0]
-        pred = _CMP[op]
+        pred = COMPARISONS[op]
         if is_float(src):
             return b.fcmp_unordered(pred, *args) if op == "cmp_ne" else b.fcmp_ordered(pred, *args)
         return (b.icmp_unsigned if is_unsigned(src) else b.icmp_signed)(pred, *args)

@@ -1,10 +1,11 @@
 """Planning for the CPU code generator: how each block's loops run.
 
 Pure questions about Stripe blocks, kept apart from the LLVM emission in
-:mod:`.llvm`: which index a kernel may split across threads, whether an
-output can live in registers (a scalar accumulator or a register tile), which
-index runs in vector lanes, in what order the loops go, and which indices the
-identity-writing copy of a scope needs.
+:mod:`.llvm_kernel`: which index a kernel may split across threads, whether
+an output can live in a register tile, which index runs in vector lanes, and
+in what order the loops go.  What the GPU generators decide alike (scalar
+register accumulators, the identity-writing copy of a scope, constraints as
+loop bounds) is in :mod:`.plan`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import llvmlite.ir as ir
 
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Intrinsic, Load, Special, Store, walk_blocks
+from .plan import index_names, injective, split_by_address
 
 
 @dataclass
@@ -25,30 +27,11 @@ class Bind:
     offset: Affine  # element offset of the view's origin
     dtype: str
     agg: str
-    mode: str  # "plain" | "mem" | "reg" | "read" | "init" | "skip"
+    mode: str  # one of plan.MODES
     root: str | None  # root buffer name (None for allocations)
     acc: ir.Value | None = None  # register accumulator slot (mode "reg")
     vacc: ir.Value | None = None  # vector accumulator slot (vectorised reductions)
     touched: ir.Value | None = None
-
-
-def blk_idx_names(blk: Block) -> set[str]:
-    return {i.name for i in blk.idxs}
-
-
-# -- analysis helpers ------------------------------------------------------------
-
-
-def _reg_candidate(blk: Block, scopes: list[str]) -> str | None:
-    """A scope ref that can accumulate in a register: a leaf block whose only store it is."""
-    if len(scopes) != 1 or blk.sub_blocks:
-        return None
-    stores = [s for s in blk.stmts if isinstance(s, Store)]
-    if len(stores) != 1 or stores[0].ref != scopes[0]:
-        return None
-    if any(isinstance(s, Special) for s in blk.stmts):
-        return None
-    return scopes[0]
 
 
 # At most this many vector accumulators in a register tile (16 ymm registers on AVX2,
@@ -58,7 +41,7 @@ MAX_TILE_VECTORS = 12
 MAX_UNROLL = 8
 
 
-def _register_tile_plan(
+def register_tile_plan(
     blk: Block, binds: dict[str, Bind], w: int
 ) -> tuple[str, str, list[str]] | None:
     """(output ref, vector index, unrolled indices) when ``blk`` is a leaf whose single
@@ -72,10 +55,10 @@ def _register_tile_plan(
     bd = binds[out]
     if bd.mode not in ("scope", "mem") or bd.agg not in ("add", "mul", "max", "min"):
         return None
-    own = blk_idx_names(blk)
+    own = index_names(blk)
     addr = [i.name for i in blk.idxs if bd.offset.coeff(i.name)]
     red = [n for n in own if n not in addr]
-    if not red or not _injective(bd.offset, blk):
+    if not red or not injective(bd.offset, blk):
         return None
     if any(set(c.expr.names) & set(addr) for c in blk.constraints):
         return None
@@ -91,25 +74,11 @@ def _register_tile_plan(
             continue
         saved = bd.mode
         bd.mode = "reg"
-        ok = _vectorizable(blk, binds, vidx, reduction_ok=True)
+        ok = vectorizable(blk, binds, vidx, reduction_ok=True)
         bd.mode = saved
         if ok:
             return out, vidx, unrolled
     return None
-
-
-def _injective(offset: Affine, blk: Block, names=None) -> bool:
-    """Whether distinct points of ``blk``'s indices (``names`` of them, default all)
-    in ``offset`` reach distinct elements (mixed-radix test: each coefficient exceeds
-    the span of all smaller ones)."""
-    own = blk_idx_names(blk) if names is None else set(names)
-    terms = sorted((abs(c), blk.idx(n).range) for n, c in offset.terms if n in own)
-    span = 0
-    for c, r in terms:
-        if c <= span:
-            return False
-        span += c * (r - 1)
-    return True
 
 
 _VECTOR_OPS = frozenset(
@@ -118,9 +87,7 @@ _VECTOR_OPS = frozenset(
 )
 
 
-def _vectorizable(
-    blk: Block, binds: dict[str, Bind], vidx: str, reduction_ok: bool = False
-) -> bool:
+def vectorizable(blk: Block, binds: dict[str, Bind], vidx: str, reduction_ok: bool = False) -> bool:
     """Whether the innermost loop over ``vidx`` can run in vector lanes: a leaf block whose
     loads are unit-stride or invariant in ``vidx``, whose stores are unit-stride (or a
     register reduction over ``vidx``), with no per-point allocations."""
@@ -148,34 +115,16 @@ def _vectorizable(
     return True
 
 
-def _init_targets(prefs: dict[str, Bind], blk: Block, names: list[str]) -> set[int]:
-    # Identify the scope refs by the parent binds they refine; bind_refs marks
-    # children of those (in init mode) as "init".
-    out = set()
-    for r in blk.refs:
-        if r.into in names and r.from_ in prefs:
-            out.add(id(prefs[r.from_]))
-    return out
-
-
-def _needed_in_init(blk: Block, name: str) -> bool:
-    """In the identity-writing copy, an index matters if it can change which elements are touched."""
-    if blk.sub_blocks:
-        return True
-    if any(name in c.expr.names for c in blk.constraints):
-        return True
-    return any(
-        r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs
-    )
-
-
-def _loop_order(
+def loop_order(
     blk: Block, binds: dict[str, Bind], reg: str | None, par: str | None, last: str | None = None
 ) -> list[str]:
+    """The loop order of ``blk``'s indices: a register accumulator's address
+    indices outside its reduction, then ``last`` innermost (a vector index) and
+    ``par`` outermost (the kernel's thread-split index)."""
     names = [i.name for i in blk.idxs]
     if reg is not None:
-        addr = set(binds[reg].offset.names)
-        names = [n for n in names if n in addr] + [n for n in names if n not in addr]
+        outer, inner = split_by_address(names, binds[reg].offset)
+        names = outer + inner
     if last is not None:
         names.remove(last)
         names.append(last)
@@ -206,7 +155,7 @@ def _root_writes(
             _root_writes(s, local, out, reads)  # type: ignore[arg-type]
 
 
-def _parallel_index(kernel: Block) -> str | None:
+def parallel_index(kernel: Block) -> str | None:
     """An index of the kernel whose distinct values write distinct elements of every
     root buffer the kernel writes (and the kernel reads none of them): safe to split."""
     if (
@@ -266,10 +215,12 @@ def _separates(a: Affine, p: str, own: set[str], ranges: dict[str, int]) -> bool
     return span < abs(c)
 
 
-def _work(blk: Block) -> int:
+def work_estimate(blk: Block) -> int:
+    """Scalar statements ``blk`` runs in all (points times statements, nested
+    blocks included): whether splitting it over threads pays off."""
     points = 1
     for i in blk.idxs:
         points *= i.range
-    inner = sum(_work(s) for s in blk.sub_blocks)
+    inner = sum(work_estimate(s) for s in blk.sub_blocks)
     own = sum(1 for s in blk.stmts if not isinstance(s, Block))
     return points * (own + inner)

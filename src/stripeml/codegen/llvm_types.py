@@ -97,3 +97,11 @@ def lanes_of(v: ir.Value) -> int | None:
 
 def vec(t: ir.Type, lanes: int | None) -> ir.Type:
     return ir.VectorType(t, lanes) if lanes else t
+
+
+def acc_dtype(dt: str) -> str:
+    """The dtype a register accumulator of ``dt`` holds: float16 sums and products
+    accumulate in float and round to float16 once, as NumPy's float16 reductions
+    (``sum``, ``einsum``, ``matmul``) and the interpreter's fast path do; an
+    accumulation in memory rounds after every step, as the general mode does."""
+    return "f32" if dt == "f16" else dt

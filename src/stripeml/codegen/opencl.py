@@ -1,7 +1,8 @@
-"""OpenCL C: the C-style base with OpenCL's qualifiers, ids and barrier.
+"""OpenCL C: the C-style base, whose defaults are OpenCL's spelling.
 
 OpenCL C's math functions are overloaded on float and double, so only the
-qualifiers and the ``cl_khr_fp64`` pragma differ from :class:`CStyle`.
+dialect's name and the ``cl_khr_fp64`` pragma (for sources that use float64)
+differ from :class:`CStyle`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from .gpu_abi import GpuModule
 
 
 class OpenCLStyle(CStyle):
-    name = "opencl"
+    """OpenCL C (``__kernel``, ``__global``, ``__local``, ``barrier``)."""
 
-    def header(self, uses_f64: bool) -> str:
-        return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" if uses_f64 else ""
+    name = "opencl"
+    f64_prelude = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"
 
 
 def generate_opencl(program: Program, **options: int) -> GpuModule:

@@ -1,0 +1,269 @@
+"""The LLVM function of one kernel, and how values, memory and loops are written in it.
+
+:class:`KernelBuilder` owns the kernel's two functions (the ABI wrapper of
+:mod:`.cpu_abi` and the ``noalias`` body it calls) and the builders; it turns
+affine expressions into index arithmetic, refinements into loads and stores
+(scalar or vector), and a block's indices into loop nests whose bounds come
+from its constraints (each bounds the innermost loop it mentions, see
+:func:`.plan.place_constraints`, so no guard remains inside a loop).  What
+runs inside the loops, the Stripe semantics, is :mod:`.llvm_kernel`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import llvmlite.ir as ir
+
+from ..errors import StripeError
+from ..ir.affine import Affine
+from ..ir.dtypes import itemsize
+from ..ir.nodes import Block
+from .llvm_ops import call_intrinsic
+from .llvm_plan import Bind
+from .llvm_types import F32, I1, I8, I64, PTR, lanes_of, mem_type, reg_type, vec
+from .plan import bound_terms, kernel_buffers, place_constraints
+
+
+class KernelBuilder:
+    """The function of root kernel ``kernel`` in ``module``, named ``symbol``.
+
+    The ABI wrapper loads the buffer pointers and calls a body whose pointer
+    parameters are ``noalias`` (each root buffer appears once).  ``par`` (set
+    by the caller before emitting) is the kernel's thread-split index, whose
+    loop runs only ``[start, end)``.
+    """
+
+    def __init__(
+        self,
+        module: ir.Module,
+        root: Block,
+        kernel: Block,
+        symbol: str,
+        vector_width: int,
+        fma: bool = False,
+    ):
+        self.module = module
+        self.fma = fma
+        self.root = root
+        self.kernel = kernel
+        self.symbol = symbol
+        self.vector_width = vector_width
+        self.par: str | None = None
+        used = list(kernel_buffers(kernel))
+        self.used = used
+        root_index = {r.into: i for i, r in enumerate(root.refs)}
+        wrapper_ty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+        self.wrapper = ir.Function(module, wrapper_ty, symbol)
+        body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(used) + [I64, I64])
+        self.fn = ir.Function(module, body_ty, symbol + ".body")
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("alwaysinline")
+        for a in self.fn.args[: len(used)]:
+            a.add_attribute("noalias")
+        wb = ir.IRBuilder(self.wrapper.append_basic_block("entry"))
+        bufs, start, end = self.wrapper.args
+        ptrs = []
+        for name in used:
+            slot = wb.gep(bufs, [ir.Constant(I64, root_index[name])], source_etype=PTR)
+            ptrs.append(wb.load(slot, typ=PTR))
+        wb.call(self.fn, [*ptrs, start, end])
+        wb.ret_void()
+        self.entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(self.entry)
+        first = self.fn.append_basic_block("start")
+        self.b = ir.IRBuilder(first)
+        self.start, self.end = self.fn.args[len(used)], self.fn.args[len(used) + 1]
+        self.root_binds = {
+            name: Bind(self.fn.args[i], Affine(), root.ref(name).shape.dtype, "", "read", name)
+            for i, name in enumerate(used)
+        }
+        self.counter = 0
+
+    def fresh(self, prefix: str) -> str:
+        """A new value or block name starting with ``prefix``."""
+        self.counter += 1
+        return f"{prefix}.{self.counter}"
+
+    # -- values ---------------------------------------------------------------
+    def affine(self, a: Affine, env: dict[str, ir.Value]) -> ir.Value:
+        """The i64 value of ``a`` with the indices bound in ``env``."""
+        v: ir.Value | None = None
+        for name, c in a.terms:
+            if name not in env:
+                raise StripeError(f"cpu: index '{name}' is not visible")
+            term = env[name] if c == 1 else self.b.mul(env[name], ir.Constant(I64, c))
+            v = term if v is None else self.b.add(v, term)
+        if v is None:
+            return ir.Constant(I64, a.const)
+        return self.b.add(v, ir.Constant(I64, a.const)) if a.const else v
+
+    def address(self, bind: Bind, env: dict[str, ir.Value]) -> ir.Value:
+        """A pointer to the element at ``bind``'s origin."""
+        return self.b.gep(
+            bind.base, [self.affine(bind.offset, env)], source_etype=mem_type(bind.dtype)
+        )
+
+    def load(self, bind: Bind, env: dict[str, ir.Value]) -> ir.Value:
+        """The scalar at ``bind``'s origin (a bool byte becomes an i1)."""
+        v = self.b.load(self.address(bind, env), typ=mem_type(bind.dtype))
+        return self.b.trunc(v, I1) if bind.dtype == "bool" else v
+
+    def store(self, bind: Bind, env: dict[str, ir.Value], v: ir.Value) -> None:
+        """Store scalar ``v`` at ``bind``'s origin."""
+        if bind.dtype == "bool":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.address(bind, env))
+
+    def vload(
+        self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None
+    ) -> ir.Value:
+        """The value at ``bd``'s origin: ``lanes`` consecutive elements along ``vidx``
+        (or one broadcast when the view does not move with ``vidx``), else a scalar."""
+        if lanes is None or bd.offset.coeff(vidx) == 0:  # type: ignore[arg-type]
+            v = self.load(bd, env)
+            return self.broadcast(v, lanes) if lanes else v
+        v = self.b.load(
+            self.address(bd, env), typ=vec(mem_type(bd.dtype), lanes), align=itemsize(bd.dtype)
+        )
+        return self.b.trunc(v, vec(I1, lanes)) if bd.dtype == "bool" else v
+
+    def vstore(self, bd: Bind, env: dict[str, ir.Value], v: ir.Value, lanes: int | None) -> None:
+        """Store ``v`` (a vector of ``lanes`` consecutive elements, or a scalar)."""
+        if lanes is None:
+            self.store(bd, env, v)
+            return
+        if bd.dtype == "bool":
+            v = self.b.zext(v, vec(I8, lanes))
+        ptr = self.b.bitcast(self.address(bd, env), v.type.as_pointer())
+        self.b.store(v, ptr, align=itemsize(bd.dtype))
+
+    def to_acc(self, v: ir.Value, dt: str) -> ir.Value:
+        """A value of dtype ``dt`` as its register accumulator holds it (f16: float)."""
+        return self.b.fpext(v, vec(F32, lanes_of(v))) if dt == "f16" else v
+
+    def from_acc(self, v: ir.Value, dt: str) -> ir.Value:
+        """A register accumulator's value as dtype ``dt`` (f16: rounded once)."""
+        return self.b.fptrunc(v, vec(reg_type("f16"), lanes_of(v))) if dt == "f16" else v
+
+    def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
+        """Scalar ``v`` in every one of ``lanes`` lanes."""
+        t = ir.VectorType(v.type, lanes)
+        one = self.b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        return self.b.shuffle_vector(one, ir.Constant(t, ir.Undefined), mask)
+
+    def memset(self, ptr: ir.Value, nbytes: int) -> None:
+        """Zero ``nbytes`` bytes at ``ptr``."""
+        ptr = self.b.bitcast(ptr, I8.as_pointer())  # allocas of any dtype share one declaration
+        args = [ptr, ir.Constant(I8, 0), ir.Constant(I64, nbytes), ir.Constant(I1, 0)]
+        call_intrinsic(self.b, "llvm.memset", args, ret=ir.VoidType(), overloads=[PTR, I64])
+
+    # -- loops ----------------------------------------------------------------
+    def loops(
+        self,
+        blk: Block,
+        order: list[str],
+        env: dict[str, ir.Value],
+        body: Callable[[dict[str, ir.Value], int | None], None],
+        top: bool,
+        guards_here: bool = False,
+        vector: str | None = None,
+    ) -> None:
+        """Emit loops over ``order``; each constraint bounds the innermost loop it
+        mentions; constraints on enclosing indices only become one guard.
+
+        ``vector``: when it is the innermost index, its loop runs in whole
+        chunks of ``vector_width`` lanes, then a scalar tail; ``body`` gets the
+        lane count (``None`` when scalar).
+        """
+        guards, per_loop = place_constraints(blk, order, env, guards_here)
+        b = self.b
+
+        def rec(k: int, env2: dict[str, ir.Value], lanes: int | None = None) -> None:
+            if k == len(order):
+                body(env2, lanes)
+                return
+            name = order[k]
+            idx = blk.idx(name)
+            base = idx.affine or Affine()
+            lo: ir.Value = ir.Constant(I64, 0)
+            hi: ir.Value = ir.Constant(I64, idx.range)
+            for c in per_loop[name]:
+                coef, rest = bound_terms(c, name, base)
+                r = self.affine(rest, env2)
+                if coef > 0:
+                    lo = _smax(b, lo, _ceildiv(b, b.neg(r), coef))
+                else:
+                    hi = _smin(b, hi, b.add(_floordiv(b, r, -coef), ir.Constant(I64, 1)))
+            if top and name == self.par:
+                lo = _smax(b, lo, self.start)
+                hi = _smin(b, hi, self.end)
+            base_v = self.affine(base, env2) if base.terms or base.const else None
+
+            def inner(v: ir.Value, lanes: int | None = None) -> None:
+                env3 = dict(env2)
+                env3[name] = b.add(base_v, v) if base_v is not None else v
+                rec(k + 1, env3, lanes)
+
+            if name == vector and k == len(order) - 1:
+                # Vector loop over whole chunks of lanes, then a scalar tail.
+                w = self.vector_width
+                span = _smax(b, b.sub(hi, lo), ir.Constant(I64, 0))
+                main_end = b.add(lo, b.mul(b.udiv(span, ir.Constant(I64, w)), ir.Constant(I64, w)))
+                self.loop(name, lo, main_end, lambda v: inner(v, w), step=w)
+                self.loop(name, main_end, hi, inner)
+            else:
+                self.loop(name, lo, hi, inner)
+
+        if guards:
+            ok = None
+            for c in guards:
+                t = b.icmp_signed(">=", self.affine(c.expr, env), ir.Constant(I64, 0))
+                ok = t if ok is None else b.and_(ok, t)
+            with b.if_then(ok):
+                rec(0, env)
+        else:
+            rec(0, env)
+
+    def loop(
+        self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1
+    ) -> None:
+        """One counted loop ``lo <= v < hi`` (step ``step``); ``body(v)`` emits its body."""
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block(self.fresh(f"{name}.head"))
+        loop_body = self.fn.append_basic_block(self.fresh(f"{name}.body"))
+        exit_ = self.fn.append_basic_block(self.fresh(f"{name}.exit"))
+        b.branch(head)
+        b.position_at_end(head)
+        phi = b.phi(I64, name=name)
+        phi.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", phi, hi), loop_body, exit_)
+        b.position_at_end(loop_body)
+        body(phi)
+        nxt = b.add(phi, ir.Constant(I64, step), flags=("nsw",))
+        phi.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(exit_)
+
+
+def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _floordiv(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
+    if d == 1:
+        return x
+    dc = ir.Constant(I64, d)
+    q = b.sdiv(x, dc)
+    r = b.srem(x, dc)
+    return b.select(b.icmp_signed("<", r, ir.Constant(I64, 0)), b.sub(q, ir.Constant(I64, 1)), q)
+
+
+def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int) -> ir.Value:
+    return b.neg(_floordiv(b, b.neg(x), d))

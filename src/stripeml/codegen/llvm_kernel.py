@@ -1,0 +1,283 @@
+"""One root kernel block as LLVM IR: blocks, refinements, statements, aggregation.
+
+Blocks become loop nests (:class:`.llvm_builder.KernelBuilder`); refinements
+become a base pointer plus an element offset that is an affine function of the
+indices (:func:`.plan.view_offset`); ``none`` refinements become stack
+allocations, zeroed per point (unless the block's first statement overwrites
+them whole).
+
+Aggregation (the scope rule of docs/stripe-ir.md, decided by :mod:`.plan`): a
+block whose output view aggregates while its parent does not is a *scope*.
+When the scope is a leaf block with a single store, its loops are ordered with
+the store's address indices outside and the rest inside, and the value
+accumulates in a register (in vector lanes too when the reduction's innermost
+index vectorises), stored once per element if any point reached it.  A leaf
+whose reduction does not vectorise keeps a *register tile* of outputs instead
+(:mod:`.llvm_tile`), or accumulates in memory with a unit-stride output index
+in vector lanes.  Otherwise the scope first writes the aggregation's identity
+to every element it will touch (a copy of its loop nest that only stores),
+then accumulates in memory.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..errors import StripeError
+from ..ir.dtypes import itemsize
+from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Special, Store, TensorShape
+from .cpu_abi import KernelInfo
+from .llvm_builder import KernelBuilder
+from .llvm_ops import combine, hreduce, intrinsic
+from .llvm_plan import (
+    Bind,
+    loop_order,
+    parallel_index,
+    register_tile_plan,
+    vectorizable,
+    work_estimate,
+)
+from .llvm_tile import emit_register_tile
+from .llvm_types import I1, I64, acc_dtype, const, identity, mem_type, reg_type, splat, vec
+from .plan import (
+    init_targets,
+    needed_in_init,
+    needs_touched_flag,
+    register_scope,
+    split_by_address,
+    views,
+)
+
+
+class KernelEmitter(KernelBuilder):
+    """Emits root kernel ``kernel`` as the function ``symbol`` (see :class:`KernelBuilder`)."""
+
+    def run(self) -> KernelInfo:
+        """Emit the kernel; its metadata for the runtime."""
+        par = parallel_index(self.kernel)
+        self.par = par
+        self.emit_block(self.kernel, {}, self.root_binds, top=True)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.fn.blocks[1])
+        extent = self.kernel.idx(par).range if par else 1
+        return KernelInfo(
+            self.symbol, self.kernel.name, extent, par is not None, work_estimate(self.kernel)
+        )
+
+    # -- refinements -----------------------------------------------------------
+    def bind_refs(
+        self, blk: Block, prefs: dict[str, Bind], init: set[int] | None
+    ) -> dict[str, Bind]:
+        """``blk``'s refinements (:func:`.plan.views`) as LLVM values: views share
+        their parent's pointer, allocations are stack slots of the kernel."""
+        binds: dict[str, Bind] = {}
+        for r, p, off, mode in views(blk, prefs, init):
+            if p is None:
+                slot = self.alloca_builder.alloca(
+                    mem_type(r.shape.dtype), size=max(r.shape.extent, 1), name=self.fresh("alloc")
+                )
+                if r.shape.extent > 1:
+                    slot.align = 64  # a cache line: vector rows of packed panels never split lines
+                binds[r.into] = Bind(slot, off, r.shape.dtype, "", mode, None)
+            else:
+                binds[r.into] = Bind(p.base, off, r.shape.dtype, r.agg, mode, p.root)
+        return binds
+
+    # -- blocks ---------------------------------------------------------------
+    def emit_block(
+        self,
+        blk: Block,
+        env: dict[str, ir.Value],
+        prefs: dict[str, Bind],
+        top: bool = False,
+        init: set[int] | None = None,
+    ) -> None:
+        """Emit ``blk`` (or, with ``init``, its identity-writing copy) at ``env``."""
+        binds = self.bind_refs(blk, prefs, init)
+        if init is None and not (top and self.par is not None):
+            plan = register_tile_plan(blk, binds, self.vector_width)
+            if plan is not None:
+                emit_register_tile(self, blk, env, binds, *plan)
+                return
+        scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
+        reg = None
+        vlast = None
+        if scopes:
+            reg = register_scope(blk, {n: binds[n].offset for n in scopes})
+            for n in scopes:
+                binds[n].mode = "reg" if n == reg else "mem"
+            if reg is not None and init is None and self.vector_width > 1:
+                vlast = self._prefer_memory(blk, binds, reg, self.par if top else None)
+                if vlast is not None:
+                    reg = None
+            if any(n != reg for n in scopes):
+                # Write the identity to every element the scope will touch.
+                targets = init_targets(prefs, blk, [n for n in scopes if n != reg])
+                self.emit_block(blk, env, dict(prefs), top, init=targets)
+        order = loop_order(blk, binds, reg, self.par if top else None, vlast)
+        if init is not None:
+            order = [n for n in order if needed_in_init(blk, n)]
+        outer = order
+        inner: list[str] = []
+        if reg is not None:
+            outer, inner = split_by_address(order, binds[reg].offset)
+        vidx = None
+        if init is None and self.vector_width > 1:
+            cand = (inner or outer)[-1:]
+            if cand and vectorizable(blk, binds, cand[0]):
+                vidx = cand[0]
+
+        def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
+            self.stmts(blk, env3, binds, init, lanes, vidx)
+
+        def point(env2: dict[str, ir.Value], lanes: int | None) -> None:
+            if reg is None:
+                body(env2, lanes)
+                return
+            bd = binds[reg]
+            adt = acc_dtype(bd.dtype)
+            rt = reg_type(adt)
+            bd.acc = self.alloca_builder.alloca(rt, name=self.fresh("acc"))
+            self.b.store(identity(bd.agg, adt), bd.acc)
+            if vidx is not None:
+                bd.vacc = self.alloca_builder.alloca(
+                    vec(rt, self.vector_width), name=self.fresh("vacc")
+                )
+                self.b.store(splat(identity(bd.agg, adt), self.vector_width), bd.vacc)
+            flagged = needs_touched_flag(blk, inner)
+            bd.touched = None
+            if flagged:
+                bd.touched = self.alloca_builder.alloca(I1, name=self.fresh("touched"))
+                self.b.store(ir.Constant(I1, 0), bd.touched)
+            self.loops(blk, inner, env2, body, top, vector=vidx)
+            result = self.b.load(bd.acc, typ=rt)
+            if vidx is not None:
+                lanes_v = self.b.load(bd.vacc, typ=vec(rt, self.vector_width))
+                result = combine(
+                    self.b, bd.agg, result, hreduce(self.b, bd.agg, lanes_v, adt), adt, self.fma
+                )
+            result = self.from_acc(result, bd.dtype)
+            if flagged:
+                with self.b.if_then(self.b.load(bd.touched, typ=I1)):
+                    self.store(bd, env2, result)
+            else:
+                self.store(bd, env2, result)
+
+        self.loops(
+            blk, outer, env, point, top, guards_here=True, vector=vidx if reg is None else None
+        )
+
+    def _prefer_memory(
+        self, blk: Block, binds: dict[str, Bind], reg: str, par: str | None
+    ) -> str | None:
+        """Accumulating in a register is best when the reduction's innermost index can
+        run in vector lanes (a row sum).  When it cannot (matmul's k walks B by rows),
+        accumulate in memory instead, with a unit-stride output index innermost in
+        vector lanes (matmul as rank-1 updates of C's rows).  Returns that index."""
+        bd = binds[reg]
+        addr = set(bd.offset.names)
+        red = [i.name for i in blk.idxs if i.name not in addr]
+        if not red or vectorizable(blk, binds, red[-1]):
+            return None
+        unit = [i.name for i in blk.idxs if bd.offset.coeff(i.name) == 1]
+        if not unit:
+            return None
+        bd.mode = "mem"
+        if vectorizable(blk, binds, unit[-1]):
+            return unit[-1]
+        bd.mode = "reg"
+        return None
+
+    # -- statements -----------------------------------------------------------
+    def stmts(
+        self,
+        blk: Block,
+        env: dict[str, ir.Value],
+        binds: dict[str, Bind],
+        init: set[int] | None,
+        lanes: int | None = None,
+        vidx: str | None = None,
+    ) -> None:
+        """``blk``'s statements at one point (``lanes`` points along ``vidx``)."""
+        for r in blk.refs:
+            if r.dir == "none" and init is None and not _overwritten_first(blk, r.into):
+                bd = binds[r.into]
+                size = max(r.shape.extent, 1)
+                if size == 1:
+                    self.b.store(ir.Constant(mem_type(bd.dtype), None), bd.base)
+                else:
+                    self.memset(bd.base, size * itemsize(bd.dtype))
+        vals: dict[str, tuple[ir.Value, str]] = {}
+        for s in blk.stmts:
+            if isinstance(s, Block):
+                self.emit_block(s, env, binds, init=init)
+            elif isinstance(s, Store):
+                bd = binds[s.ref]
+                if init is not None:
+                    if bd.mode == "init":
+                        self.store(bd, env, identity(bd.agg, bd.dtype))
+                    continue
+                v = vals[s.value][0]
+                if bd.mode == "reg":
+                    slot = bd.vacc if lanes else bd.acc
+                    v = self.to_acc(v, bd.dtype)
+                    acc = self.b.load(slot, typ=v.type)
+                    adt = acc_dtype(bd.dtype)
+                    self.b.store(combine(self.b, bd.agg, acc, v, adt, self.fma), slot)
+                    if bd.touched is not None:
+                        self.b.store(ir.Constant(I1, 1), bd.touched)
+                elif bd.mode == "mem":
+                    old = self.vload(bd, env, lanes, vidx)
+                    self.vstore(bd, env, combine(self.b, bd.agg, old, v, bd.dtype, self.fma), lanes)
+                else:
+                    self.vstore(bd, env, v, lanes)
+            elif init is not None:
+                continue
+            elif isinstance(s, Load):
+                bd = binds[s.ref]
+                vals[s.into] = (self.vload(bd, env, lanes, vidx), bd.dtype)
+            elif isinstance(s, Constant):
+                vals[s.into] = (splat(const(s.dtype, s.value), lanes), s.dtype)
+            elif isinstance(s, LoadIndex):
+                v = self.affine(s.expr, env)
+                if lanes:
+                    c = s.expr.coeff(vidx)  # type: ignore[arg-type]
+                    steps = ir.Constant(ir.VectorType(I64, lanes), [c * i for i in range(lanes)])
+                    v = self.b.add(self.broadcast(v, lanes), steps)
+                vals[s.into] = (v, "i64")
+            elif isinstance(s, Intrinsic):
+                args = [vals[a][0] for a in s.inputs]
+                dts = [vals[a][1] for a in s.inputs]
+                vals[s.into] = (intrinsic(self.b, s.op, args, dts, s.dtype, self.fma), s.dtype)
+            elif isinstance(s, Special):
+                raise StripeError(f"cpu: special '{s.op}' inside a kernel is not supported yet")
+
+
+def _overwritten_first(blk: Block, name: str) -> bool:
+    """Whether ``blk``'s first statement assigns every element of its ``none`` buffer
+    ``name`` (a packed panel's copy), so zeroing it first would be wasted."""
+    buf = blk.ref(name)
+    first = blk.stmts[0] if blk.stmts else None
+    if not isinstance(first, Block) or first.constraints or first.sub_blocks:
+        return False
+    if any(i.affine is not None for i in first.idxs):
+        return False
+    writes = [r for r in first.refs if r.from_ == name]
+    if len(writes) != 1 or writes[0].dir != "out" or writes[0].agg != "assign":
+        return False
+    w = writes[0]
+    if w.shape.strides != buf.shape.strides or any(s != 1 for s in w.shape.sizes):
+        return False
+    ranges = {i.name: i.range for i in first.idxs}
+    # access[d] = one index of range sizes[d], each dimension its own index.
+    seen = set()
+    for a, size in zip(w.access, buf.shape.sizes):
+        if a.const or len(a.terms) != 1:
+            return False
+        ((n, c),) = a.terms
+        if c != 1 or n in seen or ranges.get(n) != size:
+            return False
+        seen.add(n)
+    stored = [st for st in first.stmts if isinstance(st, Store) and st.ref == w.into]
+    dense = TensorShape.dense(buf.shape.dtype, buf.shape.sizes)
+    return len(stored) == 1 and dense.strides == buf.shape.strides
