@@ -26,12 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InternalError, StripeError
 from ..ir import dtypes
+
+if TYPE_CHECKING:
+    from ..tile.ast import Function as TileFunction
 
 
 class OnnxError(StripeError):
@@ -222,7 +225,7 @@ class Builder:
         body = "\n".join("    " + s for s in self.statements)
         return f"{head}\n{body}\n}}\n"
 
-    def check(self, fn: Any) -> None:
+    def check(self, fn: TileFunction) -> None:
         """Bind the generated program (``fn``: its parsed and checked Tile syntax
         tree, ``Function.ast``) and compare every tensor's shape and dtype with
         what the ops declared."""

@@ -24,132 +24,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ShapeError, StripeError
 from .builder import Builder, Node, OnnxError, Value
-from .layout import dispatch
-from .registry import lookup
+from .graph import Graph, NodeInfo, require_onnx
+from .layout import dispatch, fuse_conv_bn
+from .ops import lookup
+from .registry import OpDef
+
+if TYPE_CHECKING:
+    from ..api import Executable, Function
 
 Progress = Callable[[str], None]
-
-# Ops whose result depends only on the *shape* of their data input.
-SHAPE_ONLY = {"Shape": (0,), "Size": (0,)}
-
-
-def _onnx():
-    try:
-        import onnx
-    except ImportError:  # pragma: no cover - onnx is a dependency of the extra
-        raise StripeError(
-            "the ONNX frontend needs the 'onnx' package: pip install 'stripeml[onnx]'"
-        ) from None
-    return onnx
-
-
-@dataclass
-class GraphInput:
-    name: str
-    dtype: np.dtype
-    dims: tuple[int | str | None, ...] | None  # None: rank unknown
-
-
-@dataclass
-class NodeInfo:
-    op_type: str
-    domain: str
-    name: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict[str, Any]
-
-
-class Graph:
-    """The parts of an ONNX ``ModelProto`` the importer uses, as plain data."""
-
-    def __init__(self, model: Any):
-        onnx = _onnx()
-        from onnx import helper, numpy_helper
-
-        g = model.graph
-        self.name = g.name or "model"
-        self.opset = 1
-        for imp in model.opset_import:
-            if imp.domain in ("", "ai.onnx"):
-                self.opset = int(imp.version)
-        self.initializers: dict[str, np.ndarray] = {
-            t.name: numpy_helper.to_array(t) for t in g.initializer
-        }
-        if len(g.sparse_initializer):
-            raise OnnxError("sparse initializers are not supported")
-        self.inputs: list[GraphInput] = []
-        for vi in g.input:
-            if vi.name in self.initializers:
-                continue
-            self.inputs.append(_graph_input(vi, onnx))
-        self.outputs = [vi.name for vi in g.output]
-        self.nodes: list[NodeInfo] = []
-        for n in g.node:
-            attrs = {}
-            for a in n.attribute:
-                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                    attrs[a.name] = a  # kept raw; ops with subgraphs reject them
-                elif a.type == onnx.AttributeProto.TENSOR:
-                    attrs[a.name] = numpy_helper.to_array(a.t)
-                else:
-                    v = helper.get_attribute_value(a)
-                    if isinstance(v, bytes):
-                        v = v.decode("utf-8", "replace")
-                    elif isinstance(v, list) and v and isinstance(v[0], bytes):
-                        v = [x.decode("utf-8", "replace") for x in v]
-                    attrs[a.name] = v
-            self.nodes.append(
-                NodeInfo(n.op_type, n.domain, n.name, list(n.input), list(n.output), attrs)
-            )
-
-    def static_inputs(self) -> set[str]:
-        """Graph inputs whose values some op needs at compile time."""
-        producer = {o: n for n in self.nodes for o in n.outputs if o}
-        want: list[str] = []
-        for n in self.nodes:
-            d = lookup(n.op_type, n.domain)
-            if d is None:
-                continue
-            want += [n.inputs[i] for i in d.static if i < len(n.inputs) and n.inputs[i]]
-        seen: set[str] = set()
-        while want:
-            t = want.pop()
-            if t in seen:
-                continue
-            seen.add(t)
-            n = producer.get(t)
-            if n is None or n.op_type in SHAPE_ONLY:
-                continue
-            want += [i for i in n.inputs if i]
-        return {i.name for i in self.inputs if i.name in seen}
-
-    def unsupported(self) -> list[NodeInfo]:
-        return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
-
-
-def _graph_input(vi: Any, onnx: Any) -> GraphInput:
-    tt = vi.type
-    if not tt.HasField("tensor_type"):
-        raise OnnxError(f"input {vi.name!r}: only tensor inputs are supported")
-    elem = tt.tensor_type.elem_type
-    try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
-    except Exception:  # noqa: BLE001 - unknown enum values
-        raise OnnxError(f"input {vi.name!r}: element type {elem} is not supported") from None
-    dims: tuple[int | str | None, ...] | None = None
-    if tt.tensor_type.HasField("shape"):
-        dims = tuple(
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in tt.tensor_type.shape.dim
-        )
-    return GraphInput(vi.name, dtype, dims)
 
 
 @dataclass
@@ -157,7 +46,7 @@ class Specialised:
     """The program for one call signature."""
 
     source: str
-    function: Any  # stripeml.api.Function, or None when every output is known
+    function: Function | None  # None when every output is known
     params: list[tuple[str, Any]]  # ("input", index) or ("const", array) per Tile parameter
     outputs: list[tuple[str, Any]]  # ("tile", name) or ("const", array) per graph output
 
@@ -171,7 +60,7 @@ class OnnxFunction:
     input order or by input name.  One output gives an array, several a tuple."""
 
     def __init__(self, model: Any, target: str = "cpu", progress: Progress | None = None):
-        onnx = _onnx()
+        onnx = require_onnx()
         if isinstance(model, (str, os.PathLike)):
             try:
                 model = onnx.load(os.fspath(model))
@@ -191,8 +80,6 @@ class OnnxFunction:
                 f"unsupported operator(s) {', '.join(ops)} "
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
-        from .layout import fuse_conv_bn
-
         self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
         self.target = target
         self.progress = progress
@@ -334,7 +221,7 @@ class OnnxFunction:
         outs = self._run(self._arrays(args, kwargs))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
+    def lower(self, *args: Any, **kwargs: Any) -> Executable | None:
         """The ``stripeml`` executable for these inputs (``.ir``, ``.stages``,
         ``.code``, ``.peak_bytes``), without running; ``None`` when the whole
         model folded to constants."""
@@ -381,7 +268,7 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
             env[name] = v
 
 
-def fold(d: Any, node: Node) -> list[Value | None]:
+def fold(d: OpDef, node: Node) -> list[Value | None]:
     """Evaluate a node whose inputs are all constants, at import time."""
     from .. import api
 
