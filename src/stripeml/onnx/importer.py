@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -155,13 +155,13 @@ class OnnxFunction:
         g = self.graph
         b = Builder()
         env: dict[str, Value] = {}
-        input_index: dict[int, int] = {}
+        input_index: dict[Value, int] = {}  # the graph position of each runtime input
         for i, (gi, a) in enumerate(zip(g.inputs, arrays)):
             if gi.name in self._static:
                 env[gi.name] = Value("", a.shape, a.dtype, np.array(a))
             else:
                 v = b.input(a.shape, a.dtype)
-                input_index[id(v)] = i
+                input_index[v] = i
                 env[gi.name] = v
         for name, arr in g.initializers.items():
             if name not in env:
@@ -178,18 +178,18 @@ class OnnxFunction:
             if v is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
             v = b.logical(v)
-            if v.const is not None and not v.name:
+            if v.const is not None and not b.tile_name(v):
                 outputs.append(("const", v.const))
                 continue
-            if v.name in out_names or id(v) in input_index or v.const is not None:
+            if v.name in out_names or v in input_index or v.const is not None:
                 # Tile outputs are distinct tensors that are not parameters.
                 v = b.eltwise(b.ref(v), v.shape, v.dtype)
             out_names.append(v.name)
             outputs.append(("tile", v.name))
         params: list[tuple[str, Any]] = []
         for p in b.params:
-            if id(p) in input_index:
-                params.append(("input", input_index[id(p)]))
+            if p in input_index:
+                params.append(("input", input_index[p]))
             else:
                 params.append(("const", p.const))
         source = b.source(out_names) if out_names else ""
@@ -249,7 +249,9 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
             raise OnnxError(f"node {info.name!r} ({info.op_type}): unknown input {name!r}")
         else:
             inputs.append(env[name])
-    node = Node(info.op_type, info.name, inputs, info.attrs, opset, len(info.outputs), info.domain)
+    node = Node(
+        info.op_type, info.name, tuple(inputs), info.attrs, opset, len(info.outputs), info.domain
+    )
     present = [v for v in inputs if v is not None]
     if d.foldable and all(v.const is not None for v in present):
         outs = fold(d, node)
@@ -257,7 +259,8 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
         b.comment(f"{info.op_type} {info.name}".rstrip())
         outs = dispatch(b, d, node)
         if outs is None:
-            node.inputs = [None if v is None else b.logical(v) for v in node.inputs]
+            logical = tuple(None if v is None else b.logical(v) for v in node.inputs)
+            node = replace(node, inputs=logical)
             outs = d.fn(b, node)
     if len(outs) < len([o for o in info.outputs if o]):
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
@@ -273,8 +276,8 @@ def fold(d: OpDef, node: Node) -> list[Value | None]:
     from .. import api
 
     sub = Builder()
-    local = [None if v is None else Value("", v.shape, v.dtype, v.const) for v in node.inputs]
-    node = Node(node.op_type, node.name, local, node.attrs, node.opset, node.n_outputs, node.domain)
+    local = tuple(None if v is None else Value("", v.shape, v.dtype, v.const) for v in node.inputs)
+    node = replace(node, inputs=local)
     outs = d.fn(sub, node)
     pending = [(i, v) for i, v in enumerate(outs) if v is not None and v.const is None]
     if not pending:

@@ -34,6 +34,8 @@ Layout-aware:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .builder import Builder, Node, Value
@@ -69,9 +71,7 @@ def with_layout(v: Value | None, layout: tuple[int, ...]) -> Value | None:
     if v is None or v.const is not None:
         return v
     inv = tuple(int(i) for i in np.argsort(layout))
-    v.shape = tuple(v.shape[i] for i in inv)
-    v.layout = layout
-    return v
+    return replace(v, shape=tuple(v.shape[i] for i in inv), layout=layout)
 
 
 def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
@@ -132,10 +132,7 @@ def _eltwise(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
             views.append(v)
         else:
             raise _Fallback
-    inner = Node(
-        node.op_type, node.name, views, node.attrs, node.opset, node.n_outputs, node.domain
-    )
-    outs = d.fn(b, inner)
+    outs = d.fn(b, replace(node, inputs=tuple(views)))
     for o in outs:
         _need(o is None or o.const is not None or o.rank == rank)
     return [with_layout(o, layout) for o in outs]  # type: ignore[arg-type]
@@ -147,7 +144,7 @@ def _concat(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     axis = int(node.attr("axis", 1)) % len(layout)  # type: ignore[arg-type]
     attrs = dict(node.attrs, axis=layout.index(axis))  # type: ignore[union-attr]
     views = [physical(v) for v in node.inputs]  # type: ignore[arg-type]
-    inner = Node(node.op_type, node.name, views, attrs, node.opset, node.n_outputs, node.domain)  # type: ignore[arg-type]
+    inner = replace(node, inputs=tuple(views), attrs=attrs)
     return [with_layout(o, layout) for o in d.fn(b, inner)]  # type: ignore[arg-type]
 
 

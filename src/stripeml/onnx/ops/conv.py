@@ -373,7 +373,7 @@ def conv_bn(b: Builder, n: Node) -> list[Value | None]:
     ins = list(n.inputs[:3])
     while ins and ins[-1] is None:
         ins.pop()
-    y = conv(b, Node("Conv", n.name, ins, attrs, n.opset, 1, n.domain))[0]
+    y = conv(b, Node("Conv", n.name, tuple(ins), attrs, n.opset, 1, n.domain))[0]
     bn_attrs = {"epsilon": n.attrs.get("_bn_epsilon", 1e-5)}
-    bn = Node("BatchNormalization", n.name, [y, *n.inputs[3:7]], bn_attrs, n.opset, 1, n.domain)
+    bn = Node("BatchNormalization", n.name, (y, *n.inputs[3:7]), bn_attrs, n.opset, 1, n.domain)
     return batch_normalization(b, bn)

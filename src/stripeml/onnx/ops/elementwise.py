@@ -237,13 +237,12 @@ _LN2 = "0.6931471805599453"
 _HALF_PI = "1.5707963267948966"
 
 
-def _wide(b: Builder, n: Node) -> tuple[Value, Value]:
-    """The float input and its float64 version (the input itself when float64)."""
+def _wide(b: Builder, n: Node) -> tuple[Value, Value, str]:
+    """The float input, its float64 version (the input itself when float64) and
+    the Tile name of that version."""
     x = float_input(n)
-    if x.dtype == F64:
-        b.ref(x)
-        return x, x
-    return x, b.eltwise(cast(b.ref(x), F64), x.shape, F64)
+    w = x if x.dtype == F64 else b.eltwise(cast(b.ref(x), F64), x.shape, F64)
+    return x, w, b.ref(w)
 
 
 def _narrow(b: Builder, x: Value, r: Value) -> Value:
@@ -268,8 +267,7 @@ def sinh(b: Builder, n: Node) -> list[Value | None]:
     """Sinh: float inputs (evaluated in float64).
 
     ``(e^x - e^-x) / 2``, through ``expm1`` for ``|x| < 1``."""
-    x, w = _wide(b, n)
-    X = w.name
+    x, w, X = _wide(b, n)
     e = _f64(b, w, f"exp({X})").name
     # expm1 (Kahan): (e - 1) x / log(e), exact where e rounds to 1.
     m = _f64(b, w, f"{e} == 1 ? {X} : ({e} - 1) * {X} / log({e})").name
@@ -288,8 +286,7 @@ def asinh(b: Builder, n: Node) -> list[Value | None]:
     """Asinh: float inputs (evaluated in float64).
 
     ``sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))``, ``log(2|x|)`` when huge."""
-    x, w = _wide(b, n)
-    X = w.name
+    x, w, X = _wide(b, n)
     a = _f64(b, w, f"abs({X})").name
     lp = _log1p(b, _f64(b, w, f"{a} + {a} * {a} / (1 + sqrt(1 + {a} * {a}))")).name
     r = _f64(b, w, f"{a} > 1e8 ? log({a}) + {_LN2} : {lp}").name
@@ -301,8 +298,7 @@ def acosh(b: Builder, n: Node) -> list[Value | None]:
     """Acosh: float inputs (evaluated in float64); NaN below 1.
 
     ``log1p(x - 1 + sqrt((x - 1)(x + 1)))``, ``log(2x)`` when huge."""
-    x, w = _wide(b, n)
-    X = w.name
+    x, w, X = _wide(b, n)
     lp = _log1p(b, _f64(b, w, f"{X} - 1 + sqrt(({X} - 1) * ({X} + 1))")).name
     return [_narrow(b, x, _f64(b, w, f"{X} > 1e8 ? log({X}) + {_LN2} : {lp}"))]
 
@@ -312,8 +308,7 @@ def atanh(b: Builder, n: Node) -> list[Value | None]:
     """Atanh: float inputs (evaluated in float64); +-inf at +-1, NaN beyond.
 
     ``log1p(2x / (1 - x)) / 2``."""
-    x, w = _wide(b, n)
-    X = w.name
+    x, w, X = _wide(b, n)
     lp = _log1p(b, _f64(b, w, f"2 * {X} / (1 - {X})")).name
     return [_narrow(b, x, _f64(b, w, f"{lp} * 0.5"))]
 
