@@ -15,10 +15,12 @@ from . import (  # noqa: F401  (each registers its operators)
     data,
     elementwise,
     linalg,
+    logic,
     norm,
     pool,
     reduce,
     shape,
+    unary_math,
 )
 
 
