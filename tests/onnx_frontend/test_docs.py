@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stripeml.onnx.docs import render
-from stripeml.onnx.registry import supported_ops
+from stripeml.onnx.ops import supported_ops
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "onnx.md"
 

@@ -20,7 +20,7 @@ import onnx.backend.test  # noqa: E402
 from onnx.backend.test.loader import load_model_tests  # noqa: E402
 
 import stripeml.onnx.backend as stripe_backend  # noqa: E402
-from stripeml.onnx.registry import lookup  # noqa: E402
+from stripeml.onnx.ops import lookup  # noqa: E402
 
 from .exclusions import patterns  # noqa: E402
 

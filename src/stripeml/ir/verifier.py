@@ -1,9 +1,12 @@
 """The Stripe IR verifier: what valid IR is, written down once.
 
-``verify(program)`` walks the block tree and applies three tables of rules:
+``verify(program)`` walks the block tree and applies four tables of rules:
 :data:`BLOCK_RULES` (one block and what it sees), :data:`REF_RULES` (one
-refinement against its parent's) and :data:`~stripeml.ir.stmt_rules.STMT_RULES`
-(one statement, in order, with the scalars defined so far).  A rule is a small generator whose
+refinement against its parent's), :data:`~stripeml.ir.stmt_rules.STMT_RULES`
+(one statement, in order, with the scalars defined so far) and
+:data:`TAG_RULES` (the block's tags against the vocabulary of
+:mod:`stripeml.ir.tags`, once its contents passed: what is wrong with a
+block's structure is reported before what is wrong with its labels).  A rule is a small generator whose
 docstring states the rule; it yields a message for each violation.  The first
 violation raises :class:`~stripeml.errors.VerifyError` naming the block (the
 path of block names, plus its comment) and the refinement or statement.
@@ -24,6 +27,7 @@ from .dtypes import DTYPES
 from .nodes import AGGREGATIONS, DIRECTIONS, Block, Program, Refinement, Special
 from .printer import format_stmt
 from .stmt_rules import SPECIALS, STMT_RULES, Env, scalar_dtype
+from .tags import DECLARED
 
 VIEW_DIRS = ("in", "out", "inout")
 OUTPUT_AGGS = tuple(a for a in AGGREGATIONS if a)
@@ -74,6 +78,7 @@ class Scope:
 Rule = Callable[..., Iterator[str]]
 BLOCK_RULES: list[Rule] = []
 REF_RULES: list[Rule] = []
+TAG_RULES: list[Rule] = []
 
 
 def block_rule(fn: Rule) -> Rule:
@@ -83,6 +88,11 @@ def block_rule(fn: Rule) -> Rule:
 
 def ref_rule(fn: Rule) -> Rule:
     REF_RULES.append(fn)
+    return fn
+
+
+def tag_rule(fn: Rule) -> Rule:
+    TAG_RULES.append(fn)
     return fn
 
 
@@ -299,6 +309,17 @@ def view_in_bounds(ref: Refinement, scope: Scope) -> Iterator[str]:
             yield f"dim {d}: access '{expr}' + size {size} can exceed the parent size {psize}"
 
 
+# -- tags ---------------------------------------------------------------------------------
+
+
+@tag_rule
+def declared_tags(block: Block, scope: Scope) -> Iterator[str]:
+    """Every tag is declared in the vocabulary (:mod:`stripeml.ir.tags`)."""
+    for tag in sorted(block.tags):
+        if tag not in DECLARED:
+            yield f"undeclared tag #{tag} (the vocabulary is in stripeml/ir/tags.py)"
+
+
 # -- driver -------------------------------------------------------------------------------
 
 
@@ -343,6 +364,9 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
         dtype = scalar_dtype(stmt, env)
         if dtype is not None:
             env.scalars[stmt.into] = dtype  # type: ignore[union-attr]
+    for rule in TAG_RULES:
+        for message in rule(block, scope):
+            raise _fail(scope.where, message)
 
 
 def verify(program: Program, seen: dict | None = None) -> None:
@@ -356,4 +380,4 @@ def verify(program: Program, seen: dict | None = None) -> None:
     _verify_block(Scope(root, None, root.name or "root"), seen)
 
 
-__all__ = ["BLOCK_RULES", "REF_RULES", "SPECIALS", "STMT_RULES", "verify"]
+__all__ = ["BLOCK_RULES", "REF_RULES", "SPECIALS", "STMT_RULES", "TAG_RULES", "verify"]

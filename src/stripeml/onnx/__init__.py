@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .builder import OnnxError
 from .importer import OnnxFunction, compile
-from .registry import supported_ops
+from .ops import supported_ops
 
 __all__ = ["OnnxError", "OnnxFunction", "backend", "compile", "supported_ops"]
 

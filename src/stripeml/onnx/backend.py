@@ -14,7 +14,8 @@ import onnx
 from onnx import helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
-from .importer import Graph, OnnxFunction
+from .graph import Graph
+from .importer import OnnxFunction
 
 DEFAULT_TARGET = "cpu"
 

@@ -15,6 +15,11 @@ generated function; the importer passes their arrays at every call, so weights
 are not baked into the source.  Small integer scalars are better inlined by
 the op as literals.
 
+Values and nodes are immutable (frozen dataclasses; a change is a new object,
+``dataclasses.replace``).  They compare and hash by identity: the builder and
+the importer key tables by the value object (the name a constant gets as a
+parameter, a graph input's position), so a replaced value is a different one.
+
 Every op states the shape and dtype of each tensor it emits.  After the last
 node, :meth:`Builder.finish` binds the generated program with the Tile
 frontend and checks that every declared shape and dtype agrees with what Tile
@@ -26,12 +31,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InternalError, StripeError
 from ..ir import dtypes
+
+if TYPE_CHECKING:
+    from ..tile.ast import Function as TileFunction
 
 
 class OnnxError(StripeError):
@@ -46,11 +54,11 @@ def tile_dtype(dtype: Any) -> str:
     return name
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Value:
     """One ONNX tensor as the importer sees it."""
 
-    name: str  # Tile tensor name ("" for a constant not yet used by Tile)
+    name: str  # Tile tensor name; "" for a constant (see Builder.ref)
     shape: tuple[int, ...]
     dtype: np.dtype
     const: np.ndarray | None = None
@@ -78,14 +86,14 @@ class Value:
         return self.const is not None
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Node:
     """One ONNX node, with its inputs resolved to values (``None`` for an
     omitted optional input)."""
 
     op_type: str
     name: str
-    inputs: list[Value | None]
+    inputs: tuple[Value | None, ...]
     attrs: dict[str, Any]
     opset: int
     n_outputs: int
@@ -131,8 +139,8 @@ class Builder:
     statements: list[str] = field(default_factory=list)
     declared: dict[str, Value] = field(default_factory=dict)
     _counter: int = 0
-    _const_names: dict[int, str] = field(default_factory=dict)
-    _logical: dict[int, Value] = field(default_factory=dict)
+    _const_names: dict[Value, str] = field(default_factory=dict)  # constant -> parameter
+    _logical: dict[Value, Value] = field(default_factory=dict)
 
     # -- names ---------------------------------------------------------------
     def fresh(self, hint: str = "T") -> str:
@@ -140,18 +148,21 @@ class Builder:
         return f"{hint}{self._counter}"
 
     def ref(self, v: Value) -> str:
-        """The Tile name to use for ``v``; a constant becomes a parameter."""
-        if v.name:
-            return v.name
+        """The Tile name to use for ``v``; a constant becomes a parameter (once)."""
+        name = self.tile_name(v)
+        if name:
+            return name
         if v.const is None:
             raise InternalError("a value with neither a Tile name nor a constant")
-        key = id(v)
-        if key not in self._const_names:
-            v.name = self.fresh("C")
-            self._const_names[key] = v.name
-            self.params.append(v)
-            self.declared[v.name] = v
-        return v.name
+        name = self._const_names[v] = self.fresh("C")
+        self.params.append(v)
+        self.declared[name] = v
+        return name
+
+    def tile_name(self, v: Value) -> str:
+        """``v``'s name in the Tile program: its own, the parameter name of a
+        constant already read (:meth:`ref`), or ``""`` (a constant Tile does not read)."""
+        return v.name or self._const_names.get(v, "")
 
     def input(self, shape: Sequence[int], dtype: Any, hint: str = "X") -> Value:
         """A runtime input of the generated function (an empty tensor is fully
@@ -168,7 +179,7 @@ class Builder:
         """``v`` stored in its logical layout (a transpose, once, if needed)."""
         if v.layout is None:
             return v
-        done = self._logical.get(id(v))
+        done = self._logical.get(v)
         if done is None:
             idx = [f"i{k}" for k in range(v.rank)]
             sizes = ", ".join(str(s) for s in v.shape)
@@ -176,7 +187,7 @@ class Builder:
             done = self.contraction(
                 f"{{out}}[{', '.join(idx)} : {sizes}] = =({v.name}[{stored}])", v.shape, v.dtype
             )
-            self._logical[id(v)] = done
+            self._logical[v] = done
         return done
 
     # -- statements ----------------------------------------------------------
@@ -216,13 +227,13 @@ class Builder:
     # -- the program ---------------------------------------------------------
     def source(self, outputs: Sequence[str]) -> str:
         def decl(v: Value) -> str:
-            return f"{v.name}[{', '.join(str(s) for s in v.shape)}]"
+            return f"{self.tile_name(v)}[{', '.join(str(s) for s in v.shape)}]"
 
         head = f"function ({', '.join(decl(p) for p in self.params)}) -> ({', '.join(outputs)}) {{"
         body = "\n".join("    " + s for s in self.statements)
         return f"{head}\n{body}\n}}\n"
 
-    def check(self, fn: Any) -> None:
+    def check(self, fn: TileFunction) -> None:
         """Bind the generated program (``fn``: its parsed and checked Tile syntax
         tree, ``Function.ast``) and compare every tensor's shape and dtype with
         what the ops declared."""

@@ -18,6 +18,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,10 @@ from ..errors import StripeError
 DEFAULT_DIM = 1  # for symbolic dimensions (batch) not given with --input
 
 
-def add_parser(sub: Any, positive_int: Any) -> argparse.ArgumentParser:
+def add_parser(
+    sub: argparse._SubParsersAction, positive_int: Callable[[str], int]
+) -> argparse.ArgumentParser:
+    """Add the ``onnx`` subcommand (``positive_int``: the command line's checked int type)."""
     p = sub.add_parser(
         "onnx",
         help="compile an ONNX model, run it, compare with onnxruntime, time it",

@@ -8,7 +8,7 @@ list of supported operators is always the code's.
 
 from __future__ import annotations
 
-from .registry import supported_ops
+from .ops import supported_ops
 
 HEADER = """\
 # The ONNX frontend

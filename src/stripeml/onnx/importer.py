@@ -25,133 +25,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ShapeError, StripeError
 from .builder import Builder, Node, OnnxError, Value
-from .layout import dispatch
-from .registry import lookup
+from .graph import Graph, NodeInfo, require_onnx
+from .layout import dispatch, fuse_conv_bn
+from .ops import lookup
+from .registry import OpDef
+
+if TYPE_CHECKING:
+    from ..api import Executable, Function
 
 Progress = Callable[[str], None]
-
-# Ops whose result depends only on the *shape* of their data input.
-SHAPE_ONLY = {"Shape": (0,), "Size": (0,)}
-
-
-def _onnx():
-    try:
-        import onnx
-    except ImportError:  # pragma: no cover - onnx is a dependency of the extra
-        raise StripeError(
-            "the ONNX frontend needs the 'onnx' package: pip install 'stripeml[onnx]'"
-        ) from None
-    return onnx
-
-
-@dataclass
-class GraphInput:
-    name: str
-    dtype: np.dtype
-    dims: tuple[int | str | None, ...] | None  # None: rank unknown
-
-
-@dataclass
-class NodeInfo:
-    op_type: str
-    domain: str
-    name: str
-    inputs: list[str]
-    outputs: list[str]
-    attrs: dict[str, Any]
-
-
-class Graph:
-    """The parts of an ONNX ``ModelProto`` the importer uses, as plain data."""
-
-    def __init__(self, model: Any):
-        onnx = _onnx()
-        from onnx import helper, numpy_helper
-
-        g = model.graph
-        self.name = g.name or "model"
-        self.opset = 1
-        for imp in model.opset_import:
-            if imp.domain in ("", "ai.onnx"):
-                self.opset = int(imp.version)
-        self.initializers: dict[str, np.ndarray] = {
-            t.name: numpy_helper.to_array(t) for t in g.initializer
-        }
-        if len(g.sparse_initializer):
-            raise OnnxError("sparse initializers are not supported")
-        self.inputs: list[GraphInput] = []
-        for vi in g.input:
-            if vi.name in self.initializers:
-                continue
-            self.inputs.append(_graph_input(vi, onnx))
-        self.outputs = [vi.name for vi in g.output]
-        self.nodes: list[NodeInfo] = []
-        for n in g.node:
-            attrs = {}
-            for a in n.attribute:
-                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                    attrs[a.name] = a  # kept raw; ops with subgraphs reject them
-                elif a.type == onnx.AttributeProto.TENSOR:
-                    attrs[a.name] = numpy_helper.to_array(a.t)
-                else:
-                    v = helper.get_attribute_value(a)
-                    if isinstance(v, bytes):
-                        v = v.decode("utf-8", "replace")
-                    elif isinstance(v, list) and v and isinstance(v[0], bytes):
-                        v = [x.decode("utf-8", "replace") for x in v]
-                    attrs[a.name] = v
-            self.nodes.append(
-                NodeInfo(n.op_type, n.domain, n.name, list(n.input), list(n.output), attrs)
-            )
-
-    def static_inputs(self) -> set[str]:
-        """Graph inputs whose values some op needs at compile time."""
-        producer = {o: n for n in self.nodes for o in n.outputs if o}
-        want: list[str] = []
-        for n in self.nodes:
-            d = lookup(n.op_type, n.domain)
-            if d is None:
-                continue
-            want += [n.inputs[i] for i in d.static if i < len(n.inputs) and n.inputs[i]]
-        seen: set[str] = set()
-        while want:
-            t = want.pop()
-            if t in seen:
-                continue
-            seen.add(t)
-            n = producer.get(t)
-            if n is None or n.op_type in SHAPE_ONLY:
-                continue
-            want += [i for i in n.inputs if i]
-        return {i.name for i in self.inputs if i.name in seen}
-
-    def unsupported(self) -> list[NodeInfo]:
-        return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
-
-
-def _graph_input(vi: Any, onnx: Any) -> GraphInput:
-    tt = vi.type
-    if not tt.HasField("tensor_type"):
-        raise OnnxError(f"input {vi.name!r}: only tensor inputs are supported")
-    elem = tt.tensor_type.elem_type
-    try:
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
-    except Exception:  # noqa: BLE001 - unknown enum values
-        raise OnnxError(f"input {vi.name!r}: element type {elem} is not supported") from None
-    dims: tuple[int | str | None, ...] | None = None
-    if tt.tensor_type.HasField("shape"):
-        dims = tuple(
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in tt.tensor_type.shape.dim
-        )
-    return GraphInput(vi.name, dtype, dims)
 
 
 @dataclass
@@ -159,7 +48,7 @@ class Specialised:
     """The program for one call signature."""
 
     source: str
-    function: Any  # stripeml.api.Function, or None when every output is known
+    function: Function | None  # None when every output is known
     inputs: list[int]  # per Tile parameter a call passes: the graph input's index
     outputs: list[tuple[str, Any]]  # ("tile", name) or ("const", array) per graph output
 
@@ -174,7 +63,7 @@ class OnnxFunction:
     input order or by input name.  One output gives an array, several a tuple."""
 
     def __init__(self, model: Any, target: str = "cpu", progress: Progress | None = None):
-        onnx = _onnx()
+        onnx = require_onnx()
         if isinstance(model, (str, os.PathLike)):
             try:
                 model = onnx.load(os.fspath(model))
@@ -194,8 +83,6 @@ class OnnxFunction:
                 f"unsupported operator(s) {', '.join(ops)} "
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
-        from .layout import fuse_conv_bn
-
         self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
         self.target = target
         self.progress = progress
@@ -271,13 +158,13 @@ class OnnxFunction:
         g = self.graph
         b = Builder()
         env: dict[str, Value] = {}
-        input_index: dict[int, int] = {}
+        input_index: dict[Value, int] = {}  # the graph position of each runtime input
         for i, (gi, a) in enumerate(zip(g.inputs, arrays)):
             if gi.name in self._static:
                 env[gi.name] = Value("", a.shape, a.dtype, np.array(a))
             else:
                 v = b.input(a.shape, a.dtype)
-                input_index[id(v)] = i
+                input_index[v] = i
                 env[gi.name] = v
         for name, arr in g.initializers.items():
             if name not in env:
@@ -294,10 +181,10 @@ class OnnxFunction:
             if v is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
             v = b.logical(v)
-            if v.const is not None and not v.name:
+            if v.const is not None and not b.tile_name(v):
                 outputs.append(("const", v.const))
                 continue
-            if v.name in out_names or id(v) in input_index or v.const is not None:
+            if v.name in out_names or v in input_index or v.const is not None:
                 # Tile outputs are distinct tensors that are not parameters.
                 v = b.eltwise(b.ref(v), v.shape, v.dtype)
             out_names.append(v.name)
@@ -305,10 +192,10 @@ class OnnxFunction:
         inputs: list[int] = []
         constants: dict[str, np.ndarray] = {}
         for p in b.params:
-            if id(p) in input_index:
-                inputs.append(input_index[id(p)])
+            if p in input_index:
+                inputs.append(input_index[p])
             else:
-                constants[p.name] = _frozen(p.const)
+                constants[b.tile_name(p)] = _frozen(p.const)
         source = b.source(out_names) if out_names else ""
         function = None
         if out_names:
@@ -338,7 +225,7 @@ class OnnxFunction:
         outs = self._run(self._arrays(args, kwargs))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
+    def lower(self, *args: Any, **kwargs: Any) -> Executable | None:
         """The ``stripeml`` executable for these inputs (``.ir``, ``.stages``,
         ``.code``, ``.peak_bytes``), without running; ``None`` when the whole
         model folded to constants."""
@@ -366,7 +253,9 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
             raise OnnxError(f"node {info.name!r} ({info.op_type}): unknown input {name!r}")
         else:
             inputs.append(env[name])
-    node = Node(info.op_type, info.name, inputs, info.attrs, opset, len(info.outputs), info.domain)
+    node = Node(
+        info.op_type, info.name, tuple(inputs), info.attrs, opset, len(info.outputs), info.domain
+    )
     present = [v for v in inputs if v is not None]
     if d.foldable and all(v.const is not None for v in present):
         outs = fold(d, node)
@@ -374,7 +263,8 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
         b.comment(f"{info.op_type} {info.name}".rstrip())
         outs = dispatch(b, d, node)
         if outs is None:
-            node.inputs = [None if v is None else b.logical(v) for v in node.inputs]
+            logical = tuple(None if v is None else b.logical(v) for v in node.inputs)
+            node = replace(node, inputs=logical)
             outs = d.fn(b, node)
     if len(outs) < len([o for o in info.outputs if o]):
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
@@ -396,13 +286,13 @@ def _frozen(value: Any) -> np.ndarray:
     return arr
 
 
-def fold(d: Any, node: Node) -> list[Value | None]:
+def fold(d: OpDef, node: Node) -> list[Value | None]:
     """Evaluate a node whose inputs are all constants, at import time."""
     from .. import api
 
     sub = Builder()
-    local = [None if v is None else Value("", v.shape, v.dtype, v.const) for v in node.inputs]
-    node = Node(node.op_type, node.name, local, node.attrs, node.opset, node.n_outputs, node.domain)
+    local = tuple(None if v is None else Value("", v.shape, v.dtype, v.const) for v in node.inputs)
+    node = replace(node, inputs=local)
     outs = d.fn(sub, node)
     pending = [(i, v) for i, v in enumerate(outs) if v is not None and v.const is None]
     if not pending:

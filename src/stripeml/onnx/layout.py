@@ -34,13 +34,16 @@ Layout-aware:
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from .builder import Builder, Node, Value
+from .graph import NodeInfo
 from .ops._util import column_blocks, literal
-from .registry import OPS, op
+from .ops.conv import affine, window
+from .ops.pool import divisor
+from .registry import OpDef
 
 NHWC = (0, 2, 3, 1)
 
@@ -68,12 +71,10 @@ def with_layout(v: Value | None, layout: tuple[int, ...]) -> Value | None:
     if v is None or v.const is not None:
         return v
     inv = tuple(int(i) for i in np.argsort(layout))
-    v.shape = tuple(v.shape[i] for i in inv)
-    v.layout = layout
-    return v
+    return replace(v, shape=tuple(v.shape[i] for i in inv), layout=layout)
 
 
-def dispatch(b: Builder, d: Any, node: Node) -> list[Value | None] | None:
+def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
     """The layout-aware form of ``node``, or ``None`` to use the op as written
     (on logical inputs)."""
     op = node.op_type
@@ -113,7 +114,7 @@ def _layout_of(node: Node) -> tuple[int, ...] | None:
 # -- elementwise --------------------------------------------------------------
 
 
-def _eltwise(b: Builder, d: Any, node: Node) -> list[Value | None]:
+def _eltwise(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     layout = _layout_of(node)
     _need(layout is not None)
     rank = len(layout)  # type: ignore[arg-type]
@@ -131,22 +132,19 @@ def _eltwise(b: Builder, d: Any, node: Node) -> list[Value | None]:
             views.append(v)
         else:
             raise _Fallback
-    inner = Node(
-        node.op_type, node.name, views, node.attrs, node.opset, node.n_outputs, node.domain
-    )
-    outs = d.fn(b, inner)
+    outs = d.fn(b, replace(node, inputs=tuple(views)))
     for o in outs:
         _need(o is None or o.const is not None or o.rank == rank)
     return [with_layout(o, layout) for o in outs]  # type: ignore[arg-type]
 
 
-def _concat(b: Builder, d: Any, node: Node) -> list[Value | None]:
+def _concat(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     layout = _layout_of(node)
     _need(layout is not None and all(v is not None and v.layout == layout for v in node.inputs))
     axis = int(node.attr("axis", 1)) % len(layout)  # type: ignore[arg-type]
     attrs = dict(node.attrs, axis=layout.index(axis))  # type: ignore[union-attr]
     views = [physical(v) for v in node.inputs]  # type: ignore[arg-type]
-    inner = Node(node.op_type, node.name, views, attrs, node.opset, node.n_outputs, node.domain)  # type: ignore[arg-type]
+    inner = replace(node, inputs=tuple(views), attrs=attrs)
     return [with_layout(o, layout) for o in d.fn(b, inner)]  # type: ignore[arg-type]
 
 
@@ -192,8 +190,6 @@ def weight_block(co: int, out_dims: tuple[int, ...]) -> int:
 
 
 def _conv(b: Builder, node: Node) -> list[Value | None]:
-    from .ops.conv import affine, window
-
     x = node.input(0)
     _need(x.rank == 4 and x.dtype.kind == "f" and x.layout in (None, NHWC))
     w = _const(node, 1)
@@ -274,9 +270,6 @@ def _batchnorm(b: Builder, node: Node) -> list[Value | None]:
 
 
 def _pool(b: Builder, node: Node) -> list[Value | None]:
-    from .ops.conv import affine, window
-    from .ops.pool import _divisor
-
     x = node.input(0)
     _need(x.layout == NHWC and x.dtype.kind == "f" and node.n_outputs == 1)
     _need(int(node.attr("storage_order", 0)) == 0)
@@ -294,7 +287,7 @@ def _pool(b: Builder, node: Node) -> list[Value | None]:
     )
     out = b.contraction(text, (n_, oh, ow, c), x.dtype)
     if node.op_type == "AveragePool":
-        div = _divisor(win, (h, wd), bool(node.attr("count_include_pad", 0)))
+        div = divisor(win, (h, wd), bool(node.attr("count_include_pad", 0)))
         if np.all(div == div.flat[0]):
             expr = f"{out.name} / {literal(float(div.flat[0]), x.dtype)}"
         else:
@@ -322,7 +315,7 @@ def _global_pool(b: Builder, node: Node) -> list[Value | None]:
 # -- graph rewrite --------------------------------------------------------------
 
 
-def fuse_conv_bn(nodes: list[Any], outputs: list[str]) -> list[Any]:
+def fuse_conv_bn(nodes: list[NodeInfo], outputs: list[str]) -> list[NodeInfo]:
     """Merge each ``Conv`` whose only reader is a ``BatchNormalization`` into one
     ``_ConvBN`` node (folded into the weights when both are constants)."""
     readers: dict[str, int] = {}
@@ -330,7 +323,7 @@ def fuse_conv_bn(nodes: list[Any], outputs: list[str]) -> list[Any]:
         for i in n.inputs:
             readers[i] = readers.get(i, 0) + 1
     producer = {n.outputs[0]: k for k, n in enumerate(nodes) if n.op_type == "Conv"}
-    merged: dict[int, Any] = {}
+    merged: dict[int, NodeInfo] = {}
     drop: set[int] = set()
     for k, n in enumerate(nodes):
         if n.op_type != "BatchNormalization" or len([o for o in n.outputs if o]) != 1:
@@ -344,7 +337,7 @@ def fuse_conv_bn(nodes: list[Any], outputs: list[str]) -> list[Any]:
         conv = nodes[j]
         ins = list(conv.inputs) + [""] * (3 - len(conv.inputs))
         attrs = dict(conv.attrs, _bn_epsilon=float(n.attrs.get("epsilon", 1e-5)))
-        merged[k] = type(conv)(
+        merged[k] = NodeInfo(
             "_ConvBN",
             conv.domain,
             conv.name or n.name,
@@ -354,17 +347,3 @@ def fuse_conv_bn(nodes: list[Any], outputs: list[str]) -> list[Any]:
         )
         drop.add(j)
     return [merged.get(k, n) for k, n in enumerate(nodes) if k not in drop]
-
-
-@op("_ConvBN")
-def conv_bn(b: Builder, n: Node) -> list[Value | None]:
-    """_ConvBN: a Conv followed by a BatchNormalization (internal, from
-    :func:`fuse_conv_bn`) when the channels-last form does not apply."""
-    attrs = {k: v for k, v in n.attrs.items() if k != "_bn_epsilon"}
-    ins = list(n.inputs[:3])
-    while ins and ins[-1] is None:
-        ins.pop()
-    y = OPS["Conv"].fn(b, Node("Conv", n.name, ins, attrs, n.opset, 1, n.domain))[0]
-    bn_attrs = {"epsilon": n.attrs.get("_bn_epsilon", 1e-5)}
-    bn = Node("BatchNormalization", n.name, [y, *n.inputs[3:7]], bn_attrs, n.opset, 1, n.domain)
-    return OPS["BatchNormalization"].fn(b, bn)

@@ -6,6 +6,11 @@ optional output it does not produce).  ``static`` lists the input positions
 whose *values* (not only shapes) the op needs when compiling: shapes of
 ``Reshape``, axes of ``ReduceSum``, pads of ``Pad``...  When such an input is
 a graph input, the importer specialises the program on its value.
+
+This module only registers: each op module in ``ops/`` imports :func:`op`.
+Looking an operator up goes through :mod:`stripeml.onnx.ops`, which imports
+every op module first (``ops.lookup``, ``ops.supported_ops``), so the imports
+run one way: op modules -> registry, never back.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ OpFn = Callable[[Builder, Node], "list[Value | None]"]
 
 @dataclass(frozen=True)
 class OpDef:
+    """A registered operator: its Tile writer and what the importer must know about it."""
+
     name: str
     fn: OpFn
     static: tuple[int, ...] = ()
@@ -42,25 +49,3 @@ def op(*names: str, static: tuple[int, ...] = (), foldable: bool = True) -> Call
         return fn
 
     return register
-
-
-def lookup(op_type: str, domain: str = "") -> OpDef | None:
-    if domain not in ("", "ai.onnx"):
-        return None
-    _load()
-    return OPS.get(op_type)
-
-
-def supported_ops() -> list[OpDef]:
-    _load()
-    return sorted(OPS.values(), key=lambda d: d.name)
-
-
-_loaded = False
-
-
-def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        from . import layout, ops  # noqa: F401  (registers every op module)

@@ -363,3 +363,17 @@ def batch_normalization(b: Builder, n: Node) -> list[Value | None]:
     a = b.eltwise(f"{scale} / sqrt({var} + {literal(eps, x.dtype)})", shape, x.dtype)
     sh = b.eltwise(f"{bias} - {mean} * {b.ref(a)}", shape, x.dtype)
     return [b.eltwise(f"{b.ref(x)} * {b.ref(a)} + {b.ref(sh)}", x.shape, x.dtype)]
+
+
+@op("_ConvBN")
+def conv_bn(b: Builder, n: Node) -> list[Value | None]:
+    """_ConvBN: a Conv followed by a BatchNormalization (internal, from
+    :func:`~stripeml.onnx.layout.fuse_conv_bn`) when the channels-last form does not apply."""
+    attrs = {k: v for k, v in n.attrs.items() if k != "_bn_epsilon"}
+    ins = list(n.inputs[:3])
+    while ins and ins[-1] is None:
+        ins.pop()
+    y = conv(b, Node("Conv", n.name, tuple(ins), attrs, n.opset, 1, n.domain))[0]
+    bn_attrs = {"epsilon": n.attrs.get("_bn_epsilon", 1e-5)}
+    bn = Node("BatchNormalization", n.name, (y, *n.inputs[3:7]), bn_attrs, n.opset, 1, n.domain)
+    return batch_normalization(b, bn)

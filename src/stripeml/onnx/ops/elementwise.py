@@ -1,17 +1,16 @@
-"""Elementwise operators: arithmetic, math functions, comparisons and logic,
-selection, casts and the variadic Max/Min/Sum/Mean.
+"""Elementwise operators: arithmetic, sign, casts, the variadic Max/Min/Sum/Mean
+and Clip, and the helpers the other elementwise modules share
+(:mod:`.unary_math`: math functions; :mod:`.logic`: comparisons, logic,
+selection).
 
-Every op here is one (or a few fused) Tile elementwise statements with NumPy
-broadcasting.  Points to keep in mind when reading them:
+Every elementwise op is one (or a few fused) Tile elementwise statements with
+NumPy broadcasting.  Points to keep in mind when reading them:
 
 * Tile literals are *weak*: they take the dtype of the tensor they meet, but a
   float literal next to an integer tensor makes the result float64.  Constants
   whose dtype matters are written with :func:`typed` (a cast of a literal).
 * Tile's integer ``/`` is floor division and ``%`` follows NumPy (the sign of
   the divisor); ONNX's integer ``Div`` truncates and ``Mod(fmod=1)`` follows C.
-* Tile's math functions keep float32 as float32; some formulas that cancel
-  badly (``Sinh``, the inverse trigonometric and hyperbolic functions) are
-  evaluated in float64 for float32 inputs and rounded once at the end.
 """
 
 from __future__ import annotations
@@ -80,8 +79,21 @@ def binary(b: Builder, n: Node, template: str, dtype: np.dtype | None = None) ->
 
 
 def _no_bool(n: Node, v: Value) -> None:
+    """Reject a bool input (the arithmetic operators take numbers only)."""
     if v.dtype.kind == "b":
         raise n.error("bool inputs are not supported by this operator")
+
+
+def register_as(name: str, doc: str, fn: Callable[[Builder, Node], list[Value | None]]) -> None:
+    """Register ``fn`` for ``name`` with its own one-line doc (for ops that
+    share one implementation)."""
+
+    def op_fn(b: Builder, n: Node) -> list[Value | None]:
+        return fn(b, n)
+
+    op_fn.__doc__ = doc
+    op_fn.__name__ = op_fn.__qualname__ = name.lower()
+    op(name)(op_fn)
 
 
 # -- arithmetic --------------------------------------------------------------
@@ -170,7 +182,7 @@ def pow_(b: Builder, n: Node) -> list[Value | None]:
     return [b.eltwise(expr, shape, x.dtype)]
 
 
-# -- unary math --------------------------------------------------------------
+# -- sign and magnitude ------------------------------------------------------
 @op("Neg")
 def neg(b: Builder, n: Node) -> list[Value | None]:
     """Neg: ``-X`` (signed integers and floats)."""
@@ -198,262 +210,6 @@ def sign(b: Builder, n: Node) -> list[Value | None]:
     else:
         expr = f"{X} > 0 ? {typed(b, 1, dt)} : ({X} < 0 ? {typed(b, -1, dt)} : {X})"
     return [b.eltwise(expr, x.shape, dt)]
-
-
-def _register(name: str, doc: str, fn: Callable[[Builder, Node], list[Value | None]]) -> None:
-    """Register ``fn`` for ``name`` with its own one-line doc (for ops that
-    share one implementation)."""
-
-    def op_fn(b: Builder, n: Node) -> list[Value | None]:
-        return fn(b, n)
-
-    op_fn.__doc__ = doc
-    op_fn.__name__ = op_fn.__qualname__ = name.lower()
-    op(name)(op_fn)
-
-
-def _float_unary(template: str) -> Callable[[Builder, Node], list[Value | None]]:
-    return lambda b, n: [unary(b, n, lambda x: template.format(x=x))]
-
-
-for _name, _template, _doc in (
-    ("Sqrt", "sqrt({x})", "square root; NaN below 0"),
-    ("Exp", "exp({x})", "``e^x``"),
-    ("Log", "log({x})", "natural logarithm; -inf at 0, NaN below"),
-    ("Ceil", "ceil({x})", "round up"),
-    ("Floor", "floor({x})", "round down"),
-    ("Round", "round({x})", "round to nearest, halves to even"),
-    ("Erf", "erf({x})", "the error function"),
-    ("Sin", "sin({x})", "sine"),
-    ("Cos", "cos({x})", "cosine"),
-    ("Tan", "tan({x})", "tangent"),
-    ("Reciprocal", "1 / {x}", "``1 / x``"),
-):
-    _register(_name, f"{_name}: {_doc} (float inputs).", _float_unary(_template))
-
-
-# log(2), pi/2: float64 literals.
-_LN2 = "0.6931471805599453"
-_HALF_PI = "1.5707963267948966"
-
-
-def _wide(b: Builder, n: Node) -> tuple[Value, Value]:
-    """The float input and its float64 version (the input itself when float64)."""
-    x = float_input(n)
-    if x.dtype == F64:
-        b.ref(x)
-        return x, x
-    return x, b.eltwise(cast(b.ref(x), F64), x.shape, F64)
-
-
-def _narrow(b: Builder, x: Value, r: Value) -> Value:
-    """``r`` (float64) rounded to ``x``'s type."""
-    return r if x.dtype == F64 else b.eltwise(cast(r.name, x.dtype), x.shape, x.dtype)
-
-
-def _f64(b: Builder, like: Value, expr: str) -> Value:
-    return b.eltwise(expr, like.shape, F64)
-
-
-def _log1p(b: Builder, u: Value) -> Value:
-    """``log(1 + u)`` accurate for small ``u`` (float64): ``log(w) u / (w - 1)``
-    with ``w = 1 + u`` cancels the rounding of ``w``."""
-    U = u.name
-    w = _f64(b, u, f"1 + {U}").name
-    return _f64(b, u, f"{w} == 1 ? {U} : ({U} > 1e15 ? log({U}) : log({w}) * {U} / ({w} - 1))")
-
-
-@op("Sinh")
-def sinh(b: Builder, n: Node) -> list[Value | None]:
-    """Sinh: float inputs (evaluated in float64).
-
-    ``(e^x - e^-x) / 2``, through ``expm1`` for ``|x| < 1``."""
-    x, w = _wide(b, n)
-    X = w.name
-    e = _f64(b, w, f"exp({X})").name
-    # expm1 (Kahan): (e - 1) x / log(e), exact where e rounds to 1.
-    m = _f64(b, w, f"{e} == 1 ? {X} : ({e} - 1) * {X} / log({e})").name
-    r = _f64(b, w, f"abs({X}) < 1 ? ({m} + {m} / ({m} + 1)) * 0.5 : ({e} - 1 / {e}) * 0.5")
-    return [_narrow(b, x, r)]
-
-
-@op("Cosh")
-def cosh(b: Builder, n: Node) -> list[Value | None]:
-    """Cosh: float inputs (evaluated in float64), ``(e^x + e^-x) / 2``."""
-    return [unary(b, n, lambda x: f"(exp({x}) + exp(-{x})) * 0.5", wide=True)]
-
-
-@op("Asinh")
-def asinh(b: Builder, n: Node) -> list[Value | None]:
-    """Asinh: float inputs (evaluated in float64).
-
-    ``sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2)))``, ``log(2|x|)`` when huge."""
-    x, w = _wide(b, n)
-    X = w.name
-    a = _f64(b, w, f"abs({X})").name
-    lp = _log1p(b, _f64(b, w, f"{a} + {a} * {a} / (1 + sqrt(1 + {a} * {a}))")).name
-    r = _f64(b, w, f"{a} > 1e8 ? log({a}) + {_LN2} : {lp}").name
-    return [_narrow(b, x, _f64(b, w, f"{X} < 0 ? -{r} : ({X} > 0 ? {r} : {X})"))]
-
-
-@op("Acosh")
-def acosh(b: Builder, n: Node) -> list[Value | None]:
-    """Acosh: float inputs (evaluated in float64); NaN below 1.
-
-    ``log1p(x - 1 + sqrt((x - 1)(x + 1)))``, ``log(2x)`` when huge."""
-    x, w = _wide(b, n)
-    X = w.name
-    lp = _log1p(b, _f64(b, w, f"{X} - 1 + sqrt(({X} - 1) * ({X} + 1))")).name
-    return [_narrow(b, x, _f64(b, w, f"{X} > 1e8 ? log({X}) + {_LN2} : {lp}"))]
-
-
-@op("Atanh")
-def atanh(b: Builder, n: Node) -> list[Value | None]:
-    """Atanh: float inputs (evaluated in float64); +-inf at +-1, NaN beyond.
-
-    ``log1p(2x / (1 - x)) / 2``."""
-    x, w = _wide(b, n)
-    X = w.name
-    lp = _log1p(b, _f64(b, w, f"2 * {X} / (1 - {X})")).name
-    return [_narrow(b, x, _f64(b, w, f"{lp} * 0.5"))]
-
-
-def _atan(b: Builder, x: Value) -> Value:
-    """atan of a float64 tensor (close to 1e-14 relative): a rational first guess
-    on |t| <= 1 refined by one exact-angle correction step with sin/cos, and
-    ``atan(x) = +-pi/2 - atan(1/x)`` beyond."""
-    X = x.name
-    t = b.eltwise(f"abs({X}) > 1 ? 1 / {X} : {X}", x.shape, F64)
-    T = t.name
-    # |error| < 1.6e-3 on [-1, 1]
-    y0 = b.eltwise(
-        f"0.7853981633974483 * {T} - {T} * (abs({T}) - 1) * (0.2447 + 0.0663 * abs({T}))",
-        x.shape,
-        F64,
-    )
-    Y = y0.name
-    # d = tan(y0 - atan(t)); atan(d) = d - d^3/3 + ...
-    d = b.eltwise(f"(sin({Y}) - {T} * cos({Y})) / (cos({Y}) + {T} * sin({Y}))", x.shape, F64)
-    D = d.name
-    core = b.eltwise(f"{Y} - {D} + {D} * {D} * {D} / 3", x.shape, F64)
-    C = core.name
-    return b.eltwise(
-        f"abs({X}) > 1 ? ({X} > 0 ? {_HALF_PI} : -{_HALF_PI}) - {C} : {C}", x.shape, F64
-    )
-
-
-def _inverse_trig(
-    b: Builder, n: Node, pre: Callable[[str], str], post: Callable[[str], str]
-) -> Value:
-    x = float_input(n)
-    w = b.eltwise(pre(cast(b.ref(x), F64)), x.shape, F64)
-    r = _atan(b, w)
-    return b.eltwise(cast(post(r.name), x.dtype), x.shape, x.dtype)
-
-
-@op("Atan")
-def atan(b: Builder, n: Node) -> list[Value | None]:
-    """Atan: float inputs (evaluated in float64, ~1e-14 relative)."""
-    return [_inverse_trig(b, n, lambda x: x, lambda r: r)]
-
-
-@op("Asin")
-def asin(b: Builder, n: Node) -> list[Value | None]:
-    """Asin: float inputs (evaluated in float64); NaN outside [-1, 1].
-
-    ``atan(x / sqrt((1 - x)(1 + x)))``."""
-    return [_inverse_trig(b, n, lambda x: f"{x} / sqrt((1 - {x}) * (1 + {x}))", lambda r: r)]
-
-
-@op("Acos")
-def acos(b: Builder, n: Node) -> list[Value | None]:
-    """Acos: float inputs (evaluated in float64); NaN outside [-1, 1].
-
-    ``2 atan(sqrt((1 - x) / (1 + x)))``."""
-    return [_inverse_trig(b, n, lambda x: f"sqrt((1 - {x}) / (1 + {x}))", lambda r: f"2 * {r}")]
-
-
-# -- comparisons and logic ---------------------------------------------------
-_COMPARE = {"Equal": "==", "Less": "<", "Greater": ">", "LessOrEqual": "<=", "GreaterOrEqual": ">="}
-
-
-def _compare(symbol: str) -> Callable[[Builder, Node], list[Value | None]]:
-    return lambda b, n: [binary(b, n, "{a} " + symbol + " {b}", np.dtype(bool))]
-
-
-for _name, _symbol in _COMPARE.items():
-    _kinds = "numeric or bool" if _name == "Equal" else "numeric"
-    _register(
-        _name,
-        f"{_name}: ``A {_symbol} B``, bool, broadcasting ({_kinds} inputs).",
-        _compare(_symbol),
-    )
-
-
-_LOGIC = {"And": "&&", "Or": "||", "Xor": "!="}
-
-
-def _bool_input(n: Node, i: int) -> Value:
-    v = n.input(i)
-    if v.dtype.kind != "b":
-        raise n.error(f"input {i} must be bool, got {v.dtype}")
-    return v
-
-
-def _logic(symbol: str) -> Callable[[Builder, Node], list[Value | None]]:
-    def fn(b: Builder, n: Node) -> list[Value | None]:
-        _bool_input(n, 0)
-        _bool_input(n, 1)
-        return [binary(b, n, "{a} " + symbol + " {b}", np.dtype(bool))]
-
-    return fn
-
-
-for _name, _symbol in _LOGIC.items():
-    _register(
-        _name, f"{_name}: logical {_name.lower()} of bool tensors, broadcasting.", _logic(_symbol)
-    )
-
-
-@op("Not")
-def not_(b: Builder, n: Node) -> list[Value | None]:
-    """Not: logical negation of a bool tensor."""
-    x = _bool_input(n, 0)
-    return [b.eltwise(f"!{b.ref(x)}", x.shape, x.dtype)]
-
-
-@op("Where")
-def where(b: Builder, n: Node) -> list[Value | None]:
-    """Where: ``C ? X : Y`` with three-way broadcasting."""
-    c, x, y = _bool_input(n, 0), n.input(1), n.input(2)
-    dt = same_dtype(n, [x, y])
-    shape = broadcast_shape(n, c.shape, x.shape, y.shape)
-    return [b.eltwise(f"{b.ref(c)} ? {b.ref(x)} : {b.ref(y)}", shape, dt)]
-
-
-@op("IsNaN")
-def isnan(b: Builder, n: Node) -> list[Value | None]:
-    """IsNaN: float inputs."""
-    x = float_input(n)
-    return [b.eltwise(f"{b.ref(x)} != {b.ref(x)}", x.shape, np.dtype(bool))]
-
-
-@op("IsInf")
-def isinf(b: Builder, n: Node) -> list[Value | None]:
-    """IsInf: float inputs; ``detect_positive`` and ``detect_negative``."""
-    x = float_input(n)
-    pos = int(n.attr("detect_positive", 1))
-    neg = int(n.attr("detect_negative", 1))
-    X, inf = b.ref(x), scalar(b, math.inf, x.dtype)
-    if pos and neg:
-        expr = f"abs({X}) == {inf}"
-    elif pos:
-        expr = f"{X} == {inf}"
-    elif neg:
-        expr = f"-{X} == {inf}"
-    else:
-        expr = f"{X} != {X} && {X} == {X}"  # always false
-    return [b.eltwise(expr, x.shape, np.dtype(bool))]
 
 
 # -- casts -------------------------------------------------------------------
@@ -528,14 +284,14 @@ def _sum_mean(b: Builder, n: Node) -> list[Value | None]:
     return [b.eltwise(expr, shape, dt)]
 
 
-_register(
+register_as(
     "Max", "Max: elementwise maximum of 1 or more inputs, broadcasting (NaN propagates).", _max_min
 )
-_register(
+register_as(
     "Min", "Min: elementwise minimum of 1 or more inputs, broadcasting (NaN propagates).", _max_min
 )
-_register("Sum", "Sum: elementwise sum of 1 or more inputs, broadcasting.", _sum_mean)
-_register("Mean", "Mean: elementwise mean of 1 or more float inputs, broadcasting.", _sum_mean)
+register_as("Sum", "Sum: elementwise sum of 1 or more inputs, broadcasting.", _sum_mean)
+register_as("Mean", "Mean: elementwise mean of 1 or more float inputs, broadcasting.", _sum_mean)
 
 
 def _scalar_ref(b: Builder, n: Node, v: Value) -> str:

@@ -88,7 +88,7 @@ def _per_channel(b: Builder, n: Node, v: Value, x: Value, what: str, groups: int
         want = f"({c},)" + (f" or ({groups},)" if groups else "")
         raise n.error(f"{what} must have shape {want}, got {v.shape}")
     rep = c // v.shape[0]
-    if v.is_const and not v.name:
+    if v.is_const and not b.tile_name(v):
         arr = np.repeat(np.asarray(v.const), rep).reshape(shape)
         return Value("", shape, arr.dtype, arr)
     zeros = ", ".join(["0"] * len(tail))

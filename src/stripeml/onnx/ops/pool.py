@@ -101,7 +101,7 @@ def max_pool(b: Builder, n: Node) -> list[Value | None]:
     return [y, idx]
 
 
-def _divisor(win: Window, spatial: tuple[int, ...], include_pad: bool) -> np.ndarray:
+def divisor(win: Window, spatial: tuple[int, ...], include_pad: bool) -> np.ndarray:
     """The number of taps of each window that are counted (per spatial output)."""
     counts = []
     for i, size in enumerate(spatial):
@@ -124,7 +124,7 @@ def average_pool(b: Builder, n: Node) -> list[Value | None]:
     win = _window(n, x, r)
     s = _contraction(b, x, win, "+", _access(b.ref(x), win), x.dtype)
     include = bool(n.attr("count_include_pad", 0))
-    div = _divisor(win, x.shape[2:], include)
+    div = divisor(win, x.shape[2:], include)
     if np.all(div == div.flat[0]):
         return [b.eltwise(f"{b.ref(s)} / {literal(float(div.flat[0]), x.dtype)}", s.shape, x.dtype)]
     dref = b.ref(Value("", div.shape, x.dtype, div.astype(x.dtype)))

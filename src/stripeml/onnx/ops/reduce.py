@@ -30,7 +30,7 @@ def as_dtype(b: Builder, v: Value, dtype: np.dtype) -> Value:
     dtype = np.dtype(dtype)
     if v.dtype == dtype:
         return v
-    if v.is_const and not v.name:
+    if v.is_const and not b.tile_name(v):
         arr = np.asarray(v.const).astype(dtype)
         return Value("", arr.shape, dtype, arr)
     return b.eltwise(cast(b.ref(v), dtype), v.shape, dtype)

@@ -35,7 +35,7 @@ def reshape(b: Builder, x: Value, shape: Sequence[int]) -> Value:
         return empty(shape, x.dtype)  # type: ignore[return-value]
     if shape == x.shape:
         return x
-    if x.is_const and not x.name:
+    if x.is_const and not b.tile_name(x):
         arr = x.const.reshape(shape)  # type: ignore[union-attr]
         return Value("", shape, x.dtype, arr)
     sizes = "".join(f", {s}" for s in shape)
