@@ -17,10 +17,10 @@ from collections.abc import Sequence
 import islpy as isl
 
 from ..ir.affine import Affine
+from ..ir.isl import constrain, set_space
 from ..ir.nodes import Block
 from .access import accesses
 from .domain import domain_in, nest_inequalities, nest_names, project_onto
-from .isl_util import constrain, set_space
 
 __all__ = ["unwritten", "writes_all", "written"]
 

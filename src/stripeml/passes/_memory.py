@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 
 import islpy as isl
 
-from ..analysis.isl_util import ge_constraint, nest_domain
 from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
+from ..ir.isl import ge_constraint, nest_domain
 from ..ir.nodes import Block, Load, Refinement, Special, Statement, Store, TensorShape
 
 _SET = isl.dim_type.set

@@ -49,8 +49,8 @@ from typing import ClassVar
 
 import islpy as isl
 
-from ..analysis.isl_util import affine_to_aff
 from ..ir.affine import Affine
+from ..ir.isl import affine_to_aff
 from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store, TensorShape
 from ._memory import (
     Use,
