@@ -20,6 +20,7 @@ from stripeml.ir import (
     Index,
     Load,
     Refinement,
+    Special,
     Store,
     TensorShape,
 )
@@ -145,3 +146,105 @@ def brute_race_free_nested(block: Block) -> tuple[str, ...]:
         ):
             safe.append(idx.name)
     return tuple(safe)
+
+
+# -- nested kernels, with specials, inout views and private buffers ---------------------
+
+INNER_NAMES = ("p", "q")
+
+
+@st.composite
+def nests(draw) -> Block:
+    """A kernel from :func:`kernels` (some outputs made ``inout``) with one nested block.
+
+    The nested block has 1-2 indices, maybe a constraint over the whole nest,
+    and views of some of the kernel's views (random accesses and sizes, the
+    parent's direction); it loads and stores them, may copy one into another
+    with a special (whole views), and uses a private ``none`` buffer.
+    """
+    kernel = draw(kernels(max_refs=3))
+    refs = [
+        Refinement("inout", r.into, r.shape, r.from_, r.access, r.agg)
+        if r.dir == "out" and draw(st.booleans())
+        else r
+        for r in kernel.refs
+    ]
+    n = draw(st.integers(1, 2))
+    idxs = tuple(Index(INNER_NAMES[k], draw(st.integers(1, 3))) for k in range(n))
+    names = [i.name for i in kernel.idxs] + [i.name for i in idxs]
+    cons = ()
+    if draw(st.booleans()):
+        cons = (Constraint(draw(affines_of(names, consts=(-1, 4)))),)
+    views, body = [], []
+    for r in refs:
+        if not draw(st.booleans()):
+            continue
+        access = tuple(draw(affines_of(names, coeffs=(-1, 0, 1, 2))) for _ in r.access)
+        sizes = tuple(draw(st.sampled_from((1, 1, 2, 3))) for _ in r.access)
+        shape = TensorShape("f32", sizes, r.shape.strides)
+        v = Refinement(r.dir, f"V{len(views)}", shape, r.into, access, r.agg)
+        views.append(v)
+        if v.dir in ("in", "inout"):
+            body.append(Load(f"$l{len(body)}", v.into))
+        if v.dir in ("out", "inout"):
+            body.append(Store(v.into, "$c"))
+    readable = [v.into for v in views if v.dir != "out"]
+    writable = [v.into for v in views if v.dir != "in"]
+    if readable and writable and draw(st.booleans()):
+        body.append(Special("copy", (draw(st.sampled_from(readable)),), (writable[0],)))
+    private = Refinement("none", "P", TensorShape("f32", (2,), (1,)), location="REGISTER")
+    body = [Constant("$c", 1.0, "f32"), *body, Store("P", "$c"), Load("$p", "P")]
+    inner = Block(idxs=idxs, refs=(*views, private), stmts=tuple(body), constraints=cons)
+    return Block(
+        idxs=kernel.idxs,
+        refs=tuple(refs),
+        stmts=(*kernel.stmts, inner),
+        constraints=kernel.constraints,
+    )
+
+
+def brute_touches(
+    stmts: Sequence, views: dict, env: dict, priors: bool
+) -> set[tuple[int, str, tuple, bool]]:
+    """``(statement, buffer, element, is_write)`` for everything ``stmts`` touch at ``env``.
+
+    ``views`` maps the names visible to ``stmts`` to ``(buffer, origin, sizes)``
+    with the origin evaluated; nested blocks are entered point by point.
+    Loads and stores touch their view's origin, specials their whole views;
+    with ``priors``, entering an ``inout`` view reads its whole box.
+    """
+    out: set[tuple[int, str, tuple, bool]] = set()
+    for k, s in enumerate(stmts):
+        _brute_stmt(s, k, views, env, priors, out)
+    return out
+
+
+def _brute_stmt(s, k: int, views: dict, env: dict, priors: bool, out: set) -> None:
+    if isinstance(s, (Load, Store)) and s.ref in views:
+        buf, origin, _ = views[s.ref]
+        out.add((k, buf, origin, isinstance(s, Store)))
+    elif isinstance(s, Special):
+        for names, write in ((s.inputs, False), (s.outputs, True)):
+            for name in names:
+                if name in views:
+                    buf, origin, sizes = views[name]
+                    out.update((k, buf, e, write) for e in elements(_consts(origin), sizes, {}))
+    elif isinstance(s, Block):
+        for p in nest_points([s], env):
+            inner = {}
+            for r in s.refs:
+                if r.dir == "none" or r.from_ not in views:
+                    continue
+                buf, base, _ = views[r.from_]
+                origin = tuple(b + a.evaluate(p) for b, a in zip(base, r.access))
+                inner[r.into] = (buf, origin, r.shape.sizes)
+                if priors and r.dir == "inout":
+                    out.update(
+                        (k, buf, e, False) for e in elements(_consts(origin), r.shape.sizes, {})
+                    )
+            for t in s.stmts:
+                _brute_stmt(t, k, inner, p, priors, out)
+
+
+def _consts(values: Sequence[int]) -> tuple[Affine, ...]:
+    return tuple(Affine.constant(v) for v in values)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from unittest import mock
 
 import islpy as isl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stripeml.analysis.coverage import unwritten, writes_all, written
+from stripeml.analysis import coverage
+from stripeml.analysis.access import accesses, uses
+from stripeml.analysis.coverage import covers, unwritten, writes_all, written
 from stripeml.ir import Block, Store, parse
 
-from .brute import elements, kernels, nest_points
+from .brute import brute_touches, elements, kernels, nest_points, nests
 from .test_dependence import FUSED, MATMUL, ROWS, TILED
 
 
@@ -73,3 +76,151 @@ def test_random_kernels_against_enumeration(block: Block, data) -> None:
     sizes = tuple(data.draw(st.integers(0, 4)) for _ in r.access)
     box = set(itertools.product(*(range(s) for s in sizes)))
     assert writes_all(block, r.into, sizes) == (box <= brute_written(block, r.into))
+
+
+# -- one coverage test for every caller: the quick box test and isl agree with enumeration --
+
+
+def brute_covers(kernel: Block, ref: str, sizes: tuple[int, ...]) -> bool:
+    """At every point of ``kernel``, its statements write every element of ``[0, sizes)`` of
+    its view ``ref`` (the question ``cache`` and liveness ask)."""
+    box = set(itertools.product(*(range(s) for s in sizes)))
+    zero = tuple(0 for _ in sizes)
+    for p in nest_points([kernel]):
+        views = {ref: (ref, zero, kernel.ref(ref).shape.sizes)}
+        hit = {e for _, _, e, write in brute_touches(kernel.stmts, views, p, True) if write}
+        if not box <= hit:
+            return False
+    return True
+
+
+def brute_writes_all(kernel: Block, ref: str, sizes: tuple[int, ...]) -> bool:
+    """Over all points of ``kernel`` together, stores through view ``ref`` reach every element
+    of the parent buffer ``[0, sizes)``."""
+    r = kernel.ref(ref)
+    box = set(itertools.product(*(range(s) for s in sizes)))
+    hit = set()
+    for p in nest_points([kernel]):
+        views = {ref: (r.from_, tuple(a.evaluate(p) for a in r.access), r.shape.sizes)}
+        hit |= {e for _, _, e, write in brute_touches(kernel.stmts, views, p, False) if write}
+    return box <= hit
+
+
+def both_ways(question, *args):
+    """``question(*args)`` answered with the quick box test, and by isl alone."""
+    quick = question(*args)
+    with mock.patch.object(coverage, "_box", lambda acc: None):
+        slow = question(*args)
+    return quick, slow
+
+
+@settings(max_examples=150, deadline=None)
+@given(kernel=nests(), data=st.data())
+def test_covers_a_view_at_every_point(kernel: Block, data) -> None:
+    for r in kernel.refs:
+        sizes = tuple(data.draw(st.integers(0, 3)) for _ in r.access)
+        writes = [a for a in uses(kernel.stmts, r.into, r.shape.sizes) if a.write]
+        want = brute_covers(kernel, r.into, sizes)
+        assert both_ways(covers, writes, [kernel], sizes) == (want, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(kernel=nests(), data=st.data())
+def test_writes_all_through_nested_views(kernel: Block, data) -> None:
+    for r in kernel.refs:
+        if r.dir == "in":
+            continue
+        sizes = tuple(data.draw(st.integers(0, 4)) for _ in r.access)
+        want = brute_writes_all(kernel, r.into, sizes)
+        assert both_ways(writes_all, kernel, r.into, sizes) == (want, want)
+
+
+TILES = """block [] #program (
+    out O f32(8, 6):(6, 1)
+) {
+  block [i:4, j:3] #kernel (
+      out O[2*i, 2*j]:assign f32(2, 2):(6, 1)
+  ) {
+    block [a:2, b:2] (
+        CONSTRAINT
+        out W = O[a, b]:assign f32(1, 1):(6, 1)
+    ) {
+      $c = const(1.0): f32
+      W = store($c)
+    }
+  }
+}
+"""
+
+
+STRIDED = """block [] #program (
+    out O f32(8):(1)
+) {
+  block [i:4] #kernel (
+      out O[2*i]:assign f32(1):(1)
+  ) {
+    $c = const(1.0): f32
+    O = store($c)
+  }
+}
+"""
+
+
+def test_the_quick_test_decides_plain_boxes_and_leaves_the_rest_to_isl() -> None:
+    (kernel,) = parse(TILES.replace("CONSTRAINT", "")).root.sub_blocks
+    (inner,) = kernel.sub_blocks
+    writes = accesses(kernel)
+    assert [coverage._box(a) for a in writes] == [((0, 8), (0, 6))]  # 2*i + a: no gaps
+    assert both_ways(covers, writes, [], (8, 6)) == (True, True)
+    assert both_ways(covers, writes, [], (9, 6)) == (False, False)
+    # Per point of the kernel, the inner block writes the kernel's whole 2x2 view.
+    assert coverage._box(accesses(inner)[0]) == ((0, 2), (0, 2))
+    assert writes_all(inner, "W", (2, 2), [kernel]) and not writes_all(inner, "W", (3, 2), [kernel])
+    # A constraint (here one that holds everywhere) is isl's to decide.
+    (kernel,) = parse(TILES.replace("CONSTRAINT", "-a + 1 >= 0")).root.sub_blocks
+    writes = accesses(kernel)
+    assert [coverage._box(a) for a in writes] == [None]
+    assert covers(writes, [], (8, 6)) and not covers(writes, [], (9, 6))
+    # Strides that leave gaps are isl's too: O[2*i] over i < 4 misses 1, 3, 5.
+    (strided,) = accesses(parse(STRIDED).root.stmts[0])
+    assert coverage._box(strided) is None
+    assert both_ways(covers, [strided], [], (7,)) == (False, False)
+    assert both_ways(covers, [strided], [], (1,)) == (True, True)
+    # One index in two dimensions is a diagonal, not a box.
+    diagonal = STRIDED.replace("f32(8):(1)", "f32(4, 4):(4, 1)").replace("O[2*i]", "O[i, i]")
+    (diag,) = accesses(parse(diagonal.replace("f32(1):(1)", "f32(1, 1):(4, 1)")).root.stmts[0])
+    assert coverage._box(diag) is None
+    assert both_ways(covers, [diag], [], (2, 2)) == (False, False)
+    assert both_ways(covers, [diag], [], (1, 1)) == (True, True)
+
+
+def test_an_empty_nest_is_covered() -> None:
+    """No point of the nest, nothing to cover (the quick test must not say otherwise)."""
+    (kernel,) = parse("""block [] #program (
+    out O f32(4):(1)
+) {
+  block [i:4] #kernel (
+      -i - 1 >= 0
+      out O[i]:assign f32(1):(1)
+  ) {
+    block [j:1] (
+        out W = O[j]:assign f32(1):(1)
+    ) {
+      $c = const(1.0): f32
+      W = store($c)
+    }
+  }
+}
+""").root.sub_blocks
+    writes = uses(kernel.stmts, "O", (1,))
+    assert coverage._box(writes[0]) == ((0, 1),)
+    assert both_ways(covers, writes, [kernel], (2,)) == (True, True)
+    assert not covers(writes, [], (2,))  # over the inner block alone: one element of two
+
+
+def test_rank_zero_views_inside_an_outer_block() -> None:
+    """A register accumulated by a reduction nested in a kernel: written at every kernel point."""
+    (reduce,) = FUSED.sub_blocks
+    assert both_ways(writes_all, reduce, "S", (), [FUSED]) == (True, True)
+    assert written(reduce, "S", [FUSED]).count_val().to_python() == 8  # one per point of i
+    assert unwritten(reduce, "S", (), [FUSED]).is_empty()

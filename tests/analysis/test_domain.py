@@ -14,8 +14,8 @@ from stripeml.analysis.domain import (
     nest_names,
     project_onto,
 )
-from stripeml.analysis.isl_util import constrain, set_space
 from stripeml.ir import Affine, Block, Constraint, Index
+from stripeml.ir.isl import constrain, set_space
 
 from .brute import kernels, nest_points
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import stripeml
 from pipelines import cpu_passes
+from stripeml.analysis.liveness import live_range
 from stripeml.errors import StripeError
 from stripeml.ir import Block, Program, format, parse, verify
 from stripeml.passes import make_pass
-from stripeml.passes._place_util import live_range
 from stripeml.passes.cache import Cache
 from stripeml.passes.localize import Localize
 from stripeml.passes.manager import run_pipeline

@@ -1,6 +1,6 @@
 """``place`` as the CPU pipeline uses it: root only, fast liveness, linear-ish cost.
 
-* the quick coverage test of ``_place_util`` (which spares isl the common
+* the quick coverage test of ``analysis.coverage`` (which spares isl the common
   kernels) gives the same live ranges as isl alone on every program of the
   suite, lowered and after the CPU pipeline;
 * ``root_only`` places the root temporaries and leaves nested allocations
@@ -20,10 +20,11 @@ import pytest
 
 import stripeml
 from pipelines import cpu_passes
+from stripeml.analysis import coverage
+from stripeml.analysis.liveness import live_ranges
+from stripeml.analysis.memory import own_allocations
 from stripeml.errors import StripeError
 from stripeml.ir import parse
-from stripeml.passes import _place_util
-from stripeml.passes._place_util import allocations, live_ranges, walk
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.place import Place, _first_fit
 
@@ -37,10 +38,17 @@ except ImportError:  # tests/ imported as a package
     from tests.programs import CASES
 
 
+def walk(block, outer=()):
+    """``(block, enclosing blocks)`` for ``block`` and every nested block."""
+    yield block, outer
+    for s in block.sub_blocks:
+        yield from walk(s, (*outer, block))
+
+
 def _all_live_ranges(program) -> dict[tuple[str, str], tuple[int, int]]:
     out = {}
     for block, outer in walk(program.root):
-        for name, rng in live_ranges(block, allocations(block), outer).items():
+        for name, rng in live_ranges(block, own_allocations(block), outer).items():
             out[(block.name, name)] = rng
     return out
 
@@ -67,15 +75,15 @@ def test_the_quick_coverage_test_agrees_with_isl(monkeypatch) -> None:
         program, _ = lower_case(case)
         programs += [program, run_pipeline(program, unplaced).program]
     boxes = []
-    quick_test = _place_util._box
+    quick_test = coverage._box
 
     def counted(use):
         boxes.append(quick_test(use))
         return boxes[-1]
 
-    monkeypatch.setattr(_place_util, "_box", counted)
+    monkeypatch.setattr(coverage, "_box", counted)
     quick = [_all_live_ranges(p) for p in programs]
-    monkeypatch.setattr(_place_util, "_box", lambda use: None)
+    monkeypatch.setattr(coverage, "_box", lambda use: None)
     slow = [_all_live_ranges(p) for p in programs]
     assert quick == slow
     assert sum(b is not None for b in boxes) > 50 and boxes.count(None) > 5  # both exercised
@@ -88,12 +96,14 @@ def test_root_only_leaves_nested_allocations_alone() -> None:
     result = run_pipeline(program, cpu_passes(vector_width=8)).program
     assert cpu_passes()[-1] == Place(root_only=True)
     nested = [
-        r for block, outer in walk(result.root) if outer for r in allocations(block)
+        r for block, outer in walk(result.root) if outer for r in own_allocations(block)
     ]  # REGISTER accumulators of fused contractions, L1/L2 panels of `unroll`
     assert nested and all(r.offset is None for r in nested)
-    assert all(r.offset is not None for r in allocations(result.root))
+    assert all(r.offset is not None for r in own_allocations(result.root))
     everywhere = Place().run(result)
-    assert any(r.offset is not None for b, o in walk(everywhere.root) if o for r in allocations(b))
+    assert any(
+        r.offset is not None for b, o in walk(everywhere.root) if o for r in own_allocations(b)
+    )
     assert Place(root_only=True).run(result) is result  # a fixed point
 
 
@@ -154,4 +164,4 @@ def test_the_union_of_boxes_matches_brute_force() -> None:
         grid = np.zeros(sizes, bool)
         for box in boxes:
             grid[tuple(slice(max(lo, 0), max(hi, 0)) for lo, hi in box)] = True
-        assert _place_util._boxes_cover(boxes, sizes) == bool(grid.all()), (sizes, boxes)
+        assert coverage._boxes_cover(boxes, sizes) == bool(grid.all()), (sizes, boxes)

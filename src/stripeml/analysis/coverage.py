@@ -1,13 +1,24 @@
-"""Coverage: does a block write every element of the buffer one of its views refines?
+"""Coverage: do some accesses touch every element of a buffer, at every point of a nest?
 
-The elements written through a view ``R`` of a block are the images of the
-stores (and special outputs) that go through ``R``, over their nests' domains
-(:mod:`.access`).  Their union is compared with the whole parent buffer
-``[0, sizes)``; for a block nested in others (``outer``), for every point of
-the enclosing blocks.  An element nobody writes keeps its previous contents,
-which is why fusion into a register and the dropping of a fill need this.
+The one question behind "may this buffer's initial contents be read"
+(liveness), "does the compute store all of a cached view" (``cache``) and
+"does a block write every element of the buffer its view refines" (an
+element nobody writes keeps its previous contents).  :func:`covers` answers
+it for :mod:`.access` accesses seen from the last block of ``outer``:
 
-Requires: verified IR.  Guarantees: exact (isl set difference).
+1. a quick exact test, without isl, when every access plainly touches the
+   same box at every point of ``outer`` (:func:`_box`; a kernel storing every
+   element, a halo's fill slabs and interior copy, a special writing its
+   whole output): the union of the boxes must hold the whole buffer
+   (:func:`_boxes_cover`, dimension by dimension);
+2. otherwise isl: the box ``[0, sizes)`` at every point of ``outer`` is a
+   subset of the union of the touched sets.
+
+:func:`writes_all`, :func:`written` and :func:`unwritten` ask it of a
+block's writes through one of its views.
+
+Requires: verified IR.  Guarantees: exact answers (the quick test decides
+only where it is exact, isl the rest).
 """
 
 from __future__ import annotations
@@ -16,59 +27,110 @@ from collections.abc import Sequence
 
 import islpy as isl
 
-from ..ir.affine import Affine
 from ..ir.nodes import Block
-from .access import accesses
-from .domain import domain_in, nest_inequalities, nest_names, project_onto
-from .isl_util import constrain, set_space
+from .access import Access, accesses, box_set, touched_union
 
-__all__ = ["unwritten", "writes_all", "written"]
+__all__ = ["covers", "unwritten", "writes_all", "written"]
+
+Box = tuple[tuple[int, int], ...]  # per dimension, the half-open interval [lo, hi)
 
 
-def _elem(d: int) -> str:
-    return f"e'{d}"
+def covers(accs: Sequence[Access], outer: Sequence[Block], sizes: Sequence[int]) -> bool:
+    """Whether, at every point of ``outer``, ``accs`` together touch every element of
+    ``[0, sizes)`` (``accs`` seen from the last block of ``outer``)."""
+    boxes = [_box(a) for a in accs]
+    known = [b for b in boxes if b is not None]
+    if _boxes_cover(known, sizes):
+        return True
+    if len(known) == len(boxes) and _plainly_nonempty(outer):
+        return False  # the same boxes at every point of outer, and there is one
+    return box_set(outer, sizes).is_subset(touched_union(accs, outer, len(sizes)))
+
+
+def _box(acc: Access) -> Box | None:
+    """The elements ``acc`` touches, when that is plainly a box the same at every outer point.
+
+    A fast exact answer that spares isl the common cases: the blocks of the
+    access's path have no constraints and plain index ranges, and each
+    dimension's offset is a constant plus positive multiples of distinct
+    indices of those blocks (each in one dimension only) whose values, with
+    the box's own extent, reach every position from the constant on without
+    a gap.  ``None``: not of that form (isl decides).
+    """
+    ranges: dict[str, int] = {}
+    for b in acc.path:
+        if b.constraints:
+            return None
+        for i in b.idxs:
+            if i.affine is not None or i.range < 1:
+                return None
+            ranges[i.name] = i.range
+    seen: set[str] = set()
+    box = []
+    for off, extent in zip(acc.exprs, acc.sizes):
+        steps = [(1, extent)]
+        for name, coeff in off.terms:
+            if name not in ranges or name in seen or coeff < 0:
+                return None
+            seen.add(name)
+            steps.append((coeff, ranges[name]))
+        if extent < 1:
+            return None
+        reach = 0  # every position const .. const + reach is touched, none beyond
+        for coeff, count in sorted(steps):
+            if coeff > reach + 1:
+                return None
+            reach += coeff * (count - 1)
+        box.append((off.const, off.const + reach + 1))
+    return tuple(box)
+
+
+def _boxes_cover(boxes: Sequence[Box], sizes: Sequence[int]) -> bool:
+    """Whether the union of ``boxes`` holds every element of ``[0, sizes)``.
+
+    Dimension by dimension: cut the first dimension where any box starts or
+    ends, and for each piece ask whether the boxes spanning it cover the rest.
+    """
+    if not sizes:
+        return bool(boxes)
+    size = sizes[0]
+    if size <= 0:
+        return True
+    cuts = {0, size}
+    for b in boxes:
+        lo, hi = b[0]
+        cuts.update(min(max(x, 0), size) for x in (lo, hi))
+    points = sorted(cuts)
+    for lo, hi in zip(points, points[1:]):
+        inside = [b[1:] for b in boxes if b[0][0] <= lo and hi <= b[0][1]]
+        if not _boxes_cover(inside, sizes[1:]):
+            return False
+    return True
+
+
+def _plainly_nonempty(outer: Sequence[Block]) -> bool:
+    """Whether the nest ``outer`` plainly has a point (``False``: maybe not, isl decides).
+
+    Index offsets only shift a range, so a nest without constraints and with
+    no empty range has a point.  (Without one, every answer is "covered".)
+    """
+    return all(not b.constraints and all(i.range >= 1 for i in b.idxs) for b in outer)
+
+
+def _writes_through(block: Block, ref: str) -> list[Access]:
+    return [a for a in accesses(block) if a.ref == ref and a.write]
 
 
 def written(block: Block, ref: str, outer: Sequence[Block] = ()) -> isl.Set:
     """``{(outer indices, e) : e is written through view ref}`` (``e`` one dim per buffer dim)."""
-    rank = len(block.ref(ref).access)
-    keep = nest_names(outer) + tuple(_elem(d) for d in range(rank))
-    result = isl.Set.empty(set_space(keep))
-    for acc in accesses(block):
-        if acc.ref != ref or not acc.write:
-            continue
-        xs = {d: f"x'{d}" for d in range(rank) if acc.sizes[d] != 1}
-        names = nest_names(outer) + nest_names(acc.path) + tuple(xs.values()) + keep[-rank:]
-        domain = domain_in(names, outer)
-        exprs = list(nest_inequalities(acc.path))
-        for d in range(rank):
-            e = acc.exprs[d] - Affine.index(_elem(d))
-            if d in xs:
-                x = Affine.index(xs[d])
-                e = e + x
-                exprs += [x, Affine.constant(acc.sizes[d] - 1) - x]
-            exprs += [e, -e]
-        image = project_onto(constrain(domain, exprs), keep)
-        result = result.union(image.to_set())
-    return result
+    return touched_union(_writes_through(block, ref), outer, len(block.ref(ref).access))
 
 
 def unwritten(block: Block, ref: str, sizes: Sequence[int], outer: Sequence[Block] = ()) -> isl.Set:
     """Elements of the parent buffer (of ``sizes``) that ``block`` never writes through ``ref``."""
-    rank = len(sizes)
-    keep = nest_names(outer) + tuple(_elem(d) for d in range(rank))
-    box = domain_in(keep, outer)
-    box = constrain(
-        box,
-        [
-            b
-            for d, s in enumerate(sizes)
-            for b in (Affine.index(_elem(d)), s - 1 - Affine.index(_elem(d)))
-        ],
-    )
-    return box.to_set().subtract(written(block, ref, outer))
+    return box_set(outer, sizes).subtract(written(block, ref, outer))
 
 
 def writes_all(block: Block, ref: str, sizes: Sequence[int], outer: Sequence[Block] = ()) -> bool:
     """Whether ``block`` writes every element of the parent buffer through view ``ref``."""
-    return unwritten(block, ref, sizes, outer).is_empty()
+    return covers(_writes_through(block, ref), outer, sizes)

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..ir.affine import Affine
+from ..ir.isl import constrain
 from ..ir.nodes import Block
 from .access import Access, accesses
 from .domain import domain_in, nest_inequalities, nest_names
-from .isl_util import constrain
 
 __all__ = ["Race", "races", "race_free", "race_free_indices"]
 

@@ -2,8 +2,8 @@
 
 A *nest* is a path of blocks, outermost first (``(kernel, tile_block)``); its
 domain has one set dimension per index of the whole path
-(:func:`~stripeml.analysis.isl_util.nest_domain`).  This module adds what the
-other analyses need on top of :mod:`.isl_util`:
+(:func:`stripeml.ir.isl.nest_domain`).  This module adds what the
+other analyses need on top of :mod:`stripeml.ir.isl`:
 
 * :func:`nest_inequalities`: the domain as affines ``>= 0`` (index ranges, index
   offsets, constraints), so callers can rename indices and build products of
@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 import islpy as isl
 
 from ..ir.affine import Affine
+from ..ir.isl import affine_range, constrain, dim_names, index_bounds, nest_domain, set_space
 from ..ir.nodes import Block
-from .isl_util import affine_range, constrain, dim_names, index_bounds, nest_domain, set_space
 
 _SET = isl.dim_type.set
 

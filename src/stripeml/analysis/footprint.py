@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..ir.affine import Affine
+from ..ir.isl import affine_range, constrain, index_bounds
 from ..ir.nodes import Block, Refinement
 from .domain import domain_in, nest_names
-from .isl_util import affine_range, constrain, index_bounds
 
 __all__ = ["Footprint", "box_footprint", "footprint", "footprints", "tile_substitution"]
 

@@ -1,11 +1,13 @@
 """How much of each memory a program's allocations occupy.
 
 :func:`peak_bytes` is what ``stripeml ir --report`` prints next to the
-traffic: per location, the bytes the program's ``none`` allocations need at
-once.  Where the ``place`` pass has given allocations offsets, the peak is the
-highest byte any of them reaches (``max(offset + size)``: placement already
-overlaps buffers that are never live together); allocations without an offset
-are counted as if each had its own space (their plain sum).
+traffic, ``exe.peak_bytes`` returns and ``Place.peak_bytes`` reports: per
+location, the bytes the program's ``none`` allocations need at once.  Where
+the ``place`` pass has given allocations offsets, the peak is the highest
+byte any of them reaches (``max(offset + size)``: placement already overlaps
+buffers that are never live together); allocations without an offset are
+counted as if each had its own space (their plain sum).  The lower bound any
+placement needs is :func:`.liveness.live_bytes`.
 """
 
 from __future__ import annotations
@@ -13,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..ir.dtypes import itemsize
-from ..ir.nodes import Program, Refinement, walk_blocks
+from ..ir.nodes import Block, Program, Refinement, walk_blocks
+
+
+def own_allocations(block: Block) -> list[Refinement]:
+    """The ``none`` refinements of ``block`` itself (not of its nested blocks)."""
+    return [r for r in block.refs if r.dir == "none"]
 
 
 def allocations(program: Program) -> Iterator[Refinement]:
     """Every ``none`` refinement of the program, parents first."""
     for block in walk_blocks(program.root):
-        for ref in block.refs:
-            if ref.dir == "none":
-                yield ref
+        yield from own_allocations(block)
 
 
 def allocation_bytes(ref: Refinement) -> int:

@@ -68,7 +68,8 @@ class Scope:
     def domain(self):
         """The isl domain of this block over the whole nest (built once, lazily)."""
         if self._domain is None:
-            from ..analysis.isl_util import block_domain
+            # Imported here so that parsing and printing IR never load islpy.
+            from .isl import block_domain
 
             outer = self.parent.domain() if self.parent is not None else None
             self._domain = block_domain(self.block, outer)
@@ -299,7 +300,7 @@ def view_in_bounds(ref: Refinement, scope: Scope) -> Iterator[str]:
         return
     if 0 in ref.shape.sizes:
         return  # an empty view touches nothing
-    from ..analysis.isl_util import exists_point
+    from .isl import exists_point  # lazily, like Scope.domain
 
     domain = scope.domain()
     for d, (expr, size, psize) in enumerate(zip(ref.access, ref.shape.sizes, parent.shape.sizes)):

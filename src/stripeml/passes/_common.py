@@ -3,6 +3,7 @@
 * data flow of root statements: which root buffers a kernel or special reads
   and writes;
 * fresh names and scalar renaming, for merging statement lists under SSA;
+* option values that list names;
 * the *pointwise* test: a kernel whose points are in one-to-one
   correspondence with the elements of a buffer it accesses.
 """
@@ -75,6 +76,27 @@ def fresh(base: str, taken: Collection[str]) -> str:
     while f"{base}_{k}" in taken:
         k += 1
     return f"{base}_{k}"
+
+
+def fresh_names(base: str, count: int, taken: Iterable[str]) -> list[str]:
+    """``count`` names ``base0``, ``base1``, ... avoiding ``taken``."""
+    used = set(taken)
+    out: list[str] = []
+    k = 0
+    while len(out) < count:
+        name = f"{base}{k}"
+        if name not in used:
+            out.append(name)
+            used.add(name)
+        k += 1
+    return out
+
+
+def as_names(value: object) -> tuple[str, ...]:
+    """An option holding names: a string (comma separated) or a sequence of strings."""
+    if isinstance(value, str):
+        return tuple(w.strip() for w in value.split(",") if w.strip())
+    return tuple(str(v) for v in value)  # type: ignore[union-attr]
 
 
 def fresh_scalar(name: str, taken: Collection[str]) -> str:

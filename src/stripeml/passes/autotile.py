@@ -57,10 +57,10 @@ import islpy as isl
 
 from ..analysis.cost import CostModel, TileCost
 from ..analysis.domain import inequalities_of, project_onto
-from ..analysis.isl_util import affine_range, exists_point, nest_domain
 from ..analysis.select import parse_selector
 from ..errors import OptionError
 from ..ir.affine import Affine
+from ..ir.isl import affine_range, exists_point, nest_domain
 from ..ir.nodes import (
     Block,
     Constraint,

@@ -58,6 +58,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..analysis.access import Access, touched, touched_union, uses
+from ..analysis.coverage import covers
+from ..analysis.domain import nest_names
+from ..analysis.memory import allocation_bytes
 from ..analysis.select import parse_selector
 from ..errors import OptionError
 from ..ir.affine import Affine
@@ -73,21 +77,8 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh
-from ._memory import (
-    Use,
-    buffer_uses,
-    covers,
-    fresh_names,
-    map_blocks,
-    nbytes,
-    nest_index_names,
-    reads,
-    retarget,
-    union_set,
-    use_set,
-    writes,
-)
+from ._common import fresh, fresh_names
+from ._rewrite import map_blocks, retarget
 from .registry import check_option, register
 
 _DIRS = {"in": ("in",), "out": ("out",), "all": ("in", "out"), "inout": ("in", "out")}
@@ -128,11 +119,11 @@ class Cache:
     def _cache_block(self, block: Block, outer: tuple[Block, ...]) -> Block:
         nest = (*outer, block)
         taken_refs = {r.into for r in block.refs}
-        taken_idxs = nest_index_names(nest)
+        taken_idxs = set(nest_names(nest))
         budget = None
         if self.max_bytes > 0:
             present = [r for r in block.refs if r.dir == "none" and r.location == self.location]
-            budget = self.max_bytes - sum(nbytes(r.shape) for r in present)
+            budget = self.max_bytes - sum(allocation_bytes(r) for r in present)
         refs = list(block.refs)
         stmts = block.stmts
         before: list[Statement] = []
@@ -142,14 +133,15 @@ class Cache:
             if kind is None:
                 continue
             shape = TensorShape.dense(view.shape.dtype, view.shape.sizes)
-            size = nbytes(shape)
+            cname = fresh(f"{view.into}_{self.location.lower()}", taken_refs)
+            buffer = Refinement("none", cname, shape, location=self.location)
+            size = allocation_bytes(buffer)
             if budget is not None:
                 if size > budget:
                     continue
                 budget -= size
-            cname = fresh(f"{view.into}_{self.location.lower()}", taken_refs)
             taken_refs.add(cname)
-            refs.append(Refinement("none", cname, shape, location=self.location))
+            refs.append(buffer)
             if kind == "in":
                 before.append(_copy_block(view, cname, shape.strides, "in", taken_idxs))
             else:
@@ -173,19 +165,20 @@ class Cache:
             return None
         if _chain(view, outer)[1].location == self.location:
             return None
-        uses = buffer_uses(stmts, view.into, view.shape.sizes)
-        users = {u.stmt for u in uses}
+        found = uses(stmts, view.into, view.shape.sizes)
+        users = {u.stmt for u in found}
         if not users or all(_is_copy_block(stmts[k]) for k in users):
             return None
         wanted = _DIRS[self.dirs]
-        if reads(uses) and not writes(uses):
+        reads, writes = any(u.read for u in found), any(u.write for u in found)
+        if reads and not writes:
             return "in" if "in" in wanted and view.dir in ("in", "inout") else None
-        if writes(uses) and not reads(uses) and "out" in wanted and view.dir != "in":
-            if any(not u.path for u in uses):
+        if writes and not reads and "out" in wanted and view.dir != "in":
+            if any(not u.path for u in found):
                 return None  # stored by the block itself: plain writes, not aggregated
-            if covers(uses, nest, view.shape.sizes):
+            if covers(found, nest, view.shape.sizes):
                 return "out"
-            if view.agg in _IDENTITY_AGGS and _covered_in_scope(uses, view, nest):
+            if view.agg in _IDENTITY_AGGS and _covered_in_scope(found, view, nest):
                 return "out_init"
         return None
 
@@ -206,26 +199,27 @@ def _chain(view: Refinement, outer: Sequence[Block]) -> tuple[int, Refinement, t
     raise AssertionError("unreachable: a view chain ends at a root ref or an allocation")
 
 
-def _covered_in_scope(uses: list[Use], view: Refinement, nest: tuple[Block, ...]) -> bool:
+def _covered_in_scope(found: list[Access], view: Refinement, nest: tuple[Block, ...]) -> bool:
     """Whether, within each point of the block declaring ``view``'s buffer (one instance of
     the aggregation scope), some point stores each element of every box ``view`` takes.
 
-    ``nest`` ends with the block holding ``view``; ``uses`` are seen from it.
+    ``nest`` ends with the block holding ``view``; ``found`` are seen from it.
     """
-    owner, _, origin = _chain(view, nest[:-1])
+    owner, buffer, origin = _chain(view, nest[:-1])
     around, below = nest[: owner + 1], nest[owner + 1 :]
+    # The same accesses seen from the block declaring the buffer (the sets need only
+    # their paths, element affines and sizes).
     seen = [
-        Use(
-            u.kind,
-            u.stmt,
-            (*below, *u.path),
-            tuple(o + x for o, x in zip(origin, u.offset)),
-            u.sizes,
+        replace(
+            u,
+            buffer=buffer.into,
+            path=(*below, *u.path),
+            exprs=tuple(o + x for o, x in zip(origin, u.exprs)),
         )
-        for u in uses
+        for u in found
     ]
-    box = Use("view", 0, below, origin, view.shape.sizes)
-    return use_set(box, around).is_subset(union_set(seen, around, len(origin)))
+    box = Access(buffer.into, view.into, "view", 0, below, origin, view.shape.sizes)
+    return touched(box, around).is_subset(touched_union(seen, around, len(origin)))
 
 
 def _identity(agg: str, dtype: str) -> int | float | bool:

@@ -62,7 +62,9 @@ from typing import ClassVar
 
 import islpy as isl
 
-from ..analysis.isl_util import (
+from ..ir.affine import Affine
+from ..ir.dtypes import is_float, is_int, itemsize
+from ..ir.isl import (
     affine_range,
     block_domain,
     constrain,
@@ -70,8 +72,6 @@ from ..analysis.isl_util import (
     eq_constraint,
     set_space,
 )
-from ..ir.affine import Affine
-from ..ir.dtypes import is_float, is_int, itemsize
 from ..ir.nodes import (
     Block,
     Constant,

@@ -49,20 +49,11 @@ from typing import ClassVar
 
 import islpy as isl
 
-from ..analysis.isl_util import affine_to_aff
+from ..analysis.access import Access, elem_names, touched_union, uses
 from ..ir.affine import Affine
+from ..ir.isl import affine_to_aff
 from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store, TensorShape
-from ._memory import (
-    Use,
-    buffer_uses,
-    dense_strides,
-    elem_names,
-    outer_domain,
-    reads,
-    retarget,
-    union_set,
-    writes,
-)
+from ._rewrite import dense_strides, retarget
 from .registry import register
 
 _SET = isl.dim_type.set
@@ -101,13 +92,14 @@ def _localize(block: Block, outer: tuple[Block, ...]) -> Block:
 
 def _sink(block: Block, ref: Refinement) -> Block:
     """``block`` with ``ref`` moved into its only user, when legal (else ``block``)."""
-    uses = buffer_uses(block.stmts, ref.into, ref.shape.sizes)
-    users = {u.stmt for u in uses}
+    found = uses(block.stmts, ref.into, ref.shape.sizes)
+    users = {u.stmt for u in found}
     if len(users) != 1:
         return block
     k = users.pop()
     child = block.stmts[k]
-    if not isinstance(child, Block) or (reads(uses) and writes(uses)):
+    read_and_written = any(u.read for u in found) and any(u.write for u in found)
+    if not isinstance(child, Block) or read_and_written:
         return block
     views = [r for r in child.refs if r.from_ == ref.into]
     if len(views) != 1:
@@ -136,8 +128,8 @@ def _shrink(block: Block, ref: Refinement, outer: tuple[Block, ...]) -> Block:
         return block
     nest = (*outer, block)
     rank = ref.shape.rank
-    used = union_set(boxes, nest, rank)
-    n_outer = outer_domain(nest).dim(_SET)
+    used = touched_union(boxes, nest, rank)
+    n_outer = sum(len(b.idxs) for b in nest)
     names = [used.get_space().get_dim_name(_SET, i) for i in range(n_outer)]
     lows, widths = [], []
     for d, e in enumerate(elem_names(rank)):
@@ -155,22 +147,24 @@ def _shrink(block: Block, ref: Refinement, outer: tuple[Block, ...]) -> Block:
     return replace(block, refs=tuple(new if r is ref else r for r in block.refs), stmts=stmts)
 
 
-def _boxes(stmts: Sequence[Statement], ref: Refinement) -> list[Use] | None:
-    """The boxes ``stmts`` use of ``ref``: nested views, and the origin for direct loads and
-    stores; ``None`` when a special uses it."""
+def _boxes(stmts: Sequence[Statement], ref: Refinement) -> list[Access] | None:
+    """The boxes ``stmts`` use of ``ref``: nested views (whole), and the origin for direct
+    loads and stores; ``None`` when a special uses it."""
     rank = ref.shape.rank
     zero = tuple(Affine() for _ in range(rank))
     ones = tuple(1 for _ in range(rank))
-    out: list[Use] = []
+    name = ref.into
+    out: list[Access] = []
     for k, s in enumerate(stmts):
-        if isinstance(s, (Load, Store)) and s.ref == ref.into:
-            out.append(Use("load", k, (), zero, ones))
-        elif isinstance(s, Special) and ref.into in s.inputs + s.outputs:
+        if isinstance(s, (Load, Store)) and s.ref == name:
+            kind = "load" if isinstance(s, Load) else "store"
+            out.append(Access(name, name, kind, k, (), zero, ones))
+        elif isinstance(s, Special) and name in s.inputs + s.outputs:
             return None
         elif isinstance(s, Block):
             for r in s.refs:
-                if r.from_ == ref.into:
-                    out.append(Use("view", k, (s,), r.access, r.shape.sizes))
+                if r.from_ == name:
+                    out.append(Access(name, r.into, "view", k, (s,), r.access, r.shape.sizes))
     return out
 
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..ir.nodes import Block, Program, TensorShape
-from ._memory import as_names, dense_strides, map_blocks, retarget
+from ._common import as_names
+from ._rewrite import dense_strides, map_blocks, retarget
 from .registry import register
 
 

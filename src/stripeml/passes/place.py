@@ -3,7 +3,7 @@
 For each planned location (option ``locations``), every ``none`` allocation
 (root temporaries and allocations of blocks) gets an ``offset`` in that
 location's arena (the memory model and liveness are described in
-:mod:`._place_util`):
+:mod:`stripeml.analysis.liveness`):
 
 1. within a block, each allocation is live over the statements from the first
    that uses it to the last (from the block's start when its initial contents
@@ -31,10 +31,10 @@ string; empty: every location but ``REGISTER``), ``alignment`` (bytes),
 nested blocks are not visited: the CPU target, whose kernels keep nested
 allocations on the stack).
 
-``Place.peak_bytes(program)`` (:func:`._place_util.peak_bytes`) reports the
-bytes each location needs as placed; ``Place.live_bytes`` the lower bound;
-``Place.initial_reads(program)`` the root allocations whose initial (zero)
-contents may be read.
+``Place.peak_bytes(program)`` (:func:`stripeml.analysis.memory.peak_bytes`)
+reports the bytes each location needs as placed; ``Place.live_bytes`` the
+lower bound; ``Place.initial_reads(program)`` the root allocations whose
+initial (zero) contents may be read (both :mod:`stripeml.analysis.liveness`).
 
 Requires: verified IR.  Guarantees: the same results (offsets change where
 buffers live, never what they hold), verified IR, offsets that never make two
@@ -49,10 +49,11 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..analysis.constness import constness
+from ..analysis.liveness import initial_reads, live_bytes, live_ranges
+from ..analysis.memory import allocation_bytes, own_allocations, peak_bytes
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Refinement
-from ._memory import as_names, nbytes
-from ._place_util import allocations, initial_reads, live_bytes, live_ranges, peak_bytes
+from ._common import as_names
 from .registry import register
 
 Region = tuple[int, int]  # [start, end) in bytes
@@ -92,10 +93,10 @@ class Place:
         kept: frozenset[str] = frozenset(),
     ) -> Block:
         allocs = [
-            r for r in allocations(block) if self._planned(r.location) and r.into not in kept
+            r for r in own_allocations(block) if self._planned(r.location) and r.into not in kept
         ]
         live = live_ranges(block, allocs, outer)
-        order = sorted(range(len(allocs)), key=lambda k: (-nbytes(allocs[k].shape), k))
+        order = sorted(range(len(allocs)), key=lambda k: (-allocation_bytes(allocs[k]), k))
         placed: dict[str, Region] = {}
         done: list[tuple[Refinement, Region]] = []  # placed allocations, in placing order
         for k in order:
@@ -108,8 +109,9 @@ class Place:
                     if a <= d and c <= b:
                         busy.append(region)
             align = math.lcm(max(self.alignment, 1), itemsize(r.shape.dtype))
-            start = _first_fit(busy, nbytes(r.shape), align)
-            placed[r.into] = (start, start + nbytes(r.shape))
+            size = allocation_bytes(r)
+            start = _first_fit(busy, size, align)
+            placed[r.into] = (start, start + size)
             done.append((r, placed[r.into]))
 
         stmts = list(block.stmts)

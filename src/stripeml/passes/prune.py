@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..analysis.isl_util import block_domain, exists_point, nest_domain
 from ..ir.affine import Affine
+from ..ir.isl import block_domain, exists_point, nest_domain
 from ..ir.nodes import (
     Block,
     Constraint,

@@ -32,9 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.access import uses
 from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store
 from ._common import rename_stmt
-from ._memory import buffer_uses, map_blocks
+from ._rewrite import map_blocks
 from .registry import register
 
 
@@ -63,8 +64,8 @@ def _scalarize_block(block: Block) -> Block:
 
 def _scalarized(stmts: tuple[Statement, ...], ref: Refinement) -> tuple[Statement, ...] | None:
     """``stmts`` without the buffer ``ref``, or ``None`` when that is not legal."""
-    uses = buffer_uses(stmts, ref.into, ref.shape.sizes)
-    if not uses or any(u.path or u.kind not in ("load", "store") for u in uses):
+    found = uses(stmts, ref.into, ref.shape.sizes)
+    if not found or any(u.path or u.kind not in ("load", "store") for u in found):
         return None
     current: str | None = None
     renames: dict[str, str] = {}

@@ -407,9 +407,9 @@ class CpuCompiled:
             return ()
         if self._program is None:  # nothing to analyse: keep the values of the last call
             return ()
-        from ..passes.place import Place
+        from ..analysis.liveness import initial_reads
 
-        names = Place.initial_reads(self._program)
+        names = initial_reads(self._program)
         return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
 
     def _give_back_temps(self, temps: list[np.ndarray]) -> None:

@@ -1,4 +1,8 @@
-"""Small bridge between Stripe affines/blocks and isl (islpy).
+"""Stripe affines and blocks as isl (islpy) objects: spaces, constraints, domains.
+
+A pure translation of the IR, with no optimisation questions in it (those are
+``analysis/``): it sits in ``ir/`` so that the verifier's bounds checks use
+it from their own layer.
 
 Every set built here lives in one shared isl context (:func:`context`) and
 has only *set* dimensions, one per index, named after the index.  A block's
@@ -22,8 +26,8 @@ from functools import lru_cache
 
 import islpy as isl
 
-from ..ir.affine import Affine
-from ..ir.nodes import Block, Index
+from .affine import Affine
+from .nodes import Block, Index
 
 _SET = isl.dim_type.set
 
