@@ -50,14 +50,6 @@ neither.  The remainder part makes a second pass over the inputs read along
 the vector index (memory-bound: ~0.4 ms for 2 rows of a 1024x1024 W on a
 2-core znver3).
 
-Cache blocking (``gemm_kc``, off by default; ``_unroll_goto.py``): a plain
-GEMM is split into row blocks of ``gemm_mc`` (the kernel's only index) and,
-inside each, consecutive k-blocks of ``gemm_kc`` that pack their block of A
-and reuse 16-column panels of B packed once by a kernel of their own; partial
-sums stay in a per-row-block buffer and the epilogue runs after the last
-k-block only.  Measured no faster than the unblocked tiles on a 2-core znver3
-(docs/passes.md section 11).
-
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
 the same operation), verified IR, and the same object when nothing applies.
@@ -84,7 +76,6 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from . import _unroll_goto as _goto
 from ._common import box_interval, fresh, index_stride
 from .registry import register
 
@@ -113,14 +104,6 @@ class Unroll:
     # stay in L2 across the panels.  Off: 2 measured -2%..+17% (median +3%) on the
     # 3x3 conv 56x56x64 with 2 threads of a loaded 2-core znver3, not conclusive.
     row_blocks: int = 1
-    # GotoBLAS-style cache blocking of plain GEMMs (0: off; see _unroll_goto.py):
-    # reductions longer than ``gemm_kc`` run in k-blocks of it, each packing a
-    # block of ``gemm_mc`` rows of A and ``gemm_kc`` x (one panel) of B.
-    gemm_kc: int = 0
-    gemm_mc: int = 64
-    # With gemm_kc: B's panels are packed once, by a kernel of their own, into a
-    # root temporary (else per k-block, row block and panel).
-    gemm_prepack: bool = True
     # Run a following elementwise kernel that reads the result point by point
     # (bias, activation) on each finished register tile, from a tile-local buffer.
     epilogue: bool = True
@@ -131,29 +114,15 @@ class Unroll:
         root = program.root
         stmts: list[Statement] = []
         dropped: set[str] = set()
-        temps: list[Refinement] = []
         changed = False
         i = 0
         while i < len(root.stmts):
             s = root.stmts[i]
             parts = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
-            # Kernels packing B for a blocked GEMM go first, each filling a new temporary.
-            packers = [t for _, t in parts or [] if "panel_pack" in t.tags]
-            parts = [(kp, t) for kp, t in parts or [] if t not in packers] or None
-            for t in packers:
-                out = next(r for r in t.refs if r.dir == "out")
-                dense = TensorShape.dense(out.shape.dtype, tuple(i.range for i in t.idxs))
-                temps.append(Refinement("none", out.from_, dense))
-            stmts.extend(packers)
             # A blocked reduction finishes only after the last block: no epilogue then.
             if parts and self.epilogue and not self.k_block and i + 1 < len(root.stmts):
                 e, later = root.stmts[i + 1], root.stmts[i + 2 :]
-                fused = [
-                    self._blocked_epilogue(root, kp, e, later)
-                    if "blocked" in t.tags
-                    else _attach_epilogue(t, kp, e, root, later)
-                    for kp, t in parts
-                ]
+                fused = [_attach_epilogue(t, kp, e, root, later) for kp, t in parts]
                 # Every part or none: the result buffer disappears only if all are fused.
                 if all(f is not None for f in fused):
                     parts = [(kp, f[0]) for (kp, _), f in zip(parts, fused)]
@@ -164,7 +133,7 @@ class Unroll:
             i += 1
         if not changed:
             return program
-        refs = tuple(r for r in root.refs if r.into not in dropped) + tuple(temps)
+        refs = tuple(r for r in root.refs if r.into not in dropped)
         return Program(replace(root, refs=refs, stmts=tuple(stmts)))
 
     def _tile(
@@ -201,10 +170,6 @@ class Unroll:
         if not vcands:
             return None
         v = vcands[-1]
-        if self.gemm_kc and row is None and len(addr) == 2:
-            blocked = self._blocked(root, k, next(n for n in addr if n != v), v, red)
-            if blocked is not None:
-                return blocked
         # Row indices: output indices that the inputs read along ``v`` (the panels:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
@@ -253,54 +218,6 @@ class Unroll:
             return None
         vt = vec * w
         return [(k, self._rewrite(root, k, v, vt, u, red))]
-
-    def _blocked(
-        self, root: Block, k: Block, u: str, v: str, red: list[str]
-    ) -> list[tuple[Block, Block]] | None:
-        """Cache-blocked parts: rows ``[0, R - R % gemm_mc)`` blocked, the rest tiled."""
-        mc = self.gemm_mc - self.gemm_mc % self.rows
-        vt = self.vector_width * self.vectors
-        if not _goto.applicable(k, u, v, red, self.gemm_kc, mc, vt):
-            return None
-        out = next(r for r in k.refs if r.dir == "out")
-        if mc * k.idx(v).range * itemsize(out.shape.dtype) > self.pack_max_bytes:
-            return None  # the row block's partial sums would not stay in L2
-        total = k.idx(u).range
-        rem = total % mc
-        head = _restrict(k, u, 0, total - rem, k.name) if rem else k
-        packers, blocked, _ = self._blocked_build(root, head)
-        parts = [(head, t) for t in packers] + [(head, blocked)]
-        if rem:
-            taken = {s.name for s in root.stmts if isinstance(s, Block)}
-            tail = _restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
-            rest = replace(self, gemm_kc=0)._tile(root, tail)
-            if rest is None:
-                return None
-            parts += rest
-        return parts
-
-    def _blocked_build(
-        self, root: Block, k: Block, epilogue: tuple[Block, Refinement] | None = None
-    ) -> tuple[list[Block], Block, list[Refinement]]:
-        u, v, kx = _gemm_axes(k)
-        return _goto.build(
-            root, k, u, v, kx, rows=self.rows, vt=self.vector_width * self.vectors,
-            kc=self.gemm_kc, mc=self.gemm_mc - self.gemm_mc % self.rows, epilogue=epilogue,
-            prepack=self.gemm_prepack,
-        )  # fmt: skip
-
-    def _blocked_epilogue(
-        self, root: Block, k: Block, e: Statement, later: tuple[Statement, ...]
-    ) -> tuple[Block, str] | None:
-        """The blocked form of ``k`` running ``e`` after its last k-block."""
-        found = _epilogue_view(k, e, root, later)
-        if found is None:
-            return None
-        t, tv = found
-        assert isinstance(e, Block)
-        if {r.into for r in e.refs if r is not tv} & {r.into for r in k.refs}:
-            return None
-        return self._blocked_build(root, k, (e, tv))[1], t
 
     def _split(self, root: Block, k: Block, u: str) -> list[tuple[Block, Block]] | None:
         """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart."""
@@ -516,16 +433,6 @@ class Unroll:
             name=k.name,
             comment=k.comment,
         )
-
-
-def _gemm_axes(k: Block) -> tuple[str, str, str]:
-    """(rows, vector, reduction) indices of a plain GEMM kernel (``_goto.applicable``)."""
-    out = next(r for r in k.refs if r.dir == "out")
-    stride = {i.name: index_stride(out, i.name) for i in k.idxs}
-    v = [n for n, s in stride.items() if s == 1][-1]
-    u = next(n for n, s in stride.items() if s != 0 and n != v)
-    kx = next(n for n, s in stride.items() if s == 0)
-    return u, v, kx
 
 
 def _two_rows(
