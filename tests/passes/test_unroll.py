@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import stripeml
 from stripeml.ir.nodes import walk_blocks
+from stripeml.passes.epilogue import Epilogue
 from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.thread import Thread
@@ -156,7 +157,7 @@ def test_epilogue_runs_on_each_register_tile(b, k, n):
     w = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
-    result = run_pipeline(program, [Unroll()]).program
+    result = run_pipeline(program, [Unroll(), Epilogue()]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "none Z " not in text  # Z lives only per tile now
     (kernel,) = result.root.stmts
@@ -173,11 +174,10 @@ def test_no_epilogue_when_the_result_is_needed_elsewhere():
         Y = relu(Z + Bias);
     }"""
     arrays = [np.ones((4, 3), np.float32), np.ones((3, 16), np.float32), np.ones(16, np.float32)]
-    result = run_pipeline(stripeml.compile(src).lower(*arrays).program, [Unroll()]).program
+    program = stripeml.compile(src).lower(*arrays).program
+    result = run_pipeline(program, [Unroll(), Epilogue()]).program
     assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 2
-    off = run_pipeline(
-        stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll(epilogue=False)]
-    )
+    off = run_pipeline(stripeml.compile(DENSE_RELU).lower(*arrays).program, [Unroll()])
     assert "#epilogue" not in off.stages[-1][1]
 
 
@@ -188,7 +188,7 @@ def test_no_epilogue_on_a_blocked_reduction():
     w = rng.standard_normal((64, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
     program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
-    result = run_pipeline(program, [Unroll(k_block=16)]).program
+    result = run_pipeline(program, [Unroll(k_block=16), Epilogue()]).program
     assert "#epilogue" not in stripeml.ir.format(result)
     want = np.maximum(x @ w + bias, 0)
     np.testing.assert_allclose(
@@ -216,7 +216,7 @@ def test_ragged_rows_with_epilogue(m, rows):
     w = rng.standard_normal((9, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
     program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
-    result = run_pipeline(program, [Unroll(rows=rows, vectors=2, max_rows=0)]).program
+    result = run_pipeline(program, [Unroll(rows=rows, vectors=2, max_rows=0), Epilogue()]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "none Z " not in text
     split = m > rows and m % rows
@@ -237,7 +237,7 @@ def test_ragged_rows_with_a_divisor_get_taller_whole_tiles(m):
     w = rng.standard_normal((9, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
     program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
-    result = run_pipeline(program, [Unroll(rows=4, vectors=2, max_rows=7)]).program
+    result = run_pipeline(program, [Unroll(rows=4, vectors=2, max_rows=7), Epilogue()]).program
     text = stripeml.ir.format(result)
     assert len(result.root.stmts) == 1 and "_rest" not in text
     assert "#register_tile" in text and "#epilogue" in text
@@ -260,7 +260,7 @@ def test_ragged_rows_keep_a_needed_result():
     w = rng.standard_normal((3, 16)).astype(np.float32)
     bias = rng.standard_normal(16).astype(np.float32)
     f = stripeml.compile(src)
-    result = run_pipeline(f.lower(x, w, bias).program, [Unroll(max_rows=0)]).program
+    result = run_pipeline(f.lower(x, w, bias).program, [Unroll(max_rows=0), Epilogue()]).program
     assert "#epilogue" not in stripeml.ir.format(result) and len(result.root.stmts) == 3
     inputs = {"X": x, "W": w, "Bias": bias}
     got = CpuBackend(threads=2, passes=[]).compile(result).run(inputs)
@@ -296,7 +296,7 @@ def test_row_blocks_with_epilogue_and_conv():
     w = rng.standard_normal((40, 32)).astype(np.float32)
     bias = rng.standard_normal(32).astype(np.float32)
     program = stripeml.compile(DENSE_RELU).lower(x, w, bias).program
-    result = run_pipeline(program, [Unroll(pack_max_bytes=2048, row_blocks=2)]).program
+    result = run_pipeline(program, [Unroll(pack_max_bytes=2048, row_blocks=2), Epilogue()]).program
     text = stripeml.ir.format(result)
     assert "#epilogue" in text and "b_b:2" in text
     inputs = {"X": x, "W": w, "Bias": bias}
@@ -345,7 +345,7 @@ def test_blocked_weights_are_panels_not_rows(size, blk):
     f = stripeml.compile(src)
     program = f.lower(i, kb, bias).program
     result = run_pipeline(
-        program, [Halo(), Unroll(rows=4, vectors=2, max_rows=7), Thread(threads=2)]
+        program, [Halo(), Unroll(rows=4, vectors=2, max_rows=7), Epilogue(), Thread(threads=2)]
     )
     text = result.stages[-1][1]
     tiled = [b for b in walk_blocks(result.program.root) if "tiled" in b.tags]

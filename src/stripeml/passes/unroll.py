@@ -44,11 +44,24 @@ rows: ``[0, R - R % rows)`` tiled with ``rows``, and the last ``R % rows``
 rows (accesses shifted by the start) tiled with ``rows = R % rows``, as many
 vectors as ``max_vectors`` allows and no packing (each panel meets one such
 tile, so a packed copy is never reused).  Each part is its own aggregation
-scope over disjoint output elements; a following elementwise kernel becomes
-an epilogue of both parts (each runs it on the elements it finished) or of
-neither.  The remainder part makes a second pass over the inputs read along
-the vector index (memory-bound: ~0.4 ms for 2 rows of a 1024x1024 W on a
-2-core znver3).
+scope over disjoint output elements (``epilogue`` later attaches a following
+elementwise kernel to both parts or to neither).  The remainder part makes a
+second pass over the inputs read along the vector index (memory-bound: ~0.4 ms
+for 2 rows of a 1024x1024 W on a 2-core znver3).
+
+Packing: an input read along the vector index through a strided panel of at
+most ``pack_max_bytes`` is copied per panel into a dense ``none`` buffer
+(``#copy #cache_in``), so the register tile never walks a long row stride
+(0 turns packing off).  With a single panel the panel and tile levels merge,
+so the tile rows stay the kernel's own (parallel) indices.  ``row_blocks``
+and ``k_block`` (both off by default) split the row index into outer blocks
+and the reduction into blocks (see docs/passes.md section 11).
+
+Left alone: kernels with nested blocks, index offsets or allocations,
+several outputs or an ``assign`` output, no reduction index, no vector
+index (unit stride in the output, stride 0 or 1 in every input, not in a
+constraint), or a vector range that no whole vector tile divides.  This
+module chooses the tile shape and builds the nest.
 
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
@@ -62,20 +75,7 @@ from typing import ClassVar
 
 from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
-from ..ir.nodes import (
-    Block,
-    Constant,
-    Index,
-    Intrinsic,
-    Load,
-    LoadIndex,
-    Program,
-    Refinement,
-    Special,
-    Statement,
-    Store,
-    TensorShape,
-)
+from ..ir.nodes import Block, Index, Load, Program, Refinement, Store, TensorShape
 from ._common import box_interval, fresh, index_stride
 from .registry import register
 
@@ -104,43 +104,24 @@ class Unroll:
     # stay in L2 across the panels.  Off: 2 measured -2%..+17% (median +3%) on the
     # 3x3 conv 56x56x64 with 2 threads of a loaded 2-core znver3, not conclusive.
     row_blocks: int = 1
-    # Run a following elementwise kernel that reads the result point by point
-    # (bias, activation) on each finished register tile, from a tile-local buffer.
-    epilogue: bool = True
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
     def run(self, program: Program) -> Program:
         root = program.root
-        stmts: list[Statement] = []
-        dropped: set[str] = set()
+        stmts = []
         changed = False
-        i = 0
-        while i < len(root.stmts):
-            s = root.stmts[i]
+        for s in root.stmts:
             parts = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
-            # A blocked reduction finishes only after the last block: no epilogue then.
-            if parts and self.epilogue and not self.k_block and i + 1 < len(root.stmts):
-                e, later = root.stmts[i + 1], root.stmts[i + 2 :]
-                fused = [_attach_epilogue(t, kp, e, root, later) for kp, t in parts]
-                # Every part or none: the result buffer disappears only if all are fused.
-                if all(f is not None for f in fused):
-                    parts = [(kp, f[0]) for (kp, _), f in zip(parts, fused)]
-                    dropped.add(fused[0][1])
-                    i += 1
             changed |= parts is not None
-            stmts.extend([t for _, t in parts] if parts else [s])
-            i += 1
+            stmts.extend(parts or [s])
         if not changed:
             return program
-        refs = tuple(r for r in root.refs if r.into not in dropped)
-        return Program(replace(root, refs=refs, stmts=tuple(stmts)))
+        return Program(replace(root, stmts=tuple(stmts)))
 
-    def _tile(
-        self, root: Block, k: Block, row: str | None = None
-    ) -> list[tuple[Block, Block]] | None:
-        """(kernel part, its tiled block) pairs, or None to leave ``k`` alone;
-        ``row``: the row index to use (the remainder part of a split)."""
+    def _tile(self, root: Block, k: Block, row: str | None = None) -> list[Block] | None:
+        """The tiled blocks replacing ``k`` (two for a ragged split), or None to
+        leave it alone; ``row``: the row index to use (taller tiles, a split's parts)."""
         if k.sub_blocks or any(i.affine is not None for i in k.idxs) or "register_tile" in k.tags:
             return None
         outs = [r for r in k.refs if r.dir in ("out", "inout")]
@@ -188,10 +169,8 @@ class Unroll:
             pair = _two_rows(row_ok, ranges, self.rows)
             if pair is not None and ranges[v] % w == 0:
                 u, u2 = pair
-                vec = min(self.vectors, ranges[v] // w, self.max_vectors // self.rows)
-                while vec > 1 and ranges[v] % (vec * w):
-                    vec -= 1
-                return [(k, self._rewrite(root, k, v, vec * w, u, red, u2=u2))]
+                vec = _vectors(min(self.vectors, self.max_vectors // self.rows), ranges[v], w)
+                return [self._rewrite(root, k, v, vec * w, u, red, u2=u2)]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
             # its weights once, instead of a main part and a remainder that both do.
@@ -211,15 +190,13 @@ class Unroll:
         u = rows_cands[-1] if rows_cands and self.rows > 1 else None
         # Without a row index, spend the accumulators on more vectors along v.
         limit = self.vectors if u is not None else self.max_vectors
-        vec = min(limit, ranges[v] // w, self.max_vectors // (self.rows if u is not None else 1))
-        while vec > 1 and ranges[v] % (vec * w):
-            vec -= 1
+        rows = self.rows if u is not None else 1
+        vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
-        vt = vec * w
-        return [(k, self._rewrite(root, k, v, vt, u, red))]
+        return [self._rewrite(root, k, v, vec * w, u, red)]
 
-    def _split(self, root: Block, k: Block, u: str) -> list[tuple[Block, Block]] | None:
+    def _split(self, root: Block, k: Block, u: str) -> list[Block] | None:
         """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart."""
         total = k.idx(u).range
         rem = total % self.rows
@@ -435,6 +412,15 @@ class Unroll:
         )
 
 
+def _vectors(cap: int, n: int, w: int) -> int:
+    """The most vectors of ``w`` lanes, at most ``cap``, whose tile divides ``n``
+    (or 1, or 0 when ``n < w``, when none does: the caller checks)."""
+    vec = min(cap, n // w)
+    while vec > 1 and n % (vec * w):
+        vec -= 1
+    return vec
+
+
 def _two_rows(
     cands: list[str], ranges: dict[str, int], rows: int
 ) -> tuple[str, tuple[str, int]] | None:
@@ -510,140 +496,3 @@ def _copy_block(
         tags=frozenset({"copy", "cache_in"}),
         name=name,
     )
-
-
-def _attach_epilogue(
-    tiled: Block, k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
-) -> tuple[Block, str] | None:
-    """``tiled`` with the elementwise kernel ``e`` run on each finished register tile.
-
-    Legal when ``e`` is a leaf ``#eltwise`` kernel over exactly the shape of the
-    contraction's result ``T``, reads ``T`` through one view at its own point,
-    writes only through ``assign`` views, and ``T`` is a root temporary nothing
-    later reads.  Each tile then reduces into a tile-local buffer (its own
-    aggregation scope, so the values are final when the tile block ends) and
-    the epilogue block reads it; ``T`` disappears.
-    """
-    found = _epilogue_view(k, e, root, later)
-    if found is None:
-        return None
-    t, tv = found
-    assert isinstance(e, Block)
-    outs = [r for r in k.refs if r.dir == "out"]
-    troot = next(r for r in root.refs if r.into == t)
-    host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
-    if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
-        return None
-    tile = host.stmts[-1]
-    top_c = next(r for r in tiled.refs if r.into == outs[0].into and r.dir == "out")
-    host_c = next(r for r in host.refs if r.into == outs[0].into and r.dir == "out")
-    tile_c = next(r for r in tile.refs if r.into == outs[0].into)
-    if host is tiled:
-        global_acc = tuple(a + c for a, c in zip(top_c.access, tile_c.access))
-    else:
-        global_acc = tuple(a + b + c for a, b, c in zip(top_c.access, host_c.access, tile_c.access))
-    sub = {i.name: g for i, g in zip(e.idxs, global_acc)}
-    taken = {r.into for b in (tiled, host, tile, e) for r in b.refs}
-    buf = fresh(f"{t}_tile", taken)
-    dense = TensorShape.dense(troot.shape.dtype, host_c.shape.sizes)
-    ones = (1,) * len(dense.sizes)
-    new_tile = replace(
-        tile,
-        refs=tuple(
-            replace(r, from_=buf, shape=TensorShape(r.shape.dtype, ones, dense.strides))
-            if r is tile_c
-            else r
-            for r in tile.refs
-        ),
-    )
-    addr = {n for a in tile_c.access for n in a.names}
-    epi_refs = []
-    outer_refs = []
-    for r in e.refs:
-        if r is tv:
-            epi_refs.append(
-                Refinement(
-                    "in",
-                    r.into,
-                    TensorShape(r.shape.dtype, ones, dense.strides),
-                    buf,
-                    tile_c.access,
-                )
-            )
-            continue
-        parent = next(x for x in root.refs if x.into == r.from_)
-        whole = TensorShape(r.shape.dtype, parent.shape.sizes, r.shape.strides)
-        origin = tuple(Affine() for _ in parent.shape.sizes)
-        outer_refs.append(replace(r, access=origin, shape=whole))
-        epi_refs.append(replace(r, from_=r.into, access=tuple(a.substitute(sub) for a in r.access)))
-    epilogue = Block(
-        # The vector index (the tile's first) goes last: it runs in SIMD lanes.
-        idxs=tuple(i for i in tile.idxs[1:] if i.name in addr) + (tile.idxs[0],),
-        refs=tuple(epi_refs),
-        # ``index`` statements follow e's indices to the tile's (global) position.
-        stmts=tuple(
-            LoadIndex(st.into, st.expr.substitute(sub)) if isinstance(st, LoadIndex) else st
-            for st in e.stmts
-        ),
-        tags=frozenset({"eltwise", "epilogue"}),
-        name=f"{e.name}_epilogue",
-        comment=e.comment,
-    )
-    host_refs = [r for r in host.refs if r is not host_c] + [
-        Refinement("none", buf, dense, location="L1")
-    ]
-    if host is tiled:
-        host_refs += outer_refs
-        return (
-            replace(tiled, refs=tuple(host_refs), stmts=(*tiled.stmts[:-1], new_tile, epilogue),
-                    tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
-            t,
-        )  # fmt: skip
-    host_refs += [replace(r, from_=r.into) for r in outer_refs]
-    new_host = replace(host, refs=tuple(host_refs), stmts=(*host.stmts[:-1], new_tile, epilogue))
-    top_refs = [r for r in tiled.refs if r is not top_c] + outer_refs
-    return (
-        replace(tiled, refs=tuple(top_refs), stmts=(*tiled.stmts[:-1], new_host),
-                tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
-        t,
-    )  # fmt: skip
-
-
-def _epilogue_view(
-    k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
-) -> tuple[str, Refinement] | None:
-    """(the contraction's result ``T``, ``e``'s view of it) when the elementwise
-    kernel ``e`` can run as an epilogue of ``k`` (see ``_attach_epilogue``)."""
-    if not isinstance(e, Block) or "eltwise" not in e.tags or "fill" in e.tags:
-        return None
-    if e.sub_blocks or e.constraints or any(i.affine is not None for i in e.idxs):
-        return None
-    if any(not isinstance(st, (Load, Store, Intrinsic, Constant, LoadIndex)) for st in e.stmts):
-        return None
-    outs = [r for r in k.refs if r.dir == "out"]
-    if len(outs) != 1:
-        return None
-    t = outs[0].from_
-    troot = next((r for r in root.refs if r.into == t), None)
-    if troot is None or troot.dir != "none" or any(_mentions(st, t) for st in later):
-        return None
-    tviews = [r for r in e.refs if r.from_ == t]
-    if len(tviews) != 1 or tviews[0].dir != "in":
-        return None
-    tv = tviews[0]
-    ident = tuple(Affine.index(i.name) for i in e.idxs)
-    if tv.access != ident or tuple(i.range for i in e.idxs) != troot.shape.sizes:
-        return None
-    if any(r.dir == "none" or (r.dir in ("out", "inout") and r.agg != "assign") for r in e.refs):
-        return None
-    if any(r.dir != "in" and r.from_ == t for r in e.refs):
-        return None
-    return t, tv
-
-
-def _mentions(s: Statement, buffer: str) -> bool:
-    if isinstance(s, Block):
-        return any(r.from_ == buffer for r in s.refs)
-    if isinstance(s, Special):
-        return buffer in s.inputs or buffer in s.outputs
-    return False
