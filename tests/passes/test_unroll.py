@@ -372,3 +372,36 @@ def test_two_dimensional_row_tiles(size):
     assert ranges["x_r"] == ranges["y_r"] == 2 and ranges["co_r"] == 16
     assert len([b for b in result.program.root.stmts if "tiled" in b.tags]) == 1
     _check_cpu(result.program, {"I": i, "K": k}, "O", _conv3x3(i, k))
+
+
+@pytest.mark.parametrize(
+    ("src", "reference"),
+    [
+        # A row the contraction never reaches: a fill writes Z before the kernel.
+        (
+            """function (X[B, K], W[K, N], Bias[N]) -> (Y) {
+                Z[b, n : B + 1, N] = +(X[b, k] * W[k, n]);
+                Y = relu(Z + Bias);
+            }""",
+            lambda x, w, bias: np.maximum(np.vstack([x @ w, np.zeros((1, w.shape[1]))]) + bias, 0),
+        ),
+        # A residual: the elementwise kernel reads the contraction's input X too.
+        (
+            """function (X[B, K], W[K, N], Bias[N]) -> (Y) {
+                Z[b, n : B, N] = +(X[b, k] * W[k, n]);
+                Y = relu(Z + X + Bias);
+            }""",
+            lambda x, w, bias: np.maximum(x @ w + x + bias, 0),
+        ),
+    ],
+)
+def test_cpu_pipeline_keeps_an_unfusable_result(src, reference):
+    """The elementwise kernel after a tiled contraction that cannot be its epilogue
+    (see the golden cases) stays a kernel of its own on the CPU target."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    f = stripeml.compile(src, target="cpu")
+    assert "#epilogue" not in f.lower(x, w, bias).ir
+    np.testing.assert_allclose(f(x, w, bias), reference(x, w, bias), rtol=1e-4, atol=1e-4)

@@ -26,7 +26,11 @@ Applies to a run of consecutive root kernels tagged ``select`` (``unroll``'s
   index offsets, over exactly ``T``'s shape;
 * ``e`` reads ``T`` through one ``in`` view, at its own point (identity
   access), allocates nothing, and writes only through ``assign`` views;
-* no later statement mentions ``T`` (its values exist only per tile now);
+* no other statement mentions ``T``, before or after: its values exist only
+  per tile now, and an earlier writer (a ``#fill`` of the elements the kernel
+  does not reach) would have nothing left to write;
+* ``e``'s other views are not buffers the kernel already views (a residual
+  ``relu(X @ W + X)``): the kernel would declare them twice;
 * each kernel of the run has a ``#register_tile`` as the last statement of
   the kernel or of its last block, and every index of the blocks around that
   tile moves the output: the tile holds the whole reduction of its elements
@@ -88,8 +92,8 @@ class Epilogue:
             parts = root.stmts[i:j]
             fused = None
             if j < n:
-                later = root.stmts[j + 1 :]
-                fused = [_attach(p, root.stmts[j], root, later) for p in parts]
+                others = root.stmts[:i] + root.stmts[j + 1 :]
+                fused = [_attach(p, root.stmts[j], root, others) for p in parts]
             # Every part or none: the result buffer disappears only if all are fused.
             if fused is not None and all(f is not None for f in fused):
                 stmts.extend(fused)  # type: ignore[arg-type]
@@ -111,10 +115,11 @@ class Epilogue:
         return outs[0].from_ if len(outs) == 1 else None
 
 
-def _attach(tiled: Block, e: Statement, root: Block, later: tuple[Statement, ...]) -> Block | None:
+def _attach(tiled: Block, e: Statement, root: Block, others: tuple[Statement, ...]) -> Block | None:
     """``tiled`` with the elementwise kernel ``e`` run on each finished register
-    tile (see the module docstring); ``later``: the root statements after ``e``."""
-    found = _epilogue_view(tiled, e, root, later)
+    tile (see the module docstring); ``others``: the root statements besides
+    ``tiled``'s run and ``e``."""
+    found = _epilogue_view(tiled, e, root, others)
     if found is None:
         return None
     t, tv = found
@@ -126,6 +131,8 @@ def _attach(tiled: Block, e: Statement, root: Block, later: tuple[Statement, ...
         return None
     tile = host.stmts[-1]
     assert isinstance(tile, Block)
+    if {r.into for r in e.refs if r is not tv} & {r.into for b in (tiled, host) for r in b.refs}:
+        return None  # one name, two views: the kernel's (a panel) and e's (the whole buffer)
     host_c = next(r for r in host.refs if r.into == out.into and r.dir == "out")
     tile_c = next(r for r in tile.refs if r.into == out.into)
     if host is tiled:
@@ -208,7 +215,7 @@ def _attach(tiled: Block, e: Statement, root: Block, later: tuple[Statement, ...
 
 
 def _epilogue_view(
-    k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
+    k: Block, e: Statement, root: Block, others: tuple[Statement, ...]
 ) -> tuple[str, Refinement] | None:
     """(the kernel's result ``T``, ``e``'s view of it) when the elementwise kernel
     ``e`` can run as an epilogue of ``k`` (see the module docstring)."""
@@ -223,7 +230,7 @@ def _epilogue_view(
         return None
     t = outs[0].from_
     troot = next((r for r in root.refs if r.into == t), None)
-    if troot is None or troot.dir != "none" or any(t in reads(s) | writes(s) for s in later):
+    if troot is None or troot.dir != "none" or any(t in reads(s) | writes(s) for s in others):
         return None
     tviews = [r for r in e.refs if r.from_ == t]
     if len(tviews) != 1 or tviews[0].dir != "in":
