@@ -170,7 +170,7 @@ class Unroll:
             if pair is not None and ranges[v] % w == 0:
                 u, u2 = pair
                 vec = _vectors(min(self.vectors, self.max_vectors // self.rows), ranges[v], w)
-                return [self._nest(root, k, v, vec * w, u, red, u2=u2)]
+                return [register_tiles(root, k, v, vec * w, u, red, u2, **self._nest_options())]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
             # its weights once, instead of a main part and a remainder that both do.
@@ -194,7 +194,7 @@ class Unroll:
         vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
-        return [self._nest(root, k, v, vec * w, u, red)]
+        return [register_tiles(root, k, v, vec * w, u, red, **self._nest_options())]
 
     def _split(self, root: Block, k: Block, u: str) -> list[Block] | None:
         """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart."""
@@ -212,21 +212,14 @@ class Unroll:
             return None
         return first + second
 
-    def _nest(
-        self,
-        root: Block,
-        k: Block,
-        v: str,
-        vt: int,
-        u: str | None,
-        red: list[str],
-        u2: tuple[str, int] | None = None,
-    ) -> Block:
-        """``k`` register-tiled with this pass's options (see ``register_tiles``)."""
-        return register_tiles(
-            root, k, v, vt, u, red, u2, tile_rows=self.rows,
-            pack_max_bytes=self.pack_max_bytes, row_blocks=self.row_blocks, k_block=self.k_block,
-        )  # fmt: skip
+    def _nest_options(self) -> dict[str, int]:
+        """This pass's options as ``register_tiles`` takes them."""
+        return {
+            "tile_rows": self.rows,
+            "pack_max_bytes": self.pack_max_bytes,
+            "row_blocks": self.row_blocks,
+            "k_block": self.k_block,
+        }
 
 
 def _vectors(cap: int, n: int, w: int) -> int:
