@@ -59,7 +59,6 @@ TAGS: tuple[Tag, ...] = (
             "tile.eltwise",
             "passes.halo",
             "passes._fuse_contraction",
-            "passes._unroll_goto",
         ),
         read_by=("passes.fuse", "passes.thread", "passes.vectorize"),
     ),
@@ -82,10 +81,9 @@ TAGS: tuple[Tag, ...] = (
             "tile.lower",
             "tile.eltwise",
             "passes.halo",
-            "passes.unroll",
-            "passes._unroll_goto",
+            "passes.epilogue",
         ),
-        read_by=("passes.fuse", "passes.unroll"),
+        read_by=("passes.fuse", "passes.epilogue"),
     ),
     Tag(
         "fill",
@@ -96,14 +94,14 @@ TAGS: tuple[Tag, ...] = (
             "passes.fuse",
             "passes._fuse_contraction",
             "passes.alias_default",
-            "passes.unroll",
+            "passes.epilogue",
         ),
     ),
     Tag(
         "fused",
-        "the result of fusing blocks: `fuse`, and `unroll` taking an elementwise "
-        "consumer in as its epilogue",
-        set_by=("passes.fuse", "passes._fuse_contraction", "passes.unroll", "passes._unroll_goto"),
+        "the result of fusing blocks: `fuse`, and `epilogue` taking an elementwise "
+        "consumer into a register-tiled kernel",
+        set_by=("passes.fuse", "passes._fuse_contraction", "passes.epilogue"),
     ),
     Tag(
         "reduce",
@@ -115,13 +113,13 @@ TAGS: tuple[Tag, ...] = (
         "tiled",
         "an outer block over tiles (`autotile`; `unroll`'s register tiles); GPU code "
         "generation maps its tiles to work-groups",
-        set_by=("passes.autotile", "passes.unroll", "passes._unroll_goto"),
-        read_by=("passes.autotile", "passes.cache", "codegen.gpu_plan"),
+        set_by=("passes.autotile", "passes._register_tile"),
+        read_by=("passes.autotile", "passes.cache", "passes.epilogue", "codegen.gpu_plan"),
     ),
     Tag(
         "tile",
         "the block inside a `#tiled` one, over the points of one tile",
-        set_by=("passes.autotile", "passes.unroll", "passes._unroll_goto"),
+        set_by=("passes.autotile", "passes._register_tile"),
     ),
     Tag(
         "thread",
@@ -138,7 +136,7 @@ TAGS: tuple[Tag, ...] = (
     Tag(
         "copy",
         "copies a view element by element: `cache`'s stages, `halo`'s interior, `unroll`'s packs",
-        set_by=("passes.cache", "passes.halo", "passes.unroll", "passes._unroll_goto"),
+        set_by=("passes.cache", "passes.halo", "passes._register_tile"),
         read_by=("passes.cache",),
     ),
     Tag(
@@ -146,7 +144,7 @@ TAGS: tuple[Tag, ...] = (
         "a block `cache` (or `unroll`'s packing) adds around a staged buffer: `in` copies "
         "into it, `out` copies it back through the view's aggregation, `init` fills it "
         "with the aggregation's identity",
-        set_by=("passes.cache", "passes.unroll", "passes._unroll_goto"),
+        set_by=("passes.cache", "passes._register_tile"),
         read_by=("passes.cache",),
         values=("in", "out", "init"),
     ),
@@ -154,35 +152,13 @@ TAGS: tuple[Tag, ...] = (
         "register_tile",
         "the inner block of a register tile; its accumulators stay in registers across "
         "the reduction (the CPU code generator recognises its shape)",
-        set_by=("passes.unroll", "passes._unroll_goto"),
-        read_by=("passes.unroll",),
+        set_by=("passes._register_tile",),
+        read_by=("passes.unroll", "passes.epilogue"),
     ),
     Tag(
         "epilogue",
         "an elementwise consumer run on each finished register tile",
-        set_by=("passes.unroll", "passes._unroll_goto"),
-    ),
-    Tag(
-        "blocked",
-        "a cache-blocked GEMM (`unroll`'s `gemm_kc`): row blocks of consecutive k-blocks",
-        set_by=("passes._unroll_goto",),
-        read_by=("passes.unroll",),
-    ),
-    Tag(
-        "k_block",
-        "one k-block of a cache-blocked GEMM",
-        set_by=("passes._unroll_goto",),
-    ),
-    Tag(
-        "panels",
-        "a cache-blocked GEMM's block over the packed column panels of B",
-        set_by=("passes._unroll_goto",),
-    ),
-    Tag(
-        "panel_pack",
-        "a root kernel packing B's column panels once for a cache-blocked GEMM",
-        set_by=("passes._unroll_goto",),
-        read_by=("passes.unroll",),
+        set_by=("passes.epilogue",),
     ),
 )
 

@@ -44,19 +44,24 @@ rows: ``[0, R - R % rows)`` tiled with ``rows``, and the last ``R % rows``
 rows (accesses shifted by the start) tiled with ``rows = R % rows``, as many
 vectors as ``max_vectors`` allows and no packing (each panel meets one such
 tile, so a packed copy is never reused).  Each part is its own aggregation
-scope over disjoint output elements; a following elementwise kernel becomes
-an epilogue of both parts (each runs it on the elements it finished) or of
-neither.  The remainder part makes a second pass over the inputs read along
-the vector index (memory-bound: ~0.4 ms for 2 rows of a 1024x1024 W on a
-2-core znver3).
+scope over disjoint output elements (``epilogue`` later attaches a following
+elementwise kernel to both parts or to neither).  The remainder part makes a
+second pass over the inputs read along the vector index (memory-bound: ~0.4 ms
+for 2 rows of a 1024x1024 W on a 2-core znver3).
 
-Cache blocking (``gemm_kc``, off by default; ``_unroll_goto.py``): a plain
-GEMM is split into row blocks of ``gemm_mc`` (the kernel's only index) and,
-inside each, consecutive k-blocks of ``gemm_kc`` that pack their block of A
-and reuse 16-column panels of B packed once by a kernel of their own; partial
-sums stay in a per-row-block buffer and the epilogue runs after the last
-k-block only.  Measured no faster than the unblocked tiles on a 2-core znver3
-(docs/passes.md section 11).
+Packing: an input read along the vector index through a strided panel of at
+most ``pack_max_bytes`` is copied per panel into a dense ``none`` buffer
+(``#copy #cache_in``), so the register tile never walks a long row stride
+(0 turns packing off).  With a single panel the panel and tile levels merge,
+so the tile rows stay the kernel's own (parallel) indices.  ``row_blocks``
+and ``k_block`` (both off by default) split the row index into outer blocks
+and the reduction into blocks (see docs/passes.md section 11).
+
+Left alone: kernels with nested blocks, index offsets or allocations,
+several outputs or an ``assign`` output, no reduction index, no vector
+index (unit stride in the output, stride 0 or 1 in every input, not in a
+constraint), or a vector range that no whole vector tile divides.  This
+module chooses the tile shape; ``_register_tile.py`` builds the nest.
 
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
@@ -69,23 +74,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..ir.affine import Affine
-from ..ir.dtypes import itemsize
-from ..ir.nodes import (
-    Block,
-    Constant,
-    Index,
-    Intrinsic,
-    Load,
-    LoadIndex,
-    Program,
-    Refinement,
-    Special,
-    Statement,
-    Store,
-    TensorShape,
-)
-from . import _unroll_goto as _goto
-from ._common import box_interval, fresh, index_stride
+from ..ir.nodes import Block, Program
+from ._common import fresh, index_stride
+from ._register_tile import register_tiles
 from .registry import register
 
 
@@ -113,65 +104,24 @@ class Unroll:
     # stay in L2 across the panels.  Off: 2 measured -2%..+17% (median +3%) on the
     # 3x3 conv 56x56x64 with 2 threads of a loaded 2-core znver3, not conclusive.
     row_blocks: int = 1
-    # GotoBLAS-style cache blocking of plain GEMMs (0: off; see _unroll_goto.py):
-    # reductions longer than ``gemm_kc`` run in k-blocks of it, each packing a
-    # block of ``gemm_mc`` rows of A and ``gemm_kc`` x (one panel) of B.
-    gemm_kc: int = 0
-    gemm_mc: int = 64
-    # With gemm_kc: B's panels are packed once, by a kernel of their own, into a
-    # root temporary (else per k-block, row block and panel).
-    gemm_prepack: bool = True
-    # Run a following elementwise kernel that reads the result point by point
-    # (bias, activation) on each finished register tile, from a tile-local buffer.
-    epilogue: bool = True
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
     def run(self, program: Program) -> Program:
         root = program.root
-        stmts: list[Statement] = []
-        dropped: set[str] = set()
-        temps: list[Refinement] = []
+        stmts = []
         changed = False
-        i = 0
-        while i < len(root.stmts):
-            s = root.stmts[i]
+        for s in root.stmts:
             parts = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
-            # Kernels packing B for a blocked GEMM go first, each filling a new temporary.
-            packers = [t for _, t in parts or [] if "panel_pack" in t.tags]
-            parts = [(kp, t) for kp, t in parts or [] if t not in packers] or None
-            for t in packers:
-                out = next(r for r in t.refs if r.dir == "out")
-                dense = TensorShape.dense(out.shape.dtype, tuple(i.range for i in t.idxs))
-                temps.append(Refinement("none", out.from_, dense))
-            stmts.extend(packers)
-            # A blocked reduction finishes only after the last block: no epilogue then.
-            if parts and self.epilogue and not self.k_block and i + 1 < len(root.stmts):
-                e, later = root.stmts[i + 1], root.stmts[i + 2 :]
-                fused = [
-                    self._blocked_epilogue(root, kp, e, later)
-                    if "blocked" in t.tags
-                    else _attach_epilogue(t, kp, e, root, later)
-                    for kp, t in parts
-                ]
-                # Every part or none: the result buffer disappears only if all are fused.
-                if all(f is not None for f in fused):
-                    parts = [(kp, f[0]) for (kp, _), f in zip(parts, fused)]
-                    dropped.add(fused[0][1])
-                    i += 1
             changed |= parts is not None
-            stmts.extend([t for _, t in parts] if parts else [s])
-            i += 1
+            stmts.extend(parts or [s])
         if not changed:
             return program
-        refs = tuple(r for r in root.refs if r.into not in dropped) + tuple(temps)
-        return Program(replace(root, refs=refs, stmts=tuple(stmts)))
+        return Program(replace(root, stmts=tuple(stmts)))
 
-    def _tile(
-        self, root: Block, k: Block, row: str | None = None
-    ) -> list[tuple[Block, Block]] | None:
-        """(kernel part, its tiled block) pairs, or None to leave ``k`` alone;
-        ``row``: the row index to use (the remainder part of a split)."""
+    def _tile(self, root: Block, k: Block, row: str | None = None) -> list[Block] | None:
+        """The tiled blocks replacing ``k`` (two for a ragged split), or None to
+        leave it alone; ``row``: the row index to use (taller tiles, a split's parts)."""
         if k.sub_blocks or any(i.affine is not None for i in k.idxs) or "register_tile" in k.tags:
             return None
         outs = [r for r in k.refs if r.dir in ("out", "inout")]
@@ -201,10 +151,6 @@ class Unroll:
         if not vcands:
             return None
         v = vcands[-1]
-        if self.gemm_kc and row is None and len(addr) == 2:
-            blocked = self._blocked(root, k, next(n for n in addr if n != v), v, red)
-            if blocked is not None:
-                return blocked
         # Row indices: output indices that the inputs read along ``v`` (the panels:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
@@ -223,10 +169,8 @@ class Unroll:
             pair = _two_rows(row_ok, ranges, self.rows)
             if pair is not None and ranges[v] % w == 0:
                 u, u2 = pair
-                vec = min(self.vectors, ranges[v] // w, self.max_vectors // self.rows)
-                while vec > 1 and ranges[v] % (vec * w):
-                    vec -= 1
-                return [(k, self._rewrite(root, k, v, vec * w, u, red, u2=u2))]
+                vec = _vectors(min(self.vectors, self.max_vectors // self.rows), ranges[v], w)
+                return [register_tiles(root, k, v, vec * w, u, red, u2, **self._nest_options())]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
             # its weights once, instead of a main part and a remainder that both do.
@@ -246,63 +190,13 @@ class Unroll:
         u = rows_cands[-1] if rows_cands and self.rows > 1 else None
         # Without a row index, spend the accumulators on more vectors along v.
         limit = self.vectors if u is not None else self.max_vectors
-        vec = min(limit, ranges[v] // w, self.max_vectors // (self.rows if u is not None else 1))
-        while vec > 1 and ranges[v] % (vec * w):
-            vec -= 1
+        rows = self.rows if u is not None else 1
+        vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
-        vt = vec * w
-        return [(k, self._rewrite(root, k, v, vt, u, red))]
+        return [register_tiles(root, k, v, vec * w, u, red, **self._nest_options())]
 
-    def _blocked(
-        self, root: Block, k: Block, u: str, v: str, red: list[str]
-    ) -> list[tuple[Block, Block]] | None:
-        """Cache-blocked parts: rows ``[0, R - R % gemm_mc)`` blocked, the rest tiled."""
-        mc = self.gemm_mc - self.gemm_mc % self.rows
-        vt = self.vector_width * self.vectors
-        if not _goto.applicable(k, u, v, red, self.gemm_kc, mc, vt):
-            return None
-        out = next(r for r in k.refs if r.dir == "out")
-        if mc * k.idx(v).range * itemsize(out.shape.dtype) > self.pack_max_bytes:
-            return None  # the row block's partial sums would not stay in L2
-        total = k.idx(u).range
-        rem = total % mc
-        head = _restrict(k, u, 0, total - rem, k.name) if rem else k
-        packers, blocked, _ = self._blocked_build(root, head)
-        parts = [(head, t) for t in packers] + [(head, blocked)]
-        if rem:
-            taken = {s.name for s in root.stmts if isinstance(s, Block)}
-            tail = _restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
-            rest = replace(self, gemm_kc=0)._tile(root, tail)
-            if rest is None:
-                return None
-            parts += rest
-        return parts
-
-    def _blocked_build(
-        self, root: Block, k: Block, epilogue: tuple[Block, Refinement] | None = None
-    ) -> tuple[list[Block], Block, list[Refinement]]:
-        u, v, kx = _gemm_axes(k)
-        return _goto.build(
-            root, k, u, v, kx, rows=self.rows, vt=self.vector_width * self.vectors,
-            kc=self.gemm_kc, mc=self.gemm_mc - self.gemm_mc % self.rows, epilogue=epilogue,
-            prepack=self.gemm_prepack,
-        )  # fmt: skip
-
-    def _blocked_epilogue(
-        self, root: Block, k: Block, e: Statement, later: tuple[Statement, ...]
-    ) -> tuple[Block, str] | None:
-        """The blocked form of ``k`` running ``e`` after its last k-block."""
-        found = _epilogue_view(k, e, root, later)
-        if found is None:
-            return None
-        t, tv = found
-        assert isinstance(e, Block)
-        if {r.into for r in e.refs if r is not tv} & {r.into for r in k.refs}:
-            return None
-        return self._blocked_build(root, k, (e, tv))[1], t
-
-    def _split(self, root: Block, k: Block, u: str) -> list[tuple[Block, Block]] | None:
+    def _split(self, root: Block, k: Block, u: str) -> list[Block] | None:
         """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart."""
         total = k.idx(u).range
         rem = total % self.rows
@@ -318,214 +212,23 @@ class Unroll:
             return None
         return first + second
 
-    def _rewrite(
-        self,
-        root: Block,
-        k: Block,
-        v: str,
-        vt: int,
-        u: str | None,
-        red: list[str],
-        u2: tuple[str, int] | None = None,
-    ) -> Block:
-        """``k`` tiled: panels of ``vt`` along ``v``; tile rows along ``u`` (``rows``
-        of them, or ``rows // r2`` when ``u2 = (name, r2)`` adds a second row index,
-        for a 2-D tile of pixels)."""
-        ranges = {i.name: i.range for i in k.idxs}
-        taken = set(ranges)
-        vo, vr = fresh(f"{v}_o", taken), fresh(f"{v}_r", taken)
-        taken |= {vo, vr}
-        uo = ur = ub = None
-        rows = self.rows // (u2[1] if u2 is not None else 1)
-        if u is not None:
-            uo, ur = fresh(f"{u}_o", taken), fresh(f"{u}_r", taken)
-            taken |= {uo, ur}
-        w2 = w2o = w2r = None
-        r2 = 1
-        if u2 is not None:
-            w2, r2 = u2
-            w2o, w2r = fresh(f"{w2}_o", taken), fresh(f"{w2}_r", taken)
-            taken |= {w2o, w2r}
-        nb = self.row_blocks
-        if (
-            u is not None
-            and u2 is None
-            and nb > 1
-            and ranges[v] // vt > 1
-            and ranges[u] % (nb * rows) == 0
-            and _row_bytes(k, v, {**ranges, u: ranges[u] // nb})
-            <= self.pack_max_bytes
-            < _row_bytes(k, v, ranges)
-        ):
-            ub = fresh(f"{u}_b", taken | {uo, ur})  # type: ignore[arg-type]
-        mb = ranges[u] // nb if ub is not None else 0
-        others = [n for n in ranges if n not in red and n not in (u, v, w2)]
-        # Three levels: panels of the vector index; tiles of the row index and the
-        # other output indices; one register tile with the whole reduction.
-        lv0 = {v: Affine.index(vo, vt)}
-        lv1 = {n: Affine.index(n) for n in others}
-        lv2 = {v: Affine.index(vr)} | {n: Affine.index(n) for n in red}
-        box1 = {n: ranges[n] for n in others}
-        box2 = {vr: vt} | {n: ranges[n] for n in red}
-        if u is not None:
-            lv1[u] = Affine.index(uo, rows)
-            lv2[u] = Affine.index(ur)
-            box1[uo] = (mb or ranges[u]) // rows
-            box2[ur] = rows
-        if w2 is not None:
-            lv1[w2] = Affine.index(w2o, r2)
-            lv2[w2] = Affine.index(w2r)
-            box1[w2o] = ranges[w2] // r2
-            box2[w2r] = r2
-        if ub is not None:
-            lv0[u] = Affine.index(ub, mb)
-        # Block the innermost reduction index so a packed panel stays in L1.
-        kb = red[-1] if red else None
-        ko = None
-        if (
-            kb is not None
-            and self.k_block
-            and ranges[kb] > self.k_block
-            and ranges[kb] % self.k_block == 0
-            and kb not in {n for c in k.constraints for n in c.expr.names}
-        ):
-            ko = fresh(f"{kb}_o", taken | {vo, vr, uo or "", ur or "", ub or ""})
-            lv0[kb] = Affine.index(ko, self.k_block)
-            box2[kb] = self.k_block
-        zero0 = {n: Affine() for n in ranges if n not in lv0}
-        zero1 = {n: Affine() for n in ranges if n not in lv1}
-        zero2 = {n: Affine() for n in ranges if n not in lv2}
-        root_sizes = {x.into: x.shape.sizes for x in root.refs}
-        tiled = {v: Affine.index(vo, vt) + Affine.index(vr)}
-        if u is not None:
-            tiled[u] = Affine.index(uo, rows) + Affine.index(ur)
-        if w2 is not None:
-            tiled[w2] = Affine.index(w2o, r2) + Affine.index(w2r)
-        box0 = {vo: ranges[v] // vt}
-        if ub is not None:
-            tiled[u] = tiled[u] + Affine.index(ub, mb)
-            box0[ub] = nb
-        if ko is not None:
-            tiled[kb] = Affine.index(ko, self.k_block) + Affine.index(kb)
-            box0[ko] = ranges[kb] // self.k_block
-        refs0, refs1, refs2, copies = [], [], [], []
-        # One panel only: the tile rows become the kernel's own (parallel) indices.
-        merged = ranges[v] // vt == 1 and (u is not None or bool(others))
-        for r in k.refs:
-            a0, a1, a2, s0, s1 = [], [], [], [], []
-            for a in r.access:
-                lin = a - a.const
-                p1 = lin.substitute(zero1 | lv1)
-                p2 = lin.substitute(zero2 | lv2)
-                lo1, hi1 = box_interval(p1, box1)
-                lo2, hi2 = box_interval(p2, box2)
-                a0.append(a.const + lin.substitute(zero0 | lv0) + lo1 + lo2)
-                a1.append(p1 - lo1)
-                a2.append(p2 - lo2)
-                s0.append(hi1 - lo1 + hi2 - lo2 + 1)
-                s1.append(hi2 - lo2 + 1)
-            parent = root_sizes[r.from_]
-            if not all(_within(x, size, limit, box0) for x, size, limit in zip(a0, s0, parent)):
-                # The box hull leaves the buffer (accesses kept in bounds by constraints,
-                # as in padded convolutions): view the whole buffer, index it in full below.
-                whole = TensorShape(r.shape.dtype, tuple(parent), r.shape.strides)
-                origin = tuple(Affine() for _ in parent)
-                refs0.append(replace(r, access=origin, shape=whole))
-                refs1.append(replace(r, from_=r.into, access=origin, shape=whole))
-                full = tuple(x.substitute(tiled) for x in r.access)
-                refs2.append(replace(r, from_=r.into, access=full))
-                continue
-            refs0.append(replace(r, access=tuple(a0), shape=replace(r.shape, sizes=tuple(s0))))
-            src, strides = r.into, r.shape.strides
-            nbytes = itemsize(r.shape.dtype) * _prod(s0)
-            dense_view = TensorShape.dense(r.shape.dtype, tuple(s0)).strides == r.shape.strides
-            if (
-                r.dir == "in"
-                and not merged
-                and not dense_view
-                and any(a.coeff(v) for a in r.access)
-                and nbytes <= self.pack_max_bytes
-            ):
-                buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
-                dense = TensorShape.dense(r.shape.dtype, tuple(s0))
-                refs0.append(Refinement("none", buf, dense, location="L2"))
-                copies.append(
-                    _copy_block(r.into, buf, r.shape, dense, tuple(s0), f"{k.name}_pack_{r.into}")
-                )
-                src, strides = buf, dense.strides
-            shape1 = TensorShape(r.shape.dtype, tuple(s1), strides)
-            refs1.append(replace(r, from_=src, access=tuple(a1), shape=shape1))
-            one = TensorShape(r.shape.dtype, (1,) * len(s1), strides)
-            refs2.append(replace(r, from_=r.into, access=tuple(a2), shape=one))
-        # Constraints mention only reduction and untiled output indices: same names below.
-        cons2 = k.constraints
-        idx2 = (
-            [Index(vr, vt)]
-            + ([Index(w2r, r2)] if w2 is not None else [])
-            + ([Index(ur, rows)] if u is not None else [])
-            + [Index(n, box2[n]) for n in red]
-        )
-        tile = Block(
-            idxs=tuple(idx2),
-            refs=tuple(refs2),
-            stmts=k.stmts,
-            constraints=cons2,
-            tags=frozenset((k.tags - {"kernel"}) | {"register_tile"}),
-            name=f"{k.name}_tile",
-        )
-        # Indices that select a panel of the inputs read along ``v`` (a blocked
-        # weight layout's block index) go outermost, so a panel is read for all
-        # the tiles that use it, one after another (and threads split panels).
-        panel_ins = [r for r in k.refs if r.dir == "in" and index_stride(r, v) == 1]
-        outer = [n for n in others if any(a.coeff(n) for r in panel_ins for a in r.access)]
-        inner = [n for n in others if n not in outer]
-        idx1 = (
-            [k.idx(n) for n in outer]
-            + [k.idx(n) for n in inner]
-            + ([Index(w2o, box1[w2o])] if w2 is not None else [])
-            + ([Index(uo, box1[uo])] if u is not None else [])
-        )
-        top_k = (Index(ko, ranges[kb] // self.k_block),) if ko is not None else ()
-        if merged:
-            # Views of the single panel and of one tile row at once: access a0 + a1.
-            top_refs = []
-            for r0, r1 in zip(refs0, refs1):
-                acc = tuple(x + y for x, y in zip(r0.access, r1.access))
-                top_refs.append(replace(r0, access=acc, shape=r1.shape))
-            return Block(
-                idxs=(Index(vo, 1), *top_k, *idx1),
-                refs=tuple(top_refs),
-                stmts=(tile,),
-                tags=frozenset(k.tags | {"tiled"}),
-                name=k.name,
-                comment=k.comment,
-            )
-        middle = Block(
-            idxs=tuple(idx1),
-            refs=tuple(refs1),
-            stmts=(tile,),
-            tags=frozenset({"tile"}),
-            name=f"{k.name}_rows",
-        )
-        top_b = (Index(ub, nb),) if ub is not None else ()
-        return Block(
-            idxs=(*top_b, Index(vo, ranges[v] // vt), *top_k),
-            refs=tuple(refs0),
-            stmts=(*copies, middle),
-            tags=frozenset(k.tags | {"tiled"}),
-            name=k.name,
-            comment=k.comment,
-        )
+    def _nest_options(self) -> dict[str, int]:
+        """This pass's options as ``register_tiles`` takes them."""
+        return {
+            "tile_rows": self.rows,
+            "pack_max_bytes": self.pack_max_bytes,
+            "row_blocks": self.row_blocks,
+            "k_block": self.k_block,
+        }
 
 
-def _gemm_axes(k: Block) -> tuple[str, str, str]:
-    """(rows, vector, reduction) indices of a plain GEMM kernel (``_goto.applicable``)."""
-    out = next(r for r in k.refs if r.dir == "out")
-    stride = {i.name: index_stride(out, i.name) for i in k.idxs}
-    v = [n for n, s in stride.items() if s == 1][-1]
-    u = next(n for n, s in stride.items() if s != 0 and n != v)
-    kx = next(n for n, s in stride.items() if s == 0)
-    return u, v, kx
+def _vectors(cap: int, n: int, w: int) -> int:
+    """The most vectors of ``w`` lanes, at most ``cap``, whose tile divides ``n``
+    (or 1, or 0 when ``n < w``, when none does: the caller checks)."""
+    vec = min(cap, n // w)
+    while vec > 1 and n % (vec * w):
+        vec -= 1
+    return vec
 
 
 def _two_rows(
@@ -556,187 +259,3 @@ def _restrict(k: Block, u: str, start: int, count: int, name: str) -> Block:
         refs=tuple(replace(r, access=tuple(a.substitute(shift) for a in r.access)) for r in k.refs),
         name=name,
     )
-
-
-def _row_bytes(k: Block, v: str, ranges: dict[str, int]) -> int:
-    """Bytes of the box hulls of ``k``'s inputs not read along ``v`` (over ``ranges``)."""
-    total = 0
-    for r in k.refs:
-        if r.dir != "in" or any(a.coeff(v) for a in r.access):
-            continue
-        n = itemsize(r.shape.dtype)
-        for a in r.access:
-            lo, hi = box_interval(a - a.const, ranges)
-            n *= hi - lo + 1
-        total += n
-    return total
-
-
-def _within(origin: Affine, size: int, limit: int, box: dict[str, int]) -> bool:
-    lo, hi = box_interval(origin, box)
-    return lo >= 0 and hi + size <= limit
-
-
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-def _copy_block(
-    src: str, dst: str, shape: TensorShape, dense: TensorShape, sizes: tuple[int, ...], name: str
-) -> Block:
-    """Copy the whole view ``src`` into the dense buffer ``dst`` (a packed panel)."""
-    idx = tuple(Index(f"p{d}", s) for d, s in enumerate(sizes))
-    acc = tuple(Affine.index(i.name) for i in idx)
-    one = (1,) * len(sizes)
-    return Block(
-        idxs=idx,
-        refs=(
-            Refinement("in", src, TensorShape(shape.dtype, one, shape.strides), src, acc),
-            Refinement(
-                "out", dst, TensorShape(dense.dtype, one, dense.strides), dst, acc, "assign"
-            ),
-        ),
-        stmts=(Load("$x", src), Store(dst, "$x")),
-        tags=frozenset({"copy", "cache_in"}),
-        name=name,
-    )
-
-
-def _attach_epilogue(
-    tiled: Block, k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
-) -> tuple[Block, str] | None:
-    """``tiled`` with the elementwise kernel ``e`` run on each finished register tile.
-
-    Legal when ``e`` is a leaf ``#eltwise`` kernel over exactly the shape of the
-    contraction's result ``T``, reads ``T`` through one view at its own point,
-    writes only through ``assign`` views, and ``T`` is a root temporary nothing
-    later reads.  Each tile then reduces into a tile-local buffer (its own
-    aggregation scope, so the values are final when the tile block ends) and
-    the epilogue block reads it; ``T`` disappears.
-    """
-    found = _epilogue_view(k, e, root, later)
-    if found is None:
-        return None
-    t, tv = found
-    assert isinstance(e, Block)
-    outs = [r for r in k.refs if r.dir == "out"]
-    troot = next(r for r in root.refs if r.into == t)
-    host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
-    if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
-        return None
-    tile = host.stmts[-1]
-    top_c = next(r for r in tiled.refs if r.into == outs[0].into and r.dir == "out")
-    host_c = next(r for r in host.refs if r.into == outs[0].into and r.dir == "out")
-    tile_c = next(r for r in tile.refs if r.into == outs[0].into)
-    if host is tiled:
-        global_acc = tuple(a + c for a, c in zip(top_c.access, tile_c.access))
-    else:
-        global_acc = tuple(a + b + c for a, b, c in zip(top_c.access, host_c.access, tile_c.access))
-    sub = {i.name: g for i, g in zip(e.idxs, global_acc)}
-    taken = {r.into for b in (tiled, host, tile, e) for r in b.refs}
-    buf = fresh(f"{t}_tile", taken)
-    dense = TensorShape.dense(troot.shape.dtype, host_c.shape.sizes)
-    ones = (1,) * len(dense.sizes)
-    new_tile = replace(
-        tile,
-        refs=tuple(
-            replace(r, from_=buf, shape=TensorShape(r.shape.dtype, ones, dense.strides))
-            if r is tile_c
-            else r
-            for r in tile.refs
-        ),
-    )
-    addr = {n for a in tile_c.access for n in a.names}
-    epi_refs = []
-    outer_refs = []
-    for r in e.refs:
-        if r is tv:
-            epi_refs.append(
-                Refinement(
-                    "in",
-                    r.into,
-                    TensorShape(r.shape.dtype, ones, dense.strides),
-                    buf,
-                    tile_c.access,
-                )
-            )
-            continue
-        parent = next(x for x in root.refs if x.into == r.from_)
-        whole = TensorShape(r.shape.dtype, parent.shape.sizes, r.shape.strides)
-        origin = tuple(Affine() for _ in parent.shape.sizes)
-        outer_refs.append(replace(r, access=origin, shape=whole))
-        epi_refs.append(replace(r, from_=r.into, access=tuple(a.substitute(sub) for a in r.access)))
-    epilogue = Block(
-        # The vector index (the tile's first) goes last: it runs in SIMD lanes.
-        idxs=tuple(i for i in tile.idxs[1:] if i.name in addr) + (tile.idxs[0],),
-        refs=tuple(epi_refs),
-        # ``index`` statements follow e's indices to the tile's (global) position.
-        stmts=tuple(
-            LoadIndex(st.into, st.expr.substitute(sub)) if isinstance(st, LoadIndex) else st
-            for st in e.stmts
-        ),
-        tags=frozenset({"eltwise", "epilogue"}),
-        name=f"{e.name}_epilogue",
-        comment=e.comment,
-    )
-    host_refs = [r for r in host.refs if r is not host_c] + [
-        Refinement("none", buf, dense, location="L1")
-    ]
-    if host is tiled:
-        host_refs += outer_refs
-        return (
-            replace(tiled, refs=tuple(host_refs), stmts=(*tiled.stmts[:-1], new_tile, epilogue),
-                    tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
-            t,
-        )  # fmt: skip
-    host_refs += [replace(r, from_=r.into) for r in outer_refs]
-    new_host = replace(host, refs=tuple(host_refs), stmts=(*host.stmts[:-1], new_tile, epilogue))
-    top_refs = [r for r in tiled.refs if r is not top_c] + outer_refs
-    return (
-        replace(tiled, refs=tuple(top_refs), stmts=(*tiled.stmts[:-1], new_host),
-                tags=tiled.tags | {"fused"}, comment=f"{k.comment}; {e.comment}"),
-        t,
-    )  # fmt: skip
-
-
-def _epilogue_view(
-    k: Block, e: Statement, root: Block, later: tuple[Statement, ...]
-) -> tuple[str, Refinement] | None:
-    """(the contraction's result ``T``, ``e``'s view of it) when the elementwise
-    kernel ``e`` can run as an epilogue of ``k`` (see ``_attach_epilogue``)."""
-    if not isinstance(e, Block) or "eltwise" not in e.tags or "fill" in e.tags:
-        return None
-    if e.sub_blocks or e.constraints or any(i.affine is not None for i in e.idxs):
-        return None
-    if any(not isinstance(st, (Load, Store, Intrinsic, Constant, LoadIndex)) for st in e.stmts):
-        return None
-    outs = [r for r in k.refs if r.dir == "out"]
-    if len(outs) != 1:
-        return None
-    t = outs[0].from_
-    troot = next((r for r in root.refs if r.into == t), None)
-    if troot is None or troot.dir != "none" or any(_mentions(st, t) for st in later):
-        return None
-    tviews = [r for r in e.refs if r.from_ == t]
-    if len(tviews) != 1 or tviews[0].dir != "in":
-        return None
-    tv = tviews[0]
-    ident = tuple(Affine.index(i.name) for i in e.idxs)
-    if tv.access != ident or tuple(i.range for i in e.idxs) != troot.shape.sizes:
-        return None
-    if any(r.dir == "none" or (r.dir in ("out", "inout") and r.agg != "assign") for r in e.refs):
-        return None
-    if any(r.dir != "in" and r.from_ == t for r in e.refs):
-        return None
-    return t, tv
-
-
-def _mentions(s: Statement, buffer: str) -> bool:
-    if isinstance(s, Block):
-        return any(r.from_ == buffer for r in s.refs)
-    if isinstance(s, Special):
-        return buffer in s.inputs or buffer in s.outputs
-    return False

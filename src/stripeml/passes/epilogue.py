@@ -1,0 +1,246 @@
+"""``epilogue``: run a following elementwise kernel on each finished register tile.
+
+After ``unroll``, a contraction ``T = A x B`` is a ``#tiled`` root kernel whose
+innermost level is a ``#register_tile`` leaf over one tile and the whole
+reduction; a following ``Y = f(T, ...)`` (bias, activation) would then read
+``T`` back from memory.  This pass moves ``f`` into the tiled kernel::
+
+    block k0_T [...] #tiled (out T[...])              block k0_T [...] #tiled #fused
+      block k0_T_tile #register_tile (out T)      ->    (none T_tile @L1, in Bias, out Y)
+    block k1_Y #eltwise (in T[i, j], out Y[i, j])       block k0_T_tile (out T = T_tile)
+                                                        block k1_Y_epilogue #epilogue
+                                                          (in T = T_tile, out Y[...])
+
+The register tile reduces into a tile-local ``none`` buffer (its own
+aggregation scope, so its values are final when the tile block ends), and the
+epilogue block, over the tile's output points (the vector index last: it runs
+in SIMD lanes), reads it and stores ``f``'s results where ``Y``'s kernel
+would; ``T`` leaves the program.
+
+Applies to a run of consecutive root kernels tagged ``select`` (``unroll``'s
+``#tiled``) whose only output view refines the same root temporary ``T``
+(one kernel, or the two parts of a ragged split), followed by a kernel ``e``:
+
+* ``e`` is a leaf ``#eltwise`` kernel (not a ``#fill``) of loads, stores,
+  intrinsics, constants and ``index`` statements, without constraints or
+  index offsets, over exactly ``T``'s shape;
+* ``e`` reads ``T`` through one ``in`` view, at its own point (identity
+  access), allocates nothing, and writes only through ``assign`` views;
+* no other statement mentions ``T``, before or after: its values exist only
+  per tile now, and an earlier writer (a ``#fill`` of the elements the kernel
+  does not reach) would have nothing left to write;
+* ``e``'s other views are not buffers the kernel already views (a residual
+  ``relu(X @ W + X)``): the kernel would declare them twice;
+* each kernel of the run has a ``#register_tile`` as the last statement of
+  the kernel or of its last block, and every index of the blocks around that
+  tile moves the output: the tile holds the whole reduction of its elements
+  (a reduction blocked outside it, ``unroll``'s ``k_block``, would hand the
+  epilogue partial sums).
+
+Every kernel of the run takes the epilogue, each on the elements it
+finishes, or none does.
+
+Requires: verified IR.  Guarantees: the same program results, verified IR,
+and the same object when nothing applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..ir.affine import Affine
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Program,
+    Refinement,
+    Statement,
+    Store,
+    TensorShape,
+)
+from ._common import fresh, reads, writes
+from .registry import register
+
+
+@register
+@dataclass(frozen=True)
+class Epilogue:
+    """Fuse an elementwise successor into register-tiled kernels (options: the selector)."""
+
+    select: str = "tiled"
+    name: ClassVar[str] = "epilogue"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        stmts: list[Statement] = []
+        dropped: set[str] = set()
+        i, n = 0, len(root.stmts)
+        while i < n:
+            t = self._result(root.stmts[i])
+            if t is None:
+                stmts.append(root.stmts[i])
+                i += 1
+                continue
+            # The run of tiled kernels writing ``t``: a ragged split's parts.
+            j = i + 1
+            while j < n and self._result(root.stmts[j]) == t:
+                j += 1
+            parts = root.stmts[i:j]
+            fused = None
+            if j < n:
+                others = root.stmts[:i] + root.stmts[j + 1 :]
+                fused = [_attach(p, root.stmts[j], root, others) for p in parts]
+            # Every part or none: the result buffer disappears only if all are fused.
+            if fused is not None and all(f is not None for f in fused):
+                stmts.extend(fused)  # type: ignore[arg-type]
+                dropped.add(t)
+                i = j + 1
+            else:
+                stmts.extend(parts)
+                i = j
+        if not dropped:
+            return program
+        refs = tuple(r for r in root.refs if r.into not in dropped)
+        return Program(replace(root, refs=refs, stmts=tuple(stmts)))
+
+    def _result(self, s: Statement) -> str | None:
+        """The root buffer a selected kernel's only output view refines, else None."""
+        if not isinstance(s, Block) or self.select not in s.tags:
+            return None
+        outs = [r for r in s.refs if r.dir == "out"]
+        return outs[0].from_ if len(outs) == 1 else None
+
+
+def _attach(tiled: Block, e: Statement, root: Block, others: tuple[Statement, ...]) -> Block | None:
+    """``tiled`` with the elementwise kernel ``e`` run on each finished register
+    tile (see the module docstring); ``others``: the root statements besides
+    ``tiled``'s run and ``e``."""
+    found = _epilogue_view(tiled, e, root, others)
+    if found is None:
+        return None
+    t, tv = found
+    assert isinstance(e, Block)
+    (out,) = [r for r in tiled.refs if r.dir == "out"]
+    troot = next(r for r in root.refs if r.into == t)
+    host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
+    if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
+        return None
+    tile = host.stmts[-1]
+    assert isinstance(tile, Block)
+    if {r.into for r in e.refs if r is not tv} & {r.into for b in (tiled, host) for r in b.refs}:
+        return None  # one name, two views: the kernel's (a panel) and e's (the whole buffer)
+    host_c = next(r for r in host.refs if r.into == out.into and r.dir == "out")
+    tile_c = next(r for r in tile.refs if r.into == out.into)
+    if host is tiled:
+        global_acc = tuple(a + c for a, c in zip(out.access, tile_c.access))
+    else:
+        global_acc = tuple(a + b + c for a, b, c in zip(out.access, host_c.access, tile_c.access))
+    moved = {n for a in global_acc for n in a.names}
+    if any(i.name not in moved for b in (tiled, host) for i in b.idxs):
+        return None  # a reduction blocked around the tile: only partial sums per tile
+    sub = {i.name: g for i, g in zip(e.idxs, global_acc)}
+    taken = {r.into for b in (tiled, host, tile, e) for r in b.refs}
+    buf = fresh(f"{t}_tile", taken)
+    dense = TensorShape.dense(troot.shape.dtype, host_c.shape.sizes)
+    ones = (1,) * len(dense.sizes)
+    new_tile = replace(
+        tile,
+        refs=tuple(
+            replace(r, from_=buf, shape=TensorShape(r.shape.dtype, ones, dense.strides))
+            if r is tile_c
+            else r
+            for r in tile.refs
+        ),
+    )
+    addr = {n for a in tile_c.access for n in a.names}
+    epi_refs = []
+    outer_refs = []
+    for r in e.refs:
+        if r is tv:
+            epi_refs.append(
+                Refinement(
+                    "in",
+                    r.into,
+                    TensorShape(r.shape.dtype, ones, dense.strides),
+                    buf,
+                    tile_c.access,
+                )
+            )
+            continue
+        parent = next(x for x in root.refs if x.into == r.from_)
+        whole = TensorShape(r.shape.dtype, parent.shape.sizes, r.shape.strides)
+        origin = tuple(Affine() for _ in parent.shape.sizes)
+        outer_refs.append(replace(r, access=origin, shape=whole))
+        epi_refs.append(replace(r, from_=r.into, access=tuple(a.substitute(sub) for a in r.access)))
+    epilogue = Block(
+        # The vector index (the tile's first) goes last: it runs in SIMD lanes.
+        idxs=tuple(i for i in tile.idxs[1:] if i.name in addr) + (tile.idxs[0],),
+        refs=tuple(epi_refs),
+        # ``index`` statements follow e's indices to the tile's (global) position.
+        stmts=tuple(
+            LoadIndex(st.into, st.expr.substitute(sub)) if isinstance(st, LoadIndex) else st
+            for st in e.stmts
+        ),
+        tags=frozenset({"eltwise", "epilogue"}),
+        name=f"{e.name}_epilogue",
+        comment=e.comment,
+    )
+    host_refs = [r for r in host.refs if r is not host_c] + [
+        Refinement("none", buf, dense, location="L1")
+    ]
+    comment = f"{tiled.comment}; {e.comment}"
+    if host is tiled:
+        host_refs += outer_refs
+        return replace(
+            tiled,
+            refs=tuple(host_refs),
+            stmts=(*tiled.stmts[:-1], new_tile, epilogue),
+            tags=tiled.tags | {"fused"},
+            comment=comment,
+        )
+    host_refs += [replace(r, from_=r.into) for r in outer_refs]
+    new_host = replace(host, refs=tuple(host_refs), stmts=(*host.stmts[:-1], new_tile, epilogue))
+    top_refs = [r for r in tiled.refs if r is not out] + outer_refs
+    return replace(
+        tiled,
+        refs=tuple(top_refs),
+        stmts=(*tiled.stmts[:-1], new_host),
+        tags=tiled.tags | {"fused"},
+        comment=comment,
+    )
+
+
+def _epilogue_view(
+    k: Block, e: Statement, root: Block, others: tuple[Statement, ...]
+) -> tuple[str, Refinement] | None:
+    """(the kernel's result ``T``, ``e``'s view of it) when the elementwise kernel
+    ``e`` can run as an epilogue of ``k`` (see the module docstring)."""
+    if not isinstance(e, Block) or "eltwise" not in e.tags or "fill" in e.tags:
+        return None
+    if e.sub_blocks or e.constraints or any(i.affine is not None for i in e.idxs):
+        return None
+    if any(not isinstance(st, (Load, Store, Intrinsic, Constant, LoadIndex)) for st in e.stmts):
+        return None
+    outs = [r for r in k.refs if r.dir == "out"]
+    if len(outs) != 1:
+        return None
+    t = outs[0].from_
+    troot = next((r for r in root.refs if r.into == t), None)
+    if troot is None or troot.dir != "none" or any(t in reads(s) | writes(s) for s in others):
+        return None
+    tviews = [r for r in e.refs if r.from_ == t]
+    if len(tviews) != 1 or tviews[0].dir != "in":
+        return None
+    tv = tviews[0]
+    ident = tuple(Affine.index(i.name) for i in e.idxs)
+    if tv.access != ident or tuple(i.range for i in e.idxs) != troot.shape.sizes:
+        return None
+    if any(r.dir == "none" or (r.dir in ("out", "inout") and r.agg != "assign") for r in e.refs):
+        return None
+    if any(r.dir != "in" and r.from_ == t for r in e.refs):
+        return None
+    return t, tv
