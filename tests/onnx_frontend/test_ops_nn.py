@@ -390,22 +390,36 @@ def test_gemm_constant_transposed_weights(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(
-    ("rows", "cols", "trans_b", "blocked"),
-    [(1, 1000, 1, "8 * jb + c"), (4, 64, 0, "16 * jb + c"), (3, 20, 0, None), (2, 16, 1, None)],
+    ("rows", "cols", "trans_b"), [(1, 1000, 1), (4, 64, 0), (3, 20, 0), (2, 16, 1)]
 )
-def test_gemm_constant_weights_in_column_blocks(target, rows, cols, trans_b, blocked):
-    """Constant weights are stored in blocks of 16 (else 8) output columns when the
-    layer is wider than one block; the results are NumPy's either way."""
+def test_gemm_constant_weights_stay_plain(target, rows, cols, trans_b):
+    """Constant weights keep their plain layout in the generated Tile program (the
+    target's pipeline, not the frontend, lays them out); NumPy's results either way."""
     a, c = randn(rows, 48), randn(cols)
     w = randn(cols, 48) if trans_b else randn(48, cols)
     m = model("Gemm", {"a": a}, {"w": w, "c": c}, transB=trans_b, alpha=0.5)
     want = 0.5 * (a @ (w.T if trans_b else w)) + c
     np.testing.assert_allclose(run(m, target, a), want, rtol=1e-5, atol=1e-5)
     source = so.compile(m, target=target).source(a)
-    if blocked:
-        assert blocked in source
-    else:
-        assert "jb" not in source
+    assert "jb" not in source and f"[48, {cols}]" in source
+
+
+def test_cpu_lays_constant_gemm_weights_out_in_tile_panels():
+    """On cpu, ``unroll`` lays a 4 x 64 dense layer's constant weights out once, in
+    panels of its tile's width: 2 vectors (cpu.toml) of the target's f32 lanes."""
+    import re
+
+    from stripeml.targets import resolve
+
+    lanes = resolve("cpu").vector_width
+    a, w, c = randn(4, 48), randn(48, 64), randn(64)
+    m = model("Gemm", {"a": a}, {"w": w, "c": c})
+    f = so.compile(m, target="cpu")
+    ir = f.lower(a).ir
+    panels = re.search(r"none \w+_panels f32\((\d+), 48, (\d+)\)", ir)
+    assert panels is not None, ir
+    assert int(panels[2]) == 2 * lanes and int(panels[1]) * int(panels[2]) == 64
+    np.testing.assert_allclose(f(a), a @ w + c, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -59,6 +59,7 @@ TAGS: tuple[Tag, ...] = (
             "tile.eltwise",
             "passes.halo",
             "passes._fuse_contraction",
+            "passes._const_panels",
         ),
         read_by=("passes.fuse", "passes.thread", "passes.vectorize"),
     ),
@@ -82,6 +83,7 @@ TAGS: tuple[Tag, ...] = (
             "tile.eltwise",
             "passes.halo",
             "passes.epilogue",
+            "passes._const_panels",
         ),
         read_by=("passes.fuse", "passes.epilogue"),
     ),
@@ -135,8 +137,9 @@ TAGS: tuple[Tag, ...] = (
     ),
     Tag(
         "copy",
-        "copies a view element by element: `cache`'s stages, `halo`'s interior, `unroll`'s packs",
-        set_by=("passes.cache", "passes.halo", "passes._register_tile"),
+        "copies a view element by element: `cache`'s stages, `halo`'s interior, `unroll`'s "
+        "packs and its layouts of constant panels",
+        set_by=("passes.cache", "passes.halo", "passes._register_tile", "passes._const_panels"),
         read_by=("passes.cache",),
     ),
     Tag(

@@ -16,11 +16,11 @@ never see a layout.
 
 Layout-aware:
 
-* ``Conv`` (2-D, weights known when compiling): one NHWC contraction with the
-  weights rearranged when compiling, to ``(CO / B, KH, KW, CI, B)`` blocks of
-  ``B`` output channels (``weight_block``: one dense panel per register tile,
-  so the weights are never copied at run time) or else ``(KH, KW, CI, CO)``;
-  a ``BatchNormalization``
+* ``Conv`` (2-D, weights known when compiling): one NHWC contraction over
+  weights rearranged when compiling to ``(KH, KW, CI, CO)`` (output channels
+  contiguous), bound as constants: how they are blocked for the register
+  tiles is the target pipeline's business (``unroll`` lays constant panels
+  out once, in the tile's width); a ``BatchNormalization``
   that only reads the convolution's output is folded into its weights and
   bias (``fuse_conv_bn``).
 * ``BatchNormalization`` (parameters known): ``x * s + t`` per channel.
@@ -40,7 +40,7 @@ import numpy as np
 
 from .builder import Builder, Node, Value
 from .graph import NodeInfo
-from .ops._util import column_blocks, literal
+from .ops._util import literal
 from .ops.conv import affine, window
 from .ops.pool import divisor
 from .registry import OpDef
@@ -174,21 +174,6 @@ def _const(node: Node, i: int) -> np.ndarray | None:
     return np.asarray(v.const)
 
 
-def weight_block(co: int, out_dims: tuple[int, ...]) -> int:
-    """Output channels per block of a convolution's blocked weights, 0 for none.
-
-    The CPU pipeline's register tiles (the ``unroll`` pass) are 4 output pixels
-    x 16 channels: 4 along one output dimension, or 2 x 2 along two; only when
-    neither fits (7x7 images) are they 7 x 8.  A block of the tile's width makes
-    each tile's weights one dense panel.  Measured on a 2-core znver3 (one
-    thread, 3x3 conv 7x7x512 -> 512): 62 GFLOP/s against 43 with the panel
-    copied out of (KH, KW, CI, CO) weights on every call.
-    """
-    even = sum(1 for d in out_dims if d % 2 == 0)
-    blk = 16 if any(d % 4 == 0 for d in out_dims) or even >= 2 else 8
-    return blk if co % blk == 0 and co > blk else 0
-
-
 def _conv(b: Builder, node: Node) -> list[Value | None]:
     x = node.input(0)
     _need(x.rank == 4 and x.dtype.kind == "f" and x.layout in (None, NHWC))
@@ -217,17 +202,7 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     xr = b.ref(xin)
     ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
-    blk = weight_block(co, (n_, oh, ow))
-    if groups == 1 and blk:
-        # Blocked weights (CO / blk, KH, KW, CI, blk): each block of output channels
-        # is one dense panel, read in order by the register tiles (no copy per call).
-        wt = column_blocks(w.transpose(2, 3, 1, 0), blk).astype(dt, copy=False)
-        wr = b.ref(Value("", wt.shape, dt, wt))
-        text = (
-            f"{{out}}[n, y, x, {blk} * cb + c : {n_}, {oh}, {ow}, {co}] = "
-            f"+({xr}[n, {ys}, {xs}, ci] * {wr}[cb, ky, kx, ci, c])"
-        )
-    elif groups == 1:
+    if groups == 1:
         wt = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).astype(dt, copy=False)  # KH, KW, CI, CO
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[ky, kx, ci, co])"

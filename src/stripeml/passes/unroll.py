@@ -76,6 +76,7 @@ from typing import ClassVar
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program
 from ._common import fresh, index_stride
+from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
 from .registry import register
 
@@ -108,18 +109,23 @@ class Unroll:
     name: ClassVar[str] = "unroll"
 
     def run(self, program: Program) -> Program:
-        root = program.root
+        laid = PanelLayouts(program.root)
         stmts = []
         changed = False
-        for s in root.stmts:
-            parts = self._tile(root, s) if isinstance(s, Block) and self.select in s.tags else None
+        for s in program.root.stmts:
+            parts = None
+            if isinstance(s, Block) and self.select in s.tags:
+                parts = self._tile(laid.root, s, laid=laid)
             changed |= parts is not None
-            stmts.extend(parts or [s])
+            stmts.extend(laid.pending + (parts or [s]))
+            laid.pending = []
         if not changed:
             return program
-        return Program(replace(root, stmts=tuple(stmts)))
+        return Program(replace(laid.root, stmts=tuple(stmts)))
 
-    def _tile(self, root: Block, k: Block, row: str | None = None) -> list[Block] | None:
+    def _tile(
+        self, root: Block, k: Block, row: str | None = None, laid: PanelLayouts | None = None
+    ) -> list[Block] | None:
         """The tiled blocks replacing ``k`` (two for a ragged split), or None to
         leave it alone; ``row``: the row index to use (taller tiles, a split's parts)."""
         if k.sub_blocks or any(i.affine is not None for i in k.idxs) or "register_tile" in k.tags:
@@ -170,7 +176,7 @@ class Unroll:
             if pair is not None and ranges[v] % w == 0:
                 u, u2 = pair
                 vec = _vectors(min(self.vectors, self.max_vectors // self.rows), ranges[v], w)
-                return [register_tiles(root, k, v, vec * w, u, red, u2, **self._nest_options())]
+                return [self._build(root, k, v, vec * w, u, red, u2, laid)]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
             # its weights once, instead of a main part and a remainder that both do.
@@ -180,11 +186,11 @@ class Unroll:
                     taller = replace(
                         self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
                     )
-                    tiled = taller._tile(root, k, whole[0])
+                    tiled = taller._tile(root, k, whole[0], laid)
                     if tiled is not None:
                         return tiled
             ragged = [n for n in row_ok if ranges[n] > self.rows]
-            split = self._split(root, k, ragged[0]) if ragged else None
+            split = self._split(root, k, ragged[0], laid) if ragged else None
             if split is not None:
                 return split
         u = rows_cands[-1] if rows_cands and self.rows > 1 else None
@@ -194,21 +200,46 @@ class Unroll:
         vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
-        return [register_tiles(root, k, v, vec * w, u, red, **self._nest_options())]
+        return [self._build(root, k, v, vec * w, u, red, None, laid)]
 
-    def _split(self, root: Block, k: Block, u: str) -> list[Block] | None:
+    def _build(
+        self,
+        root: Block,
+        k: Block,
+        v: str,
+        vt: int,
+        u: str | None,
+        red: list[str],
+        u2: tuple[str, int] | None,
+        laid: PanelLayouts | None,
+    ) -> Block:
+        """The register-tiled nest of ``k``, reading its constant panel inputs laid out
+        in blocks of ``vt`` (made when this pass packs panels at all, else reused)."""
+        if laid is not None:
+            blocked = laid.block(k, v, vt, new=self.pack_max_bytes > 0)
+            if blocked is not None:
+                k, v = blocked
+                root = laid.root
+        return register_tiles(root, k, v, vt, u, red, u2, **self._nest_options())
+
+    def _split(
+        self, root: Block, k: Block, u: str, laid: PanelLayouts | None = None
+    ) -> list[Block] | None:
         """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart."""
         total = k.idx(u).range
         rem = total % self.rows
         head = _restrict(k, u, 0, total - rem, k.name)
         taken = {s.name for s in root.stmts if isinstance(s, Block)}
         tail = _restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
-        first = self._tile(root, head, u)
+        state = laid.snapshot() if laid is not None else None
+        first = self._tile(root, head, u, laid)
         # Each panel meets one remainder tile: packing buys nothing.  Wider tiles
         # measured ~2x faster for 2 rows of a 1024-wide GEMM (fewer strided panels).
         rest = replace(self, rows=rem, vectors=self.max_vectors // rem, pack_max_bytes=0)
-        second = rest._tile(root, tail, u)
+        second = rest._tile(laid.root if laid is not None else root, tail, u, laid)
         if first is None or second is None:
+            if laid is not None and state is not None:
+                laid.restore(state)
             return None
         return first + second
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..builder import Builder, Node, Value
 from ..registry import op
-from ._util import broadcast_shape, column_blocks, literal
+from ._util import broadcast_shape, literal
 from .conv import channel_vector
 
 
@@ -151,16 +151,9 @@ def gemm(b: Builder, n: Node) -> list[Value | None]:
         bb, tb = Value("", arr.shape, arr.dtype, arr), 0
     a_idx = "k, m" if ta else "m, k"
     b_idx = "j, k" if tb else "k, j"
-    blk = 16 if j % 16 == 0 else 8 if j % 8 == 0 else 0
-    if bb.is_const and not tb and j > blk > 0:
-        # Constant weights in blocks of output columns, (J / blk, K, blk): each
-        # register tile's panel is one contiguous stretch, streamed in order, not
-        # 64 bytes every J * 4 bytes (a new page per row for a wide layer).
-        arr = column_blocks(np.asarray(bb.const), blk)
-        w = b.ref(Value("", arr.shape, arr.dtype, arr))
-        text = f"{{out}}[m, {blk} * jb + c : {m}, {j}] = +({b.ref(a)}[{a_idx}] * {w}[jb, k, c])"
-    else:
-        text = f"{{out}}[m, j : {m}, {j}] = +({b.ref(a)}[{a_idx}] * {b.ref(bb)}[{b_idx}])"
+    # Constant weights are bound as constants: the target's pipeline lays them out
+    # for its register tiles (the cpu target's `unroll`), once.
+    text = f"{{out}}[m, j : {m}, {j}] = +({b.ref(a)}[{a_idx}] * {b.ref(bb)}[{b_idx}])"
     p = b.contraction(text, (m, j), dt)
     expr = b.ref(p)
     if alpha != 1.0:
