@@ -53,5 +53,30 @@ EXCLUDED: dict[str, list[str]] = {
 }
 
 
-def patterns() -> list[str]:
-    return [p for group in EXCLUDED.values() for p in group]
+#: Excluded only where the host's CPU has 16 f32 lanes (AVX-512): the CPU
+#: backend's vector sums then run over 16 partial sums instead of 8, and the
+#: float32 rounding they give differs from the reference's float16 arithmetic
+#: by up to 3 float16 ulps (``test_float16_within_ulps`` checks that bound).
+WIDE_VECTORS: dict[str, list[str]] = {
+    "float16 on 16-lane hosts: vector sums round differently (<= 3 float16 ulps off, "
+    "beyond rtol=1e-3)": [
+        r"^test_attention_4d_fp16_expanded_cpu$",
+        r"^test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded_cpu$",
+        r"^test_attention_4d_gqa_with_past_and_present_fp16_expanded_cpu$",
+    ],
+}
+
+
+def patterns(vector_width: int = 8) -> list[str]:
+    """Every excluded pattern, for a host whose CPU target has ``vector_width`` lanes."""
+    groups = list(EXCLUDED.values())
+    if vector_width >= 16:
+        groups += WIDE_VECTORS.values()
+    return [p for group in groups for p in group]
+
+
+def float16_ulp_cases() -> list[str]:
+    """Test names (without ``_cpu``) of the float16 cases excluded for rounding."""
+    groups = [g for reason, g in EXCLUDED.items() if reason.startswith("float16")]
+    groups += WIDE_VECTORS.values()
+    return [p[len("^test_") : -len("_cpu$")] for g in groups for p in g]

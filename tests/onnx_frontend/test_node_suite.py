@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
@@ -21,16 +22,18 @@ from onnx.backend.test.loader import load_model_tests  # noqa: E402
 
 import stripeml.onnx.backend as stripe_backend  # noqa: E402
 from stripeml.onnx.ops import lookup  # noqa: E402
+from stripeml.targets import resolve  # noqa: E402
 
-from .exclusions import patterns  # noqa: E402
+from .exclusions import float16_ulp_cases, patterns  # noqa: E402
 
 backend_test = onnx.backend.test.BackendTest(stripe_backend, __name__)
 backend_test.include(r"^test_.*_cpu$")
-for _pattern in patterns():
+for _pattern in patterns(resolve("cpu").vector_width):
     backend_test.exclude(_pattern)
 
 UNSUPPORTED: dict[str, list[str]] = {}  # test name -> operators the library lacks
-for _case in load_model_tests(kind="node"):
+_CASES = {c.name: c for c in load_model_tests(kind="node")}
+for _case in _CASES.values():
     _missing = sorted(
         {n.op_type for n in _case.model.graph.node if lookup(n.op_type, n.domain) is None}
     )
@@ -46,3 +49,15 @@ backend_test.exclude(
 )
 
 globals().update(backend_test.test_cases)
+
+
+@pytest.mark.parametrize("name", float16_ulp_cases())
+def test_float16_within_ulps(name: str) -> None:
+    """The float16 cases excluded for rounding are still right to 3 float16 ulps."""
+    case = _CASES[f"test_{name}"]
+    inputs, expected = case.data_sets[0]
+    got = stripe_backend.prepare(case.model, "CPU").run(inputs)
+    for g, want in zip(got, expected):
+        assert g.dtype == want.dtype == np.float16
+        ulps = np.abs(g.view(np.int16).astype(np.int32) - want.view(np.int16).astype(np.int32))
+        assert int(ulps.max()) <= 3, name
