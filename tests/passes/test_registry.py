@@ -12,7 +12,7 @@ import pytest
 
 import stripeml.passes as passes
 from pipelines import cpu_passes
-from stripeml.errors import StripeError
+from stripeml.errors import OptionError, StripeError
 from stripeml.ir import parse
 from stripeml.passes import PASSES, Dce, Fuse, make_pass, pass_options, register
 from stripeml.passes.manager import run_pipeline
@@ -146,3 +146,17 @@ def test_manager_records_changed_stages_and_times_every_pass() -> None:
     assert all(t >= 0 for _, t in result.timings)
     assert seen == ["fuse", "dce"]
     assert "none T" not in result.stages[-1][1]
+
+
+SELECTING = sorted(n for n, c in PASSES.items() if "select" in pass_options(c))
+
+
+@pytest.mark.parametrize("name", SELECTING)
+def test_every_select_option_is_a_selector(name: str) -> None:
+    """``select`` is a tag selector in every pass that has one (``a | b, !c``), and a
+    bad one is an error naming the option, when the pass is made."""
+    assert len(SELECTING) >= 6
+    make_pass(name, select="kernel | contraction, !fill")
+    with pytest.raises(OptionError) as info:
+        make_pass(name, select="kernel, !")
+    assert info.value.option == "select"

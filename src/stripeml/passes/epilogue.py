@@ -49,6 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.select import parse_selector
 from ..ir.affine import Affine
 from ..ir.nodes import (
     Block,
@@ -63,7 +64,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, reads, writes
-from .registry import register
+from .registry import check_option, register
 
 
 @register
@@ -73,6 +74,9 @@ class Epilogue:
 
     select: str = "tiled"
     name: ClassVar[str] = "epilogue"
+
+    def __post_init__(self) -> None:
+        check_option("select", lambda: parse_selector(self.select))
 
     def run(self, program: Program) -> Program:
         root = program.root
@@ -109,7 +113,7 @@ class Epilogue:
 
     def _result(self, s: Statement) -> str | None:
         """The root buffer a selected kernel's only output view refines, else None."""
-        if not isinstance(s, Block) or self.select not in s.tags:
+        if not isinstance(s, Block) or not parse_selector(self.select)(s.tags):
             return None
         outs = [r for r in s.refs if r.dir == "out"]
         return outs[0].from_ if len(outs) == 1 else None

@@ -45,7 +45,7 @@ otherwise the kernel is left alone):
   leaves it unchanged, so the results are otherwise bit-identical;
 * the padded buffer has at most ``max_bytes`` bytes.
 
-Options: ``select`` (the tag of the kernels to consider, default
+Options: ``select`` (a tag selector of the kernels to consider, default
 ``contraction``), ``max_bytes`` (largest padded buffer), ``assume_finite``.
 
 Requires: verified IR.  Guarantees: the same results (under
@@ -62,6 +62,7 @@ from typing import ClassVar
 
 import islpy as isl
 
+from ..analysis.select import parse_selector
 from ..ir.affine import Affine
 from ..ir.dtypes import is_float, is_int, itemsize
 from ..ir.isl import (
@@ -86,7 +87,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh
-from .registry import register
+from .registry import check_option, register
 
 
 @register
@@ -94,7 +95,7 @@ from .registry import register
 class Halo:
     """Zero-pad the input that a kernel's padding constraints protect, and drop them.
 
-    ``select``: tag of the root kernels to consider; ``max_bytes``: largest
+    ``select``: tag selector of the root kernels to consider; ``max_bytes``: largest
     padded buffer to allocate; ``assume_finite``: treat the other factor of the
     product as finite (``0 * x == 0``), as padded-convolution libraries do.
     """
@@ -104,6 +105,9 @@ class Halo:
     assume_finite: bool = True
     name: ClassVar[str] = "halo"
 
+    def __post_init__(self) -> None:
+        check_option("select", lambda: parse_selector(self.select))
+
     def run(self, program: Program) -> Program:
         root = program.root
         stmts: list[Statement] = []
@@ -111,7 +115,7 @@ class Halo:
         changed = False
         for s in root.stmts:
             new = None
-            if isinstance(s, Block) and self.select in s.tags:
+            if isinstance(s, Block) and parse_selector(self.select)(s.tags):
                 new = self._halo(refs, s)
             if new is None:
                 stmts.append(s)

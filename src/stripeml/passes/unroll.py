@@ -73,12 +73,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.select import parse_selector
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program
 from ._common import fresh, index_stride
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
-from .registry import register
+from .registry import check_option, register
 
 
 @register
@@ -108,13 +109,16 @@ class Unroll:
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
+    def __post_init__(self) -> None:
+        check_option("select", lambda: parse_selector(self.select))
+
     def run(self, program: Program) -> Program:
         laid = PanelLayouts(program.root)
         stmts = []
         changed = False
         for s in program.root.stmts:
             parts = None
-            if isinstance(s, Block) and self.select in s.tags:
+            if isinstance(s, Block) and parse_selector(self.select)(s.tags):
                 parts = self._tile(laid.root, s, laid=laid)
             changed |= parts is not None
             stmts.extend(laid.pending + (parts or [s]))

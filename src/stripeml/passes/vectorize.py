@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.select import parse_selector
 from ..ir.nodes import Block, Program, Statement
 from ._common import index_stride
-from .registry import register
+from .registry import check_option, register
 
 
 @register
@@ -31,6 +32,9 @@ class Vectorize:
     select: str = "kernel"
     name: ClassVar[str] = "vectorize"
 
+    def __post_init__(self) -> None:
+        check_option("select", lambda: parse_selector(self.select))
+
     def run(self, program: Program) -> Program:
         root = program.root
         stmts = tuple(self._visit(s, False) for s in root.stmts)
@@ -39,7 +43,7 @@ class Vectorize:
     def _visit(self, s: Statement, inside: bool) -> Statement:
         if not isinstance(s, Block):
             return s
-        selected = inside or self.select in s.tags
+        selected = inside or parse_selector(self.select)(s.tags)
         if s.sub_blocks:
             return s.with_stmts(tuple(self._visit(c, selected) for c in s.stmts))
         if not selected or "vector" in s.tags:
