@@ -46,13 +46,12 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..analysis.constness import constness
-from ..codegen.cpu_abi import BufferInfo, CpuModule, KernelInfo
-from ..ir.dtypes import to_numpy
-from ..ir.nodes import Program, Refinement, TensorShape
+from ..codegen.cpu_abi import CpuModule, KernelInfo
+from ..ir.nodes import Program, Refinement
 from ..ir.printer import format as format_ir
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, native_pool
-from .host import check_names, checked, run_root_special
+from .host import RootBuffer, check_names, checked, run_root_special
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
@@ -175,65 +174,6 @@ def chunk_bounds(
     return [extent * i // chunks for i in range(chunks + 1)]
 
 
-@dataclass(frozen=True)
-class _Buffer:
-    """A root buffer's layout, precomputed once per compiled program."""
-
-    info: BufferInfo
-    dtype: np.dtype
-    dense: bool  # C-contiguous layout: a NumPy array can be passed as is
-    origin: int  # element 0's offset in a storage of ``extent`` elements
-    extent: int
-    ref: Refinement = field(repr=False)  # for the interpreter's specials
-    location: str = "DRAM"
-    offset: int | None = None  # a temporary's byte offset in its location's arena
-
-    @staticmethod
-    def of(info: BufferInfo, placed: Refinement | None = None) -> _Buffer:
-        """The layout of ``info``; ``placed``: the program's root refinement of a
-        temporary, whose location and offset say where it lives."""
-        shape = TensorShape(info.dtype, info.sizes, info.strides)
-        dense_strides = TensorShape.dense(info.dtype, info.sizes).strides
-        dense = all(st == d for n, st, d in zip(info.sizes, info.strides, dense_strides) if n > 1)
-        origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
-        ref = Refinement(info.kind, info.name, shape)
-        where = {}
-        if placed is not None and info.kind not in ("in", "out"):
-            where = {"location": placed.location, "offset": placed.offset}
-        return _Buffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref, **where)
-
-    @property
-    def nbytes(self) -> int:
-        return self.extent * self.dtype.itemsize
-
-    def storage(self) -> np.ndarray:
-        """Fresh flat storage, zeroed like the interpreter's."""
-        if self.dense:
-            return np.zeros(self.info.sizes, self.dtype).reshape(-1)
-        return np.zeros(self.extent, self.dtype)
-
-    def view(self, arena: np.ndarray) -> np.ndarray:
-        """Flat storage at ``offset`` in ``arena`` (bytes of its location)."""
-        start = self.offset or 0
-        return arena[start : start + self.nbytes].view(self.dtype)
-
-    def logical(self, storage: np.ndarray) -> np.ndarray:
-        """The logical array (a view) of ``storage``."""
-        if self.dense:
-            return storage.reshape(self.info.sizes)
-        if storage.size == 0:
-            return np.zeros(self.info.sizes, self.dtype)
-        item = storage.itemsize
-        return np.lib.stride_tricks.as_strided(
-            storage[self.origin :],
-            shape=self.info.sizes,
-            strides=tuple(s * item for s in self.info.strides),
-        )
-
-    def pointer(self, storage: np.ndarray) -> int:
-        return storage.ctypes.data + self.origin * storage.itemsize
-
-
 class CpuCompiled:
     """A program compiled for the host: native kernels plus the steps that run them.
 
@@ -267,7 +207,7 @@ class CpuCompiled:
         ]:
             refs = program.root.refs
         self._program = program
-        self._buffers = tuple(_Buffer.of(b, r) for b, r in zip(module.buffers, refs))
+        self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
         # Steps computing from constant parameters alone run once, at the first call;
         # the temporaries they write are kept (shared by every call) from then on.
         const = constness(program) if program is not None else None
@@ -323,7 +263,7 @@ class CpuCompiled:
         kept = self._kept_storages()
         storages: list[np.ndarray] = []
         results: dict[str, np.ndarray] = {}
-        copy_back: list[tuple[str, _Buffer, np.ndarray]] = []
+        copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
         for buf in self._buffers:
             kind, name = buf.info.kind, buf.info.name
             if kind == "in":

@@ -166,7 +166,10 @@ class CudaCompiled(GpuProgram):
         _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         self._driver = driver
         self._mod = _check(driver.cuModuleLoadData(self.ptx.encode() + b"\0"), "cuModuleLoadData")
-        self._dev = [_check(driver.cuMemAlloc(b.nbytes), "cuMemAlloc") for b in self.buffers]
+        self._dev = [
+            _check(driver.cuMemAlloc(max(b.nbytes, b.dtype.itemsize)), "cuMemAlloc")
+            for b in self.buffers
+        ]
         self._stream = _check(driver.cuStreamCreate(0), "cuStreamCreate")
         self._functions = {}
         self._args = {}

@@ -20,17 +20,15 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
 
-from ..codegen.cpu_abi import BufferInfo
 from ..codegen.gpu_abi import GpuModule, KernelInfo
-from ..ir.dtypes import to_numpy
-from ..ir.nodes import Program, Refinement, Special, TensorShape
+from ..ir.nodes import Program, Special
 from ..targets.target import Target
-from .host import check_names, checked, run_root_special
+from .host import RootBuffer, check_names, checked, run_root_special
 
 
 @dataclass(frozen=True)
@@ -92,50 +90,14 @@ class GpuBackend:
         return None  # compiled GPU code is not cached on disk
 
 
-@dataclass(frozen=True)
-class HostBuffer:
-    """A root buffer's layout: ``extent`` elements, element 0 at ``origin``."""
-
-    info: BufferInfo
-    dtype: np.dtype
-    origin: int
-    extent: int
-    ref: Refinement = field(repr=False)
-
-    @staticmethod
-    def of(info: BufferInfo) -> HostBuffer:
-        shape = TensorShape(info.dtype, info.sizes, info.strides)
-        origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
-        ref = Refinement(info.kind, info.name, shape)
-        return HostBuffer(info, to_numpy(info.dtype), origin, shape.extent, ref)
-
-    @property
-    def nbytes(self) -> int:
-        return max(self.extent, 1) * self.dtype.itemsize
-
-    def storage(self) -> np.ndarray:
-        return np.zeros(max(self.extent, 1), self.dtype)
-
-    def logical(self, storage: np.ndarray) -> np.ndarray:
-        """The logical array (a view) of ``storage``."""
-        if self.extent == 0:
-            return np.zeros(self.info.sizes, self.dtype)
-        item = storage.itemsize
-        return np.lib.stride_tricks.as_strided(
-            storage[self.origin :],
-            shape=self.info.sizes,
-            strides=tuple(s * item for s in self.info.strides),
-        )
-
-
 class GpuProgram:
     """A program compiled for a GPU runtime; subclasses implement the device calls."""
 
     def __init__(self, module: GpuModule, code: str) -> None:
         self.module = module
         self.code = code
-        self.buffers = tuple(HostBuffer.of(b) for b in module.buffers)
-        self._host = [b.storage() for b in self.buffers]
+        self.buffers = tuple(RootBuffer.of(b) for b in module.buffers)
+        self._host = [b.storage(at_least=1) for b in self.buffers]
         self._lock = threading.Lock()
 
     # -- device hooks ------------------------------------------------------------------

@@ -1,15 +1,81 @@
 """Host-side helpers shared by the compiled backends (``cpu``, ``opencl``,
-``cuda``): argument checks and root-level ``special`` statements, which every
-backend runs on the host with the interpreter's implementation."""
+``cuda``): the layout of a root buffer in host memory, argument checks, and
+root-level ``special`` statements, which every backend runs on the host with
+the interpreter's implementation."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..codegen.cpu_abi import BufferInfo
 from ..errors import ShapeError
+from ..ir.dtypes import to_numpy
+from ..ir.nodes import Refinement, TensorShape
+
+
+@dataclass(frozen=True)
+class RootBuffer:
+    """A root buffer's layout on the host, precomputed once per compiled program
+    (the CPU backend's buffers, and the GPU backends' host copies)."""
+
+    info: BufferInfo
+    dtype: np.dtype
+    dense: bool  # C-contiguous layout: a NumPy array can be passed as is
+    origin: int  # element 0's offset in a storage of ``extent`` elements
+    extent: int
+    ref: Refinement = field(repr=False)  # for the interpreter's specials
+    location: str = "DRAM"
+    offset: int | None = None  # a temporary's byte offset in its location's arena
+
+    @staticmethod
+    def of(info: BufferInfo, placed: Refinement | None = None) -> RootBuffer:
+        """The layout of ``info``; ``placed``: the program's root refinement of a
+        temporary, whose location and offset say where it lives."""
+        shape = TensorShape(info.dtype, info.sizes, info.strides)
+        dense_strides = TensorShape.dense(info.dtype, info.sizes).strides
+        dense = all(st == d for n, st, d in zip(info.sizes, info.strides, dense_strides) if n > 1)
+        origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
+        ref = Refinement(info.kind, info.name, shape)
+        where = {}
+        if placed is not None and info.kind not in ("in", "out"):
+            where = {"location": placed.location, "offset": placed.offset}
+        return RootBuffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref, **where)
+
+    @property
+    def nbytes(self) -> int:
+        return self.extent * self.dtype.itemsize
+
+    def storage(self, at_least: int = 0) -> np.ndarray:
+        """Fresh flat storage, zeroed like the interpreter's (of at least
+        ``at_least`` elements: a device buffer is never empty)."""
+        if self.dense and self.extent >= at_least:
+            return np.zeros(self.info.sizes, self.dtype).reshape(-1)
+        return np.zeros(max(self.extent, at_least), self.dtype)
+
+    def view(self, arena: np.ndarray) -> np.ndarray:
+        """Flat storage at ``offset`` in ``arena`` (bytes of its location)."""
+        start = self.offset or 0
+        return arena[start : start + self.nbytes].view(self.dtype)
+
+    def logical(self, storage: np.ndarray) -> np.ndarray:
+        """The logical array (a view) of ``storage``."""
+        if self.extent == 0:
+            return np.zeros(self.info.sizes, self.dtype)
+        if self.dense:
+            return storage[: self.extent].reshape(self.info.sizes)
+        item = storage.itemsize
+        return np.lib.stride_tricks.as_strided(
+            storage[self.origin :],
+            shape=self.info.sizes,
+            strides=tuple(s * item for s in self.info.strides),
+        )
+
+    def pointer(self, storage: np.ndarray) -> int:
+        return storage.ctypes.data + self.origin * storage.itemsize
 
 
 def check_names(

@@ -104,7 +104,7 @@ class OpenCLCompiled(GpuProgram):
         except cl.Error as exc:
             raise StripeError(f"target 'opencl': the OpenCL C does not build:\n{exc}") from None
         flags = cl.mem_flags.READ_WRITE
-        self._dev = [cl.Buffer(ctx, flags, b.nbytes) for b in self.buffers]
+        self._dev = [cl.Buffer(ctx, flags, max(b.nbytes, b.dtype.itemsize)) for b in self.buffers]
         for k in range(len(self.buffers)):
             self.upload(k, self._host[k])
         self._kernels: dict[str, object] = {}
