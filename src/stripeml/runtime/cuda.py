@@ -1,9 +1,8 @@
 """``target="cuda"``: Stripe -> CUDA C -> PTX (NVRTC) -> an NVIDIA GPU (CUDA driver API).
 
 :data:`DEVICE` is what :class:`~.gpu.GpuBackend` uses for the ``cuda``
-dialect: it prints CUDA C (:mod:`stripeml.codegen.cuda`) and compiles it to
-PTX with NVRTC at once, so
-``f.lower(...)`` works (and is tested) on machines without a GPU.  Running
+dialect: it compiles the CUDA C the backend printed (:mod:`stripeml.codegen.cuda`)
+to PTX with NVRTC at once, so ``f.lower(...)`` works (and is tested) on machines without a GPU.  Running
 needs a GPU and its driver: the first call creates the primary context of
 device 0, loads the PTX and allocates one device buffer per root buffer,
 reused by every later call.  Both come with the ``cuda`` extra:
@@ -21,8 +20,7 @@ import numpy as np
 
 from ..codegen.gpu_abi import GpuModule, KernelInfo
 from ..errors import StripeError
-from ..ir.nodes import Program
-from .gpu import GpuOptions, GpuProgram
+from .gpu import GpuProgram
 
 #: The PTX architecture when no GPU says otherwise (NVIDIA Hopper, as cuda.toml).
 DEFAULT_ARCH = "compute_90"
@@ -133,16 +131,6 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, name: str = "stripeml.cu"
 class CudaDevice:
     """The CUDA dialect's device half for :class:`~.gpu.GpuBackend`: CUDA C compiled
     to PTX with NVRTC at once (no GPU needed), loaded on the GPU at the first run."""
-
-    def generate(self, program: Program, options: GpuOptions) -> GpuModule:
-        from ..codegen.cuda import generate_cuda
-
-        return generate_cuda(
-            program,
-            max_group_size=options.max_group_size,
-            shared_memory=options.shared_memory,
-            strip=options.strip,
-        )
 
     def load(self, module: GpuModule) -> CudaCompiled:
         ok, _ = gpu_available()

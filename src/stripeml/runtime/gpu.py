@@ -59,9 +59,8 @@ class GpuOptions:
 
 
 class Device(Protocol):
-    """A dialect's device module: prints a program in its C dialect and loads it."""
-
-    def generate(self, program: Program, options: GpuOptions) -> GpuModule: ...
+    """A dialect's device module (``DEVICE`` of :mod:`.opencl`, :mod:`.cuda`):
+    builds the printed program for its device."""
 
     def load(self, module: GpuModule) -> GpuProgram: ...
 
@@ -82,9 +81,18 @@ class GpuBackend:
     def device(self) -> Device:
         return importlib.import_module(f"{__package__}.{self.dialect}").DEVICE
 
+    def generate(self, program: Program) -> GpuModule:
+        """The program in this dialect's C (``codegen.<dialect>.generate_<dialect>``)."""
+        codegen = importlib.import_module(
+            f"{__package__.rpartition('.')[0]}.codegen.{self.dialect}"
+        )
+        o = self.options
+        return getattr(codegen, f"generate_{self.dialect}")(
+            program, max_group_size=o.max_group_size, shared_memory=o.shared_memory, strip=o.strip
+        )
+
     def compile(self, program: Program) -> GpuProgram:
-        device = self.device()
-        return device.load(device.generate(program, self.options))
+        return self.device().load(self.generate(program))
 
     def describe(self) -> str | None:
         return None  # compiled GPU code is not cached on disk

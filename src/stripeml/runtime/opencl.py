@@ -1,9 +1,10 @@
 """``target="opencl"``: Stripe -> OpenCL C -> any OpenCL device, through pyopencl.
 
 :data:`DEVICE` is what :class:`~.gpu.GpuBackend` uses for the ``opencl``
-dialect: it prints OpenCL C (:mod:`stripeml.codegen.opencl`), builds it for
-the device and returns an :class:`OpenCLCompiled` that launches one NDRange
-per root kernel on one in-order queue.  The device is the first GPU of the first platform that has
+dialect: it builds the OpenCL C the backend printed
+(:mod:`stripeml.codegen.opencl`) for the device and returns an
+:class:`OpenCLCompiled` that launches one NDRange per root kernel on one
+in-order queue.  The device is the first GPU of the first platform that has
 one, else the first device found (PoCL's CPU device in CI);
 ``PYOPENCL_CTX`` (pyopencl's own variable) picks another.  pyopencl and a
 driver come with the ``opencl`` extra: ``pip install 'stripeml[opencl]'``
@@ -19,8 +20,7 @@ import numpy as np
 
 from ..codegen.gpu_abi import GpuModule, KernelInfo
 from ..errors import StripeError
-from ..ir.nodes import Program
-from .gpu import GpuOptions, GpuProgram
+from .gpu import GpuProgram
 
 
 def _cl():
@@ -64,16 +64,6 @@ def device_context():
 
 class OpenCLDevice:
     """The OpenCL dialect's device half for :class:`~.gpu.GpuBackend`."""
-
-    def generate(self, program: Program, options: GpuOptions) -> GpuModule:
-        from ..codegen.opencl import generate_opencl
-
-        return generate_opencl(
-            program,
-            max_group_size=options.max_group_size,
-            shared_memory=options.shared_memory,
-            strip=options.strip,
-        )
 
     def load(self, module: GpuModule) -> OpenCLCompiled:
         return OpenCLCompiled(module)
