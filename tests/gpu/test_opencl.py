@@ -116,3 +116,18 @@ def test_missing_pyopencl_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(builtins, "__import__", fake)
     with pytest.raises(StripeError, match=r"stripeml\[opencl\]"):
         opencl._cl()
+
+
+def test_constants_are_uploaded_with_every_call() -> None:
+    """Bound constants reach the device (the GPU backends run every statement,
+    constant or not, at each call)."""
+    src = """function (A[M, K], B[N, K]) -> (C) {
+      T[k, n : K, N] = =(B[n, k]);
+      C[m, n : M, N] = +(A[m, k] * T[k, n]);
+    }"""
+    rng = np.random.default_rng(9)
+    b = rng.standard_normal((16, 32)).astype(np.float32)
+    f = stripeml.compile(src, target="opencl_pocl", constants={"B": b})
+    for _ in range(2):
+        a = rng.standard_normal((8, 32)).astype(np.float32)
+        np.testing.assert_allclose(f(a), a @ b.T, rtol=1e-4, atol=1e-4)
