@@ -7,8 +7,10 @@ Cases (one JSON line each, see bench/run.py):
   threads); medians of interleaved blocks.
 * ``compile_cold`` / ``compile_warm``: import + compile + first run in a fresh
   process with an empty, then a filled kernel cache (``--no-compile`` skips).
-* ``memory``: peak bytes of the program's temporaries as placed, against the
-  sum of every temporary (``sizes`` holds both; nothing is timed).
+* ``memory``: peak bytes of the program's temporaries as placed (the constant
+  ones, laid out once and kept, included), against the sum of every per-call
+  temporary; the bytes of the kept constant temporaries and of the constant
+  parameters (the weights) apart (``sizes`` holds them; nothing is timed).
 
     python bench/bench_onnx.py [--model resnet50] [--repeats 20] [--no-compile]
 """
@@ -135,13 +137,20 @@ def main() -> None:
         args.repeats,
     )
     exe = fn.lower(**feeds)
+    from stripeml.analysis.constness import constness
     from stripeml.analysis.memory import allocation_bytes
 
-    # every intermediate tensor of the program with its own buffer
-    total = sum(allocation_bytes(r) for r in exe.program.root.refs if r.dir == "none")
-    emit(
-        "memory", {**sizes, "peak_bytes": exe.peak_bytes, "sum_of_temporaries": total}, None, {}, 0
-    )
+    kept = constness(exe.program).temporaries  # computed once, kept across calls
+    refs = exe.program.root.refs
+    # every intermediate tensor of a call with its own buffer
+    total = sum(allocation_bytes(r) for r in refs if r.dir == "none" and r.into not in kept)
+    memory = {
+        "peak_bytes": exe.peak_bytes,  # everything, the kept constants included
+        "sum_of_temporaries": total,
+        "constant_temporaries_bytes": sum(allocation_bytes(r) for r in refs if r.into in kept),
+        "constant_parameters_bytes": sum(allocation_bytes(r) for r in refs if r.const),
+    }
+    emit("memory", {**sizes, **memory}, None, {}, 0)
 
 
 if __name__ == "__main__":
