@@ -161,3 +161,51 @@ def test_fma_only_when_the_target_allows_it():
     y = rng.standard_normal((70, 24)).astype(np.float32)
     got = CpuBackend(CpuOptions(fma=True)).compile(program(MATMUL, x, y)).run({"A": x, "B": y})["C"]
     np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
+
+
+# -- constant copies run by the host -------------------------------------------------------
+
+LAYOUT = """function (A[M, K], B[N, K]) -> (C) {
+  T[k, n : K, N] = =(B[n, k]);
+  C[m, n : M, N] = +(A[m, k] * T[k, n]);
+}"""
+
+
+def test_constant_copies_are_left_to_the_host() -> None:
+    """A kernel that copies a constant (the transpose of B) becomes a host copy step,
+    with no machine code; the same copy of a variable input stays a kernel."""
+    from stripeml.codegen.llvm import generate
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((12, 16)).astype(np.float32)
+    bound = stripeml.compile(LAYOUT, target="cpu", constants={"B": b})
+    exe = bound.lower(a)
+    steps = exe._compiled.module.steps
+    copies = [s.copy for s in steps if s.copy is not None]
+    assert len(copies) == 1 and copies[0].src == "B" and copies[0].block_name not in exe.code
+    for _ in range(2):  # the copy ran once, at the first call
+        np.testing.assert_allclose(bound(a), a @ b.T, rtol=1e-5, atol=1e-5)
+    plain = stripeml.compile(LAYOUT, target="cpu").lower(a, b)
+    assert all(s.copy is None for s in generate(plain.program).steps)
+    np.testing.assert_allclose(plain(a, b), a @ b.T, rtol=1e-5, atol=1e-5)
+
+
+def test_host_copy_needs_a_pure_copy() -> None:
+    """A constant kernel that computes (exp of the transpose of B) is compiled, not
+    copied: it is constant, but not a copy."""
+    from stripeml.analysis.constness import constness
+
+    src = """function (A[M, K], B[N, K]) -> (C) {
+      T[k, n : K, N] = =(B[n, k]);
+      E = exp(T);
+      C[m, n : M, N] = +(A[m, k] * E[k, n]);
+    }"""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal((12, 16)).astype(np.float32)
+    f = stripeml.compile(src, target="cpu", constants={"B": b})
+    exe = f.lower(a)
+    assert constness(exe.program).statements  # the exp of the transpose is constant
+    assert all(s.copy is None for s in exe._compiled.module.steps)
+    np.testing.assert_allclose(f(a), a @ np.exp(b.T), rtol=1e-4, atol=1e-4)

@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..analysis.constness import constness
-from ..codegen.cpu_abi import CpuModule, KernelInfo
+from ..codegen.cpu_abi import CpuModule, HostCopy, KernelInfo
 from ..ir.nodes import Program, Refinement
 from ..ir.printer import format as format_ir
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, native_pool
-from .host import RootBuffer, check_names, checked, run_root_special
+from .host import RootBuffer, check_names, checked, run_host_copy, run_root_special
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
@@ -393,7 +393,8 @@ class CpuCompiled:
                     fn(pointers, 0, extent)
             if times is not None:
                 step = self.module.steps[k]
-                name = step.kernel.block_name if step.kernel is not None else f"special{k}"
+                info = step.kernel or step.copy
+                name = info.block_name if info is not None else f"special{k}"
                 times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
     def _plan(self, constant: bool = False) -> list[tuple]:
@@ -409,8 +410,8 @@ class CpuCompiled:
             if (k in self._const_steps) != constant:
                 continue
             info = step.kernel
-            if info is None:
-                plan.append((k, None, 0, 0, None, step.special))
+            if info is None:  # run by the host: a special, or a copy kernel
+                plan.append((k, None, 0, 0, None, step.special or step.copy))
                 continue
             cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
             bounds = None
@@ -424,7 +425,10 @@ class CpuCompiled:
         return plan
 
     def _run_special(self, special: object, storages: list[np.ndarray]) -> None:
-        run_root_special(special, self._buffers, storages)
+        if isinstance(special, HostCopy):
+            run_host_copy(special, self._buffers, storages)
+        else:
+            run_root_special(special, self._buffers, storages)
 
 
 def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..codegen.cpu_abi import BufferInfo, CpuModule, KernelInfo, Step
+from ..codegen.cpu_abi import BufferInfo, CpuModule, HostCopy, KernelInfo, Step
 from ..ir.nodes import Special
 from ..ir.parser import parse
 from ..ir.printer import format_stmt
@@ -231,6 +231,8 @@ def _module_to_json(module: CpuModule) -> dict:
         "steps": [
             {"kernel": asdict(s.kernel)}
             if s.kernel is not None
+            else {"copy": asdict(s.copy)}
+            if s.copy is not None
             else {"special": format_stmt(s.special)}
             for s in module.steps
         ],
@@ -246,6 +248,10 @@ def _module_from_json(meta: dict) -> CpuModule:
     for s in meta["steps"]:
         if "kernel" in s:
             steps.append(Step(kernel=KernelInfo(**s["kernel"])))
+        elif "copy" in s:
+            c = s["copy"]
+            tuples = {k: tuple(v) for k, v in c.items() if isinstance(v, list)}
+            steps.append(Step(copy=HostCopy(**{**c, **tuples})))
         else:
             steps.append(Step(special=_parse_special(s["special"])))
     return CpuModule(meta["llvm_ir"], buffers, tuple(steps))
