@@ -156,8 +156,7 @@ def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.
     elif special.op == "gather" and len(ins) == 2:
         from .interp.specials import _gather
 
-        params = dict(special.params)
-        result = _gather(ins[0][None], ins[1][None], int(params.get("axis", 0)))[0]  # type: ignore[arg-type]
+        result = _gather(ins[0][None], ins[1][None], special.int_param("axis"))[0]
         if result.shape != sizes:
             return False
     else:
