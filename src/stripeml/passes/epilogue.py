@@ -93,14 +93,16 @@ class Epilogue:
             j = i + 1
             while j < n and self._result(root.stmts[j]) == t:
                 j += 1
-            parts = root.stmts[i:j]
-            fused = None
+            parts = [p for p in root.stmts[i:j] if isinstance(p, Block)]  # all are: _result(t)
+            fused: list[Block] | None = None
             if j < n:
                 others = root.stmts[:i] + root.stmts[j + 1 :]
-                fused = [_attach(p, root.stmts[j], root, others) for p in parts]
-            # Every part or none: the result buffer disappears only if all are fused.
-            if fused is not None and all(f is not None for f in fused):
-                stmts.extend(fused)  # type: ignore[arg-type]
+                attached = [_attach(p, root.stmts[j], root, others) for p in parts]
+                # Every part or none: the result buffer disappears only if all are fused.
+                if all(f is not None for f in attached):
+                    fused = [f for f in attached if f is not None]
+            if fused is not None:
+                stmts.extend(fused)
                 dropped.add(t)
                 i = j + 1
             else:
