@@ -132,11 +132,13 @@ def _attach(tiled: Block, e: Statement, root: Block, others: tuple[Statement, ..
     assert isinstance(e, Block)
     (out,) = [r for r in tiled.refs if r.dir == "out"]
     troot = next(r for r in root.refs if r.into == t)
-    host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
-    if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
+    last = tiled.stmts[-1]
+    host = tiled if isinstance(last, Block) and "register_tile" in last.tags else last
+    if not isinstance(host, Block) or not host.stmts:
         return None
     tile = host.stmts[-1]
-    assert isinstance(tile, Block)
+    if not isinstance(tile, Block) or "register_tile" not in tile.tags:
+        return None
     if {r.into for r in e.refs if r is not tv} & {r.into for b in (tiled, host) for r in b.refs}:
         return None  # one name, two views: the kernel's (a panel) and e's (the whole buffer)
     host_c = next(r for r in host.refs if r.into == out.into and r.dir == "out")
