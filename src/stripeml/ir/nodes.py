@@ -135,12 +135,16 @@ class LoadIndex:
     expr: Affine
 
 
+# The value of a scalar constant (``const(value)``).
+Scalar = Union[int, float, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class Constant:
     """``into = const(value): dtype``."""
 
     into: str
-    value: int | float | bool
+    value: Scalar
     dtype: str
 
 
