@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -55,6 +56,8 @@ _CODEMODEL = "jitdefault"
 
 #: The C type of every kernel: ``void kernel(void **buffers, int64 start, int64 end)``.
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+# A kernel as Python calls it: (the buffer pointer array, first, end of the range).
+Kernel = Callable[[ctypes.Array[ctypes.c_void_p], int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +181,7 @@ class LoadedObject:
             raise InternalError(f"kernel symbol {symbol!r} is missing from the object code")
         return addr
 
-    def kernel(self, symbol: str) -> ctypes._CFuncPtr:
+    def kernel(self, symbol: str) -> Kernel:
         """The kernel ``symbol`` as a ctypes function (calls release the GIL)."""
         return KERNEL_TYPE(self.address(symbol))
 
