@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -56,8 +57,9 @@ _CODEMODEL = "jitdefault"
 
 #: The C type of every kernel: ``void kernel(void **buffers, int64 start, int64 end)``.
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-# A kernel as Python calls it: (the buffer pointer array, first, end of the range).
-Kernel = Callable[[ctypes.Array[ctypes.c_void_p], int, int], None]
+if TYPE_CHECKING:
+    # A kernel as Python calls it: (the buffer pointer array, first, end of the range).
+    Kernel = Callable[[ctypes.Array[ctypes.c_void_p], int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
