@@ -20,8 +20,10 @@ demo: $(STAMP)
 	$(VENV)/bin/stripeml demo --target cpu
 	$(VENV)/bin/stripeml onnx "$$($(ONNX_DEMO))" --random --check --bench 5
 
+# mypy reads its settings (files, strictness, untyped third-party modules) from pyproject.toml.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -n 2 tests
 
 test-slow: $(STAMP)
@@ -29,6 +31,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff format --check src tests bench
 
 bench: $(STAMP)

@@ -28,11 +28,23 @@ class TileSyntaxError(StripeError):
 
 
 class TileNameError(StripeError):
-    """A Tile program refers to something that is not defined (or misuses a name)."""
+    """A Tile program refers to something that is not defined (or misuses a name).
+
+    ``line`` and ``column`` (1-based) are set when the checker locates the error.
+    """
+
+    line: int | None = None
+    column: int | None = None
 
 
 class TileTypeError(StripeError):
-    """A Tile statement is ill-formed: wrong arity, non-affine index, bad dtype use."""
+    """A Tile statement is ill-formed: wrong arity, non-affine index, bad dtype use.
+
+    ``line`` and ``column`` (1-based) are set when the checker locates the error.
+    """
+
+    line: int | None = None
+    column: int | None = None
 
 
 class ShapeError(StripeError):

@@ -132,7 +132,7 @@ class CostModel:
                 )
             else:
                 count *= s
-        if straddle:
+        if straddle and unit is not None:  # only the unit-stride run straddles
             runs = count // -(-sizes[unit] * view.itemsize // self.line_bytes)
             return count, count + runs
         return count, count

@@ -178,8 +178,8 @@ def ordered_arrays(
     return [arrays[p] for p in params], ordered
 
 
-def as_tuple(result: object) -> tuple[np.ndarray, ...]:
-    return result if isinstance(result, tuple) else (result,)  # type: ignore[return-value]
+def as_tuple(result: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    return result if isinstance(result, tuple) else (result,)
 
 
 def checksum(array: np.ndarray) -> tuple[float, str]:

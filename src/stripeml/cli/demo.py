@@ -15,13 +15,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for ex in EXAMPLES:
             print(f"{ex.name:16} {ex.path}")
         return 0
-    unknown = [n for n in args.names if find_example(n) is None]
+    found = [(n, find_example(n)) for n in args.names]
+    unknown = [n for n, ex in found if ex is None]
     if unknown:
         raise UsageError(
             f"no bundled example named {', '.join(unknown)} "
             f"(have: {', '.join(ex.name for ex in EXAMPLES)})"
         )
-    names = [find_example(n).name for n in args.names]  # type: ignore[union-attr]
+    names = [ex.name for _, ex in found if ex is not None]
     check_target(args.target)
     results = run_demo(args.target, names, args.seed)
     print(format_table(results))

@@ -10,6 +10,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from .common import (
     ordered_arrays,
     positive_int,
 )
+
+if TYPE_CHECKING:  # the compiler loads lazily (``stripeml.compile``)
+    from ..api import Executable, Function
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -110,9 +114,9 @@ def _comment(text: str) -> str:
     return "\n".join(f"// {line}".rstrip() for line in text.splitlines())
 
 
-def _timings(exe: object) -> str:
+def _timings(exe: Executable) -> str:
     """One line per pass run (in order) with its time, then the total."""
-    timings = list(getattr(exe, "timings", []))
+    timings = list(exe.timings)
     if not timings:
         return "(no passes)"
     width = max(len(name) for name in ["total", *(name for name, _ in timings)])
@@ -122,16 +126,16 @@ def _timings(exe: object) -> str:
 
 
 def _memory_report(
-    f: object, exe: object, arrays: Sequence[np.ndarray], args: argparse.Namespace
+    f: Function, exe: Executable, arrays: Sequence[np.ndarray], args: argparse.Namespace
 ) -> str:
     """Run the final program with the interpreter and format the bytes per location."""
     from ..analysis.memory import is_placed, peak_bytes
     from ..runtime.interp import run_with_report
     from ..targets.report import format_traffic
 
-    program = exe.program  # type: ignore[attr-defined]
-    _, traffic = run_with_report(program, dict(zip(f.params, arrays)))  # type: ignore[attr-defined]
-    memories = f.target.memories  # type: ignore[attr-defined]
+    program = exe.program
+    _, traffic = run_with_report(program, dict(zip(f.params, arrays)))
+    memories = f.target.memories
     peaks = peak_bytes(program) if is_placed(program) else None
     table = format_traffic(traffic.reads, traffic.writes, memories, peaks)
     if peaks is None:

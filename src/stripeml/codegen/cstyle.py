@@ -23,7 +23,7 @@ import struct
 
 from ..errors import StripeError
 from ..ir import dtypes
-from ..ir.nodes import Block, Program, Special
+from ..ir.nodes import Block, Program, Scalar, Special
 from .cpu_abi import root_buffers
 from .cstyle_kernel import KernelPrinter
 from .gpu_abi import GpuModule, GpuStep
@@ -99,13 +99,13 @@ class CStyle:
         return (self.f32_from_bits if dt == "f32" else self.f64_from_bits).format(bits)
 
     # -- literals ----------------------------------------------------------------
-    def literal(self, dt: str, value: object) -> str:
+    def literal(self, dt: str, value: Scalar) -> str:
         """``value`` as a C literal of ``dt``: floats exact in hexadecimal, inf and
         nan from their bits, integers wrapped to ``dt``'s width and cast to it."""
         if dt == "bool":
             return "true" if value else "false"
         if dtypes.is_float(dt):
-            v = float(value)  # type: ignore[arg-type]
+            v = float(value)
             if dt == "f32":
                 v = float(struct.unpack("<f", struct.pack("<f", v))[0]) if math.isfinite(v) else v
             if not math.isfinite(v):
@@ -115,7 +115,7 @@ class CStyle:
             text = v.hex()  # exact: C99 / C++17 hexadecimal floating literals
             return f"({text}f)" if dt == "f32" else f"({text})"
         bits = dtypes.bits(dt)
-        v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+        v = int(value) & ((1 << bits) - 1)
         if dtypes.is_signed(dt) and v >= 1 << (bits - 1):
             v -= 1 << bits
         if -(1 << 31) < v < (1 << 31):

@@ -23,7 +23,7 @@ once :mod:`.gpu_plan` has mapped its points onto work-items:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -248,7 +248,7 @@ class KernelPrinter:
         blk: Block,
         env: dict[str, str],
         prefs: dict[str, CBind],
-        pinned: set[str] = frozenset(),  # type: ignore[assignment]
+        pinned: Collection[str] = frozenset(),
         init: set[int] | None = None,
         innermost: str | None = None,
     ) -> None:
@@ -276,7 +276,8 @@ class KernelPrinter:
             order.append(innermost)
         if init is not None:
             order = [n for n in order if needed_in_init(blk, n)]
-        outer, inner = order, []
+        outer = order
+        inner: list[str] = []
         if reg is not None:
             outer, inner = split_by_address(order, binds[reg].offset)
 
@@ -384,6 +385,7 @@ class KernelPrinter:
                 v = vals[st.value][0]
                 if bd.mode == "reg":
                     acc, touched = bd.acc, bd.touched
+                    assert acc is not None  # every register bind has its accumulator
                     if bd.acc_index is not None:  # acc, touched end in "[base + "
                         acc = f"{acc}{env[bd.acc_index]}]"
                         touched = f"{touched}{env[bd.acc_index]}]" if touched else None

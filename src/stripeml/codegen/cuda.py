@@ -47,4 +47,4 @@ def generate_cuda(program: Program, **options: int) -> GpuModule:
     ``options``: those of :func:`.cstyle.generate` (``max_group_size``,
     ``shared_memory``, ``strip``).
     """
-    return generate(program, CudaStyle(), **options)  # type: ignore[arg-type]
+    return generate(program, CudaStyle(), **options)

@@ -42,11 +42,10 @@ def emit_tiled(p: KernelPrinter, plan: KernelPlan) -> None:
         w(f"if (!({cond})) return;  // the whole group: no point in this tile")
     _declare_shared(p, kernel)
     binds = p.bind_refs(kernel, p.root_binds, None)
-    flagged = bool(kernel.constraints) or any(
-        b.constraints
-        for b in kernel.stmts  # type: ignore[union-attr]
-    )
-    leaves = {id(b): lp for b, lp in zip(kernel.stmts, plan.leaves)}
+    # A tiled plan exists only when every statement of the kernel is a leaf block.
+    blocks = [b for b in kernel.stmts if isinstance(b, Block)]
+    flagged = bool(kernel.constraints) or any(b.constraints for b in blocks)
+    leaves = {id(b): lp for b, lp in zip(blocks, plan.leaves)}
     accs: dict[str, tuple[str, str | None, int]] = {}
     for name in plan.registers:
         bd = binds[name]
@@ -66,7 +65,7 @@ def emit_tiled(p: KernelPrinter, plan: KernelPlan) -> None:
         accs[name] = (acc, touched, n)
 
     def body(env2: dict[str, str]) -> None:
-        for leaf in kernel.stmts:
+        for leaf in blocks:
             lp = leaves[id(leaf)]
             j = p.fresh("j")
             if lp.accumulates is not None:
@@ -97,7 +96,7 @@ def emit_tiled(p: KernelPrinter, plan: KernelPlan) -> None:
     # Each work-item writes the elements it accumulated.
     for name, (acc, touched, _n) in accs.items():
         lp = next(lp for lp in plan.leaves if lp.accumulates == name)
-        leaf = next(b for b in kernel.stmts if leaves[id(b)] is lp)
+        leaf = next(b for b in blocks if leaves[id(b)] is lp)
         view = next(v for v in leaf.refs if v.from_ == name)
         bd = binds[name]
         off = view_offset(bd.offset, view)
@@ -127,14 +126,15 @@ def _declare_shared(p: KernelPrinter, kernel: Block) -> None:
     if not allocs:
         return
     sizes = {id(r): max(r.shape.extent, 1) * itemsize(r.shape.dtype) for r in allocs}
-    if all(r.offset is not None for r in allocs):
-        total = max(r.offset + sizes[id(r)] for r in allocs)  # type: ignore[operator]
+    placed = [(r, r.offset) for r in allocs if r.offset is not None]
+    if len(placed) == len(allocs):
+        total = max(offset + sizes[id(r)] for r, offset in placed)
         arena = p.fresh("smem")
         w(f"{s.local_decl} uchar {arena}[{total}] __attribute__((aligned(64)));")
-        for r in allocs:
+        for r, offset in placed:
             name = p.fresh(r.into)
             t = p.typ(r.shape.dtype)
-            w(f"{s.local_pointer} {t}* {name} = ({s.local_pointer} {t}*)({arena} + {r.offset});")
+            w(f"{s.local_pointer} {t}* {name} = ({s.local_pointer} {t}*)({arena} + {offset});")
             p.local_arrays[id(r)] = name
     else:
         total = sum(sizes.values())

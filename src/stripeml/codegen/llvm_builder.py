@@ -120,7 +120,7 @@ class KernelBuilder:
     ) -> ir.Value:
         """The value at ``bd``'s origin: ``lanes`` consecutive elements along ``vidx``
         (or one broadcast when the view does not move with ``vidx``), else a scalar."""
-        if lanes is None or bd.offset.coeff(vidx) == 0:  # type: ignore[arg-type]
+        if lanes is None or vidx is None or bd.offset.coeff(vidx) == 0:
             v = self.load(bd, env)
             return self.broadcast(v, lanes) if lanes else v
         v = self.b.load(

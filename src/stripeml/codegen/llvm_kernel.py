@@ -241,7 +241,7 @@ class KernelEmitter(KernelBuilder):
             elif isinstance(s, LoadIndex):
                 v = self.affine(s.expr, env)
                 if lanes:
-                    c = s.expr.coeff(vidx)  # type: ignore[arg-type]
+                    c = s.expr.coeff(vidx) if vidx is not None else 0
                     steps = ir.Constant(ir.VectorType(I64, lanes), [c * i for i in range(lanes)])
                     v = self.b.add(self.broadcast(v, lanes), steps)
                 vals[s.into] = (v, "i64")

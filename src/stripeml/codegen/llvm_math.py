@@ -496,6 +496,7 @@ class _Emit:
 
 def _exp(e: _Emit, x: ir.Value, lo: ir.Value | None = None) -> ir.Value:
     """e^(x + lo); ``lo`` is an optional tiny correction (double-double input)."""
+    coeffs: tuple[float, ...]
     if e.is64:
         lo_b, hi_b = -746.0, 710.0
         ln2_hi, ln2_lo, coeffs = _LN2_HI_D, _LN2_LO_D, _EXPD_U

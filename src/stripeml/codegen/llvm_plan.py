@@ -10,6 +10,7 @@ loop bounds) is in :mod:`.plan`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
@@ -134,16 +135,25 @@ def loop_order(
     return names
 
 
+# A view traced to its root buffer: (root name, access in root coordinates).
+_RootAccess = tuple[str, tuple[Affine, ...]]
+
+
 def _root_writes(
-    blk: Block, chain: dict[str, tuple[str, tuple[Affine, ...]]], out: list, reads: set[str]
+    blk: Block,
+    chain: Mapping[str, _RootAccess | None],
+    out: list[_RootAccess],
+    reads: set[str],
 ) -> None:
-    """Collect (root name, access in root coordinates) of every write to a root buffer."""
-    local: dict[str, tuple[str, tuple[Affine, ...]] | None] = {}
+    """Collect (root name, access in root coordinates) of every write to a root buffer;
+    ``chain``: the parent's views traced to the root (``None``: an allocation's)."""
+    local: dict[str, _RootAccess | None] = {}
     for r in blk.refs:
-        if r.dir == "none" or r.from_ not in chain or chain[r.from_] is None:
+        link = chain.get(r.from_) if r.dir != "none" else None
+        if link is None:
             local[r.into] = None
             continue
-        root, acc = chain[r.from_]  # type: ignore[misc]
+        root, acc = link
         composed = tuple(a + b for a, b in zip(acc, r.access)) if acc else r.access
         local[r.into] = (root, composed)
         if r.dir in ("out", "inout"):
@@ -152,7 +162,7 @@ def _root_writes(
             reads.add(root)
     for s in blk.stmts:
         if isinstance(s, Block):
-            _root_writes(s, local, out, reads)  # type: ignore[arg-type]
+            _root_writes(s, local, out, reads)
 
 
 def parallel_index(kernel: Block) -> str | None:
@@ -166,7 +176,7 @@ def parallel_index(kernel: Block) -> str | None:
     ):
         # The `thread` pass proved (with isl) that splitting the first index is race-free.
         return kernel.idxs[0].name
-    writes: list = []
+    writes: list[_RootAccess] = []
     reads: set[str] = set()
     chain_root = {
         r.from_: (r.from_, tuple(Affine() for _ in r.access)) for r in kernel.refs if r.from_
@@ -183,16 +193,17 @@ def parallel_index(kernel: Block) -> str | None:
     for idx in kernel.idxs:
         if idx.affine is not None or idx.range < 2:
             continue
-        dims = [
+        found = [
             min(
                 (d for d, a in enumerate(acc) if _separates(a, idx.name, own, ranges)), default=None
             )
             for _, acc in writes
         ]
-        if any(d is None for d in dims):
+        dims = [d for d in found if d is not None]
+        if len(dims) < len(found):
             continue
         innermost = all(d == len(acc) - 1 for d, (_, acc) in zip(dims, writes))
-        key = (innermost, idx.range < 8, max(dims), -idx.range)  # type: ignore[type-var]
+        key = (innermost, idx.range < 8, max(dims), -idx.range)
         if best_key is None or key < best_key:
             best, best_key = idx.name, key
     return best

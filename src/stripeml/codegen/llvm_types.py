@@ -13,6 +13,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..ir import dtypes
+from ..ir.nodes import Scalar
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -45,14 +46,14 @@ def is_unsigned(dt: str) -> bool:
     return dt.startswith("u") or dt == "bool"
 
 
-def const(dt: str, value: object) -> ir.Constant:
+def const(dt: str, value: Scalar) -> ir.Constant:
     t = reg_type(dt)
     if dt == "bool":
         return ir.Constant(t, int(bool(value)))
     if is_float(dt):
-        return ir.Constant(t, float(value))  # type: ignore[arg-type]
+        return ir.Constant(t, float(value))
     bits = dtypes.bits(dt)
-    v = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
+    v = int(value) & ((1 << bits) - 1)
     return ir.Constant(t, v)
 
 
@@ -75,13 +76,13 @@ def identity(agg: str, dt: str) -> ir.Constant:
     raise AssertionError(agg)
 
 
-def typed_const(t: ir.Type, value: object) -> ir.Constant:
+def typed_const(t: ir.Type, value: Scalar) -> ir.Constant:
     """A constant of type ``t``; for a vector type, ``value`` in every lane."""
     if isinstance(t, ir.VectorType):
         return ir.Constant(t, [typed_const(t.element, value).constant] * t.count)
     if isinstance(t, (ir.HalfType, ir.FloatType, ir.DoubleType)):
-        return ir.Constant(t, float(value))  # type: ignore[arg-type]
-    return ir.Constant(t, int(value))  # type: ignore[call-overload]
+        return ir.Constant(t, float(value))
+    return ir.Constant(t, int(value))
 
 
 def splat(c: ir.Constant, lanes: int | None) -> ir.Constant:

@@ -25,4 +25,4 @@ def generate_opencl(program: Program, **options: int) -> GpuModule:
     ``options``: those of :func:`.cstyle.generate` (``max_group_size``,
     ``shared_memory``, ``strip``).
     """
-    return generate(program, OpenCLStyle(), **options)  # type: ignore[arg-type]
+    return generate(program, OpenCLStyle(), **options)

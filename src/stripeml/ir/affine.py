@@ -106,12 +106,12 @@ class Affine:
             coeffs[m] = coeffs.get(m, 0) + c
         return Affine.build(coeffs, self.const)
 
-    def evaluate(self, env: Mapping[str, object]):
+    def evaluate(self, env: Mapping[str, int | np.ndarray]) -> int | np.ndarray:
         """Evaluate with ``env`` mapping names to ints or integer NumPy arrays."""
-        result: object = self.const
+        result: int | np.ndarray = self.const
         for n, c in self.terms:
             v = env[n]
-            result = result + (v if c == 1 else v * c)  # type: ignore[operator]
+            result = result + (v if c == 1 else v * c)
         return result
 
     # -- text -------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 # Stripe name -> NumPy dtype.  The order is the printing/parsing vocabulary.
 DTYPES: dict[str, np.dtype] = {
@@ -27,10 +28,10 @@ def to_numpy(name: str) -> np.dtype:
     return DTYPES[name]
 
 
-def from_numpy(dtype: object) -> str | None:
+def from_numpy(dtype: DTypeLike) -> str | None:
     """Stripe name of a NumPy dtype, or ``None`` when it has no counterpart."""
     try:
-        return _FROM_NUMPY.get(np.dtype(dtype))  # type: ignore[arg-type]
+        return _FROM_NUMPY.get(np.dtype(dtype))
     except TypeError:
         return None
 

@@ -51,11 +51,18 @@ def _local_space(space: isl.Space) -> isl.LocalSpace:
 def dim_names(obj: isl.BasicSet | isl.Set | isl.Space) -> tuple[str, ...]:
     """The set dimension names of a set or space, in order."""
     space = obj if isinstance(obj, isl.Space) else obj.get_space()
-    return tuple(space.get_dim_name(_SET, i) for i in range(space.dim(_SET)))
+    names = []
+    for i in range(space.dim(_SET)):
+        name = space.get_dim_name(_SET, i)
+        if name is None:  # every space stripeml builds names its dimensions
+            raise ValueError(f"set dimension {i} of {space} has no name")
+        names.append(name)
+    return tuple(names)
 
 
 def _positions(space: isl.Space) -> dict[str, int]:
-    return {space.get_dim_name(_SET, i): i for i in range(space.dim(_SET))}
+    names = ((space.get_dim_name(_SET, i), i) for i in range(space.dim(_SET)))
+    return {name: i for name, i in names if name is not None}
 
 
 def _val(value: int) -> int | isl.Val:

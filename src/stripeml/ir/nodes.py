@@ -135,12 +135,16 @@ class LoadIndex:
     expr: Affine
 
 
+# The value of a scalar constant (``const(value)``).
+Scalar = Union[int, float, bool]
+
+
 @dataclass(frozen=True, slots=True)
 class Constant:
     """``into = const(value): dtype``."""
 
     into: str
-    value: int | float | bool
+    value: Scalar
     dtype: str
 
 
@@ -154,7 +158,8 @@ class Intrinsic:
     dtype: str
 
 
-ParamValue = Union[int, float, str, tuple[int, ...]]
+# A special's param: a scalar, a string, or a tuple of params (the text format's values).
+ParamValue = Union[int, float, str, tuple["ParamValue", ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,14 @@ class Special:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     params: tuple[tuple[str, ParamValue], ...] = ()
+
+    def int_param(self, key: str, default: int = 0) -> int:
+        """Param ``key`` as an int (``default`` when absent); the verifier checks that
+        the params an op needs are integers."""
+        value = dict(self.params).get(key, default)
+        if isinstance(value, tuple):
+            raise TypeError(f"special {self.op!r}: param {key!r} is a tuple, not an integer")
+        return int(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..errors import IRSyntaxError
 from .affine import Affine
@@ -30,6 +32,7 @@ from .nodes import (
     Intrinsic,
     Load,
     LoadIndex,
+    ParamValue,
     Program,
     Refinement,
     Special,
@@ -37,6 +40,8 @@ from .nodes import (
     Store,
     TensorShape,
 )
+
+_T = TypeVar("_T")
 
 _TOKEN_RE = re.compile(
     r"""
@@ -105,7 +110,8 @@ class _Lexer:
 
     def string(self, start: int) -> tuple[str, int]:
         """Decode the string literal whose opening quote is at ``start``."""
-        src, pos, chars = self.source, start + 1, []
+        src, pos = self.source, start + 1
+        chars: list[str] = []
         while True:
             if pos >= len(src) or src[pos] == "\n":
                 raise self.error("unterminated string", start)
@@ -209,9 +215,9 @@ class _Parser:
             raise self.error("integer too long", tok) from None
         return -value if negative else value
 
-    def separated(self, item, close: str) -> list:
+    def separated(self, item: Callable[[], _T], close: str) -> list[_T]:
         """``item (, item)*`` up to the ``close`` token (consumed); empty allowed."""
-        items = []
+        items: list[_T] = []
         if not self.accept(close):
             items.append(item())
             while self.accept(","):
@@ -375,10 +381,10 @@ class _Parser:
                 self.expect(")")
                 return LoadIndex(target, expr)
             if tok.text == "const":
-                value = self.value(scalar=True)
+                value = self.scalar()
                 self.expect(")")
                 self.expect(":")
-                return Constant(target, value, self.name("a dtype"))  # type: ignore[arg-type]
+                return Constant(target, value, self.name("a dtype"))
             operand = self.name("a name")
             self.expect(")")
             return Load(target, operand) if tok.text == "load" else Store(target, operand)
@@ -395,31 +401,35 @@ class _Parser:
         self.expect("->")
         self.expect("(")
         outputs = tuple(self.separated(self.name, ")"))
-        params: list[tuple[str, object]] = []
+        params: list[tuple[str, ParamValue]] = []
         if self.accept("{"):
             params = self.separated(self.param, "}")
-        return Special(op, inputs, outputs, tuple(params))  # type: ignore[arg-type]
+        return Special(op, inputs, outputs, tuple(params))
 
-    def param(self) -> tuple[str, object]:
+    def param(self) -> tuple[str, ParamValue]:
         key = self.name("a parameter name")
         self.expect("=")
-        return key, self.value(scalar=False)
+        return key, self.param_value()
 
-    def value(self, scalar: bool) -> object:
-        """``true``/``false``, ``[-]INT``, ``[-]FLOAT``, ``[-]inf``, ``nan``; or a string/tuple."""
+    def param_value(self) -> ParamValue:
+        """A scalar, a string or a tuple of param values."""
+        if self.tok.kind == "string":
+            return self.advance().text
+        if self.accept("("):
+            items: list[ParamValue] = []
+            while not self.accept(")"):
+                items.append(self.param_value())
+                if not self.at(")"):
+                    self.expect(",")
+            return tuple(items)
+        return self.scalar()
+
+    def scalar(self) -> int | float | bool:
+        """``true``/``false``, ``[-]INT``, ``[-]FLOAT``, ``[-]inf``, ``nan``."""
         tok = self.tok
         if tok.kind == "ident" and tok.text in ("true", "false"):
             self.advance()
             return tok.text == "true"
-        if not scalar and tok.kind == "string":
-            return self.advance().text
-        if not scalar and self.accept("("):
-            items = []
-            while not self.accept(")"):
-                items.append(self.value(scalar=False))
-                if not self.at(")"):
-                    self.expect(",")
-            return tuple(items)
         negative = self.accept("-")
         tok = self.tok
         if tok.kind == "int":

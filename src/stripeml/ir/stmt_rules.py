@@ -199,16 +199,17 @@ def special(stmt: Special, env: Env) -> Iterator[str]:
 @stmt_rule(Special)
 def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
     """copy: same sizes; reshape: same element count; gather: NumPy ``take`` shapes."""
-    refs = [env.ref(n) for n in stmt.inputs + stmt.outputs]
-    if stmt.op not in SPECIALS or any(r is None for r in refs) or len(refs) < 2:
+    found = [env.ref(n) for n in stmt.inputs + stmt.outputs]
+    refs = [r for r in found if r is not None]
+    if stmt.op not in SPECIALS or len(refs) < len(found) or len(refs) < 2:
         return
-    src, dst = refs[0].shape, refs[-1].shape  # type: ignore[union-attr]
+    src, dst = refs[0].shape, refs[-1].shape
     if stmt.op == "copy" and src.sizes != dst.sizes:
         yield f"copy between sizes {src.sizes} and {dst.sizes}"
     elif stmt.op == "reshape" and src.elem_count != dst.elem_count:
         yield f"reshape from {src.elem_count} to {dst.elem_count} elements"
     elif stmt.op == "gather" and len(refs) == 3:
-        index = refs[1].shape  # type: ignore[union-attr]
+        index = refs[1].shape
         axis = dict(stmt.params).get("axis")
         if not is_int(index.dtype):
             yield f"gather indices have dtype {index.dtype}, not an integer"
@@ -223,13 +224,13 @@ def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
             yield f"gather result dtype {dst.dtype} differs from the source's {src.dtype}"
 
 
-def scalar_dtype(stmt: object, env: Env) -> str | None:
-    """The dtype of the scalar ``stmt`` defines, or ``None`` if it defines none."""
+def scalar_def(stmt: object, env: Env) -> tuple[str, str] | None:
+    """The scalar ``stmt`` defines and its dtype, or ``None`` if it defines none."""
     if isinstance(stmt, Load):
         ref = env.ref(stmt.ref)
-        return ref.shape.dtype if ref is not None else None
+        return (stmt.into, ref.shape.dtype) if ref is not None else None
     if isinstance(stmt, LoadIndex):
-        return "i64"
+        return stmt.into, "i64"
     if isinstance(stmt, (Constant, Intrinsic)):
-        return stmt.dtype
+        return stmt.into, stmt.dtype
     return None

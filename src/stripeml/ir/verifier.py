@@ -26,7 +26,7 @@ from ..errors import VerifyError
 from .dtypes import DTYPES
 from .nodes import AGGREGATIONS, DIRECTIONS, Block, Program, Refinement, Special
 from .printer import format_stmt
-from .stmt_rules import SPECIALS, STMT_RULES, Env, scalar_dtype
+from .stmt_rules import SPECIALS, STMT_RULES, Env, scalar_def
 from .tags import DECLARED
 
 VIEW_DIRS = ("in", "out", "inout")
@@ -390,9 +390,10 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
         for rule in rules:
             for message in rule(stmt, env):
                 raise _fail(f"{scope.where}, statement {k} '{text}'", message)
-        dtype = scalar_dtype(stmt, env)
-        if dtype is not None:
-            env.scalars[stmt.into] = dtype  # type: ignore[union-attr]
+        defined = scalar_def(stmt, env)
+        if defined is not None:
+            name, dtype = defined
+            env.scalars[name] = dtype
     for rule in TAG_RULES:
         for message in rule(block, scope):
             raise _fail(scope.where, message)

@@ -107,9 +107,10 @@ class Node:
 
     def input(self, i: int) -> Value:
         """Input ``i``, which must be present."""
-        if i >= len(self.inputs) or self.inputs[i] is None:
+        v = self.inputs[i] if i < len(self.inputs) else None
+        if v is None:
             raise self.error(f"input {i} is required")
-        return self.inputs[i]  # type: ignore[return-value]
+        return v
 
     def opt(self, i: int) -> Value | None:
         return self.inputs[i] if i < len(self.inputs) else None

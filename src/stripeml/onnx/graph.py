@@ -113,10 +113,10 @@ class Graph:
             if t in seen:
                 continue
             seen.add(t)
-            n = producer.get(t)
-            if n is None or n.op_type in SHAPE_ONLY:
+            node = producer.get(t)
+            if node is None or node.op_type in SHAPE_ONLY:
                 continue
-            want += [i for i in n.inputs if i]
+            want += [i for i in node.inputs if i]
         return {i.name for i in self.inputs if i.name in seen}
 
     def unsupported(self) -> list[NodeInfo]:

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 
+# What a call is specialised on: per graph input its shape and dtype (and, for
+# inputs some op needs at compile time, its bytes).
+_Key = tuple[tuple[object, ...], ...]
+
+
 @dataclass
 class Specialised:
     """The program for one call signature."""
@@ -89,7 +94,7 @@ class OnnxFunction:
         self.input_names = [i.name for i in self.graph.inputs]
         self.output_names = list(self.graph.outputs)
         self._static = self.graph.static_inputs()
-        self._cache: dict[Any, Specialised] = {}
+        self._cache: dict[_Key, Specialised] = {}
 
     def __repr__(self) -> str:
         return (
@@ -130,8 +135,8 @@ class OnnxFunction:
             out.append(arr)
         return out
 
-    def _key(self, arrays: Sequence[np.ndarray]) -> Any:
-        key = []
+    def _key(self, arrays: Sequence[np.ndarray]) -> _Key:
+        key: list[tuple[object, ...]] = []
         for gi, a in zip(self.graph.inputs, arrays):
             if gi.name in self._static:
                 key.append((a.shape, str(a.dtype), a.tobytes()))
@@ -177,10 +182,10 @@ class OnnxFunction:
         outputs: list[tuple[str, Any]] = []
         out_names: list[str] = []
         for name in g.outputs:
-            v = env.get(name)
-            if v is None:
+            produced = env.get(name)
+            if produced is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
-            v = b.logical(v)
+            v = b.logical(produced)
             if v.const is not None and not b.tile_name(v):
                 outputs.append(("const", v.const))
                 continue
@@ -261,8 +266,10 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
         outs = fold(d, node)
     else:
         b.comment(f"{info.op_type} {info.name}".rstrip())
-        outs = dispatch(b, d, node)
-        if outs is None:
+        laid_out = dispatch(b, d, node)
+        if laid_out is not None:
+            outs = laid_out
+        else:
             logical = tuple(None if v is None else b.logical(v) for v in node.inputs)
             node = replace(node, inputs=logical)
             outs = d.fn(b, node)

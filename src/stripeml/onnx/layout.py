@@ -35,6 +35,7 @@ Layout-aware:
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -105,6 +106,16 @@ def _need(cond: bool) -> None:
         raise _Fallback
 
 
+_T = TypeVar("_T")
+
+
+def _needed(value: _T | None) -> _T:
+    """``value``, which the layout-aware form cannot do without."""
+    if value is None:
+        raise _Fallback
+    return value
+
+
 def _layout_of(node: Node) -> tuple[int, ...] | None:
     layouts = {v.layout for v in node.inputs if v is not None and v.layout is not None}
     _need(len(layouts) <= 1)
@@ -115,9 +126,8 @@ def _layout_of(node: Node) -> tuple[int, ...] | None:
 
 
 def _eltwise(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
-    layout = _layout_of(node)
-    _need(layout is not None)
-    rank = len(layout)  # type: ignore[arg-type]
+    layout = _needed(_layout_of(node))
+    rank = len(layout)
     views: list[Value | None] = []
     for v in node.inputs:
         if v is None:
@@ -135,17 +145,18 @@ def _eltwise(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     outs = d.fn(b, replace(node, inputs=tuple(views)))
     for o in outs:
         _need(o is None or o.const is not None or o.rank == rank)
-    return [with_layout(o, layout) for o in outs]  # type: ignore[arg-type]
+    return [with_layout(o, layout) for o in outs]
 
 
 def _concat(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
-    layout = _layout_of(node)
-    _need(layout is not None and all(v is not None and v.layout == layout for v in node.inputs))
-    axis = int(node.attr("axis", 1)) % len(layout)  # type: ignore[arg-type]
-    attrs = dict(node.attrs, axis=layout.index(axis))  # type: ignore[union-attr]
-    views = [physical(v) for v in node.inputs]  # type: ignore[arg-type]
+    layout = _needed(_layout_of(node))
+    inputs = [v for v in node.inputs if v is not None]
+    _need(len(inputs) == len(node.inputs) and all(v.layout == layout for v in inputs))
+    axis = int(node.attr("axis", 1)) % len(layout)
+    attrs = dict(node.attrs, axis=layout.index(axis))
+    views = [physical(v) for v in inputs]
     inner = replace(node, inputs=tuple(views), attrs=attrs)
-    return [with_layout(o, layout) for o in d.fn(b, inner)]  # type: ignore[arg-type]
+    return [with_layout(o, layout) for o in d.fn(b, inner)]
 
 
 # -- convolution ----------------------------------------------------------------
@@ -177,10 +188,10 @@ def _const(node: Node, i: int) -> np.ndarray | None:
 def _conv(b: Builder, node: Node) -> list[Value | None]:
     x = node.input(0)
     _need(x.rank == 4 and x.dtype.kind == "f" and x.layout in (None, NHWC))
-    w = _const(node, 1)
-    _need(w is not None and w.ndim == 4 and w.dtype == x.dtype)
+    w = _needed(_const(node, 1))
+    _need(w.ndim == 4 and w.dtype == x.dtype)
     bias = _const(node, 2)
-    co, cig, kh, kw = w.shape  # type: ignore[union-attr]
+    co, cig, kh, kw = w.shape
     groups = int(node.attr("group", 1))
     n_, ci, h, wd = x.shape
     _need(groups >= 1 and ci == cig * groups and co % groups == 0)
@@ -190,9 +201,9 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     dt = x.dtype
     bias = np.zeros(co, dt) if bias is None else bias
     if node.op_type == "_ConvBN":
-        params = [_const(node, i) for i in range(3, 7)]
-        _need(all(p is not None and p.shape == (co,) for p in params))
-        scale, beta, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
+        params = [_needed(_const(node, i)) for i in range(3, 7)]
+        _need(all(p.shape == (co,) for p in params))
+        scale, beta, mean, var = (p.astype(np.float64) for p in params)
         s = scale / np.sqrt(var + float(node.attr("_bn_epsilon", 1e-5)))
         w = w * s.astype(dt)[:, None, None, None]  # one rounding per weight
         bias = ((bias.astype(np.float64) - mean) * s + beta).astype(dt)
@@ -230,9 +241,9 @@ def _batchnorm(b: Builder, node: Node) -> list[Value | None]:
     x = node.input(0)
     _need(x.layout == NHWC and node.n_outputs == 1 and not int(node.attr("training_mode", 0)))
     c = x.shape[1]
-    params = [_const(node, i) for i in range(1, 5)]
-    _need(all(p is not None and p.shape == (c,) for p in params))
-    scale, beta, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
+    params = [_needed(_const(node, i)) for i in range(1, 5)]
+    _need(all(p.shape == (c,) for p in params))
+    scale, beta, mean, var = (p.astype(np.float64) for p in params)
     s = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
     t = beta - mean * s
     sv = b.ref(Value("", (c,), x.dtype, s.astype(x.dtype)))

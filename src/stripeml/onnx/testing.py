@@ -27,7 +27,7 @@ def randomize_weights(model: Any, seed: int = 0) -> Any:
     m.CopyFrom(model)
     g = m.graph
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    positive = set()
+    positive: set[str] = set()
     for n in g.node:
         if n.op_type == "BatchNormalization":
             positive.update((n.input[1], n.input[4]))  # scale and variance

@@ -92,11 +92,11 @@ def fresh_names(base: str, count: int, taken: Iterable[str]) -> list[str]:
     return out
 
 
-def as_names(value: object) -> tuple[str, ...]:
+def as_names(value: str | Iterable[object]) -> tuple[str, ...]:
     """An option holding names: a string (comma separated) or a sequence of strings."""
     if isinstance(value, str):
         return tuple(w.strip() for w in value.split(",") if w.strip())
-    return tuple(str(v) for v in value)  # type: ignore[union-attr]
+    return tuple(str(v) for v in value)
 
 
 def fresh_scalar(name: str, taken: Collection[str]) -> str:

@@ -13,7 +13,7 @@ those of the kernel.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
@@ -44,18 +44,20 @@ def register_tiles(
     taken = set(ranges)
     vo, vr = fresh(f"{v}_o", taken), fresh(f"{v}_r", taken)
     taken |= {vo, vr}
-    uo = ur = ub = None
     rows = tile_rows // (u2[1] if u2 is not None else 1)
+    us = None  # the tile rows: u = us.outer * rows + us.inner
     if u is not None:
-        uo, ur = fresh(f"{u}_o", taken), fresh(f"{u}_r", taken)
-        taken |= {uo, ur}
-    w2 = w2o = w2r = None
+        us = _Split(u, fresh(f"{u}_o", taken), fresh(f"{u}_r", taken))
+        taken |= {us.outer, us.inner}
+    w2 = ws = None  # the second row index: w2 = ws.outer * r2 + ws.inner
     r2 = 1
     if u2 is not None:
         w2, r2 = u2
-        w2o, w2r = fresh(f"{w2}_o", taken), fresh(f"{w2}_r", taken)
-        taken |= {w2o, w2r}
+        ws = _Split(w2, fresh(f"{w2}_o", taken), fresh(f"{w2}_r", taken))
+        taken |= {ws.outer, ws.inner}
     nb = row_blocks
+    ub = None  # blocks of mb rows each, outside the panels
+    mb = 0
     if (
         u is not None
         and u2 is None
@@ -66,8 +68,8 @@ def register_tiles(
         <= pack_max_bytes
         < _row_bytes(k, v, ranges)
     ):
-        ub = fresh(f"{u}_b", taken | {uo, ur})  # type: ignore[arg-type]
-    mb = ranges[u] // nb if ub is not None else 0
+        ub = fresh(f"{u}_b", taken)
+        mb = ranges[u] // nb
     others = [n for n in ranges if n not in red and n not in (u, v, w2)]
     # Three levels: panels of the vector index; tiles of the row index and the
     # other output indices; one register tile with the whole reduction.
@@ -76,21 +78,21 @@ def register_tiles(
     lv2 = {v: Affine.index(vr)} | {n: Affine.index(n) for n in red}
     box1 = {n: ranges[n] for n in others}
     box2 = {vr: vt} | {n: ranges[n] for n in red}
-    if u is not None:
-        lv1[u] = Affine.index(uo, rows)
-        lv2[u] = Affine.index(ur)
-        box1[uo] = (mb or ranges[u]) // rows
-        box2[ur] = rows
-    if w2 is not None:
-        lv1[w2] = Affine.index(w2o, r2)
-        lv2[w2] = Affine.index(w2r)
-        box1[w2o] = ranges[w2] // r2
-        box2[w2r] = r2
-    if ub is not None:
-        lv0[u] = Affine.index(ub, mb)
+    if us is not None:
+        lv1[us.name] = Affine.index(us.outer, rows)
+        lv2[us.name] = Affine.index(us.inner)
+        box1[us.outer] = (mb or ranges[us.name]) // rows
+        box2[us.inner] = rows
+        if ub is not None:
+            lv0[us.name] = Affine.index(ub, mb)
+    if ws is not None:
+        lv1[ws.name] = Affine.index(ws.outer, r2)
+        lv2[ws.name] = Affine.index(ws.inner)
+        box1[ws.outer] = ranges[ws.name] // r2
+        box2[ws.inner] = r2
     # Block the innermost reduction index so a packed panel stays in L1.
     kb = red[-1] if red else None
-    ko = None
+    ks = None  # the reduction blocks: kb = ks.outer * k_block + kb
     if (
         kb is not None
         and k_block
@@ -98,25 +100,25 @@ def register_tiles(
         and ranges[kb] % k_block == 0
         and kb not in {n for c in k.constraints for n in c.expr.names}
     ):
-        ko = fresh(f"{kb}_o", taken | {vo, vr, uo or "", ur or "", ub or ""})
-        lv0[kb] = Affine.index(ko, k_block)
+        ks = _Split(kb, fresh(f"{kb}_o", taken | {ub or ""}), kb)
+        lv0[kb] = Affine.index(ks.outer, k_block)
         box2[kb] = k_block
     zero0 = {n: Affine() for n in ranges if n not in lv0}
     zero1 = {n: Affine() for n in ranges if n not in lv1}
     zero2 = {n: Affine() for n in ranges if n not in lv2}
     root_sizes = {x.into: x.shape.sizes for x in root.refs}
     tiled = {v: Affine.index(vo, vt) + Affine.index(vr)}
-    if u is not None:
-        tiled[u] = Affine.index(uo, rows) + Affine.index(ur)
-    if w2 is not None:
-        tiled[w2] = Affine.index(w2o, r2) + Affine.index(w2r)
     box0 = {vo: ranges[v] // vt}
-    if ub is not None:
-        tiled[u] = tiled[u] + Affine.index(ub, mb)
-        box0[ub] = nb
-    if ko is not None:
-        tiled[kb] = Affine.index(ko, k_block) + Affine.index(kb)
-        box0[ko] = ranges[kb] // k_block
+    if us is not None:
+        tiled[us.name] = Affine.index(us.outer, rows) + Affine.index(us.inner)
+        if ub is not None:
+            tiled[us.name] = tiled[us.name] + Affine.index(ub, mb)
+            box0[ub] = nb
+    if ws is not None:
+        tiled[ws.name] = Affine.index(ws.outer, r2) + Affine.index(ws.inner)
+    if ks is not None:
+        tiled[ks.name] = Affine.index(ks.outer, k_block) + Affine.index(ks.inner)
+        box0[ks.outer] = ranges[ks.name] // k_block
     refs0, refs1, refs2, copies = [], [], [], []
     # One panel only: the tile rows become the kernel's own (parallel) indices.
     merged = ranges[v] // vt == 1 and (u is not None or bool(others))
@@ -170,8 +172,8 @@ def register_tiles(
     cons2 = k.constraints
     idx2 = (
         [Index(vr, vt)]
-        + ([Index(w2r, r2)] if w2 is not None else [])
-        + ([Index(ur, rows)] if u is not None else [])
+        + ([Index(ws.inner, r2)] if ws is not None else [])
+        + ([Index(us.inner, rows)] if us is not None else [])
         + [Index(n, box2[n]) for n in red]
     )
     tile = Block(
@@ -191,10 +193,10 @@ def register_tiles(
     idx1 = (
         [k.idx(n) for n in outer]
         + [k.idx(n) for n in inner]
-        + ([Index(w2o, box1[w2o])] if w2 is not None else [])
-        + ([Index(uo, box1[uo])] if u is not None else [])
+        + ([Index(ws.outer, box1[ws.outer])] if ws is not None else [])
+        + ([Index(us.outer, box1[us.outer])] if us is not None else [])
     )
-    top_k = (Index(ko, ranges[kb] // k_block),) if ko is not None else ()
+    top_k = (Index(ks.outer, ranges[ks.name] // k_block),) if ks is not None else ()
     if merged:
         # Views of the single panel and of one tile row at once: access a0 + a1.
         top_refs = []
@@ -225,6 +227,15 @@ def register_tiles(
         name=k.name,
         comment=k.comment,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """Index ``name`` split into ``outer`` (the tiles) and ``inner`` (within a tile)."""
+
+    name: str
+    outer: str
+    inner: str
 
 
 def _row_bytes(k: Block, v: str, ranges: dict[str, int]) -> int:

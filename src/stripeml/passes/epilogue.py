@@ -93,14 +93,16 @@ class Epilogue:
             j = i + 1
             while j < n and self._result(root.stmts[j]) == t:
                 j += 1
-            parts = root.stmts[i:j]
-            fused = None
+            parts = [p for p in root.stmts[i:j] if isinstance(p, Block)]  # all are: _result(t)
+            fused: list[Block] | None = None
             if j < n:
                 others = root.stmts[:i] + root.stmts[j + 1 :]
-                fused = [_attach(p, root.stmts[j], root, others) for p in parts]
-            # Every part or none: the result buffer disappears only if all are fused.
-            if fused is not None and all(f is not None for f in fused):
-                stmts.extend(fused)  # type: ignore[arg-type]
+                attached = [_attach(p, root.stmts[j], root, others) for p in parts]
+                # Every part or none: the result buffer disappears only if all are fused.
+                if all(f is not None for f in attached):
+                    fused = [f for f in attached if f is not None]
+            if fused is not None:
+                stmts.extend(fused)
                 dropped.add(t)
                 i = j + 1
             else:
@@ -130,11 +132,13 @@ def _attach(tiled: Block, e: Statement, root: Block, others: tuple[Statement, ..
     assert isinstance(e, Block)
     (out,) = [r for r in tiled.refs if r.dir == "out"]
     troot = next(r for r in root.refs if r.into == t)
-    host = tiled if "register_tile" in tiled.stmts[-1].tags else tiled.stmts[-1]
-    if not isinstance(host, Block) or not host.stmts or "register_tile" not in host.stmts[-1].tags:
+    last = tiled.stmts[-1]
+    host = tiled if isinstance(last, Block) and "register_tile" in last.tags else last
+    if not isinstance(host, Block) or not host.stmts:
         return None
     tile = host.stmts[-1]
-    assert isinstance(tile, Block)
+    if not isinstance(tile, Block) or "register_tile" not in tile.tags:
+        return None
     if {r.into for r in e.refs if r is not tv} & {r.into for b in (tiled, host) for r in b.refs}:
         return None  # one name, two views: the kernel's (a panel) and e's (the whole buffer)
     host_c = next(r for r in host.refs if r.into == out.into and r.dir == "out")

@@ -130,7 +130,7 @@ class Halo:
 
     def _halo(
         self, root_refs: list[Refinement], k: Block
-    ) -> tuple[Refinement, Block, Block, Block] | None:
+    ) -> tuple[Refinement, tuple[Block, ...], Block, Block] | None:
         """The halo buffer, fill, copy and rewritten kernel, or ``None`` when illegal."""
         if not k.constraints or any(i.affine is not None for i in k.idxs):
             return None

@@ -51,7 +51,7 @@ import islpy as isl
 
 from ..analysis.access import Access, elem_names, touched_union, uses
 from ..ir.affine import Affine
-from ..ir.isl import affine_to_aff
+from ..ir.isl import affine_to_aff, dim_names
 from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store, TensorShape
 from ._rewrite import dense_strides, retarget
 from .registry import register
@@ -130,7 +130,7 @@ def _shrink(block: Block, ref: Refinement, outer: tuple[Block, ...]) -> Block:
     rank = ref.shape.rank
     used = touched_union(boxes, nest, rank)
     n_outer = sum(len(b.idxs) for b in nest)
-    names = [used.get_space().get_dim_name(_SET, i) for i in range(n_outer)]
+    names = list(dim_names(used)[:n_outer])
     lows, widths = [], []
     for d, e in enumerate(elem_names(rank)):
         lo = _start(used, n_outer, d, names)

@@ -75,7 +75,7 @@ from typing import ClassVar
 
 from ..analysis.select import parse_selector
 from ..ir.affine import Affine
-from ..ir.nodes import Block, Program
+from ..ir.nodes import Block, Program, Statement
 from ._common import fresh, index_stride
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
@@ -114,14 +114,15 @@ class Unroll:
 
     def run(self, program: Program) -> Program:
         laid = PanelLayouts(program.root)
-        stmts = []
+        stmts: list[Statement] = []
         changed = False
         for s in program.root.stmts:
             parts = None
             if isinstance(s, Block) and parse_selector(self.select)(s.tags):
                 parts = self._tile(laid.root, s, laid=laid)
             changed |= parts is not None
-            stmts.extend(laid.pending + (parts or [s]))
+            stmts.extend(laid.pending)
+            stmts.extend(parts or [s])
             laid.pending = []
         if not changed:
             return program
@@ -178,9 +179,9 @@ class Unroll:
             # of pixels (2 x 2 of a 14 x 14 image) keeps the full tile shape.
             pair = _two_rows(row_ok, ranges, self.rows)
             if pair is not None and ranges[v] % w == 0:
-                u, u2 = pair
+                u1, u2 = pair
                 vec = _vectors(min(self.vectors, self.max_vectors // self.rows), ranges[v], w)
-                return [self._build(root, k, v, vec * w, u, red, u2, laid)]
+                return [self._build(root, k, v, vec * w, u1, red, u2, laid)]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
             # its weights once, instead of a main part and a remainder that both do.

@@ -39,7 +39,10 @@ class Compiled(Protocol):
 class Backend(Protocol):
     """Compiles optimised programs for one kind of machine."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The backend's kind (``interp``, ``cpu``, ``opencl``, ``cuda``)."""
+        ...
 
     @property
     def cache_dir(self) -> str | os.PathLike[str] | None:

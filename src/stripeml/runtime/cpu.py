@@ -47,7 +47,7 @@ import numpy as np
 
 from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule, HostCopy, KernelInfo
-from ..ir.nodes import Program, Refinement
+from ..ir.nodes import Program, Refinement, Special
 from ..ir.printer import format as format_ir
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, native_pool
@@ -364,7 +364,7 @@ class CpuCompiled:
                     self._kept_storage = {k: b.storage() for k, b in self._kept.items()}
         return self._kept_storage
 
-    def _prime(self, pointers: object, storages: list[np.ndarray]) -> None:
+    def _prime(self, pointers: ctypes.Array[ctypes.c_void_p], storages: list[np.ndarray]) -> None:
         """Run the constant steps, in program order, once for this compiled program
         (they read only constant parameters and the temporaries they write)."""
         with self._prime_lock:
@@ -373,11 +373,14 @@ class CpuCompiled:
                 self._primed = True
 
     def _run_steps(
-        self, pointers: object, storages: list[np.ndarray], constant: bool = False
+        self,
+        pointers: ctypes.Array[ctypes.c_void_p],
+        storages: list[np.ndarray],
+        constant: bool = False,
     ) -> None:
         times = self.step_seconds
         plan = self._plan(constant)
-        ptrs = ctypes.addressof(pointers)  # type: ignore[arg-type]
+        ptrs = ctypes.addressof(pointers)
         pool: native_pool.NativePool | None = None  # fetched at the first split kernel
         fetched = False
         for k, fn, addr, extent, bounds, special in plan:
@@ -424,7 +427,7 @@ class CpuCompiled:
         self._plans[key] = plan
         return plan
 
-    def _run_special(self, special: object, storages: list[np.ndarray]) -> None:
+    def _run_special(self, special: Special | HostCopy, storages: list[np.ndarray]) -> None:
         if isinstance(special, HostCopy):
             run_host_copy(special, self._buffers, storages)
         else:

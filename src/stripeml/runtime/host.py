@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo, HostCopy
 from ..errors import ShapeError
 from ..ir.dtypes import to_numpy
-from ..ir.nodes import Refinement, TensorShape
+from ..ir.nodes import Refinement, Special, TensorShape
 
 
 @dataclass(frozen=True)
@@ -40,10 +39,12 @@ class RootBuffer:
         dense = all(st == d for n, st, d in zip(info.sizes, info.strides, dense_strides) if n > 1)
         origin = sum((n - 1) * -st for n, st in zip(info.sizes, info.strides) if st < 0 and n > 0)
         ref = Refinement(info.kind, info.name, shape)
-        where = {}
+        dtype = to_numpy(info.dtype)
         if placed is not None and info.kind not in ("in", "out"):
-            where = {"location": placed.location, "offset": placed.offset}
-        return RootBuffer(info, to_numpy(info.dtype), dense, origin, shape.extent, ref, **where)
+            return RootBuffer(
+                info, dtype, dense, origin, shape.extent, ref, placed.location, placed.offset
+            )
+        return RootBuffer(info, dtype, dense, origin, shape.extent, ref)
 
     @property
     def nbytes(self) -> int:
@@ -79,9 +80,9 @@ class RootBuffer:
 
 
 def check_names(
-    buffers: Sequence[Any], inputs: Mapping[str, object], outputs: Mapping[str, object]
+    buffers: Sequence[RootBuffer], inputs: Mapping[str, object], outputs: Mapping[str, object]
 ) -> None:
-    """Every input given, and only known inputs and outputs (``buffers`` have ``.info``)."""
+    """Every input given, and only known inputs and outputs."""
     kinds = {b.info.name: b.info.kind for b in buffers}
     for name in inputs:
         if kinds.get(name) != "in":
@@ -94,7 +95,7 @@ def check_names(
             raise ShapeError(f"missing input {name!r}")
 
 
-def checked(buf: Any, value: object, what: str) -> np.ndarray:
+def checked(buf: RootBuffer, value: object, what: str) -> np.ndarray:
     """``value`` as an array of exactly ``buf``'s dtype and shape."""
     arr = np.asarray(value)
     if arr.dtype != buf.dtype:
@@ -128,9 +129,10 @@ def run_host_copy(
     np.copyto(views[1], views[0])
 
 
-def run_root_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.ndarray]) -> None:
-    """Run a root-level special on host storages (``buffers`` have ``.info``,
-    ``.ref``, ``.origin`` and ``.logical(storage)``), with the interpreter's semantics.
+def run_root_special(
+    special: Special, buffers: Sequence[RootBuffer], storages: Sequence[np.ndarray]
+) -> None:
+    """Run a root-level special on host storages, with the interpreter's semantics.
 
     ``copy``, ``reshape`` and ``gather`` run directly on NumPy views of the
     buffers (a root special runs once, on whole buffers): one ``copyto``
@@ -152,12 +154,14 @@ def run_root_special(special: Any, buffers: Sequence[Any], storages: Sequence[np
         run_special(special, refs, write)
 
 
-def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.ndarray]) -> bool:
+def _direct_special(
+    special: Special, buffers: Sequence[RootBuffer], storages: Sequence[np.ndarray]
+) -> bool:
     """Run ``copy``/``reshape``/``gather`` on array views; ``False`` to fall back."""
     if special.op not in ("copy", "reshape", "gather") or len(special.outputs) != 1:
         return False
     wanted = (*special.inputs, special.outputs[0])
-    found: dict[str, tuple[Any, np.ndarray]] = {}
+    found: dict[str, tuple[RootBuffer, np.ndarray]] = {}
     for b, s in zip(buffers, storages):
         if b.info.name in wanted:
             found[b.info.name] = (b, s)
@@ -178,8 +182,7 @@ def _direct_special(special: Any, buffers: Sequence[Any], storages: Sequence[np.
     elif special.op == "gather" and len(ins) == 2:
         from .interp.specials import _gather
 
-        params = dict(special.params)
-        result = _gather(ins[0][None], ins[1][None], int(params.get("axis", 0)))[0]  # type: ignore[arg-type]
+        result = _gather(ins[0][None], ins[1][None], special.int_param("axis"))[0]
         if result.shape != sizes:
             return False
     else:

@@ -36,8 +36,10 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -55,6 +57,9 @@ _CODEMODEL = "jitdefault"
 
 #: The C type of every kernel: ``void kernel(void **buffers, int64 start, int64 end)``.
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+if TYPE_CHECKING:
+    # A kernel as Python calls it: (the buffer pointer array, first, end of the range).
+    Kernel = Callable[[ctypes.Array[ctypes.c_void_p], int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +183,7 @@ class LoadedObject:
             raise InternalError(f"kernel symbol {symbol!r} is missing from the object code")
         return addr
 
-    def kernel(self, symbol: str) -> ctypes._CFuncPtr:
+    def kernel(self, symbol: str) -> Kernel:
         """The kernel ``symbol`` as a ctypes function (calls release the GIL)."""
         return KERNEL_TYPE(self.address(symbol))
 

@@ -228,15 +228,17 @@ def _module_to_json(module: CpuModule) -> dict:
     return {
         "llvm_ir": module.llvm_ir,
         "buffers": [asdict(b) for b in module.buffers],
-        "steps": [
-            {"kernel": asdict(s.kernel)}
-            if s.kernel is not None
-            else {"copy": asdict(s.copy)}
-            if s.copy is not None
-            else {"special": format_stmt(s.special)}
-            for s in module.steps
-        ],
+        "steps": [_step_to_json(s) for s in module.steps],
     }
+
+
+def _step_to_json(step: Step) -> dict:
+    if step.kernel is not None:
+        return {"kernel": asdict(step.kernel)}
+    if step.copy is not None:
+        return {"copy": asdict(step.copy)}
+    assert step.special is not None  # a step runs a kernel, a copy or a special
+    return {"special": format_stmt(step.special)}
 
 
 def _module_from_json(meta: dict) -> CpuModule:

@@ -83,11 +83,11 @@ class OpenCLCompiled(GpuProgram):
             )
         limit = device.max_work_group_size
         for step in module.steps:
-            k = step.kernel
-            if k is not None and k.group_size > limit:
+            info = step.kernel
+            if info is not None and info.group_size > limit:
                 raise StripeError(
-                    f"target 'opencl': kernel '{k.block_name}' needs work-groups of "
-                    f"{k.group_size}, the device allows {limit} (lower max_threads_per_group)"
+                    f"target 'opencl': kernel '{info.block_name}' needs work-groups of "
+                    f"{info.group_size}, the device allows {limit} (lower max_threads_per_group)"
                 )
         try:
             built = cl.Program(ctx, module.source).build()

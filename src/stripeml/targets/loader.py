@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:
+    import tomli as tomllib
 
 from ..errors import OptionError, StripeError, TargetError
 from .host import GiB, HostFacts, KiB, MiB
@@ -93,9 +94,9 @@ def resolve_target(target: str | os.PathLike[str]) -> Path:
         rel = PurePosixPath(text.replace("\\", "/"))
         if not rel.is_absolute():
             parts = rel.parts[1:] if rel.parts[:1] == ("targets",) else rel.parts
-            bundled = TARGETS_DIR.joinpath(*parts)
-            if parts and bundled.is_file():
-                return bundled
+            in_package = TARGETS_DIR.joinpath(*parts)
+            if parts and in_package.is_file():
+                return in_package
         raise TargetError(f"{text}: no such target file")
     bundled = bundled_targets()
     for name in (text, f"examples/{text}"):
@@ -249,14 +250,14 @@ class _Reader:
         return Target(
             name=name,
             backend=backend,
-            threads=facts["threads"],  # type: ignore[arg-type]
-            vector_width=facts["vector_width"],  # type: ignore[arg-type]
+            threads=facts["threads"],
+            vector_width=facts["vector_width"],
             memories=memories,
             pipeline=self.pipeline(data.get("pipeline", []), refs),
-            max_threads_per_group=facts.get("max_threads_per_group"),  # type: ignore[arg-type]
-            subgroup_size=facts.get("subgroup_size"),  # type: ignore[arg-type]
-            shared_memory_bytes=facts.get("shared_memory"),  # type: ignore[arg-type]
-            compute_units=facts.get("compute_units"),  # type: ignore[arg-type]
+            max_threads_per_group=facts.get("max_threads_per_group"),
+            subgroup_size=facts.get("subgroup_size"),
+            shared_memory_bytes=facts.get("shared_memory"),
+            compute_units=facts.get("compute_units"),
             work_item_strip=strip,
             fma=fma,
             description=self.string(data, "description", "description", default=""),

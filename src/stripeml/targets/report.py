@@ -92,10 +92,12 @@ def format_traffic(
         lines.append("")
         lines.append(f"{'location':10} {'peak (B)':>14} {'size':>10}  of the memory")
         for name, peak in peaks.items():
-            size = sizes.get(name)
+            limit = sizes.get(name)
             note = ""
-            if size:
-                note = f"{100 * peak / size:.1f}%" + ("  EXCEEDS THE MEMORY" if peak > size else "")
-            shown = format_bytes(size) if size is not None else "-"
+            if limit:
+                note = f"{100 * peak / limit:.1f}%" + (
+                    "  EXCEEDS THE MEMORY" if peak > limit else ""
+                )
+            shown = format_bytes(limit) if limit is not None else "-"
             lines.append(f"{name:10} {peak:>14} {shown:>10}  {note}".rstrip())
     return "\n".join(lines)

@@ -18,15 +18,9 @@ from ..errors import ShapeError, TileTypeError
 from ..ir import dtypes
 from . import ast
 from .exprs import eval_size, format_expr, literal_int
-from .types import expr_type, normalize_axis
+from .types import TensorInfo, expr_type, normalize_axis
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    shape: tuple[int, ...]
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -130,11 +124,16 @@ def _bind_contraction(
     return TensorInfo(tuple(sizes), dt)
 
 
+def _tensor_name(e: ast.Expr) -> str:
+    assert isinstance(e, ast.Name), e  # the checker's tensor_arg requires a tensor name
+    return e.name
+
+
 def _bind_builtin(
     stmt: ast.Builtin, dims: dict[str, int], tensors: dict[str, TensorInfo]
 ) -> TensorInfo:
     """Shape and dtype of ``reshape`` / ``gather`` (arguments already checked)."""
-    x_name = stmt.args[0].name  # type: ignore[union-attr]
+    x_name = _tensor_name(stmt.args[0])
     x = tensors[x_name]
     if stmt.func == "reshape":
         sizes = []
@@ -154,7 +153,7 @@ def _bind_builtin(
                 "counts differ"
             )
         return TensorInfo(tuple(sizes), x.dtype)
-    i_name = stmt.args[1].name  # type: ignore[union-attr]
+    i_name = _tensor_name(stmt.args[1])
     idx = tensors[i_name]
     axis = literal_int(stmt.args[2])
     assert axis is not None  # the checks require an integer literal

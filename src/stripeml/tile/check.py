@@ -54,13 +54,18 @@ class _Checker:
 
     # -- reporting -----------------------------------------------------------
 
-    def fail(self, cls: type[StripeError], message: str, pos: ast.Pos | None = None) -> StripeError:
+    def fail(
+        self,
+        cls: type[TileNameError] | type[TileTypeError],
+        message: str,
+        pos: ast.Pos | None = None,
+    ) -> StripeError:
         if pos is None:
             assert self.stmt is not None
             pos = self.stmt.pos
             message = f"in '{self.stmt.text}': {message}"
         err = cls(format_located(message, pos.line, pos.column, self.fn.source))
-        err.line, err.column = pos.line, pos.column  # type: ignore[attr-defined]
+        err.line, err.column = pos.line, pos.column
         return err
 
     def name_error(self, message: str, pos: ast.Pos | None = None) -> StripeError:
@@ -281,20 +286,21 @@ class _Checker:
             return len(b.args) - 1
         if len(b.args) != 3:
             raise self.type_error(f"'gather' takes 3 arguments ('{usage}'), got {len(b.args)}")
-        self.tensor_arg(b.args[0], "gather", "the tensor to gather from")
-        self.tensor_arg(b.args[1], "gather", "the indices")
+        x = self.tensor_arg(b.args[0], "gather", "the tensor to gather from")
+        i = self.tensor_arg(b.args[1], "gather", "the indices")
         self.axis_arg(b.args[2], "gather")
-        rx, ri = self.ranks[b.args[0].name], self.ranks[b.args[1].name]  # type: ignore[union-attr]
+        rx, ri = self.ranks[x], self.ranks[i]
         return None if rx is None or ri is None else rx + ri - 1
 
-    def tensor_arg(self, e: ast.Expr, func: str, role: str) -> None:
-        """A builtin argument that must name a tensor defined earlier."""
+    def tensor_arg(self, e: ast.Expr, func: str, role: str) -> str:
+        """A builtin argument that must name a tensor defined earlier; its name."""
         if not isinstance(e, ast.Name):
             raise self.type_error(
                 f"{role} (an argument of '{func}') must be a tensor name, got "
                 f"'{format_expr(e)}'; assign the expression to a tensor first"
             )
         self.tensor_ref(e.name, f"argument of '{func}'")
+        return e.name
 
     def axis_arg(self, e: ast.Expr, func: str) -> None:
         if literal_int(e) is None:

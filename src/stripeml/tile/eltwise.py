@@ -8,6 +8,8 @@ sees operands of one dtype (the rule the verifier checks).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..ir import dtypes
 from ..ir.affine import Affine
 from ..ir.nodes import (
@@ -33,7 +35,10 @@ from .types import (
     LOGIC_OPS,
     SAME_FUNCS,
     EType,
+    TensorInfo,
+    Typed,
     Weak,
+    WeakConst,
     cast_target,
     default_dtype,
     index_axis,
@@ -117,14 +122,13 @@ class _ExprLowering:
     def value(self, e: ast.Expr, dtype: str) -> str:
         """Emit ``e`` converted to ``dtype``; return the scalar name."""
         t = self.type(e)
-        if t.weak:
+        if isinstance(t, WeakConst):
             return self.em.const(t.const, dtype)
         return self.em.cast((self.emit(e, t), t.dtype), dtype)
 
-    def emit(self, e: ast.Expr, t: EType) -> str:
+    def emit(self, e: ast.Expr, t: Typed) -> str:
         """Emit a non-weak expression in its own dtype ``t.dtype``."""
         dt = t.dtype
-        assert dt is not None
         if isinstance(e, ast.Name):
             return self.em.load(self.views[e.name], dt)[0]
         if isinstance(e, ast.Unary):
@@ -134,7 +138,6 @@ class _ExprLowering:
         if isinstance(e, ast.Binary):
             if e.op in CMP_OPS:
                 cdt = join(self.type(e.lhs), self.type(e.rhs))
-                assert cdt is not None
                 args = (self.value(e.lhs, cdt), self.value(e.rhs, cdt))
                 return self.em.op(CMP_OPS[e.op], args, "bool")
             if e.op in LOGIC_OPS:
@@ -143,8 +146,8 @@ class _ExprLowering:
             args = (self.value(e.lhs, dt), self.value(e.rhs, dt))
             return self.em.op(ARITH_OPS[e.op], args, dt)
         if isinstance(e, ast.Ternary):
-            args = (self.value(e.cond, "bool"), self.value(e.then, dt), self.value(e.other, dt))
-            return self.em.op("select", args, dt)
+            choice = (self.value(e.cond, "bool"), self.value(e.then, dt), self.value(e.other, dt))
+            return self.em.op("select", choice, dt)
         if isinstance(e, ast.Call):
             return self.call(e, dt)
         raise AssertionError(e)  # pragma: no cover - literals are weak
@@ -161,7 +164,7 @@ class _ExprLowering:
         if f in CASTS:
             target = cast_target(e, self.stmt)
             arg = self.type(e.args[0])
-            if arg.weak:
+            if isinstance(arg, WeakConst):
                 return self.em.const(arg.const, target)
             return self.em.cast((self.emit(e.args[0], arg), arg.dtype), target)
         if f in FLOAT_FUNCS or f in SAME_FUNCS:
@@ -176,7 +179,7 @@ class _ExprLowering:
         return self.em.op(f, args, dt)
 
 
-def _tensor_names(e: ast.Expr, tensors: dict, out: list[str]) -> list[str]:
+def _tensor_names(e: ast.Expr, tensors: Mapping[str, TensorInfo], out: list[str]) -> list[str]:
     if isinstance(e, ast.Name):
         if e.name in tensors and e.name not in out:
             out.append(e.name)
@@ -219,7 +222,7 @@ def lower_eltwise(stmt: ast.Assignment, k: int, binding: Binding) -> Block:
     em = ScalarEmitter()
     lowering = _ExprLowering(stmt, binding, em, views, names)
     t = lowering.type(stmt.expr)
-    dtype = out.dtype if not t.weak else default_dtype(t.const)
+    dtype = out.dtype if isinstance(t, Typed) else default_dtype(t.const)
     value = lowering.value(stmt.expr, dtype)
     em.stmts.append(Store(stmt.output, value))
     root_out = TensorShape.dense(out.dtype, out.shape)

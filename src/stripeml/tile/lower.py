@@ -29,9 +29,10 @@ from ..ir.nodes import (
     TensorShape,
 )
 from . import ast
-from .bind import Binding, TensorInfo, where
+from .bind import Binding, where
 from .eltwise import ScalarEmitter, lower_eltwise
 from .exprs import eval_size, indices_of, literal_int, poly_to_affine
+from .types import TensorInfo
 
 
 def lower(

@@ -187,7 +187,7 @@ class _Parser:
             return self.assignment(name, first)
         raise self.expected(f"'[' or '=' after '{name.text}' to start a statement")
 
-    def assignment(self, name: Token, first: int) -> ast.Assignment:
+    def assignment(self, name: Token, first: int) -> ast.Assignment | ast.Builtin:
         self.next()  # '='
         if self.at(*_AGG_TOKENS):
             agg = self.peek().text

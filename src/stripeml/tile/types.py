@@ -9,7 +9,7 @@ as NumPy 2 does for Python scalars.  Integer ``/`` is floor division.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,17 +38,32 @@ ARITH_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
 LOGIC_OPS = {"&&": "and", "||": "or"}
 
 
-@dataclass(frozen=True, slots=True)
-class EType:
-    """Shape and dtype of an expression; ``dtype is None`` marks a weak constant."""
+@dataclass(frozen=True)
+class TensorInfo:
+    """Shape and dtype of a bound tensor."""
 
     shape: tuple[int, ...]
-    dtype: str | None
-    const: Weak | None = None
+    dtype: str
 
-    @property
-    def weak(self) -> bool:
-        return self.dtype is None
+
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """An expression with a dtype: it reads a tensor (or is built from one)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class WeakConst:
+    """A weak constant: a Python value with no dtype yet (literals, dimensions)."""
+
+    shape: tuple[int, ...]
+    const: Weak
+
+
+# The type of an elementwise expression.
+EType = Typed | WeakConst
 
 
 def loc(pos: ast.Pos, stmt: object) -> str:
@@ -56,24 +71,26 @@ def loc(pos: ast.Pos, stmt: object) -> str:
     return f"{pos.line}:{pos.column}: " + (f"in '{text}': " if text else "")
 
 
-def join(a: EType, b: EType) -> str | None:
-    """The common dtype of two operands (None when both are weak)."""
-    if a.weak and b.weak:
-        return None
-    if a.weak:
-        a, b = b, a
-    if b.weak:
-        res = np.result_type(dtypes.to_numpy(a.dtype), b.const)
+def join(a: EType, b: EType) -> str:
+    """The common dtype of two operands, at least one of them typed (two weak
+    operands fold to a weak constant before anyone asks)."""
+    if isinstance(a, Typed):
+        return _promote(a.dtype, b)
+    assert isinstance(b, Typed), "two weak operands have no common dtype"
+    return _promote(b.dtype, a)
+
+
+def _promote(dtype: str, other: EType) -> str:
+    if isinstance(other, WeakConst):
+        res = np.result_type(dtypes.to_numpy(dtype), other.const)
     else:
-        res = np.result_type(dtypes.to_numpy(a.dtype), dtypes.to_numpy(b.dtype))
+        res = np.result_type(dtypes.to_numpy(dtype), dtypes.to_numpy(other.dtype))
     name = dtypes.from_numpy(res)
     assert name is not None
     return name
 
 
-def float_of(t: EType) -> str | None:
-    if t.weak:
-        return None
+def float_of(t: Typed) -> str:
     return t.dtype if dtypes.is_float(t.dtype) else "f64"
 
 
@@ -92,16 +109,15 @@ def broadcast(
         raise ShapeError(f"{loc(pos, stmt)}shapes {a} and {b} do not broadcast") from None
 
 
-def fold(op: str, *vals: Weak) -> Weak:
-    """Evaluate an operator on weak constants (Python semantics, floor ``/`` on ints)."""
-    a = vals[0]
-    if op == "neg":
-        return -a
-    if op == "not":
-        return not a
-    b = vals[1] if len(vals) > 1 else None
-    ints = all(isinstance(v, int) for v in vals)
-    table = {
+def fold_unary(op: str, a: Weak) -> Weak:
+    """Evaluate ``neg`` or ``not`` on a weak constant."""
+    return -a if op == "neg" else not a
+
+
+def fold(op: str, a: Weak, b: Weak) -> Weak:
+    """Evaluate a binary operator on weak constants (Python semantics, floor ``/`` on ints)."""
+    ints = isinstance(a, int) and isinstance(b, int)
+    table: dict[str, Callable[[], Weak]] = {
         "add": lambda: a + b,
         "sub": lambda: a - b,
         "mul": lambda: a * b,
@@ -129,35 +145,37 @@ def fold(op: str, *vals: Weak) -> Weak:
 def expr_type(
     expr: ast.Expr,
     dims: Mapping[str, int],
-    tensors: Mapping[str, object],
+    tensors: Mapping[str, TensorInfo],
     stmt: object,
 ) -> tuple[tuple[int, ...], str]:
     """Shape and dtype of a whole elementwise statement's value."""
     t = type_of(expr, dims, tensors, stmt)
-    return t.shape, (t.dtype if t.dtype is not None else default_dtype(t.const))
+    return t.shape, (t.dtype if isinstance(t, Typed) else default_dtype(t.const))
 
 
 def type_of(
-    expr: ast.Expr, dims: Mapping[str, int], tensors: Mapping[str, object], stmt: object
+    expr: ast.Expr, dims: Mapping[str, int], tensors: Mapping[str, TensorInfo], stmt: object
 ) -> EType:
     """Type an expression (constant-folding weak sub-expressions)."""
     if isinstance(expr, ast.IntLit):
-        return EType((), None, expr.value)
+        return WeakConst((), expr.value)
     if isinstance(expr, ast.FloatLit):
-        return EType((), None, expr.value)
+        return WeakConst((), expr.value)
     if isinstance(expr, ast.Name):
         if expr.name in tensors:
             info = tensors[expr.name]
-            return EType(info.shape, info.dtype)  # type: ignore[attr-defined]
+            return Typed(info.shape, info.dtype)
         if expr.name in dims:
-            return EType((), None, dims[expr.name])
+            return WeakConst((), dims[expr.name])
         raise TileTypeError(f"{loc(expr.pos, stmt)}unknown name '{expr.name}'")
     if isinstance(expr, ast.Unary):
         t = type_of(expr.operand, dims, tensors, stmt)
         if expr.op == "!":
-            return EType(t.shape, None, fold("not", t.const)) if t.weak else EType(t.shape, "bool")
-        if t.weak:
-            return EType((), None, fold("neg", t.const))
+            if isinstance(t, WeakConst):
+                return WeakConst(t.shape, fold_unary("not", t.const))
+            return Typed(t.shape, "bool")
+        if isinstance(t, WeakConst):
+            return WeakConst((), fold_unary("neg", t.const))
         if t.dtype == "bool":
             raise TileTypeError(f"{loc(expr.pos, stmt)}cannot negate a bool value")
         return t
@@ -166,28 +184,27 @@ def type_of(
         b = type_of(expr.rhs, dims, tensors, stmt)
         shape = broadcast(a.shape, b.shape, expr.pos, stmt)
         op = ARITH_OPS.get(expr.op) or CMP_OPS.get(expr.op) or LOGIC_OPS[expr.op]
-        if a.weak and b.weak:
-            return EType(shape, None, fold(op, a.const, b.const))
+        if isinstance(a, WeakConst) and isinstance(b, WeakConst):
+            return WeakConst(shape, fold(op, a.const, b.const))
         if expr.op in LOGIC_OPS or expr.op in CMP_OPS:
-            return EType(shape, "bool")
+            return Typed(shape, "bool")
         dt = join(a, b)
         if dt == "bool" and expr.op in ("-", "/", "%"):
-            dt = "i64" if expr.op != "-" else None
-            if dt is None:
+            if expr.op == "-":
                 raise TileTypeError(f"{loc(expr.pos, stmt)}cannot subtract bool values")
-        return EType(shape, dt)
+            dt = "i64"
+        return Typed(shape, dt)
     if isinstance(expr, ast.Ternary):
         c = type_of(expr.cond, dims, tensors, stmt)
         a = type_of(expr.then, dims, tensors, stmt)
         b = type_of(expr.other, dims, tensors, stmt)
         shape = broadcast(broadcast(c.shape, a.shape, expr.pos, stmt), b.shape, expr.pos, stmt)
-        if c.weak and a.weak and b.weak:
-            return EType(shape, None, a.const if c.const else b.const)
-        dt = join(a, b)
-        if dt is None:
-            dt = default_dtype(a.const) if isinstance(a.const, float) else default_dtype(b.const)
-            dt = "f64" if isinstance(a.const, float) or isinstance(b.const, float) else dt
-        return EType(shape, dt)
+        if isinstance(a, WeakConst) and isinstance(b, WeakConst):
+            if isinstance(c, WeakConst):
+                return WeakConst(shape, a.const if c.const else b.const)
+            floats = isinstance(a.const, float) or isinstance(b.const, float)
+            return Typed(shape, "f64" if floats else default_dtype(b.const))
+        return Typed(shape, join(a, b))
     if isinstance(expr, ast.Call):
         return _call_type(expr, dims, tensors, stmt)
     raise TileTypeError(f"unsupported expression {expr!r}")  # pragma: no cover
@@ -208,18 +225,21 @@ def cast_target(call: ast.Call, stmt: object) -> str:
     return name
 
 
-def index_axis(call: ast.Call, dims, tensors, stmt) -> tuple[EType, int]:
+def index_axis(
+    call: ast.Call, dims: Mapping[str, int], tensors: Mapping[str, TensorInfo], stmt: object
+) -> tuple[Typed, int]:
     """For ``index(X, axis)``: X's type and the axis made non-negative.
 
     Raises :class:`ShapeError` when the axis is out of range for X's rank.
     """
-    x = type_of(call.args[0], dims, tensors, stmt)
+    arg = call.args[0]
+    x = type_of(arg, dims, tensors, stmt)
     axis = literal_int(call.args[1])
-    if x.weak or axis is None:
+    if not isinstance(arg, ast.Name) or not isinstance(x, Typed) or axis is None:
         raise TileTypeError(
             f"{loc(call.pos, stmt)}index(X, axis) needs a tensor X and an integer literal axis"
         )
-    what = f"'{call.args[0].name}' of shape {x.shape} in 'index'"  # type: ignore[union-attr]
+    what = f"'{arg.name}' of shape {x.shape} in 'index'"
     return x, normalize_axis(axis, len(x.shape), what, call.args[1].pos, stmt)
 
 
@@ -231,26 +251,28 @@ def normalize_axis(axis: int, rank: int, what: str, pos: ast.Pos, stmt: object) 
     return axis % rank
 
 
-def _call_type(call: ast.Call, dims, tensors, stmt) -> EType:
+def _call_type(
+    call: ast.Call, dims: Mapping[str, int], tensors: Mapping[str, TensorInfo], stmt: object
+) -> EType:
     f = call.func
     if f == "index":
         x, _ = index_axis(call, dims, tensors, stmt)
-        return EType(x.shape, "i64")
+        return Typed(x.shape, "i64")
     if f in CASTS:
         t = type_of(call.args[0], dims, tensors, stmt)
-        return EType(t.shape, cast_target(call, stmt))
+        return Typed(t.shape, cast_target(call, stmt))
     args = [type_of(a, dims, tensors, stmt) for a in call.args]
     if f in FLOAT_FUNCS or f in SAME_FUNCS:
         t = args[0]
-        if t.weak:
-            return EType((), None, fold_call(f, t.const))
-        return EType(t.shape, float_of(t) if f in FLOAT_FUNCS else t.dtype)
+        if isinstance(t, WeakConst):
+            return WeakConst((), fold_call(f, t.const))
+        return Typed(t.shape, float_of(t) if f in FLOAT_FUNCS else t.dtype)
     if f in BINARY_FUNCS:
         a, b = args
         shape = broadcast(a.shape, b.shape, call.pos, stmt)
-        if a.weak and b.weak:
-            return EType(shape, None, fold(f, a.const, b.const))
-        return EType(shape, join(a, b))
+        if isinstance(a, WeakConst) and isinstance(b, WeakConst):
+            return WeakConst(shape, fold(f, a.const, b.const))
+        return Typed(shape, join(a, b))
     raise TileTypeError(f"{loc(call.pos, stmt)}unknown function '{f}'")
 
 

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..builder import Builder, Node, OnnxError, Value
 
@@ -32,7 +33,7 @@ def axis(node: Node, ax: int, rank: int, what: str = "axis") -> int:
     return ax % rank if rank else 0
 
 
-def literal(value: float | int | bool, dtype: np.dtype) -> str:
+def literal(value: float | int | bool, dtype: DTypeLike) -> str:
     """A Tile literal for a scalar of ``dtype`` (exact for ints; for floats the
     shortest repr that reads back to the same float64).  Infinities and NaN
     have no literal: use :func:`scalar` instead."""
@@ -40,8 +41,8 @@ def literal(value: float | int | bool, dtype: np.dtype) -> str:
     if dtype.kind == "b":
         return "1" if value else "0"
     if dtype.kind in "iu":
-        v = int(value)
-        return str(v) if v >= 0 else f"({v})"
+        i = int(value)
+        return str(i) if i >= 0 else f"({i})"
     v = float(value)
     if not math.isfinite(v):
         raise OnnxError(f"no Tile literal for {v}")
@@ -51,7 +52,7 @@ def literal(value: float | int | bool, dtype: np.dtype) -> str:
     return text if v >= 0 else f"({text})"
 
 
-def scalar(b: Builder, value: float | int | bool, dtype: np.dtype) -> str:
+def scalar(b: Builder, value: float | int | bool, dtype: DTypeLike) -> str:
     """A rank-0 tensor of ``dtype`` holding ``value``: a literal where one is
     exact, otherwise a constant parameter.  Unlike a bare literal, the result
     has ``dtype`` (weak literals take the other operand's type)."""

@@ -168,6 +168,8 @@ def slice_op(b: Builder, n: Node) -> list[Value | None]:
 
     Attributes before opset 10; an empty result is an empty constant."""
     x = n.input(0)
+    starts: list[int] | None
+    ends: list[int] | None
     if n.opset < 10:
         starts, ends = ints(n, "starts"), ints(n, "ends")
         axes = ints(n, "axes") or None
@@ -227,11 +229,12 @@ def pad(b: Builder, n: Node) -> list[Value | None]:
     mode = n.attr("mode", "constant")
     value: Value | float = 0.0
     axes: list[int] | None = None
+    pads: list[int] | None
     if n.opset < 11:
         pads = ints(n, "paddings" if n.opset < 2 else "pads")
         value = float(n.attr("value", 0.0))
     else:
-        pads = _static_ints(n, 1, "pads")  # type: ignore[assignment]
+        pads = _static_ints(n, 1, "pads")
         if pads is None:
             raise n.error("input 1 (pads) is required")
         cv = n.opt(2)

@@ -25,18 +25,23 @@ def empty(shape: Sequence[int], dtype: np.dtype) -> Value | None:
     shape = tuple(int(s) for s in shape)
     if all(s > 0 for s in shape):
         return None
+    return _empty_const(shape, dtype)
+
+
+def _empty_const(shape: tuple[int, ...], dtype: np.dtype) -> Value:
+    """The constant of a ``shape`` with no elements."""
     return Value("", shape, np.dtype(dtype), np.zeros(shape, dtype))
 
 
 def reshape(b: Builder, x: Value, shape: Sequence[int]) -> Value:
     """``x`` re-read with ``shape`` (same element count, row-major)."""
     shape = tuple(int(s) for s in shape)
-    if x.size == 0:
-        return empty(shape, x.dtype)  # type: ignore[return-value]
+    if x.size == 0:  # so has ``shape``: the element counts match
+        return _empty_const(shape, x.dtype)
     if shape == x.shape:
         return x
-    if x.is_const and not b.tile_name(x):
-        arr = x.const.reshape(shape)  # type: ignore[union-attr]
+    if x.const is not None and not b.tile_name(x):
+        arr = x.const.reshape(shape)
         return Value("", shape, x.dtype, arr)
     sizes = "".join(f", {s}" for s in shape)
     return b.statement(f"{{out}} = reshape({b.ref(x)}{sizes})", shape, x.dtype)
@@ -49,7 +54,7 @@ def permute(b: Builder, x: Value, perm: Sequence[int]) -> Value:
     out_idx = [idx[p] for p in perm]
     shape = tuple(x.shape[p] for p in perm)
     if x.size == 0:
-        return empty(shape, x.dtype)  # type: ignore[return-value]
+        return _empty_const(shape, x.dtype)
     if perm == list(range(x.rank)):
         return x
     sizes = ", ".join(str(s) for s in shape)
@@ -64,7 +69,7 @@ def broadcast_to(b: Builder, x: Value, shape: Sequence[int]) -> Value:
     """``x`` broadcast (NumPy rules) to exactly ``shape``."""
     shape = tuple(int(s) for s in shape)
     if 0 in shape:
-        return empty(shape, x.dtype)  # type: ignore[return-value]
+        return _empty_const(shape, x.dtype)
     if shape == x.shape:
         return x
     idx = indices(len(shape))

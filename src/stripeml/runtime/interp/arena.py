@@ -32,11 +32,12 @@ def _nbytes(ref: Refinement) -> int:
     return ref.shape.extent * to_numpy(ref.shape.dtype).itemsize
 
 
-def _placed(refs: Iterable[Refinement]) -> dict[str, list[Refinement]]:
-    groups: dict[str, list[Refinement]] = {}
+def _placed(refs: Iterable[Refinement]) -> dict[str, list[tuple[Refinement, int]]]:
+    """The placed allocations with their offsets, per location."""
+    groups: dict[str, list[tuple[Refinement, int]]] = {}
     for r in refs:
         if r.dir == "none" and r.offset is not None:
-            groups.setdefault(r.location, []).append(r)
+            groups.setdefault(r.location, []).append((r, r.offset))
     return groups
 
 
@@ -44,10 +45,9 @@ def root_storages(refs: Iterable[Refinement]) -> dict[str, np.ndarray]:
     """Flat storage of every placed root temporary: a typed view of its location's arena."""
     out: dict[str, np.ndarray] = {}
     for group in _placed(refs).values():
-        arena = np.zeros(max(r.offset + _nbytes(r) for r in group), dtype=np.uint8)  # type: ignore[operator]
-        for r in group:
-            start = r.offset
-            out[r.into] = arena[start : start + _nbytes(r)].view(to_numpy(r.shape.dtype))  # type: ignore[operator]
+        arena = np.zeros(max(start + _nbytes(r) for r, start in group), dtype=np.uint8)
+        for r, start in group:
+            out[r.into] = arena[start : start + _nbytes(r)].view(to_numpy(r.shape.dtype))
     return out
 
 
@@ -61,16 +61,16 @@ def block_storages(
     """
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for group in _placed(allocs).values():
-        lo = min(r.offset for r in group)  # type: ignore[type-var]
-        hi = max(r.offset + _nbytes(r) for r in group)  # type: ignore[operator]
+        lo = min(offset for _, offset in group)
+        hi = max(offset + _nbytes(r) for r, offset in group)
         frame = -(-(hi - lo) // _FRAME_ALIGN) * _FRAME_ALIGN
         frames = np.zeros(points * frame, dtype=np.uint8)
-        for r in group:
+        for r, offset in group:
             item = to_numpy(r.shape.dtype).itemsize
-            if (r.offset - lo) % item:  # type: ignore[operator]
+            if (offset - lo) % item:
                 continue  # misaligned for its dtype: the caller gives it its own storage
             storage = frames.view(to_numpy(r.shape.dtype))
-            start = (r.offset - lo) // item + alloc_origin(r.shape.sizes, r.shape.strides)  # type: ignore[operator]
+            start = (offset - lo) // item + alloc_origin(r.shape.sizes, r.shape.strides)
             base = np.arange(points, dtype=np.int64) * (frame // item) + start
             out[r.into] = (storage, base)
     return out

@@ -33,6 +33,7 @@ from ...ir.dtypes import to_numpy
 from ...ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Store
 from .frame import Frame, Options, View, constant
 from .intrinsics import apply_intrinsic
+from .traffic import Traffic
 
 MAX_TAPS = 4096  # auto mode: at most this many (parent point, tap) pairs ...
 MIN_POINTS_PER_TAP = 1024  # ... each covering this many points on average
@@ -43,6 +44,7 @@ _LETTERS = string.ascii_letters
 Coefs = dict[str, int]  # coefficient per local index
 Fixed = dict[str, int]  # values of the enumerated indices at one tap
 Box = dict[str, tuple[int, int]]  # (low, length) of every rest index at one tap
+Def = Load | Constant | Intrinsic | LoadIndex  # a statement defining a scalar
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def try_fast(block: Block, parent: Frame, views: list[View], opts: Options) -> b
 
 
 def _analyse(block: Block, views: list[View]) -> _Plan | None:
-    defs: dict[str, object] = {}
+    defs: dict[str, Def] = {}
     stores = []
     for s in block.stmts:
         if isinstance(s, Store):
@@ -100,7 +102,8 @@ def _analyse(block: Block, views: list[View]) -> _Plan | None:
     rest = tuple(v for v in vars_ if v not in enum)
     out_coefs = _coefs(out.flat, ranges)
     reduced = [v for v in rest if v not in out_coefs]
-    mode, factors = "map", ()
+    mode = "map"
+    factors: tuple[str, ...] = ()
     if reduced and out.ref.agg == "add" and out.ref.shape.dtype != "bool":
         found = _factorise(store.value, defs, out.ref.shape.dtype)
         if found is not None:
@@ -128,7 +131,7 @@ def _choose_enumerated(multi: list[set[str]], ranges: dict[str, int]) -> tuple[s
     return tuple(v for v in ranges if v in best[1])
 
 
-def _factorise(value: str, defs: dict[str, object], dtype: str) -> tuple[str, ...] | None:
+def _factorise(value: str, defs: dict[str, Def], dtype: str) -> tuple[str, ...] | None:
     """Split ``value`` into ``mul`` factors that each depend on at most one load."""
     s = defs.get(value)
     if isinstance(s, Intrinsic) and s.op == "mul" and s.dtype == dtype:
@@ -141,7 +144,7 @@ def _factorise(value: str, defs: dict[str, object], dtype: str) -> tuple[str, ..
     return (value,)
 
 
-def _collect_loads(name: str, defs: dict[str, object], loads: set[str]) -> bool:
+def _collect_loads(name: str, defs: dict[str, Def], loads: set[str]) -> bool:
     s = defs.get(name)
     if isinstance(s, Load):
         loads.add(s.into)
@@ -163,6 +166,9 @@ class _Runner:
         self.traffic = opts.traffic
         self.views = {v.ref.into: v for v in views}
         self.out = self.views[plan.store.ref]
+        sink = self.out.sink
+        assert sink is not None  # _analyse plans only stores into an aggregation scope
+        self.sink = sink
         self.letter = {v: _LETTERS[k] for k, v in enumerate(plan.vars)}
         self.paths: dict[str, list] = {}
         points = parent.points
@@ -190,19 +196,19 @@ class _Runner:
                 if box is None:
                     continue
                 if self.traffic is not None:
-                    self._count(box)
+                    self._count(box, self.traffic)
                 if plan.mode == "contract":
                     self._contract(p, fixed, box, factors)
                 else:
                     self._map(p, fixed, box)
 
-    def _count(self, box: Box) -> None:
+    def _count(self, box: Box, traffic: Traffic) -> None:
         """Memory traffic of one box: each point loads and stores once per statement."""
         n = int(np.prod([length for _, length in box.values()]))
         for s in self.block.stmts:
             if isinstance(s, (Load, Store)):
                 v = self.views[s.ref]
-                count = self.traffic.read if isinstance(s, Load) else self.traffic.write
+                count = traffic.read if isinstance(s, Load) else traffic.write
                 count(v.ref, v.parent.storage, n)
 
     def _box(self, p: int, fixed: Fixed) -> Box | None:
@@ -254,7 +260,7 @@ class _Runner:
         keep = [v for v in axes if coefs.get(v)]
         lens = tuple(box[v][1] for v in keep)
         start = self._start(self.refs[self.plan.store.ref], p, fixed, box)
-        self.out.sink.store_box(start, lens, tuple(coefs[v] for v in keep), values)
+        self.sink.store_box(start, lens, tuple(coefs[v] for v in keep), values)
 
     # -- map mode -----------------------------------------------------------
     def _map(self, p: int, fixed: Fixed, box: Box) -> None:
@@ -281,7 +287,7 @@ class _Runner:
         if reduced:
             agg = self.out.ref.agg
             if agg == "assign":
-                raise self.out.sink.race()
+                raise self.sink.race()
             with np.errstate(all="ignore"):
                 full = _REDUCE[agg].reduce(full, axis=reduced)
         self._store(full, p, fixed, box, axes)
@@ -303,7 +309,7 @@ class _Runner:
     # -- contract mode --------------------------------------------------------
     def _factor_arrays(self) -> dict[str, tuple[str | None, np.ndarray]]:
         """Each factor evaluated once over its whole storage (or a 0-d constant)."""
-        defs = {s.into: s for s in self.block.stmts if not isinstance(s, Store)}
+        defs = {s.into: s for s in self.block.stmts if isinstance(s, Def)}
         out: dict[str, tuple[str | None, np.ndarray]] = {}
         for f in self.plan.factors:
             ref: list[str] = []
@@ -317,8 +323,10 @@ class _Runner:
                         memo[name] = self.views[s.ref].parent.storage
                     elif isinstance(s, Constant):
                         memo[name] = constant(s.value, s.dtype)
-                    else:
+                    elif isinstance(s, Intrinsic):
                         memo[name] = apply_intrinsic(s.op, [ev(i) for i in s.inputs], s.dtype)
+                    else:  # pragma: no cover - _collect_loads keeps load_index out of factors
+                        raise AssertionError(s)
                 return memo[name]
 
             arr = ev(f)

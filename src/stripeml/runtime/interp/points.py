@@ -69,14 +69,15 @@ class BoxPoints(Points):
             size *= self.lens[self._split]
             self._split += 1
         self._cache: dict[Affine, np.ndarray] = {}
-        self.mask: np.ndarray | None = None
+        ok: np.ndarray | bool | None = None  # the points every constraint keeps
         for c in block.constraints:
-            ok = self._grid(c.expr) >= 0
-            self.mask = ok if self.mask is None else self.mask & ok
-        if self.mask is None:
+            holds = self._grid(c.expr) >= 0
+            ok = holds if ok is None else ok & holds
+        self.mask: np.ndarray | None = None
+        if ok is None:
             self.n = int(np.prod(self.shape))
         else:
-            self.mask = np.ascontiguousarray(np.broadcast_to(self.mask, self.shape)).reshape(-1)
+            self.mask = np.ascontiguousarray(np.broadcast_to(ok, self.shape)).reshape(-1)
             self.n = int(np.count_nonzero(self.mask))
 
     def index_names(self) -> frozenset[str]:

@@ -114,9 +114,14 @@ def run_with_report(
     program: Program,
     inputs: Mapping[str, np.ndarray],
     outputs: Mapping[str, np.ndarray] | None = None,
-    **options: object,
+    *,
+    mode: str = "auto",
+    chunk_points: int = 1 << 21,
+    arena: bool = False,
 ) -> tuple[dict[str, np.ndarray], Traffic]:
     """:func:`run`, and the bytes moved per memory location (:class:`.Traffic`)."""
     traffic = Traffic()
-    result = run(program, inputs, outputs, traffic=traffic, **options)  # type: ignore[arg-type]
+    result = run(
+        program, inputs, outputs, mode=mode, chunk_points=chunk_points, traffic=traffic, arena=arena
+    )
     return result, traffic

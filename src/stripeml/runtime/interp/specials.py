@@ -36,7 +36,6 @@ def read_view(state: RefState) -> np.ndarray:
 def run_special(stmt: Special, refs: dict[str, RefState], write: Writer) -> None:
     """Execute ``stmt`` for every point; ``write(state, offsets, values)`` stores."""
     ins = [read_view(refs[name]) for name in stmt.inputs]
-    params = dict(stmt.params)
     if len(stmt.outputs) != 1:
         raise ExecutionError(f"special {stmt.op!r} expects one output, got {len(stmt.outputs)}")
     out = refs[stmt.outputs[0]]
@@ -47,7 +46,7 @@ def run_special(stmt: Special, refs: dict[str, RefState], write: Writer) -> None
     elif stmt.op == "reshape":
         result = ins[0].reshape(n, -1).reshape((n, *sizes))
     elif stmt.op == "gather":
-        result = _gather(ins[0], ins[1], int(params.get("axis", 0)))  # type: ignore[arg-type]
+        result = _gather(ins[0], ins[1], stmt.int_param("axis"))
     else:
         raise ExecutionError(f"unknown special {stmt.op!r}")
     if result.shape != (n, *sizes):
