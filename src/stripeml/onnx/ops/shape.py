@@ -95,7 +95,7 @@ def _axes(n: Node, rank: int, attr_before: int, input_index: int = 1) -> list[in
     return None if arr is None else [int(a) for a in np.asarray(arr).reshape(-1)]
 
 
-@op("Reshape", static=(1,))
+@op("Reshape", static=(1,), oldest=1)
 def reshape_op(b: Builder, n: Node) -> list[Value | None]:
     """Reshape: shape known when compiling; 0 copies a dimension (unless allowzero), -1 inferred.
 
@@ -328,7 +328,7 @@ def eye_like(b: Builder, n: Node) -> list[Value | None]:
     return [b.eltwise(cast(cond, dtype), x.shape, dtype)]
 
 
-@op("Dropout", static=(2,))
+@op("Dropout", static=(2,), oldest=1)
 def dropout(b: Builder, n: Node) -> list[Value | None]:
     """Dropout: inference only (identity; the optional mask is all true); no training mode.
 
