@@ -221,12 +221,81 @@ def test_an_absurd_shape_from_an_operator_names_the_node():
         refused_at_call(np.ones((2, 3), np.float32))
 
 
-def test_a_folded_constant_larger_than_memory_names_the_node():
+def test_a_folded_constant_too_large_names_the_node():
     shape = numpy_helper.from_array(np.array([10**7, 10**7], np.int64), "shape")
     nodes = [
         helper.make_node("ConstantOfShape", ["shape"], ["big"], name="fill"),
         helper.make_node("Add", ["x", "big"], ["y"], name="add"),
     ]
     f = stripeml.onnx.compile(model(nodes, inits=[shape]), target="interp")
-    with pytest.raises(OnnxError, match=r"node 'fill' \(ConstantOfShape\): its result does not"):
+    with pytest.raises(OnnxError, match=r"node 'fill' \(ConstantOfShape\): shape .* more than"):
+        f(np.ones((2, 3), np.float32))
+
+
+# -- attribute and constant values the schema allows but the operator cannot take -----
+
+
+def _const_model(node, inits, outputs=("y",)):
+    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs]
+    graph = helper.make_graph([node], "g", [], outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("limit", [np.nan, np.inf])
+def test_a_range_to_nan_or_infinity_names_the_node(limit):
+    inits = [
+        numpy_helper.from_array(np.array(v, np.float32), k)
+        for k, v in (("a", 0.0), ("b", limit), ("d", 1.0))
+    ]
+    node = helper.make_node("Range", ["a", "b", "d"], ["y"], name="r")
+    f = stripeml.onnx.compile(_const_model(node, inits), target="interp")
+    with pytest.raises(
+        OnnxError, match=r"node 'r' \(Range\): start, limit and delta must be finite"
+    ):
+        f()
+
+
+def test_a_constant_of_negative_shape_names_the_node():
+    shape = numpy_helper.from_array(np.array([-2, 3], np.int64), "s")
+    node = helper.make_node("ConstantOfShape", ["s"], ["y"], name="c")
+    f = stripeml.onnx.compile(_const_model(node, [shape]), target="interp")
+    with pytest.raises(OnnxError, match=r"node 'c' \(ConstantOfShape\): shape \(-2, 3\) has a neg"):
+        f()
+
+
+def test_eyelike_of_an_unknown_element_type_names_the_node():
+    node = helper.make_node("EyeLike", ["x"], ["y"], name="e", dtype=999)
+    m = model([node], outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    f = stripeml.onnx.compile(m, target="interp")
+    with pytest.raises(OnnxError, match=r"node 'e' \(EyeLike\): dtype 999 is not an ONNX"):
+        f(np.ones((2, 3), np.float32))
+
+
+def test_lppool_with_p_zero_names_the_node():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    node = helper.make_node("LpPool", ["x"], ["y"], name="lp", kernel_shape=[2, 2], p=0)
+    f = stripeml.onnx.compile(model([node], inputs=[x]), target="interp")
+    with pytest.raises(OnnxError, match=r"node 'lp' \(LpPool\): p must be positive"):
+        f(np.ones((1, 1, 4, 4), np.float32))
+
+
+@pytest.mark.parametrize(
+    "error, message",
+    [
+        (ValueError("a value the writer did not expect"), r"cannot be imported \(ValueError"),
+        (MemoryError("Unable to allocate 8 TiB"), "its result does not fit in memory"),
+    ],
+)
+def test_an_op_writer_failing_on_a_value_names_the_node(monkeypatch, error, message):
+    """Whatever an op writer did not anticipate is an OnnxError naming the node."""
+    from dataclasses import replace
+
+    from stripeml.onnx.registry import OPS
+
+    def broken(b, n):
+        raise error
+
+    monkeypatch.setitem(OPS, "Relu", replace(OPS["Relu"], fn=broken))
+    f = stripeml.onnx.compile(model(), target="interp")
+    with pytest.raises(OnnxError, match=rf"node 'relu' \(Relu\): {message}"):
         f(np.ones((2, 3), np.float32))

@@ -101,6 +101,12 @@ initializer or input (`load.py` reads, `validate.py` checks):
 * **Nodes** are in single assignment form (no tensor produced twice, none
   named like a graph input or initializer) and in topological order; every
   graph output is produced by a node, an initializer or an input.
+
+Values the schema allows but an operator cannot take (a `Range` to infinity,
+`LpPool` with `p = 0`, a `ConstantOfShape` of negative shape) are errors
+naming the node, raised when the node is written (at the first call); any
+exception an op writer did not anticipate becomes an `OnnxError` naming the
+node, the original chained as its cause.
 Tensors with a dimension of size 0 are constants (their value is known from
 the shape), so they never reach the compiled program.
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, StripeError
 from .builder import BadShape, Builder, Node, OnnxError, Value
 from .graph import Graph, NodeInfo
 from .layout import dispatch, fuse_conv_bn
@@ -258,6 +258,12 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
         raise node.error(str(exc)) from None
     except MemoryError as exc:  # a constant folded at import larger than memory
         raise node.error(f"its result does not fit in memory ({exc})") from None
+    except StripeError:
+        raise
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        # An attribute or constant value no op writer check anticipated (the model
+        # passed the schema checks): the node is named, the cause chained.
+        raise node.error(f"cannot be imported ({type(exc).__name__}: {exc})") from exc
     if len(outs) < len([o for o in info.outputs if o]):
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
     for name, v in zip(info.outputs, outs):
