@@ -67,6 +67,7 @@ def read_model(model: Any) -> tuple[Any, str | None]:
 
 
 def _read_file(onnx: Any, path: str) -> Any:
+    """The model in the file ``path``, its external tensors read (from its folder)."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -126,6 +127,7 @@ def _node_tensors(nodes: Any, prefix: str) -> Iterator[tuple[Any, str]]:
 
 
 def _entries(tensor: Any) -> dict[str, str]:
+    """A tensor's ``external_data`` entries (``location``, ``offset`` ...)."""
     return {e.key: e.value for e in tensor.external_data}
 
 
@@ -197,6 +199,7 @@ def _external_bytes(onnx: Any, tensor: Any, base: str, where: str) -> bytes:
 
 
 def _entry_int(entries: dict[str, str], key: str, where: str) -> int | None:
+    """An ``offset``/``length`` entry as a byte count (``None`` when absent)."""
     if key not in entries:
         return None
     try:
@@ -209,6 +212,7 @@ def _entry_int(entries: dict[str, str], key: str, where: str) -> int | None:
 
 
 def _type_name(onnx: Any, tensor: Any) -> str:
+    """A tensor's element type as messages name it (``float``, ``int64`` ...)."""
     try:
         return str(onnx.TensorProto.DataType.Name(tensor.data_type)).lower()
     except ValueError:

@@ -36,6 +36,7 @@ Operators the op library does not implement are reported by the importer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -49,6 +50,8 @@ from .ops import lookup
 MIN_OPSET = 7
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+
+Fail = Callable[[str], OnnxError]  # an error with the file's name in front
 
 
 def max_opset() -> int:
@@ -67,6 +70,7 @@ def onnx_domains() -> frozenset[str]:
 
 
 def supported_range() -> str:
+    """The opsets the importer supports, as error messages name them."""
     return f"ai.onnx opsets {MIN_OPSET} to {max_opset()}"
 
 
@@ -115,7 +119,7 @@ def check_model(model: Any, source: str | None = None) -> int:
     return opset
 
 
-def _opsets(model: Any, fail: Any) -> tuple[int, set[str]]:
+def _opsets(model: Any, fail: Fail) -> tuple[int, set[str]]:
     """The ai.onnx opset and the imported domains ("" for ai.onnx)."""
     versions: dict[str, int] = {}
     for imp in model.opset_import:
@@ -146,7 +150,7 @@ def _opsets(model: Any, fail: Any) -> tuple[int, set[str]]:
     return opset, set(versions)
 
 
-def _initializers(onnx: Any, g: Any, fail: Any) -> set[str]:
+def _initializers(onnx: Any, g: Any, fail: Fail) -> set[str]:
     names: set[str] = set()
     for t in g.initializer:
         where = f"initializer {t.name!r}"
@@ -188,7 +192,7 @@ def tensor_problem(onnx: Any, t: Any) -> str | None:
     return None
 
 
-def _check_input(vi: Any, fail: Any) -> None:
+def _check_input(vi: Any, fail: Fail) -> None:
     where = f"graph input {vi.name!r}"
     if not vi.HasField("type"):
         raise fail(f"{where} has no type")
@@ -213,11 +217,12 @@ def _check_input(vi: Any, fail: Any) -> None:
 
 
 def node_where(n: Any, k: int) -> str:
+    """A ``NodeProto`` (the ``k``-th of its graph) as messages name it."""
     return f"node {n.name!r} ({n.op_type})" if n.name else f"node #{k} ({n.op_type})"
 
 
 def _check_nodes(
-    g: Any, known: set[str], opset: int, domains: set[str], ctx: Any, fail: Any
+    g: Any, known: set[str], opset: int, domains: set[str], ctx: Any, fail: Fail
 ) -> None:
     """Single assignment, topological order, imported domains, operator versions and
     schemas (for the operators the op library implements)."""
@@ -263,13 +268,14 @@ def _check_nodes(
                     problem = tensor_problem(onnx, a.t)
                     if problem is not None:
                         raise fail(f"{where} attribute {a.name!r}: {problem}")
-            problem = _schema_problem(n, ctx)
+            problem = None if _deprecated(n.op_type, opset) else _schema_problem(n, ctx)
             if problem is not None:
                 raise fail(f"{where}: {problem}")
     known.update(producer)
 
 
 def _checker_context(model: Any) -> Any:
+    """The context ``onnx.checker.check_node`` checks a node of ``model`` in."""
     import onnx
 
     ctx = onnx.checker.C.CheckerContext()
@@ -308,6 +314,19 @@ def _version_problem(op_type: str, opset: int) -> str | None:
             f"implement ({op_type}-{lowest} and later are; it supports {supported_range()})"
         )
     return None
+
+
+@lru_cache(maxsize=4096)
+def _deprecated(op_type: str, opset: int) -> bool:
+    """Whether onnx marks the operator's definition in ``opset`` deprecated:
+    ``check_node`` refuses those, but the op library implements the one it has
+    (``GroupNormalization``-18, whose scale and bias are per group)."""
+    import onnx
+
+    try:
+        return bool(onnx.defs.get_schema(op_type, opset, "").deprecated)
+    except onnx.defs.SchemaError:
+        return False
 
 
 def _schema_version(op_type: str, opset: int) -> int | None:
