@@ -36,7 +36,7 @@ from ..ir.affine import Affine
 from ..ir.isl import constrain, dim_names
 from ..ir.nodes import Block
 from .access import Access, accesses
-from .dependence import _pair_set  # the one construction of "where two accesses meet"
+from .dependence import pair_set
 from .domain import nest_names
 
 __all__ = ["Collision", "collision", "stores_once"]
@@ -88,7 +88,7 @@ def collision(block: Block, ref: str, outer: Sequence[Block] = ()) -> Collision 
 def _collide(a: Access, b: Access, outer: Sequence[Block]) -> Collision | None:
     if any(s == 0 for s in (*a.sizes, *b.sizes)):
         return None  # an empty view stores nothing
-    met = _pair_set(a, b, outer)
+    met = pair_set(a, b, outer)
     if met.is_empty():
         return None
     if a is not b:
