@@ -36,7 +36,7 @@ from ..ir.nodes import Block
 from .access import Access, accesses
 from .domain import domain_in, nest_inequalities, nest_names
 
-__all__ = ["Race", "races", "race_free", "race_free_indices"]
+__all__ = ["Race", "pair_set", "races", "race_free", "race_free_indices"]
 
 
 @dataclass(frozen=True, slots=True)
