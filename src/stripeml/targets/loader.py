@@ -64,6 +64,9 @@ _UNITS = {
     "tb": 10**12,
 }
 _MEMORY_FACTS = ("size", "line", "bandwidth_gbs")
+#: Locations every target has without declaring them: the registers that ``fuse``
+#: and ``unroll`` keep accumulators in.
+IMPLICIT_LOCATIONS = ("REGISTER",)
 
 
 # --------------------------------------------------------------------------
@@ -253,7 +256,7 @@ class _Reader:
             threads=facts["threads"],
             vector_width=facts["vector_width"],
             memories=memories,
-            pipeline=self.pipeline(data.get("pipeline", []), refs),
+            pipeline=self.pipeline(data.get("pipeline", []), refs, memories),
             max_threads_per_group=facts.get("max_threads_per_group"),
             subgroup_size=facts.get("subgroup_size"),
             shared_memory_bytes=facts.get("shared_memory"),
@@ -339,9 +342,15 @@ class _Reader:
 
     # -- pipeline ------------------------------------------------------------
 
-    def pipeline(self, entries: object, refs: Mapping[str, object]) -> tuple[PassSpec, ...]:
-        """Each entry's pass, built (and so validated) once, here."""
-        from ..passes.registry import make_pass, pass_class
+    def pipeline(
+        self, entries: object, refs: Mapping[str, object], memories: tuple[Memory, ...]
+    ) -> tuple[PassSpec, ...]:
+        """Each entry's pass, built (and so validated) once, here; the locations its
+        options name must be the target's memories (or :data:`IMPLICIT_LOCATIONS`)
+        and its selectors' tags declared (``passes.registry.check_names``)."""
+        from ..passes.registry import check_names, make_pass, pass_class
+
+        locations = (*(m.name for m in memories), *IMPLICIT_LOCATIONS)
 
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise self.fail(
@@ -364,6 +373,7 @@ class _Reader:
             )
             try:
                 built = make_pass(name, **dict(options))
+                check_names(built, locations)
             except OptionError as exc:
                 raise self.fail(f"{at}.options.{exc.option}", str(exc)) from None
             except (TypeError, ValueError) as exc:  # a pass's own __post_init__ checks
