@@ -165,15 +165,16 @@ def check_location_names(p: object, option: str) -> tuple[str, ...]:
         names = value
     else:
         raise _bad(p, option, "a location name or a list of them")
-    out = tuple(names)
-    for name in out:
+    out: list[str] = []
+    for name in names:
         if not isinstance(name, str) or not _LOCATION.match(name):
             raise OptionError(
                 option,
                 f"pass '{getattr(p, 'name', '?')}': option '{option}': {name!r} is not a "
                 "memory location name (letters, digits, _)",
             )
-    return out
+        out.append(name)
+    return tuple(out)
 
 
 def check_selector(p: object, option: str = "select") -> None:
