@@ -91,6 +91,23 @@ def test_failures_print_one_line(
     assert re.search(expected, _one_line(capsys.readouterr().err))
 
 
+def test_oom_in_a_demo_example_is_not_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def compile_(source: str, target: str = "interp", *, name: str = "main") -> object:
+        calls.append(name)
+        raise MemoryError(NUMPY_OOM)
+
+    monkeypatch.setattr(stripeml, "compile", compile_, raising=False)
+    assert cli.main(["demo", "cumsum", "matmul"]) == 1
+    captured = capsys.readouterr()
+    line = _one_line(captured.err)
+    assert line == f"stripeml: out of memory while running the example matmul: {NUMPY_OOM}"
+    assert calls == ["matmul"] and "internal error" not in captured.out
+
+
 def test_oom_building_the_random_inputs(
     monkeypatch: pytest.MonkeyPatch, tile_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import stripeml
 
 from ..demo import EXAMPLES, DemoResult, check_example, find_example, format_table
-from .common import PROG, TARGET_HELP, UsageError
+from .common import PROG, TARGET_HELP, UsageError, doing
 
 #: The program that tells whether a target can run anything at all.
 PROBE = "function (A[N]) -> (B) {\n    B = A + 1;\n}\n"
@@ -54,7 +54,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for ex in EXAMPLES:
         if names and ex.name not in names:
             continue
-        result = check_example(ex, args.target, args.seed)
+        with doing(f"running the example {ex.name}"):
+            result = check_example(ex, args.target, args.seed)
         if not result.ok and result.max_abs_err is None and not probed:
             probed = True  # it did not compile or run: can anything?
             problem = target_problem(args.target)
