@@ -7,6 +7,11 @@ hardware facts and the built pipeline) and its backend
 each new signature (input shapes and dtypes) is bound, lowered, run through
 ``target.passes`` and compiled by the backend once, then cached in memory
 and, for backends with a disk cache, on disk.
+
+``threads=`` (else the environment variable :data:`THREADS_VARIABLE`, read
+here, at the API's boundary, and nowhere below) becomes the target's
+``threads`` fact when the target resolves: the ``thread`` pass and the CPU
+runtime see it through the frozen ``Target`` like any other fact.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .ir.printer import format as format_ir
 from .passes.manager import PipelineResult, run_pipeline
 from .runtime.backend import Backend, Compiled, backend_for
 from .targets import Target, resolve
+from .targets.loader import check_threads
 from .tile import ast
 from .tile.bind import Signature, bind, signature_of
 from .tile.check import check
@@ -192,6 +198,40 @@ def _fmt_sig(sig: Signature) -> str:
     return ", ".join(f"{'x'.join(map(str, s)) or 'scalar'}:{d}" for s, d in sig)
 
 
+#: The environment variable giving the thread count when ``threads=`` is not given.
+THREADS_VARIABLE = "STRIPEML_NUM_THREADS"
+
+
+def threads_from_environment() -> int | None:
+    """The thread count :data:`THREADS_VARIABLE` asks for (``None``: unset or
+    empty); a :class:`StripeError` naming the variable when it is not a
+    positive integer."""
+    text = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise StripeError(
+            f"{THREADS_VARIABLE}={text!r}: must be a positive integer (the threads compiled "
+            "code runs on), or unset for the target's own count"
+        )
+    return value
+
+
+def target_for(target: str | os.PathLike[str] | Target, threads: int | None = None) -> Target:
+    """The resolved target of a compile: ``threads`` (else :data:`THREADS_VARIABLE`,
+    read once, here) replaces the file's ``threads`` fact before its pipeline is
+    built (:func:`stripeml.targets.resolve`).  A ``Target`` object is already
+    built: the environment does not change it, and ``threads`` must be its own."""
+    threads = check_threads(threads, "threads=")
+    if threads is None and not isinstance(target, Target):
+        threads = threads_from_environment()
+    return resolve(target, threads=threads)
+
+
 class Function:
     """A compiled Tile function; call it with NumPy arrays."""
 
@@ -201,6 +241,7 @@ class Function:
         target: str | os.PathLike[str] | Target = "cpu",
         name: str = "main",
         constants: Mapping[str, Any] | None = None,
+        threads: int | None = None,
     ) -> None:
         if not isinstance(source, str):
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
@@ -208,7 +249,7 @@ class Function:
         self.name = name
         self.ast: ast.Function = parse(source)
         check(self.ast)
-        self.target: Target = resolve(target)
+        self.target: Target = target_for(target, threads)
         self.backend: Backend = backend_for(self.target)
         every = tuple(p.name for p in self.ast.params)
         self.constants: dict[str, np.ndarray] = _bind_constants(every, constants or {})
@@ -339,16 +380,22 @@ def compile(  # noqa: A001
     *,
     name: str = "main",
     constants: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> Function:
     """Parse and check Tile ``source`` and resolve ``target`` (default ``"cpu"``:
     native code for this machine); return a callable compiled per signature.
+
+    ``threads`` is how many threads compiled code runs on (``None``: the
+    environment variable ``STRIPEML_NUM_THREADS``, else the target's own
+    ``threads``, all CPUs of the process for ``cpu``); it becomes the target's
+    ``threads`` fact, so the ``thread`` pass and the CPU runtime both see it.
 
     ``constants`` binds parameters to values now (a model's weights, say): calls
     pass only the other parameters, and what the program computes from constants
     alone (a weight laid out for the register tiles) a backend may compute once.
     The arrays are copied, so later changes to them do not reach the function.
     """
-    return Function(source, target, name, constants)
+    return Function(source, target, name, constants, threads)
 
 
 def _bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str, np.ndarray]:

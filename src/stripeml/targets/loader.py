@@ -7,6 +7,11 @@ naming the file, the key (``memory[1].size``, ``pipeline[2].options.fraction``)
 and what is wrong.  ``auto`` values come from :class:`~.host.HostFacts`;
 pipeline entries are built with :func:`stripeml.passes.make_pass`, so each
 pass validates its own options.
+
+``threads=`` (``load_target``, ``resolve``; what ``stripeml.compile(...,
+threads=)`` passes down) replaces the file's ``threads`` fact before the
+pipeline is built, so ``$threads`` references follow; ``resolve`` keeps one
+frozen :class:`Target` per (file, threads).
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ _UNITS = {
     "tb": 10**12,
 }
 _MEMORY_FACTS = ("size", "line", "bandwidth_gbs")
+#: Locations every target has without declaring them: the registers that ``fuse``
+#: and ``unroll`` keep accumulators in.
+IMPLICIT_LOCATIONS = ("REGISTER",)
 
 
 # --------------------------------------------------------------------------
@@ -106,27 +114,58 @@ def resolve_target(target: str | os.PathLike[str]) -> Path:
     raise TargetError(f"unknown target '{text}' (known: {known}, or a path to a .toml file)")
 
 
-def load_target(target: str | os.PathLike[str], *, host: HostFacts | None = None) -> Target:
-    """Read, validate and resolve a target file (a bundled name or a path)."""
+def load_target(
+    target: str | os.PathLike[str],
+    *,
+    host: HostFacts | None = None,
+    threads: int | None = None,
+) -> Target:
+    """Read, validate and resolve a target file (a bundled name or a path);
+    ``threads`` replaces the file's ``threads`` fact (``None``: the file's)."""
     path = resolve_target(target)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TargetError(f"{path}: cannot read the target file: {exc}") from None
-    return target_from_toml(text, source=str(path), host=host, default_name=path.stem)
+    return target_from_toml(
+        text, source=str(path), host=host, default_name=path.stem, threads=threads
+    )
 
 
-# Targets loaded from files, by resolved path: (modification time, target).  A file
-# is read (and the host probed) once, and again after it changes.
-_LOADED: dict[str, tuple[int, Target]] = {}
+# Targets loaded from files, by (resolved path, threads): (modification time,
+# target).  A file is read (and the host probed) once per thread count, and again
+# after it changes.
+_LOADED: dict[tuple[str, int | None], tuple[int, Target]] = {}
 _LOCK = threading.Lock()
 
 
-def resolve(target: str | os.PathLike[str] | Target) -> Target:
+def check_threads(threads: object, what: str = "threads") -> int | None:
+    """``threads`` as a thread count (``None`` stays ``None``): an integer >= 1,
+    else a :class:`TargetError` saying what ``what`` got."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise TargetError(f"{what} must be a positive integer (a thread count), got {threads!r}")
+    return threads
+
+
+def resolve(target: str | os.PathLike[str] | Target, *, threads: int | None = None) -> Target:
     """The :class:`Target` that ``compile(..., target=...)`` means: a ``Target`` as
     it is, :data:`~.target.INTERP` for ``"interp"``, else the file of a bundled
-    name or a path (:func:`resolve_target`), loaded once per modification."""
+    name or a path (:func:`resolve_target`), loaded once per modification.
+
+    ``threads`` (``None``: the file's fact) becomes the target's ``threads`` fact
+    before its pipeline is built; each (file, threads) is loaded once.  A
+    ``Target`` is already built: ``threads`` must then be its own.  The
+    interpreter runs on one thread whatever ``threads`` says.
+    """
+    threads = check_threads(threads)
     if isinstance(target, Target):
+        if threads is not None and threads != target.threads:
+            raise TargetError(
+                f"threads={threads}: target '{target.name}' is a Target built with "
+                f"threads={target.threads}; load it with load_target(..., threads={threads})"
+            )
         return target
     if not isinstance(target, (str, os.PathLike)):
         raise TargetError(
@@ -140,13 +179,14 @@ def resolve(target: str | os.PathLike[str] | Target) -> Target:
         stamp = path.stat().st_mtime_ns
     except OSError as exc:
         raise TargetError(f"{path}: cannot read the target file: {exc}") from None
+    key = (str(path), threads)
     with _LOCK:
-        cached = _LOADED.get(str(path))
+        cached = _LOADED.get(key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    loaded = load_target(path)
+    loaded = load_target(path, threads=threads)
     with _LOCK:
-        _LOADED[str(path)] = (stamp, loaded)
+        _LOADED[key] = (stamp, loaded)
     return loaded
 
 
@@ -156,13 +196,16 @@ def target_from_toml(
     source: str = "<target>",
     host: HostFacts | None = None,
     default_name: str = "target",
+    threads: int | None = None,
 ) -> Target:
-    """A :class:`Target` from TOML text; ``source`` names it in error messages."""
+    """A :class:`Target` from TOML text; ``source`` names it in error messages;
+    ``threads`` replaces the ``threads`` fact (``None``: the file's)."""
+    threads = check_threads(threads)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TargetError(f"{source}: not valid TOML: {exc}") from None
-    return _Reader(source, host or HostFacts()).target(data, default_name)
+    return _Reader(source, host or HostFacts(), threads).target(data, default_name)
 
 
 def parse_size(value: object) -> int:
@@ -198,9 +241,10 @@ def parse_size(value: object) -> int:
 class _Reader:
     """Turns the TOML data of one file into a :class:`Target`, or a precise error."""
 
-    def __init__(self, source: str, host: HostFacts) -> None:
+    def __init__(self, source: str, host: HostFacts, threads: int | None = None) -> None:
         self.source = source
         self.host = host
+        self.threads = threads  # replaces the file's fact (validated all the same)
 
     def fail(self, key: str, what: str) -> TargetError:
         return TargetError(f"{self.source}: {key}: {what}")
@@ -213,14 +257,19 @@ class _Reader:
             raise self.fail(
                 "backend", f"unknown backend '{backend}' (one of {', '.join(BACKENDS)})"
             )
+        given = self.threads
         facts = {
             "threads": self.count(
-                data.get("threads", 1), "threads", auto=lambda: self.host.threads
+                data.get("threads", 1),
+                "threads",
+                auto=lambda: self.host.threads if given is None else given,
             ),
             "vector_width": self.count(
                 data.get("vector_width", 1), "vector_width", auto=lambda: self.host.vector_width
             ),
         }
+        if given is not None:
+            facts["threads"] = given  # before the references and the pipeline
         fma = data.get("fma", False)
         if fma == "auto":
             fma = self.host.fma
@@ -253,7 +302,7 @@ class _Reader:
             threads=facts["threads"],
             vector_width=facts["vector_width"],
             memories=memories,
-            pipeline=self.pipeline(data.get("pipeline", []), refs),
+            pipeline=self.pipeline(data.get("pipeline", []), refs, memories),
             max_threads_per_group=facts.get("max_threads_per_group"),
             subgroup_size=facts.get("subgroup_size"),
             shared_memory_bytes=facts.get("shared_memory"),
@@ -339,9 +388,15 @@ class _Reader:
 
     # -- pipeline ------------------------------------------------------------
 
-    def pipeline(self, entries: object, refs: Mapping[str, object]) -> tuple[PassSpec, ...]:
-        """Each entry's pass, built (and so validated) once, here."""
-        from ..passes.registry import make_pass, pass_class
+    def pipeline(
+        self, entries: object, refs: Mapping[str, object], memories: tuple[Memory, ...]
+    ) -> tuple[PassSpec, ...]:
+        """Each entry's pass, built (and so validated) once, here; the locations its
+        options name must be the target's memories (or :data:`IMPLICIT_LOCATIONS`)
+        and its selectors' tags declared (``passes.registry.check_names``)."""
+        from ..passes.registry import check_names, make_pass, pass_class
+
+        locations = (*(m.name for m in memories), *IMPLICIT_LOCATIONS)
 
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise self.fail(
@@ -364,6 +419,7 @@ class _Reader:
             )
             try:
                 built = make_pass(name, **dict(options))
+                check_names(built, locations)
             except OptionError as exc:
                 raise self.fail(f"{at}.options.{exc.option}", str(exc)) from None
             except (TypeError, ValueError) as exc:  # a pass's own __post_init__ checks
