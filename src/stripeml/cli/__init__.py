@@ -7,6 +7,7 @@
     stripeml demo [NAME ...] [--target T] [--list]
     stripeml targets [NAME_OR_FILE ...]
     stripeml onnx MODEL.onnx [--target T] [--random] [--check] [--bench N]
+    stripeml cache [--info | --clear] [--dir PATH]
 
 ``--target`` is ``interp``, a bundled target name (``cpu``, ``examples/npu``;
 see ``stripeml targets``) or the path of a target ``.toml`` file.
@@ -23,7 +24,7 @@ command-line use (malformed ``--input``, a file or ``--target`` that does not
 exist, inputs that do not match the program's parameters).
 
 One module per command group, each adding its subcommands to the parser:
-:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets` and
+:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets`, :mod:`.cache` and
 :mod:`stripeml.onnx.cli` (``onnx``); :mod:`.common` holds what they share.
 """
 
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 
 import stripeml
 
-from . import demo, program, targets
+from . import cache, demo, program, targets
 from .common import (
     PROG,
     UsageError,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_onnx_parser(sub, positive_int)
     targets.add_parser(sub)
+    cache.add_parser(sub)
     return parser
 
 
