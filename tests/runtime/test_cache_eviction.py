@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from stripeml.runtime import cache_store
 from stripeml.runtime.cache_store import DEFAULT_LIMIT, LIMIT_ENV, cache_limit, parse_size
 from stripeml.runtime.kernel_cache import KernelCache, ProgramCache
 
@@ -114,15 +115,36 @@ def test_an_entry_over_the_limit_is_not_stored(tmp_path, monkeypatch):
     assert sorted(_entry_files(tmp_path)) == [f"{_key(1)}.kernel"]
 
 
-def test_temporary_files_left_by_dead_writers_are_removed(tmp_path):
+def test_temporary_files_left_by_dead_writers_are_removed(tmp_path, monkeypatch):
     cache = KernelCache(tmp_path)
     assert cache.put(_key(0), _entry(0))
     stale, fresh = tmp_path / "cpu" / ".dead.abc.tmp", tmp_path / "cpu" / ".live.abc.tmp"
     stale.write_bytes(b"half an entry")
     fresh.write_bytes(b"being written")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    monkeypatch.setattr(cache_store, "_TALLY", {})  # as in a fresh process: its first write lists
     assert cache.put(_key(1), _entry(1))
     assert not stale.exists() and fresh.exists()  # a live writer's file is left alone
+
+
+def test_the_folders_are_listed_at_the_first_write_and_then_now_and_then(tmp_path, monkeypatch):
+    listings = []
+    real = cache_store.evict
+    monkeypatch.setattr(cache_store, "evict", lambda *a, **k: listings.append(1) or real(*a, **k))
+    cache = KernelCache(tmp_path)
+    for i in range(cache_store.RESCAN_WRITES + 2):
+        assert cache.put(_key(i), sample_entry(b"x"))
+    assert len(listings) == 2  # the first write, then after RESCAN_WRITES more
+    size = cache.path(_key(0)).stat().st_size
+    monkeypatch.setenv(LIMIT_ENV, str(size * (cache_store.RESCAN_WRITES + 2)))
+    assert cache.put(_key(999), sample_entry(b"x"))  # this one would pass the limit
+    assert len(listings) == 3
+    assert len(_entry_files(tmp_path)) == cache_store.RESCAN_WRITES + 2
+    # another process's writes are found by the listing that follows RESCAN_S seconds
+    root, (total, writes, when) = tmp_path, cache_store._TALLY[tmp_path]
+    cache_store._TALLY[root] = (total, writes, when - cache_store.RESCAN_S)
+    assert cache.put(_key(1000), sample_entry(b"x"))
+    assert len(listings) == 4
 
 
 _WORKER = """

@@ -12,8 +12,8 @@ Entry file layout (integers little-endian), the same for every kind::
 The tag binds the entry's content to its name (the cache key) under the root's
 secret key (:mod:`.cache_root`); it is checked with :func:`hmac.compare_digest`
 before the payload is parsed or loaded as code.  A use touches the entry's
-mtime; after each write the entries are evicted, oldest mtime first, down to
-:func:`cache_limit` (``$STRIPEML_CACHE_LIMIT``, default 1 GiB).
+mtime; writes evict the entries, oldest mtime first, down to :func:`cache_limit`
+(``$STRIPEML_CACHE_LIMIT``, default 1 GiB): see :func:`account`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,15 @@ DEFAULT_LIMIT = 1 << 30  # 1 GiB: about a thousand ResNet-50-sized kernel entrie
 LIMIT_ENV = "STRIPEML_CACHE_LIMIT"
 #: A temporary file older than this is left over by a writer that died.
 STALE_TEMP_S = 3600.0
+#: A process lists the folders again after this many writes or seconds (see
+#: :func:`account`): listing them at every write costs O(entries) per write,
+#: 15 ms per thousand entries here, which a test suite's thousands of compiles
+#: into one cache would pay quadratically.
+RESCAN_WRITES = 64
+RESCAN_S = 30.0
+#: root -> (bytes at the last listing plus this process's writes since,
+#: writes since, monotonic time of the listing)
+_TALLY: dict[Path, tuple[int, int, float]] = {}
 _UNITS = "_kmgt"
 _SIZE = re.compile(r"([0-9]+)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
 
@@ -201,7 +210,7 @@ class EntryFolder:
                 remove(Path(tmp_name))
             self.root.unwritable(exc)
             return False
-        evict(self.root.path, limit, keep=self.path(name))
+        account(self.root.path, len(data), limit, self.path(name))
         return True
 
     def reject(self, path: Path, why: str) -> None:
@@ -250,9 +259,25 @@ def scan(root: Path, clean: bool = True) -> list[EntryFile]:
     return found
 
 
+def account(root: Path, size: int, limit: int, keep: Path) -> None:
+    """After this process wrote an entry of ``size`` bytes (``keep``): evict
+    down to ``limit`` at its first write to ``root``, and then whenever its
+    writes since the last listing would take the total past the limit, or
+    :data:`RESCAN_WRITES` writes or :data:`RESCAN_S` seconds have passed
+    (what other processes wrote in between is found at the next listing)."""
+    now = time.monotonic()
+    tally = _TALLY.get(root)
+    if tally is not None:
+        total, writes, when = tally
+        if total + size <= limit and writes < RESCAN_WRITES and now - when < RESCAN_S:
+            _TALLY[root] = (total + size, writes + 1, when)
+            return
+    _TALLY[root] = (evict(root, limit, keep), 0, now)
+
+
 def evict(root: Path, limit: int, keep: Path | None = None) -> int:
     """Remove the least recently used entries (oldest mtime first) until all
-    take at most ``limit`` bytes, never ``keep``; returns how many went.
+    take at most ``limit`` bytes, never ``keep``; returns the bytes that remain.
 
     Safe while other processes use the cache: an entry is unlinked whole (a
     reader that opened it still reads all of it; a later one finds no file,
@@ -261,7 +286,6 @@ def evict(root: Path, limit: int, keep: Path | None = None) -> int:
     """
     entries = scan(root)
     total = sum(e.size for e in entries)
-    removed = 0
     for e in sorted(entries, key=lambda e: (e.mtime_ns, e.path.name)):
         if total <= limit:
             break
@@ -275,8 +299,7 @@ def evict(root: Path, limit: int, keep: Path | None = None) -> int:
         except OSError:
             continue
         total -= e.size
-        removed += 1
-    return removed
+    return total
 
 
 # -- what `stripeml cache` shows and does --------------------------------------------
