@@ -14,6 +14,7 @@ threat model is in ``docs/cpu-backend.md`` ("Who the cache trusts").
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -102,11 +103,15 @@ def read_key(root: Path) -> bytes | None:
     the file is unusable (not ours, readable by others, a link, the wrong size)."""
     path = root / KEY_FILE
     try:
-        # O_NOFOLLOW: a link in place of the key is refused, not followed.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+        # O_NOFOLLOW: a link in place of the key is refused, not followed;
+        # O_NONBLOCK: a FIFO there does not hang the open (fstat then refuses it).
+        flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadKey(f"the key file {path}: it is a symbolic link") from None
         raise BadKey(f"cannot open the key file {path}: {exc}") from None
     try:
         reason = untrusted_reason(os.fstat(fd), secret=True)
