@@ -7,6 +7,7 @@
     stripeml demo [NAME ...] [--target T] [--list]
     stripeml targets [NAME_OR_FILE ...]
     stripeml onnx MODEL.onnx [--target T] [--random] [--check] [--bench N]
+    stripeml cache [--info | --clear] [--dir PATH]
 
 ``--target`` is ``interp``, a bundled target name (``cpu``, ``examples/npu``;
 see ``stripeml targets``) or the path of a target ``.toml`` file.
@@ -27,7 +28,7 @@ parameters); 130 when interrupted (Ctrl-C).  Never a traceback, except for an
 internal error with ``--debug`` (or ``STRIPEML_DEBUG=1``).
 
 One module per command group, each adding its subcommands to the parser:
-:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets` and
+:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets`, :mod:`.cache` and
 :mod:`stripeml.onnx.cli` (``onnx``); :mod:`.common` holds what they share.
 """
 
@@ -42,7 +43,7 @@ from collections.abc import Sequence
 import stripeml
 
 from ..errors import InternalError, StripeError
-from . import demo, program, targets
+from . import cache, demo, program, targets
 from .common import (
     INTERNAL_HINT,
     PROG,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_onnx_parser(sub, positive_int)
     targets.add_parser(sub)
+    cache.add_parser(sub)
     for command in sub.choices.values():  # `stripeml run ... --debug` works too
         if "--debug" not in command._option_string_actions:
             command.add_argument(
