@@ -1,17 +1,19 @@
 """Host-side helpers shared by the compiled backends (``cpu``, ``opencl``,
-``cuda``): the layout of a root buffer in host memory, argument checks, and
+``cuda``): the layout of a root buffer in host memory, argument checks,
 root-level ``special`` statements, which every backend runs on the host with
-the interpreter's implementation."""
+the interpreter's implementation, and the memory check made before big
+allocations (:func:`check_memory`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo, HostCopy
-from ..errors import ShapeError
+from ..errors import ShapeError, format_bytes
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Refinement, Special, TensorShape
 
@@ -77,6 +79,38 @@ class RootBuffer:
 
     def pointer(self, storage: np.ndarray) -> int:
         return storage.ctypes.data + self.origin * storage.itemsize
+
+
+@cache
+def memory_bytes() -> int:
+    """Physical memory of this machine (``HostFacts().dram_bytes``), read once."""
+    from ..targets.host import HostFacts
+
+    return HostFacts().dram_bytes
+
+
+def check_memory(what: str, parts: Sequence[tuple[str, int]]) -> None:
+    """Raise :class:`ShapeError` when ``parts`` (``(description, bytes)``)
+    together need more than this machine's physical memory.
+
+    Called before allocating, so a result that can never fit fails at once,
+    without touching a page, instead of as a ``MemoryError`` (or worse, the
+    out-of-memory killer) halfway through a run.
+    """
+    have = memory_bytes()
+    if sum(n for _, n in parts) > have:
+        raise out_of_memory(what, parts, f"this machine has {format_bytes(have)} of physical memory")
+
+
+def out_of_memory(what: str, parts: Sequence[tuple[str, int]], why: str) -> ShapeError:
+    """The error for ``what`` needing ``parts`` (the biggest named first)."""
+    need = sum(n for _, n in parts)
+    shown = sorted((p for p in parts if p[1]), key=lambda p: -p[1])
+    listed = "; ".join(f"{d}: {format_bytes(n)}" for d, n in shown[:4])
+    more = f"; and {len(shown) - 4} more" if len(shown) > 4 else ""
+    return ShapeError(
+        f"{what} needs at least {format_bytes(need)} of memory ({listed}{more}), but {why}"
+    )
 
 
 def check_names(
