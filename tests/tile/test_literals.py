@@ -160,20 +160,32 @@ def test_constants_that_fit_match_numpy(target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_comparisons_with_constants_outside_the_dtype_are_exact(target: str) -> None:
     """``uint8 < 300`` is true everywhere in NumPy 2, not ``uint8 < 44``."""
-    src = """function (U, I) -> (O1, O2, O3, O4, O5, O6) {
+    src = """function (U, I, B) -> (O1, O2, O3, O4, O5, O6, O7, O8) {
         O1 = U < 300;
         O2 = U == 300;
         O3 = U > -1;
         O4 = 300 >= U;
         O5 = I != 4294967296;
         O6 = (U <= 300) && (I < 3);
+        O7 = B < 18446744073709551615;
+        O8 = B == -1;
     }"""
     u = np.array([0, 100, 255], np.uint8)
     i = np.array([-5, 3, 4], np.int32)
-    wants = (u < 300, u == 300, u > -1, 300 >= u, i != 4294967296, (u <= 300) & (i < 3))
-    got = stripeml.compile(src, target=target)(u, i)
+    b = np.array([True, False, True])
+    wants = (
+        u < 300,
+        u == 300,
+        u > -1,
+        300 >= u,
+        i != 4294967296,
+        (u <= 300) & (i < 3),
+        b.astype(object) < U64_MAX,  # exact (NumPy's bool arrays refuse ints past int64)
+        b == -1,
+    )
+    got = stripeml.compile(src, target=target)(u, i, b)
     for g, want in zip(got, wants):
-        np.testing.assert_array_equal(g, want)
+        np.testing.assert_array_equal(g, want.astype(bool))
 
 
 @pytest.mark.parametrize("target", TARGETS)

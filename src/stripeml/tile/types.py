@@ -141,10 +141,14 @@ def _digits(value: int) -> str:
 
 def compare_out_of_range(op: str, a: EType, b: EType) -> bool | None:
     """The value of ``a op b`` when one side is a weak integer outside the other
-    (integer) side's dtype: every element compares the same way (NumPy 2
+    (integer or bool) side's dtype: every element compares the same way (NumPy 2
     compares Python ints exactly, it does not wrap them); else ``None``."""
     for typed, weak, flip in ((a, b, False), (b, a, True)):
-        if isinstance(typed, Typed) and is_weak_int(weak) and dtypes.is_int(typed.dtype):
+        integral = isinstance(typed, Typed) and (
+            dtypes.is_int(typed.dtype) or typed.dtype == "bool"
+        )
+        if integral and is_weak_int(weak):
+            assert isinstance(typed, Typed)
             assert isinstance(weak, WeakConst)
             lo, hi = int_range(typed.dtype)
             w = int(weak.const)
