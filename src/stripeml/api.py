@@ -24,7 +24,7 @@ from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
 from .passes.manager import PipelineResult, run_pipeline
 from .runtime.backend import Backend, Compiled, backend_for
-from .runtime.host import check_memory, out_of_memory
+from .runtime.host import check_memory, out_of_memory, separate_outputs
 from .targets import Target, resolve
 from .tile import ast
 from .tile.bind import Signature, bind, signature_of
@@ -124,7 +124,7 @@ class Executable:
         constants = self.function.constants
         if constants:
             inputs = {**inputs, **constants}
-        given, aliased = _separate(inputs, outputs or {})
+        given, aliased = separate_outputs(inputs, outputs or {})
         what = f"running {self.function.name}"
         needs = [(d, n) for name, d, n in self._needs() if name not in given]
         check_memory(what, needs)
@@ -206,59 +206,6 @@ def _internal_errors(what: str) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
         raise InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}") from exc
-
-
-def _separate(
-    inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Split ``out=`` arrays into those a backend may write in place and those
-    that share memory with an input: ``(given, aliased)``.
-
-    A kernel reads its inputs while it writes its outputs (a transpose reads
-    ``x[j, i]`` after writing ``x[i, j]``), so an output that overlaps an input
-    is computed into a fresh copy of itself (elements the program never stores
-    keep the caller's values) and copied back after the run, as NumPy's ufuncs
-    do with ``out=``.  Two outputs that share memory cannot both hold their
-    results: that is a :class:`ShapeError` naming both.
-    """
-    names = list(outputs)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            if _overlap(outputs[a], outputs[b]):
-                raise ShapeError(
-                    f"out= arrays for '{a}' and '{b}' share memory; each output needs an "
-                    "array of its own"
-                )
-    given: dict[str, np.ndarray] = {}
-    aliased: dict[str, np.ndarray] = {}
-    for name, arr in outputs.items():
-        if any(_overlap(arr, x) for x in inputs.values() if isinstance(x, np.ndarray)):
-            aliased[name] = arr
-            given[name] = arr.copy()
-        else:
-            given[name] = arr
-    return given, aliased
-
-
-# Effort np.shares_memory may spend before giving up (NumPy documents any
-# positive int; its stubs list only the two named modes, hence ``Any``).
-_SHARE_WORK: Any = 100_000
-
-
-def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays share at least one byte.
-
-    The bounds test is O(1); only when the bounds overlap does the exact test
-    run, with a work limit (strided views can make it exponential); past the
-    limit the arrays are taken to overlap, which costs a copy, never a wrong
-    answer.
-    """
-    if not np.may_share_memory(a, b):
-        return False
-    try:
-        return bool(np.shares_memory(a, b, max_work=_SHARE_WORK))
-    except np.exceptions.TooHardError:
-        return True
 
 
 def _nbytes(ref: Refinement) -> int:
