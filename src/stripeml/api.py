@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from .errors import InternalError, ShapeError, StripeError
-from .ir.nodes import Program
+from .ir.dtypes import itemsize
+from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
 from .passes.manager import PipelineResult, run_pipeline
 from .runtime.backend import Backend, Compiled, backend_for
+from .runtime.host import check_memory, out_of_memory, separate_outputs
 from .targets import Target, resolve
 from .targets.loader import check_threads
 from .tile import ast
@@ -58,6 +60,7 @@ class Executable:
         self.output_specs = tuple(
             (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
         )
+        self._memory: list[tuple[str | None, str, int]] | None = None
 
     @property
     def stages(self) -> list[tuple[str, str]]:
@@ -127,8 +130,31 @@ class Executable:
         constants = self.function.constants
         if constants:
             inputs = {**inputs, **constants}
-        with _internal_errors(f"running {self.function.name}"):
-            return self._compiled.run(inputs, outputs)
+        given, aliased = separate_outputs(inputs, outputs or {})
+        what = f"running {self.function.name}"
+        needs = [(d, n) for name, d, n in self._needs() if name not in given]
+        check_memory(what, needs)
+        with _internal_errors(what):
+            try:
+                results = self._compiled.run(inputs, given)
+            except MemoryError:
+                raise out_of_memory(what, needs, "an allocation failed") from None
+        for name, target in aliased.items():
+            target[...] = results[name]
+            results[name] = target
+        return results
+
+    def _needs(self) -> list[tuple[str | None, str, int]]:
+        """``(output name or None, description, bytes)`` of what a run allocates
+        at least: each output the caller does not provide, and the temporaries
+        (``peak_bytes``).  Computed once."""
+        if self._memory is None:
+            self._memory = [
+                (r.into, f"output '{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
+                for r in self.program.outputs
+            ]
+            self._memory += [(None, f"temporaries in {k}", n) for k, n in self.peak_bytes.items()]
+        return self._memory
 
     def out_arrays(
         self, out: np.ndarray | Sequence[np.ndarray] | None
@@ -186,6 +212,10 @@ def _internal_errors(what: str) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
         raise InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _nbytes(ref: Refinement) -> int:
+    return ref.shape.extent * itemsize(ref.shape.dtype)
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -304,11 +334,23 @@ class Function:
                 exe = self._from_disk(sig)
                 if exe is None:
                     result = self._optimise(sig)
-                    compiled = self.backend.compile(result.program)
+                    compiled = self._compile(result.program)
                     exe = Executable(self, result.program, result.stages, compiled, result.timings)
                     self._to_disk(sig, exe.ir)
             self._cache[sig] = exe
         return exe
+
+    def _compile(self, program: Program) -> Compiled:
+        """``backend.compile``; running out of memory there (a GPU backend
+        allocates its buffers when it loads a program) is a :class:`ShapeError`."""
+        try:
+            return self.backend.compile(program)
+        except MemoryError:
+            parts = [
+                (f"'{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
+                for r in program.root.refs
+            ]
+            raise out_of_memory(f"compiling {self.name}", parts, "an allocation failed") from None
 
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
@@ -350,7 +392,7 @@ class Function:
         if text is None:
             return None
         program = parse_ir(text)
-        return Executable(self, program, None, self.backend.compile(program), [], ir=text)
+        return Executable(self, program, None, self._compile(program), [], ir=text)
 
     def _to_disk(self, sig: Signature, text: str) -> None:
         key = self._disk_key(sig)

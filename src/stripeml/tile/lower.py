@@ -57,6 +57,8 @@ def lower(
             refs.append(_root_ref("none", s.output, binding.tensors[s.output]))
     kernels: list[Statement] = []
     for k, stmt in enumerate(fn.stmts):
+        if 0 in binding.tensors[stmt.output].shape:
+            continue  # an empty result (NumPy's): no element to compute, no kernel
         if isinstance(stmt, ast.Contraction):
             kernels.extend(lower_contraction(stmt, k, binding))
         elif isinstance(stmt, ast.Builtin):
