@@ -67,7 +67,15 @@ class OnnxFunction:
     """A compiled ONNX model: call it with NumPy arrays, positional in graph
     input order or by input name.  One output gives an array, several a tuple."""
 
-    def __init__(self, model: Any, target: str = "cpu", progress: Progress | None = None):
+    def __init__(
+        self,
+        model: Any,
+        target: str = "cpu",
+        progress: Progress | None = None,
+        threads: int | None = None,
+    ):
+        from .. import api
+
         model, source = read_model(model)
         self.model = model
         self.graph = Graph(model, source)
@@ -81,6 +89,9 @@ class OnnxFunction:
             )
         self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
         self.target = target
+        # Resolved once, here at the API boundary (``threads``, else the variable
+        # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
+        self.resolved_target = api.target_for(target, threads)
         self.progress = progress
         self.input_names = [i.name for i in self.graph.inputs]
         self.output_names = list(self.graph.outputs)
@@ -197,7 +208,7 @@ class OnnxFunction:
         if out_names:
             count = sum(1 for s in b.statements if not s.startswith("//"))
             self._say(f"compiling {count} Tile statements for {self.target}")
-            function = api.compile(source, self.target, name=g.name, constants=constants)
+            function = api.compile(source, self.resolved_target, name=g.name, constants=constants)
             b.check(function.ast)
         return Specialised(source, function, inputs, outputs)
 
@@ -326,6 +337,14 @@ def fold(d: OpDef, node: Node) -> list[Value | None]:
     return folded
 
 
-def compile(model: Any, target: str = "cpu", *, progress: Progress | None = None) -> OnnxFunction:  # noqa: A001
-    """Import an ONNX model (a ``ModelProto`` or a path) for ``target``."""
-    return OnnxFunction(model, target, progress)
+def compile(  # noqa: A001
+    model: Any,
+    target: str = "cpu",
+    *,
+    progress: Progress | None = None,
+    threads: int | None = None,
+) -> OnnxFunction:
+    """Import an ONNX model (a ``ModelProto`` or a path) for ``target``; ``threads``
+    as for :func:`stripeml.compile` (``None``: ``STRIPEML_NUM_THREADS``, else the
+    target's own)."""
+    return OnnxFunction(model, target, progress, threads)
