@@ -10,6 +10,8 @@ is a type error at the constant, as NumPy 2 raises ``OverflowError`` there.
 
 from __future__ import annotations
 
+import math
+
 import importlib.util
 import time
 
@@ -232,6 +234,30 @@ def test_folded_float_functions_give_numpys_values(target: str) -> None:
     got = stripeml.compile(src, target=target)(a)
     for g, want in zip(got, wants):
         np.testing.assert_array_equal(g, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_folded_float_remainder_is_numpys(target: str) -> None:
+    """``%`` of two float constants folds as ``np.remainder``: NaN for a zero
+    divisor (it folded to 0, as integers do), the divisor's sign otherwise."""
+    src = """function (A) -> (O1, O2, O3, O4) {
+        O1 = A + 1.0 % 0.0;
+        O2 = A + 7.5 % (-2.0);
+        O3 = A + (-1.0) % 0.25;
+        O4 = A + 5 % 0;
+    }"""
+    a = np.ones(2, np.float64)
+    with np.errstate(invalid="ignore"):
+        wants = (
+            a + np.remainder(1.0, 0.0),
+            a + np.remainder(7.5, -2.0),
+            a + np.remainder(-1.0, 0.25),
+            a + 0,  # integer % 0 is 0 in the language (docs/tile-language.md)
+        )
+    got = stripeml.compile(src, target=target)(a)
+    for g, want in zip(got, wants):
+        np.testing.assert_array_equal(g, want)
+    assert np.isnan(got[0]).all() and math.copysign(1, got[2][0]) == 1
 
 
 @pytest.mark.parametrize("target", TARGETS)

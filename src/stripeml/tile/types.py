@@ -220,7 +220,7 @@ def fold(op: str, a: Weak, b: Weak) -> Weak:
             if ints
             else (a / b if b else math.copysign(math.inf, a) if a else math.nan)
         ),
-        "mod": lambda: a % b if b else 0,
+        "mod": lambda: (a % b if b else 0) if ints else _fold_fmod(float(a), float(b)),
         "cmp_lt": lambda: a < b,
         "cmp_gt": lambda: a > b,
         "cmp_le": lambda: a <= b,
@@ -233,6 +233,12 @@ def fold(op: str, a: Weak, b: Weak) -> Weak:
         "min": lambda: min(a, b),
     }
     return table[op]()
+
+
+def _fold_fmod(a: float, b: float) -> float:
+    """Float ``%`` as NumPy's ``remainder`` (the divisor's sign; NaN for a zero divisor)."""
+    with np.errstate(all="ignore"):
+        return float(np.remainder(np.float64(a), np.float64(b)))
 
 
 def _fold_pow(a: Weak, b: Weak, ints: bool) -> Weak:
