@@ -10,9 +10,8 @@ is a type error at the constant, as NumPy 2 raises ``OverflowError`` there.
 
 from __future__ import annotations
 
-import math
-
 import importlib.util
+import math
 import time
 
 import numpy as np

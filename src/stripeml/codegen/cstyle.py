@@ -145,10 +145,28 @@ class CStyle:
         if dt == "bool":
             return f"({a} || {b})" if agg in ("add", "max") else f"({a} && {b})"
         if agg == "add":
-            return f"({self.ctype(dt)})({a} + {b})"
+            return self.arith("+", a, b, dt)
         if agg == "mul":
-            return f"({self.ctype(dt)})({a} * {b})"
+            return self.arith("*", a, b, dt)
         return self.minmax(agg, a, b, dt)
+
+    def _wrapping(self, dt: str) -> str | None:
+        """The unsigned C type that 32- and 64-bit signed arithmetic is done in.
+
+        C leaves signed overflow undefined (and compilers assume it away), while
+        NumPy wraps; unsigned arithmetic wraps by definition.  Narrower types
+        are promoted to int, where their sums and products cannot overflow."""
+        if dtypes.is_signed(dt) and not dtypes.is_float(dt) and dtypes.bits(dt) >= 32:
+            return self.ctype("u" + dt[1:])
+        return None
+
+    def arith(self, sym: str, a: str, b: str, dt: str) -> str:
+        """``a sym b`` (+ - *) in ``dt``, wrapping on overflow as NumPy does."""
+        t = self.ctype(dt)
+        ut = self._wrapping(dt)
+        if ut is None:
+            return f"({t})({a} {sym} {b})"
+        return f"({t})(({ut})({a}) {sym} ({ut})({b}))"
 
     def minmax(self, op: str, a: str, b: str, dt: str) -> str:
         """``max(a, b)`` or ``min(a, b)``; on floats a NaN operand wins."""
@@ -183,21 +201,26 @@ class CStyle:
             raise StripeError(f"{self.name}: intrinsic {op} on bool is not supported")
         fl = dtypes.is_float(dt)
         if op in ("add", "sub", "mul"):
-            sym = {"add": "+", "sub": "-", "mul": "*"}[op]
-            return f"({t})({args[0]} {sym} {args[1]})"
+            return self.arith({"add": "+", "sub": "-", "mul": "*"}[op], args[0], args[1], dt)
         if op == "div":
             if fl:
                 return f"({args[0]} / {args[1]})"
             return f"{need('div', dt)}({args[0]}, {args[1]})"
         if op == "mod":
             return f"{need('mod', dt)}({args[0]}, {args[1]})"
+        ut = self._wrapping(dt)
         if op == "neg":
+            if ut is not None:  # -MIN wraps to MIN
+                return f"({t})(({ut})0 - ({ut})({args[0]}))"
             return f"({t})(-({args[0]}))"
         if op == "abs":
             if fl:
                 return f"{self.math_name('fabs', dt)}({args[0]})"
             if not dtypes.is_signed(dt):
                 return args[0]
+            if ut is not None:  # abs(MIN) is MIN, as in NumPy
+                x = args[0]
+                return f"({t})(({x}) < 0 ? ({ut})0 - ({ut})({x}) : ({ut})({x}))"
             return f"({t})({args[0]} < 0 ? -{args[0]} : {args[0]})"
         if op in ("max", "min"):
             return self.minmax(op, args[0], args[1], dt)
