@@ -19,8 +19,9 @@ import threading
 import numpy as np
 
 from ..codegen.gpu_abi import GpuModule, KernelInfo
-from ..errors import StripeError
+from ..errors import StripeError, format_bytes
 from .gpu import GpuProgram
+from .host import out_of_memory
 
 #: The PTX architecture when no GPU says otherwise (NVIDIA Hopper, as cuda.toml).
 DEFAULT_ARCH = "compute_90"
@@ -128,6 +129,20 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, name: str = "stripeml.cu"
     return ptx.rstrip(b"\0 ").decode()
 
 
+def check_device_memory(buffers, sizes: list[int], free: int, total: int) -> None:
+    """:class:`ShapeError` before any device allocation when the buffers need
+    more than the GPU has free (``cuMemGetInfo``), naming the biggest."""
+    if sum(sizes) <= free:
+        return
+    parts = [(f"'{b.info.name}' {b.info.dtype}{b.info.sizes}", n) for b, n in zip(buffers, sizes)]
+    why = (
+        f"the GPU has {format_bytes(free)} free of its {format_bytes(total)}"
+        if free < total
+        else f"the GPU has {format_bytes(total)}"
+    )
+    raise out_of_memory("loading the program on the CUDA GPU", parts, why)
+
+
 class CudaDevice:
     """The CUDA dialect's device half for :class:`~.gpu.GpuBackend`: CUDA C compiled
     to PTX with NVRTC at once (no GPU needed), loaded on the GPU at the first run."""
@@ -154,10 +169,17 @@ class CudaCompiled(GpuProgram):
         _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         self._driver = driver
         self._mod = _check(driver.cuModuleLoadData(self.ptx.encode() + b"\0"), "cuModuleLoadData")
-        self._dev = [
-            _check(driver.cuMemAlloc(max(b.nbytes, b.dtype.itemsize)), "cuMemAlloc")
-            for b in self.buffers
-        ]
+        sizes = [max(b.nbytes, b.dtype.itemsize) for b in self.buffers]
+        free, total = _check(driver.cuMemGetInfo(), "cuMemGetInfo")
+        check_device_memory(self.buffers, sizes, int(free), int(total))
+        self._dev = []
+        try:
+            for n in sizes:
+                self._dev.append(_check(driver.cuMemAlloc(n), "cuMemAlloc"))
+        except StripeError:
+            for ptr in self._dev:  # what was allocated before the failure goes back
+                driver.cuMemFree(ptr)
+            raise
         self._stream = _check(driver.cuStreamCreate(0), "cuStreamCreate")
         self._functions = {}
         self._args = {}
