@@ -270,7 +270,7 @@ def test_exit_statuses(
         (["{model}", "--input", "z=4x3"], 2, "no such graph input (the model takes x)"),
         (["{model}", "--input", "x=4x3", "--input", "x=2x3"], 2, "given twice"),
         (["{model}", "--target", "tpu"], 2, "unknown target 'tpu'"),
-        (["{garbage}"], 1, "cannot read ONNX model"),
+        (["{garbage}"], 1, "not a valid ONNX model"),
         (["{unsupported}"], 1, "NoSuchOp"),
     ],
 )
