@@ -44,6 +44,7 @@ class Slot:
 class Knobs:
     """What :func:`gen_contraction` may produce (rates are chances per site)."""
 
+    min_out: int = 1
     max_out: int = 3
     max_red: int = 2
     constraints: int = 1  # at most this many, each with chance 1/2
@@ -84,6 +85,9 @@ def _anchor(ch: Chooser, x: str, witness: dict[str, int], extent: int | None = N
 
 
 def _poly(ch: Chooser, indices: tuple[str, ...], witness: dict[str, int], extent=None):
+    if not indices:  # a contraction without indices reads fixed elements
+        const = _const_for(ch, 0, extent)
+        return str(const), const
     chosen = ch.subset(indices, 1, 2)
     terms = [(ch.choice((1, 2, -1, -2)), x) for x in chosen]
     value = sum(c * witness[x] for c, x in terms)
@@ -131,7 +135,7 @@ def gen_contraction(
     that tensor's shape (its size expressions).
     """
     assert len(slots) == ARITY[combo], (combo, slots)
-    n_out = ch.integer(1, knobs.max_out) if default is None else len(default.dims)
+    n_out = ch.integer(knobs.min_out, knobs.max_out) if default is None else len(default.dims)
     outs = OUT_INDICES[:n_out]
     positions = [(t, d) for t, s in enumerate(slots) for d in range(len(s.dims))]
     n_red = (
