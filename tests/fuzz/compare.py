@@ -48,5 +48,8 @@ def describe(name: str, got: object, ref: np.ndarray, err: np.ndarray) -> str | 
         return None
     where = [tuple(int(i) for i in p) for p in np.argwhere(bad)[:3]]
     err = np.broadcast_to(err, ref.shape)
-    shown = ", ".join(f"[{', '.join(map(str, p))}] got {got[p]!r} expected {ref[p]!r} (bound {err[p]:.3g})" for p in where)
+    shown = ", ".join(
+        f"[{', '.join(map(str, p))}] got {got[p]!r} expected {ref[p]!r} (bound {err[p]:.3g})"
+        for p in where
+    )
     return f"{name}: {int(bad.sum())} of {ref.size} elements differ: {shown}"

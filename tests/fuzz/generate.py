@@ -56,7 +56,11 @@ DIMS = ("N", "M", "K")
 PARAMS = ("A", "B", "C", "D")
 IN_DTYPES = ("float32",) * 9 + ("float64",) * 3 + ("int32",) * 4 + ("int64",) * 2 + ("bool",) * 2
 UNARY_FUNCS = "exp log sqrt tanh sigmoid sin cos tan erf floor ceil round abs relu".split()
-CAST_BITS = {"as_float": (16, 32, 64, 32, 64), "as_int": (8, 16, 32, 64), "as_uint": (8, 16, 32, 64)}
+CAST_BITS = {
+    "as_float": (16, 32, 64, 32, 64),
+    "as_int": (8, 16, 32, 64),
+    "as_uint": (8, 16, 32, 64),
+}
 ARITH = ("+", "-", "*", "/", "%")
 CMP = ("<", ">", "<=", ">=", "==", "!=")
 INT_LITS = (0, 1, 2, 3, -1, -2, 5, 7)
@@ -120,7 +124,9 @@ class Generator:
         self.dims = {d: v for d, v in self.dims.items() if d in used}
         for n in range(1, self.ch.integer(1, 5) + 1):
             out = f"T{n}"
-            kind = self.rng.choices(("eltwise", "contraction", "reshape", "gather"), (40, 45, 7, 8))[0]
+            kind = self.rng.choices(
+                ("eltwise", "contraction", "reshape", "gather"), (40, 45, 7, 8)
+            )[0]
             stmt = getattr(self, kind)(out) if kind != "eltwise" else None
             self.add(stmt or self.eltwise(out))
         last = self.stmts[-1].out
@@ -157,7 +163,9 @@ class Generator:
             ranges = index_ranges(spec, arrays, margin=0, dims=self.dims)
             if math.prod(len(r) for r in ranges.values()) <= MAX_TUPLES:
                 shape = tuple(eval(s.replace("/", "//"), {}, dict(self.dims)) for s in spec.sizes)
-                dt = self._contraction_dtype(spec.combo, [self.tensors[a.tensor] for a in spec.operands])
+                dt = self._contraction_dtype(
+                    spec.combo, [self.tensors[a.tensor] for a in spec.operands]
+                )
                 self.tensors[out] = Tensor(out, spec.sizes, shape, dt)
                 return Contract(spec)
         return None
@@ -308,6 +316,11 @@ class Generator:
         if op == "-" and kind == "bool":
             op = "+"  # bool - bool is a type error
         if op in "/%" and not is_float_kind(kind):
+            signed = [t for t in self.leaves if t.dtype in ("int32", "int64")]
+            if "int_div" not in self.exclude and signed and self.chance(0.3):
+                # The hazard itself: a tensor that may hold INT_MIN, over -1 or 0.
+                t = self.ch.choice(signed)
+                return Binary(op, Name(t.name), Lit(self.ch.choice((-1, 0)))), t.dtype
             b = self.divisor(b, kb)
             kind = "int64" if kind == "bool" else kind
         return Binary(op, a, b), kind
@@ -316,7 +329,7 @@ class Generator:
         """An integer divisor: raw (and now and then 0 or -1) when the int_div class is
         generated, else one that is never 0 or -1."""
         if "int_div" not in self.exclude:
-            return Lit(self.ch.choice((0, -1))) if self.chance(0.15) else b
+            return Lit(self.ch.choice((0, -1))) if self.chance(0.3) else b
         if kb == "wint":
             if isinstance(b, Name):
                 return b  # a dimension is at least 1
@@ -359,8 +372,16 @@ class Generator:
             if self.chance(0.7):
                 a = Binary("+", Call("abs", (a,)), Lit(0.5))
                 ka = join(ka, "wfloat")
-            b, kb = self.expr(depth) if self.chance(0.5) else (Lit(self.ch.choice((2, 3, 0.5, -1, 2.5))), "w")
-            kb = kb if kb != "w" else ("wint" if isinstance(b, Lit) and isinstance(b.value, int) else "wfloat")
+            b, kb = (
+                self.expr(depth)
+                if self.chance(0.5)
+                else (Lit(self.ch.choice((2, 3, 0.5, -1, 2.5))), "w")
+            )
+            kb = (
+                kb
+                if kb != "w"
+                else ("wint" if isinstance(b, Lit) and isinstance(b.value, int) else "wfloat")
+            )
             return Call("pow", (a, b)), join(ka, kb)
         if f in ("log", "sqrt") and self.chance(0.6):
             a = Binary("+", Call("abs", (a,)), Lit(0.5))
@@ -383,7 +404,9 @@ class Generator:
         if not ranked:
             return self.typed(depth)
         t = self.ch.choice(ranked)
-        return Call("index", (Name(t.name), Lit(self.ch.integer(-len(t.shape), len(t.shape) - 1)))), "int64"
+        return Call(
+            "index", (Name(t.name), Lit(self.ch.integer(-len(t.shape), len(t.shape) - 1)))
+        ), "int64"
 
 
 def _broadcasts_into(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -411,10 +434,15 @@ def _tensor_names(e: Expr) -> list[str]:
     return [n for a in e.args for n in _tensor_names(a)]
 
 
-def random_values(rng: np.random.Generator, dtype: str, shape, hazards: bool, values=None) -> np.ndarray:
+def random_values(
+    rng: np.random.Generator, dtype: str, shape, hazards: bool, values=None
+) -> np.ndarray:
     """Inputs: mostly small values, with exact ties (-1, 0, 0.5, ...) so ``==`` and
     comparisons meet equal operands; with ``hazards``, integers include INT_MIN/MAX."""
-    dt = np.dtype(dtype)
+    return np.asarray(_values(rng, np.dtype(dtype), shape, hazards, values))
+
+
+def _values(rng: np.random.Generator, dt: np.dtype, shape, hazards: bool, values) -> np.ndarray:
     if values is not None:
         return rng.integers(values[0], values[1] + 1, shape).astype(dt)
     if dt.kind == "b":
@@ -424,14 +452,16 @@ def random_values(rng: np.random.Generator, dtype: str, shape, hazards: bool, va
         if hazards:
             info = np.iinfo(dt)
             special = np.array([info.min, info.max, -1, 0], dtype=dt)
-            a = np.where(rng.random(shape) < 0.1, rng.choice(special, shape), a)
+            a = np.where(rng.random(shape) < 0.25, rng.choice(special, shape), a)
         return a
     a = rng.uniform(-2, 2, shape)
     ties = rng.choice([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, -0.0], shape)
     return np.where(rng.random(shape) < 0.3, ties, a).astype(dt)
 
 
-def generate(seed: int, exclude: frozenset[str] = frozenset()) -> tuple[Program, dict[str, np.ndarray]]:
+def generate(
+    seed: int, exclude: frozenset[str] = frozenset()
+) -> tuple[Program, dict[str, np.ndarray]]:
     """The program and inputs of ``seed`` (deterministic)."""
     program = Generator(seed, exclude).program()
     rng = np.random.default_rng(seed)

@@ -29,10 +29,11 @@ _PACKAGE = __package__ or "fuzz"
 _note_conn: Connection | None = None
 
 
-def note(step: str) -> None:
-    """Inside a task: say which step runs now (a death or hang then names it)."""
+def note(step: str, seconds: float | None = None) -> None:
+    """Inside a task: say which step runs now (a death or hang then names it); the
+    step gets the pool's timeout afresh, or ``seconds`` (one-time setup)."""
     if _note_conn is not None:
-        _note_conn.send(("step", step))
+        _note_conn.send(("step", (step, seconds)))
 
 
 def _worker_main(conn: Connection, package: str, nice: int) -> None:
@@ -104,7 +105,9 @@ class Pool:
             w.stop(kill=w.job is not None)
         self.workers = []
 
-    def run(self, tasks: Iterable[tuple[Any, str, Any]], timeout: float | None = None) -> Iterator[tuple[Any, dict]]:
+    def run(
+        self, tasks: Iterable[tuple[Any, str, Any]], timeout: float | None = None
+    ) -> Iterator[tuple[Any, dict]]:
         """Run ``(task id, "module:function", payload)`` tasks; yield results as they come."""
         limit = self.timeout if timeout is None else timeout
         pending = deque(tasks)
@@ -139,7 +142,8 @@ class Pool:
                         self.workers[i] = _Worker(self.ctx, self.nice)
                         continue
                     if kind == "step":
-                        w.job = (tid, time.monotonic() + limit, value)
+                        step, seconds = value
+                        w.job = (tid, time.monotonic() + (seconds or limit), step)
                     else:
                         w.job = None
                         yield tid, value

@@ -240,7 +240,11 @@ def _stmt_from_json(d: dict) -> Statement:
 
 
 def array_to_json(a: np.ndarray) -> dict:
-    return {"dtype": str(a.dtype), "shape": list(a.shape), "data": [repr(x) for x in a.ravel().tolist()]}
+    return {
+        "dtype": str(a.dtype),
+        "shape": list(a.shape),
+        "data": [repr(x) for x in a.ravel().tolist()],
+    }
 
 
 def array_from_json(d: dict) -> np.ndarray:

@@ -33,8 +33,10 @@ def check(payload: dict) -> dict:
         program, inputs = generate(seed, exclude)
     result: dict = {"seed": seed, "outcomes": [], "events": []}
     note("reference")
+    began = time.perf_counter()
     try:
         ref = evaluate(program, inputs)
+        result["reference_seconds"] = round(time.perf_counter() - began, 3)
         events = ref.events
     except MustFail as e:
         ref, events = e, getattr(e, "events", set())
@@ -46,11 +48,18 @@ def check(payload: dict) -> dict:
     for target in payload["targets"]:
         known = affected(exclude, events, target)
         if known:
-            result["outcomes"].append({"target": target, "status": "skipped", "kind": ",".join(known)})
+            result["outcomes"].append(
+                {"target": target, "status": "skipped", "kind": ",".join(known)}
+            )
             continue
-        mode = payload.get("modes", {}).get(target) or pick_mode(seed, target, program, ref, exclude)
+        mode = payload.get("modes", {}).get(target) or pick_mode(
+            seed, target, program, ref, exclude
+        )
         note(target)
-        result["outcomes"].append(run_target(program, inputs, ref, target, mode, seed))
+        began = time.perf_counter()
+        outcome = run_target(program, inputs, ref, target, mode, seed, exclude)
+        outcome["seconds"] = round(time.perf_counter() - began, 3)
+        result["outcomes"].append(outcome)
     return result
 
 
@@ -64,8 +73,9 @@ class Failure:
     detail: str
     source: str
 
-    def signature(self) -> tuple[str, str, str]:
-        return (self.target, self.status, self.kind)
+    def signature(self) -> tuple[str, str]:
+        """One bug, whichever targets show it: minimised once."""
+        return (self.status, self.kind)
 
 
 @dataclass
@@ -76,6 +86,7 @@ class Tally:
     per_target: dict[str, Counter] = field(default_factory=dict)
     errors: Counter = field(default_factory=Counter)  # "target status kind" -> count
     modes: Counter = field(default_factory=Counter)
+    target_seconds: Counter = field(default_factory=Counter)
     events: Counter = field(default_factory=Counter)
     must_fail: int = 0
     reference_crashes: int = 0
@@ -88,20 +99,28 @@ class Tally:
         self.must_fail += "must_fail" in result
         if "reference_crash" in result:
             self.reference_crashes += 1
-            self.failures.append(Failure(seed, "reference", "crash", "reference", "", result["reference_crash"], ""))
+            self.failures.append(
+                Failure(seed, "reference", "crash", "reference", "", result["reference_crash"], "")
+            )
             return
         if result.get("status") in ("death", "hang"):  # the pool's verdict on the task
             result = {"outcomes": [{"target": result["step"], "mode": "", **result}]}
+        self.target_seconds["reference"] += result.get("reference_seconds", 0.0)
         for o in result["outcomes"]:
             t, status = o["target"], o["status"]
             self.per_target.setdefault(t, Counter())[status] += 1
             self.modes[o.get("mode", "")] += 1
-            if status not in ("ok",):
+            self.target_seconds[t] += o.get("seconds", 0.0)
+            if status != "ok":
                 self.errors[f"{t} {status} {o.get('kind', '')}".strip()] += 1
             if status in FAILURES:
                 source = generate(seed, exclude)[0].source() if seed >= 0 else ""
                 detail = o.get("detail", "") or f"exit code {o.get('exitcode')}"
-                self.failures.append(Failure(seed, t, status, o.get("kind", status), o.get("mode", ""), detail, source))
+                self.failures.append(
+                    Failure(
+                        seed, t, status, o.get("kind", status), o.get("mode", ""), detail, source
+                    )
+                )
 
     def summary(self) -> dict:
         return {
@@ -117,6 +136,7 @@ class Tally:
             "expected_errors": self.must_fail,
             "outcomes_by_kind": dict(sorted(self.errors.items())),
             "modes": dict(sorted(self.modes.items())),
+            "seconds_per_target": {t: round(v, 1) for t, v in sorted(self.target_seconds.items())},
             "events": dict(sorted(self.events.items())),
             "seconds": round(self.seconds, 1),
         }
