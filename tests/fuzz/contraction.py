@@ -15,7 +15,6 @@ in the operands' dtypes, in any summation order, may be from the value given.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -188,25 +187,29 @@ def brute_force(
 
 
 def _valid_tuples(spec, arrays, dims, ranges):
-    """``(output position, [operand positions])`` of every valid index tuple."""
+    """``(output position, [operand positions])`` of every valid index tuple.
+
+    The whole index box is enumerated at once (each polynomial evaluated on
+    NumPy arrays of index values, ``/`` as floor division); only the valid
+    tuples are then visited one by one.
+    """
     names = list(ranges)
-    checks = [
-        (compile(p.replace("/", "//"), "<poly>", "eval"), extent)
-        for p, extent in _bounds(spec, dims, {n: a.shape for n, a in arrays.items()})
-    ]
-    out_code = [compile(p.replace("/", "//"), "<poly>", "eval") for p in spec.out.polys]
-    op_code = [
-        [compile(p.replace("/", "//"), "<poly>", "eval") for p in a.polys] for a in spec.operands
-    ]
-    env: dict[str, int] = dict(dims)
-    glb = {"__builtins__": {}}
-    for tup in itertools.product(*(ranges[n] for n in names)):
-        env.update(zip(names, tup))
-        if all(0 <= eval(code, glb, env) < extent for code, extent in checks):
-            yield (
-                tuple(eval(c, glb, env) for c in out_code),
-                [tuple(eval(c, glb, env) for c in codes) for codes in op_code],
-            )
+    grids = np.meshgrid(*(np.arange(r.start, r.stop) for r in ranges.values()), indexing="ij")
+    env: dict = {**dims, **dict(zip(names, (g.ravel() for g in grids)))}
+    count = math.prod(len(r) for r in ranges.values())
+
+    def value(poly: str) -> np.ndarray:
+        v = eval(poly.replace("/", "//"), {"__builtins__": {}}, env)
+        return np.broadcast_to(np.asarray(v, dtype=np.int64), (count,))
+
+    valid = np.ones(count, dtype=bool)
+    for p, extent in _bounds(spec, dims, {n: a.shape for n, a in arrays.items()}):
+        v = value(p)
+        valid &= (v >= 0) & (v < extent)
+    out = [value(p)[valid].tolist() for p in spec.out.polys]
+    ops = [[value(p)[valid].tolist() for p in a.polys] for a in spec.operands]
+    for t in range(int(valid.sum())):
+        yield tuple(c[t] for c in out), [tuple(c[t] for c in codes) for codes in ops]
 
 
 def _at(nested, pos: tuple[int, ...]):

@@ -65,7 +65,10 @@ ARITH = ("+", "-", "*", "/", "%")
 CMP = ("<", ">", "<=", ">=", "==", "!=")
 INT_LITS = (0, 1, 2, 3, -1, -2, 5, 7)
 FLOAT_LITS = (0.5, -1.5, 2.0, 0.25, 1e-3, 3.5, -0.0, 10.0)
-MAX_TUPLES = 3000  # per contraction: the brute force stays well under a second
+# Index tuples one contraction may enumerate (its brute force stays well under a
+# second); "big" programs (one in five) have dimensions up to 20, past the CPU's
+# vector width and thread split, so the vector, tiled and threaded paths run too.
+MAX_TUPLES = {False: 3000, True: 100_000}
 WEAK = ("wint", "wfloat")
 
 
@@ -115,8 +118,9 @@ class Generator:
     # -- the program --------------------------------------------------------------------
 
     def program(self) -> Program:
+        self.big = self.chance(0.2)
         for d in DIMS[: self.ch.integer(1, 3)]:
-            self.dims[d] = self.ch.integer(1, 4)
+            self.dims[d] = self.ch.integer(5, 20) if self.big else self.ch.integer(1, 4)
         for name in PARAMS[: self.ch.integer(1, 4)]:
             self.add_param(name, self.ch.choice(IN_DTYPES), self.random_dims())
         # A dimension exists only where a parameter binds it.
@@ -161,7 +165,7 @@ class Generator:
                 continue
             arrays = {n: np.zeros(self.tensors[n].shape) for n in {a.tensor for a in spec.operands}}
             ranges = index_ranges(spec, arrays, margin=0, dims=self.dims)
-            if math.prod(len(r) for r in ranges.values()) <= MAX_TUPLES:
+            if math.prod(len(r) for r in ranges.values()) <= MAX_TUPLES[self.big]:
                 shape = tuple(eval(s.replace("/", "//"), {}, dict(self.dims)) for s in spec.sizes)
                 dt = self._contraction_dtype(
                     spec.combo, [self.tensors[a.tensor] for a in spec.operands]
@@ -182,7 +186,7 @@ class Generator:
         agg = self.ch.choice(("+", "*", ">", "<", "="))
         pool = list(self.tensors.values())
         slots = [self.ch.choice(pool) for _ in range(ARITY[combo])]
-        if sum(len(t.shape) for t in slots) > 5:
+        if sum(len(t.shape) for t in slots) > (4 if self.big else 5):
             return None
         dt = self._contraction_dtype(combo, slots)
         default = None
@@ -217,7 +221,7 @@ class Generator:
     # -- builtins -----------------------------------------------------------------------
 
     def reshape(self, out: str) -> Statement | None:
-        pool = [t for t in self.tensors.values() if math.prod(t.shape) <= 64]
+        pool = [t for t in self.tensors.values() if math.prod(t.shape) <= (4096 if self.big else 64)]
         if not pool:
             return None
         src = self.ch.choice(pool)

@@ -7,8 +7,9 @@ A mutant applies 1-4 mutations to one corpus entry: character edits (insert,
 delete, replace with odd characters: NUL, tabs, ``\\r``, U+2028, non-ASCII,
 digits), token edits (delete, duplicate, swap, replace or insert a token from
 the corpus vocabulary or from a list of hostile ones: huge integers, ``1e999``,
-``nan``, deep parentheses, keywords), splices of two entries, and repeated
-lines.
+``nan``, deep parentheses, keywords), a number replaced by a hostile one (past
+Python's 4300-digit limit, out of every integer range), a name replaced by a
+keyword or a 5000-character one, splices of two entries, and repeated lines.
 
 Each mutant is checked in a worker (``check``): a Tile mutant is compiled for
 the interpreter and, when that succeeds, called with its entry's inputs; an
@@ -47,6 +48,11 @@ HOSTILE = [
     '"', "\\", "in", "out", "inout", "none", "f32", "i64", "bool", "f16", "u64", "load",
     "store", "const", "special", "copy", ":add", ":assign", "true", "false",
 ]  # fmt: skip
+NUMBERS = [
+    "9" * 5000, "99999999999999999999999", "2147483648", "9223372036854775808", "0", "-0",
+    "-1", "1e999", "1e-999", "1.", ".5", "0.0", "-2147483649", "1." + "0" * 400 + "1", "65",
+]  # fmt: skip
+NAMES = ["x" * 5000, "default", "function", "block", "in", "out", "none", "é", "_", "A1", "$"]
 ODD_CHARS = "\x00\t\r\n\u2028\u00e9\u4e2d\x7f ()[]{};:,=+-*/%<>?!&|#$@.0123456789eE_aAzZ\"'\\"
 
 
@@ -96,7 +102,7 @@ def vocabulary(kind: str) -> list[str]:
 def mutate(text: str, rng: random.Random, kind: str) -> str:
     """``text`` after 1-4 random mutations."""
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
-        op = rng.choice(("char", "char", "token", "token", "token", "splice", "line", "nest"))
+        op = rng.choice(("char", "char", "token", "token", "token", "number", "name", "splice", "line", "nest"))
         text = getattr(_Mutations, op)(text, rng, kind)
     return text
 
@@ -135,6 +141,23 @@ class _Mutations:
         else:
             toks.insert(i, rng.choice(vocabulary(kind)))
         return "".join(toks)
+
+    @staticmethod
+    def number(text: str, rng: random.Random, kind: str) -> str:
+        """A number replaced by a hostile one (huge, too many digits, out of range)."""
+        spans = [m.span() for m in re.finditer(r"\d+\.?\d*(?:[eE][+-]?\d+)?", text)]
+        if not spans:
+            return text
+        a, b = rng.choice(spans)
+        return text[:a] + rng.choice(NUMBERS) + text[b:]
+
+    @staticmethod
+    def name(text: str, rng: random.Random, kind: str) -> str:
+        spans = [m.span() for m in re.finditer(r"[A-Za-z_]\w*", text)]
+        if not spans:
+            return text
+        a, b = rng.choice(spans)
+        return text[:a] + rng.choice(NAMES) + text[b:]
 
     @staticmethod
     def splice(text: str, rng: random.Random, kind: str) -> str:
