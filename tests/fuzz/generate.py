@@ -221,7 +221,9 @@ class Generator:
     # -- builtins -----------------------------------------------------------------------
 
     def reshape(self, out: str) -> Statement | None:
-        pool = [t for t in self.tensors.values() if math.prod(t.shape) <= (4096 if self.big else 64)]
+        pool = [
+            t for t in self.tensors.values() if math.prod(t.shape) <= (4096 if self.big else 64)
+        ]
         if not pool:
             return None
         src = self.ch.choice(pool)
@@ -311,29 +313,58 @@ class Generator:
                                 (30, 8, 4, 2, 4, 7, 30, 10, 3))[0]  # fmt: skip
         return getattr(self, f"_{kind}")(depth - 1)
 
-    def _arith(self, depth: int) -> tuple[Expr, str]:
+    def pair(self, depth: int) -> tuple[tuple[Expr, str], tuple[Expr, str]]:
+        """Two operands, the first typed, in a random order; a weak integer literal
+        meeting an integer dtype fits it (or, for weak_literal_range, sometimes not)."""
         (a, ka), (b, kb) = self.typed(depth), self.expr(depth)
-        if self.chance(0.5):
-            (a, ka), (b, kb) = (b, kb), (a, ka)
+        b = self._fit(b, kb, ka)
+        return ((b, kb), (a, ka)) if self.chance(0.5) else ((a, ka), (b, kb))
+
+    def _fit(self, e: Expr, k: str, other: str) -> Expr:
+        if not (isinstance(e, Lit) and k == "wint" and other.startswith(("int", "uint"))):
+            return e
+        info = np.iinfo(other)
+        if "weak_literal_range" not in self.exclude and self.chance(0.15):
+            return Lit(int(info.max) + 1 if self.chance(0.5) else int(info.min) - 1)
+        return e if info.min <= e.value <= info.max else Lit(2)
+
+    def _arith(self, depth: int) -> tuple[Expr, str]:
+        (a, ka), (b, kb) = self.pair(depth)
         op = self.ch.choice(ARITH)
         kind = join(ka, kb)
         if op == "-" and kind == "bool":
             op = "+"  # bool - bool is a type error
         if op in "/%" and not is_float_kind(kind):
             signed = [t for t in self.leaves if t.dtype in ("int32", "int64")]
-            if "int_div" not in self.exclude and signed and self.chance(0.3):
+            inputs = [t for t in signed if t.name in PARAMS]  # where INT_MIN is
+            signed = inputs or signed
+            hazards = self.hazards()
+            if hazards and signed and self.chance(0.5):
                 # The hazard itself: a tensor that may hold INT_MIN, over -1 or 0.
                 t = self.ch.choice(signed)
-                return Binary(op, Name(t.name), Lit(self.ch.choice((-1, 0)))), t.dtype
+                return Binary(op, Name(t.name), Lit(self.ch.choice(hazards))), t.dtype
             b = self.divisor(b, kb)
             kind = "int64" if kind == "bool" else kind
         return Binary(op, a, b), kind
 
+    def hazards(self) -> tuple[int, ...]:
+        """The divisors of the integer-division classes generated (``known.py``)."""
+        return tuple(
+            d
+            for d, name in ((0, "int_div_zero"), (-1, "int_div_overflow"))
+            if name not in self.exclude
+        )
+
     def divisor(self, b: Expr, kb: str) -> Expr:
-        """An integer divisor: raw (and now and then 0 or -1) when the int_div class is
-        generated, else one that is never 0 or -1."""
-        if "int_div" not in self.exclude:
-            return Lit(self.ch.choice((0, -1))) if self.chance(0.3) else b
+        """An integer divisor: raw (and now and then 0 or -1) when both integer-division
+        classes are generated; never 0 without ``int_div_zero``."""
+        hazards = self.hazards()
+        if hazards and self.chance(0.3):
+            return Lit(self.ch.choice(hazards))
+        if "int_div_zero" not in self.exclude:
+            # A raw tensor divisor may hold -1; INT_MIN / -1 is then caught by the
+            # reference's event when int_div_overflow is excluded.
+            return b
         if kb == "wint":
             if isinstance(b, Name):
                 return b  # a dimension is at least 1
@@ -341,9 +372,7 @@ class Generator:
         return Binary("+", Binary("%", b, Lit(7)), Lit(1))  # floor mod: 1..7
 
     def _cmp(self, depth: int) -> tuple[Expr, str]:
-        (a, _), (b, _) = self.typed(depth), self.expr(depth)
-        if self.chance(0.5):
-            a, b = b, a
+        (a, _), (b, _) = self.pair(depth)
         return Binary(self.ch.choice(CMP), a, b), "bool"
 
     def _logic(self, depth: int) -> tuple[Expr, str]:
@@ -362,6 +391,7 @@ class Generator:
     def _ternary(self, depth: int) -> tuple[Expr, str]:
         c, _ = self.typed(depth)
         (t, kt), (o, ko) = self.expr(depth), self.expr(depth)
+        t, o = self._fit(t, kt, ko), self._fit(o, ko, kt)
         if kt in WEAK and ko in WEAK:
             return Ternary(c, t, o), "float64" if "wfloat" in (kt, ko) else "int64"
         return Ternary(c, t, o), join(kt, ko)
@@ -371,6 +401,7 @@ class Generator:
         a, ka = self.typed(depth)
         if f in ("max", "min"):
             b, kb = self.expr(depth)
+            b = self._fit(b, kb, ka)
             return Call(f, (a, b) if self.chance(0.5) else (b, a)), join(ka, kb)
         if f == "pow":
             if self.chance(0.7):
@@ -455,7 +486,7 @@ def _values(rng: np.random.Generator, dt: np.dtype, shape, hazards: bool, values
         a = rng.integers(-5, 6, shape).astype(dt)
         if hazards:
             info = np.iinfo(dt)
-            special = np.array([info.min, info.max, -1, 0], dtype=dt)
+            special = np.array([info.min, info.min, info.max, -1, 0], dtype=dt)
             a = np.where(rng.random(shape) < 0.25, rng.choice(special, shape), a)
         return a
     a = rng.uniform(-2, 2, shape)
@@ -469,7 +500,7 @@ def generate(
     """The program and inputs of ``seed`` (deterministic)."""
     program = Generator(seed, exclude).program()
     rng = np.random.default_rng(seed)
-    hazards = "int_div" not in exclude
+    hazards = "int_div_overflow" not in exclude
     inputs = {
         p.name: random_values(rng, p.dtype, program.shape_of(p), hazards, p.values)
         for p in program.params

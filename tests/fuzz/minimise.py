@@ -286,7 +286,6 @@ def save(case: Case, failure: dict, xfail: str | None, directory: Path = REGRESS
         "case": body,
     }
     directory.mkdir(parents=True, exist_ok=True)
-    target = failure["target"].replace("/", "-")
-    path = directory / f"{target}_{failure['status']}_{digest}.json"
+    path = directory / f"{failure['status']}_{failure.get('kind', 'values')}_{digest}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path

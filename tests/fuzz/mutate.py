@@ -102,7 +102,9 @@ def vocabulary(kind: str) -> list[str]:
 def mutate(text: str, rng: random.Random, kind: str) -> str:
     """``text`` after 1-4 random mutations."""
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
-        op = rng.choice(("char", "char", "token", "token", "token", "number", "name", "splice", "line", "nest"))
+        op = rng.choice(
+            ("char", "char", "token", "token", "token", "number", "name", "splice", "line", "nest")
+        )
         text = getattr(_Mutations, op)(text, rng, kind)
     return text
 

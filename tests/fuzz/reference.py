@@ -62,10 +62,10 @@ class MustFail(Exception):
     equal to ``dead_ok`` is accepted instead of the error.
     """
 
-    def __init__(self, kind: str, why: str) -> None:
+    def __init__(self, kind: str, why: str, event: str = "") -> None:
         super().__init__(why)
-        self.kind = kind
-        self.events: set[str] = set()
+        self.kind = kind  # an error class name; "StripeError": any but InternalError
+        self.events: set[str] = {event} if event else set()
         self.dead_ok: Reference | None = None
 
 
@@ -110,6 +110,13 @@ def _join(*vals: Val) -> np.dtype:
 
 
 def _as(v: Val, dt: np.dtype) -> np.ndarray:
+    if v.arr is None and dt.kind in "iu" and not isinstance(v.weak, bool):
+        info = np.iinfo(dt)
+        if not info.min <= v.weak <= info.max:
+            # NumPy 2 raises for a Python int that does not fit the array's dtype.
+            raise MustFail(
+                "StripeError", f"the literal {v.weak} does not fit {dt}", "weak_out_of_range"
+            )
     with np.errstate(all="ignore"):
         return np.asarray(v.operand()).astype(dt) if v.arr is not None else np.asarray(v.weak, dt)
 
@@ -512,7 +519,7 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> Reference:
     try:
         return _reference(ev)
     except MustFail as e:
-        e.events = ev.events
+        e.events |= ev.events
         if "gather" in str(e):
             e.dead_ok = _if_dead(program, inputs)
         raise

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .generate import generate
-from .minimise import REGRESSIONS, minimise, prune, save
+from .minimise import REGRESSIONS, minimise, save
 from .mutate import mutant
 from .pool import Pool
 from .program import to_json
@@ -119,9 +119,13 @@ def program_predicate(pool: Pool, failure: Failure, timeout: float):
 def minimise_program_failure(
     pool: Pool, failure: Failure, exclude: frozenset[str], timeout: float, budget: int = 300
 ):
+    """The seed's program cut down while it fails like ``failure`` (unchanged if the
+    failure does not reproduce on its own)."""
     case = generate(failure.seed, exclude)
-    small = minimise(prune(*case), program_predicate(pool, failure, timeout), budget)
-    return small
+    still_fails = program_predicate(pool, failure, timeout)
+    if not still_fails(case):
+        return case
+    return minimise(case, still_fails, budget)
 
 
 def save_program_failure(
