@@ -206,7 +206,7 @@ class Evaluator:
             if self.fill is None:
                 raise MustFail("ExecutionError", f"gather index out of range in {stmt.tile()}")
             outside = (idx.arr < -size) | (idx.arr >= size)
-            arr = np.take(src.arr, np.where(outside, 0, idx.arr), axis=stmt.axis)
+            arr = np.array(np.take(src.arr, np.where(outside, 0, idx.arr), axis=stmt.axis))
             at = (slice(None),) * (stmt.axis % src.arr.ndim) + (outside,)
             arr[at] = self.fill
             return Val(arr, np.zeros(arr.shape))
@@ -217,7 +217,7 @@ class Evaluator:
             sl = src.arr.shape[: stmt.axis] + idx.arr.shape + src.arr.shape[stmt.axis + 1 :]
             mask = unsure.reshape(*shape[: stmt.axis], *idx.arr.shape, *shape[stmt.axis + 1 :])
             err = np.where(np.broadcast_to(mask, sl), math.inf, err)
-        return Val(np.take(src.arr, idx.arr, axis=stmt.axis), err)
+        return Val(np.asarray(np.take(src.arr, idx.arr, axis=stmt.axis)), err)
 
     # -- expressions --------------------------------------------------------------------
 

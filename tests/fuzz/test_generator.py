@@ -241,10 +241,11 @@ def test_bool_sum_is_any_and_product_is_all() -> None:
         assert out.dtype == np.bool_ and out.tolist() == want, agg
 
 
-def test_a_dead_out_of_range_gather_may_be_dropped() -> None:
+@pytest.mark.parametrize("index_dims", [("1",), ()])
+def test_a_dead_out_of_range_gather_may_be_dropped(index_dims) -> None:
     x = np.array([1.0, 2.0], np.float32)
-    idx = np.array([5], np.int32)
-    params = (Param("X", ("N",), "float32"), Param("I", ("1",), "int32"))
+    idx = np.full(tuple(int(d) for d in index_dims), 5, np.int32)
+    params = (Param("X", ("N",), "float32"), Param("I", index_dims, "int32"))
     live = Program(params, (Gather("G", "X", "I", 0), Eltwise("O", Name("G"))), ("O",), {"N": 2})
     dead = Program(params, (Gather("G", "X", "I", 0), Eltwise("O", Name("X"))), ("O",), {"N": 2})
     with pytest.raises(MustFail) as info:
