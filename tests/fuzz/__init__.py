@@ -5,9 +5,10 @@ Modules, bottom up: ``choose`` (random choices from hypothesis or a seed),
 ``numerics``, ``contraction`` (contraction semantics by enumeration),
 ``gen_contraction`` (random contractions, shared with
 ``tests/test_random_contractions.py``), ``program`` (a program as data, its
-Tile text, JSON), ``generate`` (random programs), ``reference`` (the oracle,
-with error bounds), ``compare``, ``backends`` (running one program on every
-backend), ``pool`` (worker processes that survive crashes and hangs),
-``runner``, ``minimise``, ``mutate`` (the parser fuzzer) and ``__main__``
+Tile text, JSON), ``inputs`` and ``generate`` (random programs), ``values``
+and ``reference`` (the oracle, with error bounds), ``compare``, ``known``
+(the known-bug classes), ``backends`` (running one program on every target),
+``pool`` (worker processes that survive crashes and hangs), ``runner``,
+``minimise``, ``mutate`` (the parser fuzzer), ``session`` and ``__main__``
 (``make fuzz``).  ``docs/reliability.md`` says what all this guarantees.
 """

@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 from .compare import describe
-from .generate import random_values
+from .inputs import random_values
 from .program import Program
 from .reference import MustFail, Reference
 

@@ -35,6 +35,7 @@ import numpy as np
 from .choose import RandomChooser
 from .contraction import index_ranges
 from .gen_contraction import ARITY, Knobs, Slot, gen_contraction
+from .inputs import random_values
 from .program import (
     Binary,
     Call,
@@ -467,31 +468,6 @@ def _tensor_names(e: Expr) -> list[str]:
     if isinstance(e, Ternary):
         return _tensor_names(e.cond) + _tensor_names(e.then) + _tensor_names(e.other)
     return [n for a in e.args for n in _tensor_names(a)]
-
-
-def random_values(
-    rng: np.random.Generator, dtype: str, shape, hazards: bool, values=None
-) -> np.ndarray:
-    """Inputs: mostly small values, with exact ties (-1, 0, 0.5, ...) so ``==`` and
-    comparisons meet equal operands; with ``hazards``, integers include INT_MIN/MAX."""
-    return np.asarray(_values(rng, np.dtype(dtype), shape, hazards, values))
-
-
-def _values(rng: np.random.Generator, dt: np.dtype, shape, hazards: bool, values) -> np.ndarray:
-    if values is not None:
-        return rng.integers(values[0], values[1] + 1, shape).astype(dt)
-    if dt.kind == "b":
-        return rng.random(shape) < 0.5
-    if dt.kind in "iu":
-        a = rng.integers(-5, 6, shape).astype(dt)
-        if hazards:
-            info = np.iinfo(dt)
-            special = np.array([info.min, info.min, info.max, -1, 0], dtype=dt)
-            a = np.where(rng.random(shape) < 0.25, rng.choice(special, shape), a)
-        return a
-    a = rng.uniform(-2, 2, shape)
-    ties = rng.choice([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, -0.0], shape)
-    return np.where(rng.random(shape) < 0.3, ties, a).astype(dt)
 
 
 def generate(

@@ -42,110 +42,24 @@ import numpy as np
 from .contraction import AssignConflict, brute_force_bounded, index_ranges
 from .numerics import SIGN_UNSURE, is_float, unit
 from .program import Binary, Call, Contract, Eltwise, Expr, Gather, Lit, Name, Program, Ternary
-
-# Accuracy the backends promise for each function: input perturbation (argument
-# reduction) and output error, in roundings of the dtype.
-C_IN = {"floor": 0, "ceil": 0, "round": 0, "sqrt": 0}
-C_OUT = {"floor": 0, "ceil": 0, "round": 0, "sqrt": 1}
-C_IN_DEFAULT, C_OUT_DEFAULT = 2, 4
-
-FLOAT_FUNCS = "exp log sqrt tanh sigmoid sin cos tan erf floor ceil round".split()
-CASTS = {"as_float": "float", "as_int": "int", "as_uint": "uint"}
-_ERF = np.vectorize(math.erf, otypes=[np.float64])
-
-
-class MustFail(Exception):
-    """The language defines this program as an error (``kind``: the expected class).
-
-    ``dead_ok`` is set when the failing statement is dead (no output element
-    depends on what it computes): a compiler may then drop it, and a result
-    equal to ``dead_ok`` is accepted instead of the error.
-    """
-
-    def __init__(self, kind: str, why: str, event: str = "") -> None:
-        super().__init__(why)
-        self.kind = kind  # an error class name; "StripeError": any but InternalError
-        self.events: set[str] = {event} if event else set()
-        self.dead_ok: Reference | None = None
-
-
-@dataclass
-class Val:
-    """A value: an array in its dtype (or a weak Python scalar) and its error bound."""
-
-    arr: np.ndarray | None
-    err: np.ndarray
-    weak: int | float | bool | None = None
-
-    @property
-    def dtype(self) -> np.dtype:
-        assert self.arr is not None
-        return self.arr.dtype
-
-    def operand(self):
-        """What NumPy should see: the array, or the Python scalar (weak)."""
-        return self.weak if self.arr is None else self.arr
-
-    def f64(self) -> np.ndarray:
-        return np.asarray(self.operand(), dtype=np.float64)
-
-
-def _sanitize(err: np.ndarray) -> np.ndarray:
-    err = np.asarray(err, dtype=np.float64)
-    return np.where(np.isnan(err), math.inf, np.abs(err))
-
-
-def _rounded(r64: np.ndarray, dt: np.dtype, err: np.ndarray, c: float = 1.0) -> Val:
-    """``r64`` rounded to ``dt``; the bound gains ``c`` roundings (inf where it overflowed)."""
-    with np.errstate(all="ignore"):
-        r = np.asarray(r64).astype(dt)
-        grow = c * unit(dt) * np.where(np.isfinite(r64), np.abs(r64), 0.0)
-        err = _sanitize(err + grow)
-        err = np.where(np.isfinite(r64) & ~np.isfinite(r.astype(np.float64)), math.inf, err)
-    return Val(r, err)
-
-
-def _join(*vals: Val) -> np.dtype:
-    return np.result_type(*(v.operand() for v in vals))
-
-
-def _as(v: Val, dt: np.dtype) -> np.ndarray:
-    if v.arr is None and dt.kind in "iu" and not isinstance(v.weak, bool):
-        info = np.iinfo(dt)
-        if not info.min <= v.weak <= info.max:
-            # NumPy 2 raises for a Python int that does not fit the array's dtype.
-            raise MustFail(
-                "StripeError", f"the literal {v.weak} does not fit {dt}", "weak_out_of_range"
-            )
-    with np.errstate(all="ignore"):
-        return np.asarray(v.operand()).astype(dt) if v.arr is not None else np.asarray(v.weak, dt)
-
-
-def _fold(op: str, a, b):
-    """Two weak constants (docs: Python semantics, floor ``/`` on integers, x / 0 defined)."""
-    ints = isinstance(a, int) and isinstance(b, int)
-    if op == "/":
-        if ints:
-            return a // b if b else 0
-        return a / b if b else (math.copysign(math.inf, a) if a else math.nan)
-    if op == "%":
-        return a % b if b else 0
-    return {
-        "+": lambda: a + b,
-        "-": lambda: a - b,
-        "*": lambda: a * b,
-        "<": lambda: a < b,
-        ">": lambda: a > b,
-        "<=": lambda: a <= b,
-        ">=": lambda: a >= b,
-        "==": lambda: a == b,
-        "!=": lambda: a != b,
-        "&&": lambda: bool(a) and bool(b),
-        "||": lambda: bool(a) or bool(b),
-        "max": lambda: max(a, b),
-        "min": lambda: min(a, b),
-        "pow": lambda: a**b,
-    }[op]()
+from .values import (
+    C_IN,
+    C_IN_DEFAULT,
+    C_OUT,
+    C_OUT_DEFAULT,
+    CASTS,
+    FUNCS,
+    MustFail,
+    Val,
+    as_dtype,
+    deviation,
+    finite_abs,
+    fold,
+    join,
+    rounded,
+    sanitize,
+    scale,
+)
 
 
 class Evaluator:
@@ -197,7 +111,7 @@ class Evaluator:
         except AssignConflict as e:
             self.events.add("assign_conflict")
             raise MustFail("ExecutionError", f"'=' in {spec.statement()} {e}") from None
-        return Val(out, _sanitize(err))
+        return Val(out, sanitize(err))
 
     def gather(self, stmt: Gather, src: Val) -> Val:
         idx = self.env[stmt.idx]
@@ -260,42 +174,42 @@ class Evaluator:
 
     def binary(self, op: str, a: Val, b: Val) -> Val:
         if a.arr is None and b.arr is None:
-            return Val(None, np.zeros(()), _fold(op, a.weak, b.weak))
+            return Val(None, np.zeros(()), fold(op, a.weak, b.weak))
         if op in ("&&", "||"):
             return self.logic(op, self.truth(a), self.truth(b))
         if op in ("<", ">", "<=", ">=", "==", "!="):
             return self.compare(op, a, b)
-        dt = _join(a, b)
+        dt = join(a, b)
         if op in ("/", "%") and dt == np.bool_:
             dt = np.dtype(np.int64)  # bool / bool is an integer division
         if is_float(dt):
             return self.float_arith(
-                op, _as(a, dt).astype(np.float64), _as(b, dt).astype(np.float64), a, b, dt
+                op, as_dtype(a, dt).astype(np.float64), as_dtype(b, dt).astype(np.float64), a, b, dt
             )
-        return self.int_arith(op, _as(a, dt), _as(b, dt), a, b, dt)
+        return self.int_arith(op, as_dtype(a, dt), as_dtype(b, dt), a, b, dt)
 
     def float_arith(self, op, x, y, a: Val, b: Val, dt) -> Val:
         ea, eb = a.err, b.err
         with np.errstate(all="ignore"):
             if op == "+":
-                return _rounded(x + y, dt, ea + eb)
+                return rounded(x + y, dt, ea + eb)
             if op == "-":
-                return _rounded(x - y, dt, ea + eb)
+                return rounded(x - y, dt, ea + eb)
             if op == "*":
-                return _rounded(x * y, dt, _scale(x, eb) + _scale(y, ea) + ea * eb)
-            r = x / y if op == "/" else np.mod(_as(a, dt), _as(b, dt)).astype(np.float64)
+                return rounded(x * y, dt, scale(x, eb) + scale(y, ea) + ea * eb)
+            r = x / y if op == "/" else np.mod(as_dtype(a, dt), as_dtype(b, dt)).astype(np.float64)
             if op == "/":
                 exact = (ea == 0) & (eb == 0)
                 room = np.abs(y) - eb
                 prop = np.where(
                     room > 0, (ea + np.abs(r) * eb) / np.where(room > 0, room, 1), math.inf
                 )
-                return _rounded(r, dt, np.where(exact, 0.0, prop))
+                return rounded(r, dt, np.where(exact, 0.0, prop))
             # Float %: NumPy's fmod plus a divisor when the signs differ (one rounding).
             if np.any((r == 0) & (ea == 0) & (eb == 0)):
                 self.events.add("float_mod_zero")
             err = np.where((ea == 0) & (eb == 0), unit(dt) * np.abs(y), math.inf)
-            return _rounded(r, dt, err)
+            return rounded(r, dt, err)
 
     def int_arith(self, op, x, y, a: Val, b: Val, dt) -> Val:
         unsure = (a.err > 0) | (b.err > 0)
@@ -313,20 +227,18 @@ class Evaluator:
             r = np.asarray(fn(x, y), dt)
             xf, yf = np.abs(x.astype(np.float64)), np.abs(y.astype(np.float64))
             err = (
-                a.err + b.err
-                if op != "*"
-                else _scale(xf, b.err) + _scale(yf, a.err) + a.err * b.err
+                a.err + b.err if op != "*" else scale(xf, b.err) + scale(yf, a.err) + a.err * b.err
             )
-            return Val(r, _sanitize(np.where(unsure, err, 0.0)))
+            return Val(r, sanitize(np.where(unsure, err, 0.0)))
 
     def compare(self, op: str, a: Val, b: Val) -> Val:
-        dt = _join(a, b)
+        dt = join(a, b)
         fn = {"<": np.less, ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal,
               "==": np.equal, "!=": np.not_equal}[op]  # fmt: skip
-        r = fn(_as(a, dt), _as(b, dt))
+        r = fn(as_dtype(a, dt), as_dtype(b, dt))
         slack = a.err + b.err
         with np.errstate(all="ignore"):
-            gap = np.abs(_as(a, dt).astype(np.float64) - _as(b, dt).astype(np.float64))
+            gap = np.abs(as_dtype(a, dt).astype(np.float64) - as_dtype(b, dt).astype(np.float64))
         return Val(np.asarray(r), ((slack > 0) & (gap <= slack)).astype(np.float64))
 
     def logic(self, op: str, a: Val, b: Val) -> Val:
@@ -347,15 +259,15 @@ class Evaluator:
             floats = isinstance(t.weak, float) or isinstance(o.weak, float)
             dt = np.dtype(np.float64) if floats else np.result_type(o.weak)
         else:
-            dt = _join(t, o)
-        tv, ov = _as(t, dt), _as(o, dt)
+            dt = join(t, o)
+        tv, ov = as_dtype(t, dt), as_dtype(o, dt)
         r = np.where(cond.operand(), tv, ov)
         with np.errstate(all="ignore"):
             jump = np.abs(tv.astype(np.float64) - ov.astype(np.float64))
         err = np.where(
             cond.err > 0, np.maximum(t.err, o.err) + jump, np.where(cond.operand(), t.err, o.err)
         )
-        return Val(np.asarray(r, dt), _sanitize(err))
+        return Val(np.asarray(r, dt), sanitize(err))
 
     def call(self, e: Call) -> Val:
         f = e.func
@@ -384,7 +296,7 @@ class Evaluator:
         if f in ("abs", "relu"):
             return self.abs_relu(f, x)
         dt = x.dtype if is_float(x.dtype) else np.dtype(np.float64)
-        return self.function(f, _as(x, dt).astype(np.float64), x.err, dt)
+        return self.function(f, as_dtype(x, dt).astype(np.float64), x.err, dt)
 
     def cast(self, x: Val, dt: np.dtype) -> Val:
         if dt == np.float16:
@@ -397,7 +309,7 @@ class Evaluator:
             r = x.arr.astype(dt)
         if dt.kind == "f":
             return (
-                _rounded(x.f64(), dt, x.err)
+                rounded(x.f64(), dt, x.err)
                 if x.dtype.kind != "f" or dt.itemsize < x.dtype.itemsize
                 else Val(r, x.err)
             )
@@ -411,15 +323,15 @@ class Evaluator:
 
     def minmax(self, f: str, a: Val, b: Val) -> Val:
         if a.arr is None and b.arr is None:
-            return Val(None, np.zeros(()), _fold(f, a.weak, b.weak))
-        dt = _join(a, b)
-        x, y = _as(a, dt), _as(b, dt)
+            return Val(None, np.zeros(()), fold(f, a.weak, b.weak))
+        dt = join(a, b)
+        x, y = as_dtype(a, dt), as_dtype(b, dt)
         r = (np.maximum if f == "max" else np.minimum)(x, y)
         err = np.maximum(a.err, b.err)
         if is_float(dt):  # max(-0.0, +0.0) may be either zero
             both = (x == 0) & (y == 0) & (np.signbit(x) != np.signbit(y))
             err = np.where(both, np.maximum(err, SIGN_UNSURE), err)
-        return Val(np.asarray(r, dt), _sanitize(err))
+        return Val(np.asarray(r, dt), sanitize(err))
 
     def abs_relu(self, f: str, x: Val) -> Val:
         if f == "abs":
@@ -433,16 +345,16 @@ class Evaluator:
 
     def power(self, a: Val, b: Val) -> Val:
         if a.arr is None and b.arr is None:
-            return Val(None, np.zeros(()), _fold("pow", a.weak, b.weak))
-        dt = _join(a, b)
+            return Val(None, np.zeros(()), fold("pow", a.weak, b.weak))
+        dt = join(a, b)
         if not is_float(dt):
             # Integer pow goes through float64 and back: exact while results fit.
-            x, y = _as(a, dt).astype(np.float64), _as(b, dt).astype(np.float64)
+            x, y = as_dtype(a, dt).astype(np.float64), as_dtype(b, dt).astype(np.float64)
             with np.errstate(all="ignore"):
                 r = np.power(x, y).astype(dt)
             unsure = (a.err > 0) | (b.err > 0)
             return Val(np.asarray(r, dt), np.where(unsure, math.inf, 0.0))
-        x, y = _as(a, dt).astype(np.float64), _as(b, dt).astype(np.float64)
+        x, y = as_dtype(a, dt).astype(np.float64), as_dtype(b, dt).astype(np.float64)
         u = unit(dt)
         with np.errstate(all="ignore"):
             r = np.power(x, y)
@@ -451,56 +363,18 @@ class Evaluator:
             dev = np.zeros(r.shape)
             for sx in (-1, 0, 1):
                 for sy in (-1, 0, 1):
-                    dev = np.maximum(dev, _deviation(np.power(x + sx * ex, y + sy * ey), r))
-        return _rounded(r, dt, dev + C_OUT_DEFAULT * u * _finite_abs(r))
+                    dev = np.maximum(dev, deviation(np.power(x + sx * ex, y + sy * ey), r))
+        return rounded(r, dt, dev + C_OUT_DEFAULT * u * finite_abs(r))
 
     def function(self, f: str, x: np.ndarray, err: np.ndarray, dt: np.dtype) -> Val:
-        fn = _FUNCS[f]
+        fn = FUNCS[f]
         u = unit(dt)
         with np.errstate(all="ignore"):
             r = fn(x)
             e = err + C_IN.get(f, C_IN_DEFAULT) * u * np.abs(x)
-            dev = np.maximum(_deviation(fn(x - e), r), _deviation(fn(x + e), r))
+            dev = np.maximum(deviation(fn(x - e), r), deviation(fn(x + e), r))
             dev = np.where(e > 0, dev, 0.0)
-        return _rounded(r, dt, dev + C_OUT.get(f, C_OUT_DEFAULT) * u * _finite_abs(r), c=0.0)
-
-
-def _scale(x: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``|x| * e``, where an exact operand (``e == 0``) adds nothing even if ``x`` is inf."""
-    with np.errstate(all="ignore"):
-        return np.where(e > 0, np.abs(x) * e, 0.0)
-
-
-def _finite_abs(r: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(r), np.abs(r), 0.0)
-
-
-def _deviation(moved: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """How far a perturbed result is from ``r``: NaN appearing or vanishing is unbounded."""
-    with np.errstate(all="ignore"):
-        d = np.abs(moved - r)
-        same = (moved == r) | (np.isnan(moved) & np.isnan(r))
-    return np.where(same, 0.0, np.where(np.isnan(d), math.inf, d))
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-_FUNCS = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "tanh": np.tanh,
-    "sigmoid": _sigmoid,
-    "sin": np.sin,
-    "cos": np.cos,
-    "tan": np.tan,
-    "erf": _ERF,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "round": np.rint,  # half to even
-}
+        return rounded(r, dt, dev + C_OUT.get(f, C_OUT_DEFAULT) * u * finite_abs(r), c=0.0)
 
 
 @dataclass
