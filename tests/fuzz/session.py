@@ -22,13 +22,20 @@ from .program import to_json
 from .runner import Failure, Tally, run_programs
 
 
-def mutation_tasks(n: int, seed: int) -> list[tuple[int, str, dict]]:
-    """Three Tile mutants for every two IR mutants, each from its own seed."""
+def mutation_tasks(n: int, seed: int, exclude: frozenset[str]) -> list[tuple[int, str, dict]]:
+    """Three Tile mutants for every two IR mutants, each from its own seed (the
+    corpus entry cycles with the task number)."""
+    kinds = ["tile", "tile", "tile", "ir", "ir"]
     return [
         (
             i,
             "mutate:check",
-            {"kind": "tile" if i % 5 < 3 else "ir", "index": i, "seed": seed * 1_000_003 + i},
+            {
+                "kind": kinds[i % 5],
+                "index": i,
+                "seed": seed * 1_000_003 + i,
+                "exclude": sorted(exclude),
+            },
         )
         for i in range(n)
     ]
@@ -36,6 +43,8 @@ def mutation_tasks(n: int, seed: int) -> list[tuple[int, str, dict]]:
 
 @dataclass
 class MutationTally:
+    """What a parser run saw: mutants per parser, outcomes by kind, the failures."""
+
     mutants: Counter = field(default_factory=Counter)  # per parser
     outcomes: Counter = field(default_factory=Counter)  # "tile rejected TileSyntaxError" ...
     failures: list[dict] = field(default_factory=list)
@@ -56,12 +65,10 @@ class MutationTally:
 def fuzz_parsers(
     n: int, seed: int, pool: Pool, exclude: frozenset[str], timeout: float = 5.0
 ) -> MutationTally:
+    """``n`` mutants checked in ``pool``; a failure keeps its mutant's text."""
     tally = MutationTally()
     start = time.monotonic()
-    tasks = mutation_tasks(n, seed)
-    for tid, task in enumerate(tasks):
-        task[2]["exclude"] = sorted(exclude)
-        assert task[0] == tid
+    tasks = mutation_tasks(n, seed, exclude)
     for tid, r in pool.run(tasks, timeout):
         payload = tasks[tid][2]
         kind = payload["kind"]
@@ -83,6 +90,7 @@ def fuzz_programs(
     timeout: float = 120.0,
     progress=None,
 ) -> Tally:
+    """The programs of ``seeds`` checked on ``targets`` in ``pool``."""
     return run_programs(seeds, targets, exclude, pool, timeout, progress)
 
 
