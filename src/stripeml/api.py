@@ -7,6 +7,11 @@ hardware facts and the built pipeline) and its backend
 each new signature (input shapes and dtypes) is bound, lowered, run through
 ``target.passes`` and compiled by the backend once, then cached in memory
 and, for backends with a disk cache, on disk.
+
+``threads=`` (else the environment variable :data:`THREADS_VARIABLE`, read
+here, at the API's boundary, and nowhere below) becomes the target's
+``threads`` fact when the target resolves: the ``thread`` pass and the CPU
+runtime see it through the frozen ``Target`` like any other fact.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from typing import Any
 import numpy as np
 
 from .errors import InternalError, ShapeError, StripeError
-from .ir.nodes import Program
+from .ir.dtypes import itemsize
+from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
 from .passes.manager import PipelineResult, run_pipeline
 from .runtime.backend import Backend, Compiled, backend_for
+from .runtime.host import check_memory, out_of_memory, separate_outputs
 from .targets import Target, resolve
+from .targets.loader import check_threads
 from .tile import ast
 from .tile.bind import Signature, bind, signature_of
 from .tile.check import check
@@ -52,6 +60,7 @@ class Executable:
         self.output_specs = tuple(
             (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
         )
+        self._memory: list[tuple[str | None, str, int]] | None = None
 
     @property
     def stages(self) -> list[tuple[str, str]]:
@@ -121,8 +130,31 @@ class Executable:
         constants = self.function.constants
         if constants:
             inputs = {**inputs, **constants}
-        with _internal_errors(f"running {self.function.name}"):
-            return self._compiled.run(inputs, outputs)
+        given, aliased = separate_outputs(inputs, outputs or {})
+        what = f"running {self.function.name}"
+        needs = [(d, n) for name, d, n in self._needs() if name not in given]
+        check_memory(what, needs)
+        with _internal_errors(what):
+            try:
+                results = self._compiled.run(inputs, given)
+            except MemoryError:
+                raise out_of_memory(what, needs, "an allocation failed") from None
+        for name, target in aliased.items():
+            target[...] = results[name]
+            results[name] = target
+        return results
+
+    def _needs(self) -> list[tuple[str | None, str, int]]:
+        """``(output name or None, description, bytes)`` of what a run allocates
+        at least: each output the caller does not provide, and the temporaries
+        (``peak_bytes``).  Computed once."""
+        if self._memory is None:
+            self._memory = [
+                (r.into, f"output '{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
+                for r in self.program.outputs
+            ]
+            self._memory += [(None, f"temporaries in {k}", n) for k, n in self.peak_bytes.items()]
+        return self._memory
 
     def out_arrays(
         self, out: np.ndarray | Sequence[np.ndarray] | None
@@ -182,6 +214,10 @@ def _internal_errors(what: str) -> Iterator[None]:
         raise InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}") from exc
 
 
+def _nbytes(ref: Refinement) -> int:
+    return ref.shape.extent * itemsize(ref.shape.dtype)
+
+
 def _np_dtype(name: str) -> np.dtype:
     from .ir.dtypes import to_numpy
 
@@ -190,6 +226,40 @@ def _np_dtype(name: str) -> np.dtype:
 
 def _fmt_sig(sig: Signature) -> str:
     return ", ".join(f"{'x'.join(map(str, s)) or 'scalar'}:{d}" for s, d in sig)
+
+
+#: The environment variable giving the thread count when ``threads=`` is not given.
+THREADS_VARIABLE = "STRIPEML_NUM_THREADS"
+
+
+def threads_from_environment() -> int | None:
+    """The thread count :data:`THREADS_VARIABLE` asks for (``None``: unset or
+    empty); a :class:`StripeError` naming the variable when it is not a
+    positive integer."""
+    text = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise StripeError(
+            f"{THREADS_VARIABLE}={text!r}: must be a positive integer (the threads compiled "
+            "code runs on), or unset for the target's own count"
+        )
+    return value
+
+
+def target_for(target: str | os.PathLike[str] | Target, threads: int | None = None) -> Target:
+    """The resolved target of a compile: ``threads`` (else :data:`THREADS_VARIABLE`,
+    read once, here) replaces the file's ``threads`` fact before its pipeline is
+    built (:func:`stripeml.targets.resolve`).  A ``Target`` object is already
+    built: the environment does not change it, and ``threads`` must be its own."""
+    threads = check_threads(threads, "threads=")
+    if threads is None and not isinstance(target, Target):
+        threads = threads_from_environment()
+    return resolve(target, threads=threads)
 
 
 class Function:
@@ -201,6 +271,7 @@ class Function:
         target: str | os.PathLike[str] | Target = "cpu",
         name: str = "main",
         constants: Mapping[str, Any] | None = None,
+        threads: int | None = None,
     ) -> None:
         if not isinstance(source, str):
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
@@ -208,7 +279,7 @@ class Function:
         self.name = name
         self.ast: ast.Function = parse(source)
         check(self.ast)
-        self.target: Target = resolve(target)
+        self.target: Target = target_for(target, threads)
         self.backend: Backend = backend_for(self.target)
         every = tuple(p.name for p in self.ast.params)
         self.constants: dict[str, np.ndarray] = _bind_constants(every, constants or {})
@@ -263,11 +334,23 @@ class Function:
                 exe = self._from_disk(sig)
                 if exe is None:
                     result = self._optimise(sig)
-                    compiled = self.backend.compile(result.program)
+                    compiled = self._compile(result.program)
                     exe = Executable(self, result.program, result.stages, compiled, result.timings)
                     self._to_disk(sig, exe.ir)
             self._cache[sig] = exe
         return exe
+
+    def _compile(self, program: Program) -> Compiled:
+        """``backend.compile``; running out of memory there (a GPU backend
+        allocates its buffers when it loads a program) is a :class:`ShapeError`."""
+        try:
+            return self.backend.compile(program)
+        except MemoryError:
+            parts = [
+                (f"'{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
+                for r in program.root.refs
+            ]
+            raise out_of_memory(f"compiling {self.name}", parts, "an allocation failed") from None
 
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
@@ -309,7 +392,7 @@ class Function:
         if text is None:
             return None
         program = parse_ir(text)
-        return Executable(self, program, None, self.backend.compile(program), [], ir=text)
+        return Executable(self, program, None, self._compile(program), [], ir=text)
 
     def _to_disk(self, sig: Signature, text: str) -> None:
         key = self._disk_key(sig)
@@ -339,16 +422,22 @@ def compile(  # noqa: A001
     *,
     name: str = "main",
     constants: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> Function:
     """Parse and check Tile ``source`` and resolve ``target`` (default ``"cpu"``:
     native code for this machine); return a callable compiled per signature.
+
+    ``threads`` is how many threads compiled code runs on (``None``: the
+    environment variable ``STRIPEML_NUM_THREADS``, else the target's own
+    ``threads``, all CPUs of the process for ``cpu``); it becomes the target's
+    ``threads`` fact, so the ``thread`` pass and the CPU runtime both see it.
 
     ``constants`` binds parameters to values now (a model's weights, say): calls
     pass only the other parameters, and what the program computes from constants
     alone (a weight laid out for the register tiles) a backend may compute once.
     The arrays are copied, so later changes to them do not reach the function.
     """
-    return Function(source, target, name, constants)
+    return Function(source, target, name, constants, threads)
 
 
 def _bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -257,7 +257,8 @@ def check_example(ex: Example, target: str = "interp", seed: int = 0) -> DemoRes
 
     The time is compile + first call (which binds the shapes and lowers).
     Errors of any kind become a failed result carrying the message, so that
-    one broken example does not hide the others.
+    one broken example does not hide the others; only running out of memory
+    (``MemoryError``) propagates.
     """
     shapes = ", ".join(format_shape(s.shape) for s in ex.inputs)
     arrays = random_inputs(ex.inputs, seed)
@@ -279,6 +280,8 @@ def check_example(ex: Example, target: str = "interp", seed: int = 0) -> DemoRes
         return DemoResult(
             ex.name, shapes, target, None, False, time.perf_counter() - start, f"{ex.file}: {e}"
         )
+    except MemoryError:
+        raise  # not a bug in the example: the command line reports it once
     except Exception as e:  # a compiler bug: report it, keep going
         detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         return DemoResult(

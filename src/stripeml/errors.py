@@ -97,9 +97,30 @@ class InternalError(StripeError):
 def format_located(message: str, line: int, column: int, source: str = "") -> str:
     """Render ``message`` at 1-based ``line``/``column`` with the line and a caret."""
     head = f"{line}:{column}: {message}"
+    excerpt = source_excerpt(line, column, source)
+    return f"{head}\n{excerpt}" if excerpt else head
+
+
+def source_excerpt(line: int, column: int, source: str) -> str:
+    """Line ``line`` of ``source`` and a caret under ``column`` (both indented),
+    or "" when the source has no such line."""
     lines = source.splitlines()
     if not (1 <= line <= len(lines)):
-        return head
+        return ""
     text = lines[line - 1].expandtabs(1)
     caret = " " * (max(column, 1) - 1) + "^"
-    return f"{head}\n    {text}\n    {caret}"
+    return f"    {text}\n    {caret}"
+
+
+def format_bytes(n: int) -> str:
+    """A byte count for messages: exact, with a binary-prefixed size when large
+    (``1099511627776 bytes (1.0 TiB)``); past 2**128, only how big it is."""
+    if n.bit_length() > 128:
+        return "more than 2**128 bytes"
+    if n < 1 << 20:
+        return f"{n} bytes"
+    for unit in ("EiB", "PiB", "TiB", "GiB", "MiB"):
+        scale = 1 << (10 * (" KMGTPE".index(unit[0])))
+        if n >= scale:
+            return f"{n} bytes ({n / scale:.1f} {unit})"
+    return f"{n} bytes"  # pragma: no cover - n >= 1 MiB has a unit above

@@ -51,5 +51,7 @@ def test_unsupported_op_is_reported(tmp_path, capsys):
 
 
 def test_missing_file(tmp_path, capsys):
-    assert main(["onnx", str(tmp_path / "absent.onnx")]) == 1
+    # A model that does not exist is bad command-line use: status 2, as the README
+    # says for every command (this test said 1, the bug issue 12 reported).
+    assert main(["onnx", str(tmp_path / "absent.onnx")]) == 2
     assert "no such ONNX model" in capsys.readouterr().err

@@ -211,4 +211,5 @@ def test_logic_where_bool(target):
     check(run(target, "Equal", [("a", a), ("b", b)], np.bool_), a == b)
     x = np.array([1, 2, 3], np.uint16)
     y = np.array([7], np.uint16)
-    check(run(target, "Where", [("c", a), ("x", x), ("y", y)], np.uint16), np.where(a, x, y))
+    # The second value is not named "y": the node's output is (single assignment).
+    check(run(target, "Where", [("c", a), ("x", x), ("z", y)], np.uint16), np.where(a, x, y))

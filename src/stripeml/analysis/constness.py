@@ -54,22 +54,34 @@ def constness(program: Program) -> Constness:
     root = program.root
     params = {r.into for r in root.refs if r.const}
     access = [_reads_writes(s) for s in root.stmts]
-    writers: dict[str, list[int]] = {}
-    for k, (_, writes) in enumerate(access):
+    writers: dict[str, set[int]] = {}
+    users: dict[str, list[int]] = {}  # the statements reading or writing a buffer
+    for k, (reads, writes) in enumerate(access):
         for name in writes:
-            writers.setdefault(name, []).append(k)
+            writers.setdefault(name, set()).add(k)
+        for name in reads | writes:
+            users.setdefault(name, []).append(k)
     temps = set()
     for r in root.refs:
         if r.dir != "none" or r.into not in writers:
             continue
         last = max(writers[r.into])
-        early = [k for k, (reads, _) in enumerate(access) if r.into in reads and k < last]
+        early = [k for k in users[r.into] if k < last and r.into in access[k][0]]
         if all(k in writers[r.into] for k in early):
             temps.add(r.into)
     stmts = {k for k, (_, writes) in enumerate(access) if writes and writes <= temps}
-    while True:
-        bufs = params | {t for t in temps if all(w in stmts for w in writers[t])}
-        keep = {k for k in stmts if access[k][0] <= bufs and access[k][1] <= bufs}
-        if keep == stmts:
-            return Constness(frozenset(stmts), frozenset(bufs - params))
-        stmts = keep
+    # The greatest fixpoint by a worklist (each statement and buffer leaves once,
+    # so the time is linear; re-checking every statement per round was quadratic
+    # in a chain of temporaries, which loses one link per round).
+    bufs = params | {t for t in temps if writers[t] <= stmts}
+    dropped = [k for k in stmts if not (access[k][0] <= bufs and access[k][1] <= bufs)]
+    while dropped:
+        k = dropped.pop()
+        if k not in stmts:
+            continue
+        stmts.discard(k)
+        for name in access[k][1]:
+            if name in bufs and name not in params:
+                bufs.discard(name)  # a writer is not constant: neither is the buffer
+                dropped += [u for u in users[name] if u in stmts]
+    return Constness(frozenset(stmts), frozenset(bufs - params))

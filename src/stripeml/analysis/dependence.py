@@ -36,7 +36,7 @@ from ..ir.nodes import Block
 from .access import Access, accesses
 from .domain import domain_in, nest_inequalities, nest_names
 
-__all__ = ["Race", "races", "race_free", "race_free_indices"]
+__all__ = ["Race", "pair_set", "races", "race_free", "race_free_indices"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ def _q(name: str) -> str:
     return f"q'{name}"
 
 
-def _pair_set(a: Access, b: Access, outer: Sequence[Block]) -> isl.BasicSet:
+def pair_set(a: Access, b: Access, outer: Sequence[Block]) -> isl.BasicSet:
     """Pairs of points (``a``'s, ``b``'s) at which ``a`` and ``b`` meet on one element."""
     a_names, b_names = nest_names(a.path), nest_names(b.path)
     pa = {n: _p(n) for n in a_names}
@@ -92,7 +92,7 @@ def _meetings(block: Block, outer: Sequence[Block]) -> list[tuple[Access, Access
                 continue
             if any(sa == 0 for sa in a.sizes) or any(sb == 0 for sb in b.sizes):
                 continue
-            met = _pair_set(a, b, outer)
+            met = pair_set(a, b, outer)
             if not met.is_empty():
                 out.append((a, b, met))
     return out

@@ -1,6 +1,12 @@
 """What the ``stripeml`` subcommands share: ``--input`` specs, error messages,
 loading a program (a file or a bundled example), ``--target`` checks, the
 program options of ``run`` and ``ir``, and small formatting helpers.
+
+Failures a command reports are of three kinds, each with its exit status (the
+table is in the README): :class:`UsageError` (bad command-line use, 2), a
+:class:`~stripeml.StripeError` (the program, model or target file is wrong,
+1) and :class:`OutOfMemory` (1).  :func:`stripeml.cli.main` prints any of them
+as one message, never a traceback.
 """
 
 from __future__ import annotations
@@ -8,13 +14,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-from collections.abc import Sequence
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from ..demo import InputSpec, find_example, random_inputs
-from ..errors import TargetError
+from ..errors import InternalError, StripeError, TargetError
 from ..ir.dtypes import DTYPES
 
 PROG = "stripeml"
@@ -30,6 +39,51 @@ DTYPE_NAMES = tuple(DTYPES)  # bool i8 i16 i32 i64 u8 u16 u32 u64 f16 f32 f64
 
 class UsageError(Exception):
     """Bad command-line use found after parsing (exit status 2)."""
+
+
+class OutOfMemory(Exception):
+    """Memory ran out while a command was doing something (exit status 1).
+
+    The message says what the command was doing and, from NumPy's
+    ``MemoryError``, what could not be allocated.
+    """
+
+    def __init__(self, doing: str, error: BaseException) -> None:
+        detail = str(error).strip()
+        super().__init__(f"out of memory while {doing}" + (f": {detail}" if detail else ""))
+
+
+@contextmanager
+def doing(what: str) -> Iterator[None]:
+    """Turn a ``MemoryError`` raised inside into :class:`OutOfMemory` naming ``what``
+    the command was doing (also one the API wrapped as an ``InternalError``: running
+    out of memory is not a bug in stripeml)."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise OutOfMemory(what, exc) from None
+    except InternalError as exc:
+        if isinstance(exc.__cause__, MemoryError):
+            raise OutOfMemory(what, exc.__cause__) from None
+        raise
+
+
+INTERNAL_HINT = (
+    "this is a bug in stripeml: please report it with the command line "
+    f"(`{PROG} --debug ...` or STRIPEML_DEBUG=1 shows the traceback)"
+)
+
+
+def print_error(err: StripeError, filename: str, source: str = "", *, debug: bool = False) -> None:
+    """Print ``err`` as :func:`format_error` does, on stderr; an
+    :class:`~stripeml.errors.InternalError` (a bug surfaced as a StripeError)
+    also gets the hint to report it, and with ``debug`` its cause's traceback."""
+    print(format_error(err, filename, source), file=sys.stderr)
+    if isinstance(err, InternalError):
+        print(f"{PROG}: {INTERNAL_HINT}", file=sys.stderr)
+        if debug and err.__cause__ is not None:
+            cause = err.__cause__
+            traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
 
 
 # --------------------------------------------------------------------------
@@ -157,10 +211,9 @@ def input_specs(path: Path, given: Sequence[InputSpec]) -> tuple[InputSpec, ...]
     return example.inputs if example is not None else ()
 
 
-def ordered_arrays(
-    f: object, specs: Sequence[InputSpec], seed: int
-) -> tuple[list[np.ndarray], tuple[InputSpec, ...]]:
-    """Random arrays in the program's parameter order (checks names match)."""
+def ordered_specs(f: object, specs: Sequence[InputSpec]) -> tuple[InputSpec, ...]:
+    """``specs`` in the program's parameter order; a :class:`UsageError` when the
+    names do not match the parameters."""
     params = tuple(getattr(f, "params", ()))
     by_name = {s.name: s for s in specs}
     missing = [p for p in params if p not in by_name]
@@ -173,9 +226,24 @@ def ordered_arrays(
         if unknown:
             parts.append(f"no parameter named {', '.join(unknown)}")
         raise UsageError(f"{'; '.join(parts)} (the program takes {want})")
-    ordered = tuple(by_name[p] for p in params)
-    arrays = random_inputs(ordered, seed)
-    return [arrays[p] for p in params], ordered
+    return tuple(by_name[p] for p in params)
+
+
+def ordered_arrays(
+    f: object, specs: Sequence[InputSpec], seed: int
+) -> tuple[list[np.ndarray], tuple[InputSpec, ...]]:
+    """Seeded random arrays in the program's parameter order (checks names match)."""
+    ordered = ordered_specs(f, specs)
+    with doing("building the random inputs"):
+        arrays = random_inputs(ordered, seed)
+    return [arrays[s.name] for s in ordered], ordered
+
+
+def shape_only_arrays(specs: Sequence[InputSpec]) -> list[np.ndarray]:
+    """Arrays with the shapes and dtypes of ``specs`` and no memory of their own
+    (read-only broadcasts of one zero): enough to lower a program, which looks
+    at shapes and dtypes only."""
+    return [np.broadcast_to(np.zeros((), DTYPES[s.dtype]), s.shape) for s in specs]
 
 
 def as_tuple(result: np.ndarray | tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:

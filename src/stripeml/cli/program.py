@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -20,17 +19,19 @@ from .common import (
     PROG,
     add_program_args,
     as_tuple,
-    check_target,
     checksum,
     display_name,
-    format_error,
+    doing,
     format_ms,
     format_shape_tuple,
     function_name,
     input_specs,
     load_source,
     ordered_arrays,
+    ordered_specs,
     positive_int,
+    print_error,
+    shape_only_arrays,
 )
 
 if TYPE_CHECKING:  # the compiler loads lazily (``stripeml.compile``)
@@ -39,25 +40,27 @@ if TYPE_CHECKING:  # the compiler loads lazily (``stripeml.compile``)
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``stripeml run``: compile, run on seeded random inputs, print checksums and times."""
-    check_target(args.target)
     path, source = load_source(args.file)
     specs = input_specs(path, args.input)
+    shown = display_name(args.file, path)
     try:
         compile_ = stripeml.compile  # imports the compiler: not part of the timing
         start = time.perf_counter()
-        f = compile_(source, target=args.target, name=function_name(path))
+        with doing(f"compiling {shown}"):
+            f = compile_(source, target=args.target, name=function_name(path))
         compile_seconds = time.perf_counter() - start
         arrays, ordered = ordered_arrays(f, specs, args.seed)
         start = time.perf_counter()
-        outputs = as_tuple(f(*arrays))
-        first = compile_seconds + time.perf_counter() - start
-        times = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            f(*arrays)
-            times.append(time.perf_counter() - t0)
+        with doing(f"running {shown}"):
+            outputs = as_tuple(f(*arrays))
+            first = compile_seconds + time.perf_counter() - start
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                f(*arrays)
+                times.append(time.perf_counter() - t0)
     except stripeml.StripeError as e:
-        print(format_error(e, display_name(args.file, path), source), file=sys.stderr)
+        print_error(e, shown, source, debug=args.debug)
         return 1
     names = tuple(getattr(f, "outputs", ())) or tuple(f"out{i}" for i in range(len(outputs)))
     print(f"program  {display_name(args.file, path)}  (target {args.target}, seed {args.seed})")
@@ -78,16 +81,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_ir(args: argparse.Namespace) -> int:
     """``stripeml ir``: print the Stripe IR (stages, code, timings, report as asked)."""
-    check_target(args.target)
     path, source = load_source(args.file)
     specs = input_specs(path, args.input)
+    shown = display_name(args.file, path)
     try:
-        f = stripeml.compile(source, target=args.target, name=function_name(path))
-        arrays, _ = ordered_arrays(f, specs, args.seed)
-        exe = f.lower(*arrays)
-        report = _memory_report(f, exe, arrays, args) if args.report else ""
+        with doing(f"compiling {shown}"):
+            f = stripeml.compile(source, target=args.target, name=function_name(path))
+        if args.report:  # the interpreter runs the program: it needs real inputs
+            arrays, _ = ordered_arrays(f, specs, args.seed)
+        else:  # lowering looks at shapes and dtypes only: no data
+            arrays = shape_only_arrays(ordered_specs(f, specs))
+        with doing(f"compiling {shown}"):
+            exe = f.lower(*arrays)
+        report = ""
+        if args.report:
+            with doing(f"running {shown} for --report"):
+                report = _memory_report(f, exe, arrays, args)
     except stripeml.StripeError as e:
-        print(format_error(e, display_name(args.file, path), source), file=sys.stderr)
+        print_error(e, shown, source, debug=args.debug)
         return 1
     sections: list[str] = []
     if args.stages:
@@ -172,7 +183,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description=(
             "Compile FILE, specialise it for the --input shapes and print the final "
             "Stripe IR; --stages prints the IR after each pass instead, --code the "
-            "generated backend source."
+            "generated backend source. Without --report no input data is made: "
+            "only the shapes and dtypes of the --input specs are used."
         ),
         epilog=f"example: {PROG} ir matmul.tile --input A=64x32 --input B=32x16 --stages",
     )

@@ -1,5 +1,8 @@
 """``stripeml targets``: list the bundled targets, or load, validate and describe
-target files (every fact, auto values as detected here, and the pipeline)."""
+target files (every fact, auto values as detected here, and the pipeline).
+
+A name or path that finds no file is bad command-line use (exit status 2,
+before anything loads); a file that does not validate exits 1."""
 
 from __future__ import annotations
 
@@ -7,20 +10,26 @@ import argparse
 import sys
 
 from ..errors import TargetError
-from .common import PROG
+from .common import PROG, UsageError
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
     """``stripeml targets``: list the bundled targets, or describe the ones named."""
-    from ..targets import bundled_targets, load_target
+    from ..targets import bundled_targets, load_target, resolve_target
     from ..targets.report import describe_target, summarize_target
 
     failed = False
     if args.names:
-        blocks = []
+        paths = []
         for name in args.names:
             try:
-                blocks.append(describe_target(load_target(name)))
+                paths.append(resolve_target(name))
+            except TargetError as e:
+                raise UsageError(str(e)) from None
+        blocks = []
+        for path in paths:
+            try:
+                blocks.append(describe_target(load_target(path)))
             except TargetError as e:
                 print(f"{PROG}: {e}", file=sys.stderr)
                 failed = True

@@ -228,18 +228,26 @@ class CStyle:
         fq = self.function_qualifier
         t = self.ctype(dt)
         if kind in ("div", "mod") and dtypes.is_float(dt):
+            # NumPy's remainder: fmod, moved into the divisor's sign; a zero remainder is
+            # a zero with the divisor's sign (fmod's zero has the dividend's).
             name = f"sm_fmod_{dt}"
             fmod = self.math_name("fmod", dt)
+            copysign = self.math_name("copysign", dt)
             body = (
                 f"{fq} {t} {name}({t} a, {t} b) {{ {t} r = {fmod}(a, b); "
-                f"return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"
+                f"if (r == 0) return {copysign}({self.literal(dt, 0.0)}, b); "
+                f"return ((r < 0) != (b < 0)) ? r + b : r; }}"
             )
             return name, body
         if kind in ("div", "mod"):
+            # NumPy's floor_divide / remainder; a zero divisor gives 0.  C's a / b and a % b
+            # are undefined for b == 0 and for MIN / -1, so both are answered first, and
+            # -a is taken in the unsigned type (wraps: MIN / -1 == MIN, as NumPy).
             name = f"sm_{kind}_{dt}"
             signed = dtypes.is_signed(dt)
             if kind == "div":
-                neg1 = f"if (b == ({t})-1) return ({t})(0 - a); " if signed else ""
+                ut = self.ctype("u" + dt[1:]) if signed else t
+                neg1 = f"if (b == ({t})-1) return ({t})(({ut})0 - ({ut})a); " if signed else ""
                 adj = "if (r != 0 && ((r < 0) != (b < 0))) q -= 1; " if signed else ""
                 body = (
                     f"{fq} {t} {name}({t} a, {t} b) {{ if (b == 0) return 0; {neg1}"

@@ -128,15 +128,23 @@ def _float_to_int(b: ir.IRBuilder, v: ir.Value, dst: str, to: ir.Type) -> ir.Val
 
 
 def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod: bool) -> ir.Value:
+    """NumPy's ``floor_divide`` / ``remainder`` on integers (scalars or vectors): a zero
+    divisor gives 0, ``x / -1`` is the wrapping ``-x`` (``MIN / -1 == MIN``), ``x % -1`` is 0.
+
+    x86's ``idiv`` traps (SIGFPE) on a zero divisor and on ``MIN / -1``, and LLVM calls
+    both undefined, so neither pair reaches ``sdiv``/``srem``: the divisor becomes 1
+    there and the result is chosen afterwards."""
     zero = _zero(x.type)
+    one = typed_const(y.type, 1)
     is_zero = b.icmp_unsigned("==", y, zero)
-    safe_y = b.select(is_zero, typed_const(y.type, 1), y)
     if unsigned:
+        safe_y = b.select(is_zero, one, y)
         r = b.urem(x, safe_y) if mod else b.udiv(x, safe_y)
         return b.select(is_zero, zero, r)
-    # Avoid INT_MIN / -1 overflow (UB): NumPy wraps to INT_MIN there.
+    is_m1 = b.icmp_signed("==", y, typed_const(y.type, -1))
+    safe_y = b.select(b.or_(is_zero, is_m1), one, y)
     q = b.sdiv(x, safe_y)
-    r = b.srem(x, safe_y)
+    r = b.srem(x, safe_y)  # 0 when y is 0 or -1 (safe_y == 1): x % -1 needs nothing more
     adjust = b.and_(
         b.icmp_signed("!=", r, zero),
         b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", safe_y, zero)),
@@ -145,6 +153,7 @@ def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod
         out = b.select(adjust, b.add(r, safe_y), r)
     else:
         out = b.select(adjust, b.sub(q, typed_const(q.type, 1)), q)
+        out = b.select(is_m1, b.sub(zero, x), out)  # plain sub wraps: MIN stays MIN
     return b.select(is_zero, zero, out)
 
 

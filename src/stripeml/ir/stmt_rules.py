@@ -51,7 +51,7 @@ class Env:
     scalars: dict[str, str] = field(default_factory=dict)
 
     def ref(self, name: str) -> Refinement | None:
-        return next((r for r in self.scope.block.refs if r.into == name), None)
+        return self.scope.ref(name)
 
 
 def stmt_rule(*kinds: type) -> Callable[[Rule], Rule]:

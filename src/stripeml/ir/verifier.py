@@ -43,6 +43,7 @@ class Scope:
     outer_idxs: frozenset[str] = frozenset()
     _domain: Any = field(default=None, repr=False)
     _box: Any = field(default=False, repr=False)  # False: not computed yet
+    _refs: dict[str, Refinement] | None = field(default=None, repr=False)
 
     @property
     def is_root(self) -> bool:
@@ -61,10 +62,19 @@ class Scope:
         text = f"block '{self.path}'"
         return text + (f" (// {self.block.comment})" if self.block.comment else "")
 
+    def ref(self, name: str) -> Refinement | None:
+        """This block's first refinement named ``name`` (a table built once: a
+        root with thousands of buffers is asked once per view of every kernel)."""
+        if self._refs is None:
+            self._refs = {}
+            for r in self.block.refs:
+                self._refs.setdefault(r.into, r)
+        return self._refs.get(name)
+
     def parent_ref(self, name: str) -> Refinement | None:
         if self.parent is None:
             return None
-        return next((r for r in self.parent.block.refs if r.into == name), None)
+        return self.parent.ref(name)
 
     def box(self) -> dict[str, int] | None:
         """The index ranges of the nest down to this block when its points are a

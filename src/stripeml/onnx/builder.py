@@ -46,6 +46,17 @@ class OnnxError(StripeError):
     """A model the importer cannot compile (unsupported op, attribute, shape...)."""
 
 
+#: The most elements a tensor of an imported model may have (graph inputs, and
+#: every tensor an operator makes): 2**40 elements is 4 TiB of float32, beyond
+#: any machine's memory, so a larger shape is a broken or hostile model.
+MAX_ELEMENTS = 2**40
+
+
+class BadShape(OnnxError):
+    """A shape no tensor can have (a negative dimension, too many elements); the
+    importer adds the node that asked for it."""
+
+
 def tile_dtype(dtype: Any) -> str:
     """The Tile/Stripe name of a NumPy dtype (``f32``, ``i64`` ...)."""
     name = dtypes.from_numpy(np.dtype(dtype))
@@ -195,7 +206,10 @@ class Builder:
     def _new(self, shape: Sequence[int], dtype: Any) -> Value:
         shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
-            raise OnnxError(f"negative dimension in shape {shape}")
+            raise BadShape(f"negative dimension in shape {shape}")
+        count = int(np.prod(shape, dtype=object))
+        if count > MAX_ELEMENTS:
+            raise BadShape(f"shape {shape} has {count} elements, more than {MAX_ELEMENTS}")
         if 0 in shape:  # no elements: the value is known, no statement is needed
             return Value("", shape, np.dtype(dtype), np.zeros(shape, dtype))
         v = Value(self.fresh(), shape, np.dtype(dtype))

@@ -10,11 +10,17 @@ Compiles with progress on stderr, runs on ones (or seeded random inputs with
 compares with onnxruntime when it is installed (exit status 1 on a mismatch);
 ``--bench N`` times N runs and prints the median latency, onnxruntime's median
 in the same process, and the slowest kernels.
+
+Exit status as for every ``stripeml`` command (the README's table): 2 for bad
+command-line use (a model file that does not exist, a malformed ``--input``,
+one naming no graph input, a graph input whose shape is neither declared nor
+given), 1 when the model is rejected or ``--check`` finds a mismatch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -23,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StripeError
+from ..errors import InternalError, StripeError
 
 DEFAULT_DIM = 1  # for symbolic dimensions (batch) not given with --input
 
@@ -52,6 +58,7 @@ def add_parser(
         "--input",
         action="append",
         default=[],
+        type=shape_spec,
         metavar="NAME=SHAPE",
         help="shape of an input with symbolic dimensions, e.g. data=4x3x224x224",
     )
@@ -65,18 +72,27 @@ def add_parser(
     return p
 
 
-def _shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
+def shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=DxDxD`` (``NAME=`` for rank 0) as ``(name, shape)``; an
+    :class:`argparse.ArgumentTypeError` (a usage error) when malformed."""
+    name, sep, dims = text.partition("=")
+    try:
+        if not sep or not name.strip():
+            raise ValueError
+        shape = tuple(int(d) for d in dims.split("x")) if dims.strip() else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --input {text!r} (want NAME=DxDxD)") from None
+    if any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"bad --input {text!r}: every size must be positive")
+    return name.strip(), shape
+
+
+def _shapes(given: list[tuple[str, tuple[int, ...]]]) -> dict[str, tuple[int, ...]]:
     out = {}
-    for text in given:
-        name, sep, dims = text.partition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            out[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
-        except ValueError:
-            raise SystemExit(
-                f"stripeml onnx: error: bad --input {text!r} (want NAME=DxDxD)"
-            ) from None
+    for name, shape in given:
+        if name in out:
+            raise argparse.ArgumentTypeError(f"--input {name} is given twice")
+        out[name] = shape
     return out
 
 
@@ -104,6 +120,23 @@ def make_inputs(
     return arrays
 
 
+def _check_inputs(
+    parser: argparse.ArgumentParser, fn: Any, shapes: dict[str, tuple[int, ...]]
+) -> None:
+    """``--input`` must name graph inputs, and give every input without a declared
+    shape; else a usage error (``parser.error`` exits 2)."""
+    names = [gi.name for gi in fn.graph.inputs]
+    unknown = [n for n in shapes if n not in names]
+    if unknown:
+        parser.error(
+            f"--input {', '.join(unknown)}: no such graph input "
+            f"(the model takes {', '.join(names) or 'no inputs'})"
+        )
+    shapeless = [gi.name for gi in fn.graph.inputs if gi.dims is None and gi.name not in shapes]
+    if shapeless:
+        parser.error(f"input(s) {', '.join(shapeless)} have no declared shape: give --input")
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
@@ -127,14 +160,23 @@ def run_command(args: argparse.Namespace) -> int:
     def progress(text: str) -> None:
         print(f"[stripeml] {text}", file=sys.stderr, flush=True)
 
-    shapes = _shapes(args.input)
+    parser: argparse.ArgumentParser = args.parser
+    try:
+        shapes = _shapes(args.input)
+    except argparse.ArgumentTypeError as e:
+        parser.error(str(e))  # usage: exits 2
+    if not os.path.isfile(args.model):
+        parser.error(f"no such ONNX model: {args.model}")
     try:
         start = time.perf_counter()
         progress(f"loading {args.model}")
         fn = onnx_compile(args.model, target=args.target, progress=progress)
+        _check_inputs(parser, fn, shapes)
         arrays = make_inputs(fn, shapes, args.random, args.seed)
         outs = fn.run(arrays)
         first = time.perf_counter() - start
+    except InternalError:
+        raise  # a bug (or memory running out): the command line reports it
     except StripeError as e:
         print(f"{args.model}: error: {e}", file=sys.stderr)
         return 1

@@ -62,6 +62,51 @@ Errors are `stripeml.StripeError`s (`stripeml.onnx.OnnxError` for the
 importer) naming the node and operator: unsupported operators, attributes,
 element types (strings, bfloat16, float8), and values needed when compiling
 that are only known at run time.
+
+## What a model must be
+
+A model is checked when it is read (`stripeml.onnx.compile`, `prepare`), in
+time linear in its size; each problem is an `OnnxError` naming the file, node,
+initializer or input (`load.py` reads, `validate.py` checks):
+
+* **The file.** A regular, non-empty file that parses as a `ModelProto`; a
+  truncated or corrupt file is an error, and so is one cut where the bytes
+  still parse (it then lacks its IR version, graph or opset import).
+* **External data** is read only from regular files inside the model's folder:
+  a `location` that is absolute, climbs out with `..` or resolves (through
+  symbolic links) outside the folder is refused, as are an `offset`/`length`
+  past the end of the file and a byte count that does not match the tensor's
+  shape.  A `ModelProto` passed in memory has no folder: a tensor in it that
+  still says its data is external is refused (load the model by path).
+* **The model.** An IR version from 1 to the newest the installed `onnx`
+  knows; a graph with at least one node and one output.
+* **Opsets.** One `ai.onnx` import, from opset 7 (when the binary operators
+  took NumPy broadcasting) to the newest the installed `onnx` knows; the error
+  names that range.  Below opset 7 a node is accepted only where its operator
+  has not changed since (`Not` of opset 1) or where the op library implements
+  the older definition (`Pad`'s `paddings`, `Reshape`'s `shape` attribute,
+  `Clip`'s `min`/`max` attributes, `PRelu`'s per-channel slope, `Dropout`'s
+  `is_test`: `oldest` in the registry).  Each domain is imported once, and
+  only domains `onnx` knows (`ai.onnx.ml`, `ai.onnx.preview` ...) or that a
+  function of the model defines; a node's operator must exist in the opset,
+  and `onnx.checker.check_node` must accept it (attribute types, unknown
+  attributes, input and output counts).
+* **Initializers and tensor attributes** hold exactly the values their
+  shape declares, with non-negative dimensions and unique names.
+* **Graph inputs** have a tensor type with an element type; their dimensions
+  are non-negative and neither one nor their product exceeds 2^40 elements
+  (the same bound applies to every tensor an operator makes: a `Tile` or
+  `Pad` to a larger shape is an error naming the node, and so is a constant
+  folded at import that does not fit in memory).
+* **Nodes** are in single assignment form (no tensor produced twice, none
+  named like a graph input or initializer) and in topological order; every
+  graph output is produced by a node, an initializer or an input.
+
+Values the schema allows but an operator cannot take (a `Range` to infinity,
+`LpPool` with `p = 0`, a `ConstantOfShape` of negative shape) are errors
+naming the node, raised when the node is written (at the first call); any
+exception an op writer did not anticipate becomes an `OnnxError` naming the
+node, the original chained as its cause.
 Tensors with a dimension of size 0 are constants (their value is known from
 the shape), so they never reach the compiled program.
 

@@ -13,23 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StripeError
 from .builder import OnnxError
+from .load import require_onnx
 from .ops import lookup
+from .validate import check_model, node_where, tensor_problem
+
+__all__ = ["SHAPE_ONLY", "Graph", "GraphInput", "NodeInfo", "require_onnx"]
 
 # Ops whose result depends only on the *shape* of their data input.
 SHAPE_ONLY = {"Shape": (0,), "Size": (0,)}
-
-
-def require_onnx() -> Any:
-    """The ``onnx`` package (a StripeError saying how to install it when missing)."""
-    try:
-        import onnx
-    except ImportError:  # pragma: no cover - onnx is a dependency of the extra
-        raise StripeError(
-            "the ONNX frontend needs the 'onnx' package: pip install 'stripeml[onnx]'"
-        ) from None
-    return onnx
 
 
 @dataclass(frozen=True)
@@ -58,21 +50,19 @@ class NodeInfo:
 class Graph:
     """The parts of an ONNX ``ModelProto`` the importer uses, as plain data."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, source: str | None = None):
+        """Read ``model`` (a ``ModelProto`` with its data in memory), checking it
+        first (:func:`~.validate.check_model`); ``source``, the file it came
+        from, prefixes the error messages."""
         onnx = require_onnx()
-        from onnx import helper, numpy_helper
-
+        self.opset = check_model(model, source)
         g = model.graph
         self.name = g.name or "model"
-        self.opset = 1
-        for imp in model.opset_import:
-            if imp.domain in ("", "ai.onnx"):
-                self.opset = int(imp.version)
-        self.initializers: dict[str, np.ndarray] = {
-            t.name: numpy_helper.to_array(t) for t in g.initializer
-        }
         if len(g.sparse_initializer):
             raise OnnxError("sparse initializers are not supported")
+        self.initializers: dict[str, np.ndarray] = {
+            t.name: _array(onnx, t, f"initializer {t.name!r}") for t in g.initializer
+        }
         self.inputs: list[GraphInput] = []
         for vi in g.input:
             if vi.name in self.initializers:
@@ -80,20 +70,16 @@ class Graph:
             self.inputs.append(_graph_input(vi, onnx))
         self.outputs = [vi.name for vi in g.output]
         self.nodes: list[NodeInfo] = []
-        for n in g.node:
+        for k, n in enumerate(g.node):
             attrs = {}
             for a in n.attribute:
+                where = f"{node_where(n, k)} attribute {a.name!r}"
                 if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                     attrs[a.name] = a  # kept raw; ops with subgraphs reject them
                 elif a.type == onnx.AttributeProto.TENSOR:
-                    attrs[a.name] = numpy_helper.to_array(a.t)
+                    attrs[a.name] = _array(onnx, a.t, where)
                 else:
-                    v = helper.get_attribute_value(a)
-                    if isinstance(v, bytes):
-                        v = v.decode("utf-8", "replace")
-                    elif isinstance(v, list) and v and isinstance(v[0], bytes):
-                        v = [x.decode("utf-8", "replace") for x in v]
-                    attrs[a.name] = v
+                    attrs[a.name] = _attribute(onnx, a, where)
             self.nodes.append(
                 NodeInfo(n.op_type, n.domain, n.name, list(n.input), list(n.output), attrs)
             )
@@ -123,10 +109,33 @@ class Graph:
         return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
 
 
+def _array(onnx: Any, t: Any, where: str) -> np.ndarray:
+    """A tensor's value (its declared shape and stored data checked to agree)."""
+    problem = tensor_problem(onnx, t)
+    if problem is not None:
+        raise OnnxError(f"{where}: {problem}")
+    try:
+        return np.asarray(onnx.numpy_helper.to_array(t))
+    except Exception as exc:  # noqa: BLE001 - whatever numpy_helper finds wrong in the data
+        raise OnnxError(f"{where}: cannot read the tensor: {exc}") from None
+
+
+def _attribute(onnx: Any, a: Any, where: str) -> Any:
+    """An attribute's value as Python data (bytes decoded as UTF-8)."""
+    try:
+        v = onnx.helper.get_attribute_value(a)
+    except Exception as exc:  # noqa: BLE001 - malformed attributes
+        raise OnnxError(f"{where}: cannot read the attribute: {exc}") from None
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode("utf-8", "replace") for x in v]
+    return v
+
+
 def _graph_input(vi: Any, onnx: Any) -> GraphInput:
+    """A graph input (its type checked by :func:`~.validate.check_model`)."""
     tt = vi.type
-    if not tt.HasField("tensor_type"):
-        raise OnnxError(f"input {vi.name!r}: only tensor inputs are supported")
     elem = tt.tensor_type.elem_type
     try:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))

@@ -23,7 +23,6 @@ backend computes once.  Weights are not copied into the source.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -31,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ShapeError, StripeError
-from .builder import Builder, Node, OnnxError, Value
-from .graph import Graph, NodeInfo, require_onnx
+from .builder import BadShape, Builder, Node, OnnxError, Value
+from .graph import Graph, NodeInfo
 from .layout import dispatch, fuse_conv_bn
+from .load import read_model
 from .ops import lookup
 from .registry import OpDef
 
@@ -67,19 +67,18 @@ class OnnxFunction:
     """A compiled ONNX model: call it with NumPy arrays, positional in graph
     input order or by input name.  One output gives an array, several a tuple."""
 
-    def __init__(self, model: Any, target: str = "cpu", progress: Progress | None = None):
-        onnx = require_onnx()
-        if isinstance(model, (str, os.PathLike)):
-            try:
-                model = onnx.load(os.fspath(model))
-            except FileNotFoundError:
-                raise StripeError(f"no such ONNX model: {os.fspath(model)}") from None
-            except Exception as exc:  # noqa: BLE001 - protobuf decode errors
-                raise StripeError(f"cannot read ONNX model {os.fspath(model)}: {exc}") from None
-        if not isinstance(model, onnx.ModelProto):
-            raise StripeError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
+    def __init__(
+        self,
+        model: Any,
+        target: str = "cpu",
+        progress: Progress | None = None,
+        threads: int | None = None,
+    ):
+        from .. import api
+
+        model, source = read_model(model)
         self.model = model
-        self.graph = Graph(model)
+        self.graph = Graph(model, source)
         bad = self.graph.unsupported()
         if bad:
             first = bad[0]
@@ -90,6 +89,9 @@ class OnnxFunction:
             )
         self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
         self.target = target
+        # Resolved once, here at the API boundary (``threads``, else the variable
+        # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
+        self.resolved_target = api.target_for(target, threads)
         self.progress = progress
         self.input_names = [i.name for i in self.graph.inputs]
         self.output_names = list(self.graph.outputs)
@@ -206,7 +208,7 @@ class OnnxFunction:
         if out_names:
             count = sum(1 for s in b.statements if not s.startswith("//"))
             self._say(f"compiling {count} Tile statements for {self.target}")
-            function = api.compile(source, self.target, name=g.name, constants=constants)
+            function = api.compile(source, self.resolved_target, name=g.name, constants=constants)
             b.check(function.ast)
         return Specialised(source, function, inputs, outputs)
 
@@ -261,18 +263,18 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
     node = Node(
         info.op_type, info.name, tuple(inputs), info.attrs, opset, len(info.outputs), info.domain
     )
-    present = [v for v in inputs if v is not None]
-    if d.foldable and all(v.const is not None for v in present):
-        outs = fold(d, node)
-    else:
-        b.comment(f"{info.op_type} {info.name}".rstrip())
-        laid_out = dispatch(b, d, node)
-        if laid_out is not None:
-            outs = laid_out
-        else:
-            logical = tuple(None if v is None else b.logical(v) for v in node.inputs)
-            node = replace(node, inputs=logical)
-            outs = d.fn(b, node)
+    try:
+        outs = _write(b, d, node)
+    except BadShape as exc:
+        raise node.error(str(exc)) from None
+    except MemoryError as exc:  # a constant folded at import larger than memory
+        raise node.error(f"its result does not fit in memory ({exc})") from None
+    except StripeError:
+        raise
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        # An attribute or constant value no op writer check anticipated (the model
+        # passed the schema checks): the node is named, the cause chained.
+        raise node.error(f"cannot be imported ({type(exc).__name__}: {exc})") from exc
     if len(outs) < len([o for o in info.outputs if o]):
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
     for name, v in zip(info.outputs, outs):
@@ -280,6 +282,20 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
             if v is None:
                 raise node.error(f"output {name!r} is not supported")
             env[name] = v
+
+
+def _write(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
+    """The values of ``node``'s outputs: folded when its inputs are all known,
+    else written into ``b``."""
+    present = [v for v in node.inputs if v is not None]
+    if d.foldable and all(v.const is not None for v in present):
+        return fold(d, node)
+    b.comment(f"{node.op_type} {node.name}".rstrip())
+    laid_out = dispatch(b, d, node)
+    if laid_out is not None:
+        return laid_out
+    logical = tuple(None if v is None else b.logical(v) for v in node.inputs)
+    return d.fn(b, replace(node, inputs=logical))
 
 
 def _frozen(value: Any) -> np.ndarray:
@@ -321,6 +337,14 @@ def fold(d: OpDef, node: Node) -> list[Value | None]:
     return folded
 
 
-def compile(model: Any, target: str = "cpu", *, progress: Progress | None = None) -> OnnxFunction:  # noqa: A001
-    """Import an ONNX model (a ``ModelProto`` or a path) for ``target``."""
-    return OnnxFunction(model, target, progress)
+def compile(  # noqa: A001
+    model: Any,
+    target: str = "cpu",
+    *,
+    progress: Progress | None = None,
+    threads: int | None = None,
+) -> OnnxFunction:
+    """Import an ONNX model (a ``ModelProto`` or a path) for ``target``; ``threads``
+    as for :func:`stripeml.compile` (``None``: ``STRIPEML_NUM_THREADS``, else the
+    target's own)."""
+    return OnnxFunction(model, target, progress, threads)

@@ -32,20 +32,27 @@ class OpDef:
     static: tuple[int, ...] = ()
     foldable: bool = True  # False for ops that must not run at import (random ...)
     doc: str = ""
+    # The oldest version of the operator (its ONNX ``since_version``) the writer
+    # implements; 0: the one in effect at ``validate.MIN_OPSET``.  Set where the
+    # writer handles the older definitions' attributes (``Pad``'s ``paddings``).
+    oldest: int = 0
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def op(*names: str, static: tuple[int, ...] = (), foldable: bool = True) -> Callable[[OpFn], OpFn]:
-    """Register ``fn`` as the Tile writer of the ONNX operators ``names``."""
+def op(
+    *names: str, static: tuple[int, ...] = (), foldable: bool = True, oldest: int = 0
+) -> Callable[[OpFn], OpFn]:
+    """Register ``fn`` as the Tile writer of the ONNX operators ``names`` (``oldest``:
+    see :attr:`OpDef.oldest`)."""
 
     def register(fn: OpFn) -> OpFn:
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         for name in names:
             if name in OPS:
                 raise ValueError(f"ONNX op {name} registered twice")
-            OPS[name] = OpDef(name, fn, tuple(static), foldable, doc)
+            OPS[name] = OpDef(name, fn, tuple(static), foldable, doc, oldest)
         return fn
 
     return register

@@ -55,11 +55,6 @@ def writes(stmt: Statement) -> set[str]:
     return set()
 
 
-def read_by_any(stmts: Iterable[Statement], buffer: str) -> bool:
-    """Whether any of ``stmts`` (root statements) reads ``buffer``."""
-    return any(buffer in reads(s) for s in stmts)
-
-
 def is_leaf(block: Block) -> bool:
     """A block whose statements are all scalar (no nested blocks, no specials)."""
     return not any(isinstance(s, (Block, Special)) for s in block.stmts)

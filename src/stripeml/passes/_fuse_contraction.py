@@ -19,7 +19,7 @@ becomes::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ..analysis.ranges import Bound, covers
 from ..ir.affine import Affine
@@ -42,7 +42,6 @@ from ._common import (
     is_leaf,
     join_text,
     pointwise_dims,
-    read_by_any,
     reads,
     rename_stmt,
     renamed_ref,
@@ -57,11 +56,15 @@ _HUGE = 1 << 62
 def fuse_contraction(
     c: Block,
     e: Block,
-    earlier: Sequence[Statement],
-    later: Sequence[Statement],
-    root: Block,
+    filled: Collection[str],
+    read_later: Callable[[str], bool],
+    root_refs: Mapping[str, Refinement],
 ) -> Block | None:
-    """Contraction ``c`` and its elementwise consumer ``e`` as one block, or ``None``."""
+    """Contraction ``c`` and its elementwise consumer ``e`` as one block, or ``None``.
+
+    ``filled``: the buffers that ``#fill`` blocks before ``c`` write (:func:`fill_writes`);
+    ``read_later(buffer)``: whether a root statement after ``e`` reads it;
+    ``root_refs``: the root's refinements by name."""
     if not (is_leaf(c) and is_leaf(e)) or any(i.affine is not None for i in c.idxs):
         return None
     outs = [r for r in c.refs if r.dir in WRITE_DIRS]
@@ -76,12 +79,12 @@ def fuse_contraction(
     e_views = [r for r in e.refs if r.from_ == target]
     if not e_views or any(r.dir != "in" or r != renamed_ref(e_views[0], r.into) for r in e_views):
         return None
-    sizes = root.ref(target).shape.sizes
+    sizes = root_refs[target].shape.sizes
     e_dims = pointwise_dims(e, e_views[0].access, sizes)
     out_dims = _output_dims(c, out.access, sizes)
     if e_dims is None or out_dims is None or not is_element(e_views[0]):
         return None
-    if any("fill" in s.tags and target in writes(s) for s in earlier if isinstance(s, Block)):
+    if target in filled:
         return None
     if not _covered(c, out.access, sizes):
         return None
@@ -113,7 +116,7 @@ def fuse_contraction(
             outer_cons.append(Constraint(expr))
 
     # Names in the outer block: e's views stay; the register and c's views are new.
-    keep = root.ref(target).dir != "none" or read_by_any(later, target)
+    keep = root_refs[target].dir != "none" or read_later(target)
     e_kept = [r for r in e.refs if r.from_ != target]
     taken = {r.into for r in e_kept}
     if keep:
@@ -131,7 +134,7 @@ def fuse_contraction(
         if r.dir != "in":
             continue
         o_ref, i_access = _split_view(
-            r, theta, red_ranges, out_ranges, root.ref(r.from_).shape.sizes
+            r, theta, red_ranges, out_ranges, root_refs[r.from_].shape.sizes
         )
         twin = next((x for x in outer_in if x == renamed_ref(o_ref, x.into)), None)
         if twin is None:
@@ -165,6 +168,14 @@ def fuse_contraction(
         name=join_text(c.name, e.name, sep="_"),
         comment=join_text(c.comment, e.comment, sep="; "),
     )
+
+
+def fill_writes(stmt: Statement) -> set[str]:
+    """The root buffers ``stmt`` writes when it is a ``#fill`` block (else none):
+    a contraction whose output an earlier fill wrote does not fuse."""
+    if isinstance(stmt, Block) and "fill" in stmt.tags:
+        return writes(stmt)
+    return set()
 
 
 def _store_view(read: Refinement, into: str) -> Refinement:

@@ -58,7 +58,6 @@ import islpy as isl
 from ..analysis.cost import CostModel, TileCost
 from ..analysis.domain import inequalities_of, project_onto
 from ..analysis.select import parse_selector
-from ..errors import OptionError
 from ..ir.affine import Affine
 from ..ir.isl import affine_range, exists_point, nest_domain
 from ..ir.nodes import (
@@ -73,7 +72,7 @@ from ..ir.nodes import (
     walk_blocks,
 )
 from ._common import fresh
-from .registry import check_option, register
+from .registry import check_fraction, check_positive, check_selector, register
 
 
 @register
@@ -104,10 +103,9 @@ class Autotile:
     name: ClassVar[str] = "autotile"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
-        for key in ("memory_bytes", "fraction", "line_bytes"):
-            if getattr(self, key) <= 0:
-                raise OptionError(key, f"pass 'autotile': option '{key}' must be positive")
+        check_selector(self)
+        check_positive(self, "memory_bytes", "line_bytes", "min_tiles", "max_candidates")
+        check_fraction(self, "fraction")
 
     def run(self, program: Program) -> Program:
         wanted = parse_selector(self.select)

@@ -79,7 +79,7 @@ from ..ir.nodes import (
 )
 from ._common import fresh, fresh_names
 from ._rewrite import map_blocks, retarget
-from .registry import check_option, register
+from .registry import check_location_names, check_non_negative, check_selector, register
 
 _DIRS = {"in": ("in",), "out": ("out",), "all": ("in", "out"), "inout": ("in", "out")}
 _CACHE_TAGS = {"cache_in", "cache_out", "cache_init"}
@@ -98,7 +98,13 @@ class Cache:
     name: ClassVar[str] = "cache"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
+        check_selector(self)
+        if len(check_location_names(self, "location")) != 1 or "," in self.location:
+            raise OptionError(
+                "location",
+                f"pass 'cache': option 'location' must be one location name, got {self.location!r}",
+            )
+        check_non_negative(self, "max_bytes")
         if self.dirs not in _DIRS:
             raise OptionError(
                 "dirs",

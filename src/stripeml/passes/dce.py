@@ -63,12 +63,17 @@ def _clean_root(root: Block) -> Block:
     kept: list[Statement] = []
     for stmt in reversed(root.stmts):
         if isinstance(stmt, Special):
-            if not stmt.outputs or not set(stmt.outputs) <= temps - live:
+            if not stmt.outputs or not all(o in temps and o not in live for o in stmt.outputs):
                 kept.append(stmt)
                 live |= reads(stmt)
             continue
         if isinstance(stmt, Block):
-            dead = {r.into for r in stmt.refs if r.dir == "out" and r.from_ in temps - live}
+            # Membership tests, not ``temps - live``: that set is as large as the program.
+            dead = {
+                r.into
+                for r in stmt.refs
+                if r.dir == "out" and r.from_ in temps and r.from_ not in live
+            }
             cleaned = _clean_block(stmt, frozenset(dead))
             if cleaned is not None:
                 kept.append(cleaned)

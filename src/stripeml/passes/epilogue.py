@@ -64,7 +64,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, reads, writes
-from .registry import check_option, register
+from .registry import check_selector, register
 
 
 @register
@@ -76,7 +76,7 @@ class Epilogue:
     name: ClassVar[str] = "epilogue"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
+        check_selector(self)
 
     def run(self, program: Program) -> Program:
         root = program.root

@@ -54,6 +54,12 @@ uses output indices only is pinned by the outer view (size 1); any other is a
 full-size outer view indexed by the inner one.  ``T`` is still stored when it
 is a program result or a later statement reads it.
 
+The pass runs in time linear in the program: a chain of pointwise kernels
+grows one fused kernel, held as a :class:`PointwiseRun` (its refinements and
+statements indexed by name), so taking in one more consumer costs that
+consumer's size, not the size of the kernel fused so far; which buffers later
+statements read is precomputed once.
+
 Requires: verified IR.  Guarantees: the same results (every element any later
 statement or the caller can observe has the same value), verified IR, and the
 same object when nothing fused.
@@ -61,30 +67,38 @@ same object when nothing fused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Union
 
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store
 from ._common import (
+    READ_DIRS,
     WRITE_DIRS,
     defined_scalars,
     fresh,
-    fresh_scalar,
     is_element,
     is_leaf,
     join_text,
     pointwise_dims,
-    read_by_any,
     reads,
     rename_stmt,
     renamed_ref,
     substitute_access,
     writes,
 )
-from ._fuse_contraction import fuse_contraction
+from ._fuse_contraction import fill_writes, fuse_contraction
 from .registry import register
+
+# A pointwise fusion stops where the kernel would refine more than this many
+# buffers: the backends' compilers (LLVM's O3 above all) take time growing with the
+# square of the pointers one function reads, so a long chain with its own weight per
+# node becomes several kernels of bounded size instead of one huge one.
+MAX_FUSED_REFS = 128
+
+# A root statement while the pass runs: a fused kernel may still be growing.
+_Item = Union[Statement, "PointwiseRun"]
 
 
 @register
@@ -111,43 +125,84 @@ class Fuse:
     name: ClassVar[str] = "fuse"
 
     def run(self, program: Program) -> Program:
+        # Greedy from the first kernel on: fuse the last two items while they fuse
+        # (a fused kernel may then fuse with the one before it), else take the next
+        # root statement.  "Later" statements are those not taken yet.
         root = program.root
-        stmts = list(root.stmts)
+        root_refs: dict[str, Refinement] = {}
+        for r in root.refs:
+            root_refs.setdefault(r.into, r)
+        last_read: dict[str, int] = {}
+        for k, s in enumerate(root.stmts):
+            for b in reads(s):
+                last_read[b] = k
+        filled: set[str] = set()  # buffers the #fill blocks taken so far write
+        out: list[_Item] = []
         changed = False
-        i = 0
-        while i + 1 < len(stmts):
-            fused = self._fuse_pair(root, stmts, i)
-            if fused is None:
-                i += 1
-                continue
-            stmts[i : i + 2] = [fused]
-            changed = True
-            # The fused kernel may now also fuse with the kernel before it.
-            i = max(i - 1, 0)
+        for k, s in enumerate(root.stmts):
+            filled |= fill_writes(s)
+            out.append(s)
+            while len(out) >= 2:
+
+                def read_later(buffer: str, k: int = k) -> bool:
+                    return last_read.get(buffer, -1) > k
+
+                fused = self._fuse_pair(out, root_refs, filled, read_later)
+                if fused is None:
+                    break
+                out[-2:] = [fused]
+                changed = True
         if not changed:
             return program
-        return Program(root.with_stmts(tuple(stmts)))
+        stmts = tuple(x.block() if isinstance(x, PointwiseRun) else x for x in out)
+        return Program(root.with_stmts(stmts))
 
-    def _fuse_pair(self, root: Block, stmts: Sequence[Statement], i: int) -> Block | None:
-        a, b = stmts[i], stmts[i + 1]
-        if not (isinstance(a, Block) and isinstance(b, Block)):
+    def _fuse_pair(
+        self,
+        out: list[_Item],
+        root_refs: Mapping[str, Refinement],
+        filled: set[str],
+        read_later: Callable[[str], bool],
+    ) -> _Item | None:
+        """The last two items as one, or ``None``; ``out[-2]`` may become a
+        :class:`PointwiseRun` (the same kernel) either way."""
+        a, b = out[-2], out[-1]
+        if not (isinstance(a, (Block, PointwiseRun)) and isinstance(b, (Block, PointwiseRun))):
             return None
-        if not (a.has_tags("kernel") and b.has_tags("kernel")):
+        if not ("kernel" in a.tags and "kernel" in b.tags):
             return None
         if "fill" in a.tags or "fill" in b.tags:
             return None
-        later = stmts[i + 2 :]
-        if "eltwise" in a.tags:
-            if "eltwise" in b.tags and self.eltwise:
-                return fuse_pointwise(a, b, later, root)
-            if "contraction" in b.tags and self.into_contraction:
-                return fuse_pointwise(a, b, later, root)
-            return None
-        if "contraction" in a.tags and "eltwise" in b.tags and self.contraction:
-            if self.unit_stride_reductions_only and not unit_stride_reduction(a):
+        if isinstance(b, PointwiseRun):
+            # A grown kernel fusing backwards into ``a``: it must read what ``a``
+            # writes (the cheap test); only then is it a Block again (it stays a
+            # run in ``out``, so it is not indexed anew).
+            if not (_written(a) & b.read_buffers) or len(a.refs) + len(b.refs) > MAX_FUSED_REFS:
                 return None
-            return fuse_contraction(a, b, stmts[:i], later, root)
+            b = b.block()
+        if "eltwise" in a.tags:
+            wanted = ("eltwise" in b.tags and self.eltwise) or (
+                "contraction" in b.tags and self.into_contraction
+            )
+            if not wanted:
+                return None
+            run = a if isinstance(a, PointwiseRun) else PointwiseRun(a)
+            out[-2] = run  # indexed once, even when it does not fuse now
+            if len(run.refs) + len(b.refs) > MAX_FUSED_REFS:
+                return None
+            if not run.absorb(b, root_refs, read_later):
+                return None
+            return run if "eltwise" in run.tags else run.block()
+        if "contraction" in a.tags and "eltwise" in b.tags and self.contraction:
+            c = a.block() if isinstance(a, PointwiseRun) else a
+            if self.unit_stride_reductions_only and not unit_stride_reduction(c):
+                return None
+            return fuse_contraction(c, b, filled, read_later, root_refs)
         return None
+
+
+def _written(item: Block | PointwiseRun) -> set[str]:
+    return set(item.p_out) if isinstance(item, PointwiseRun) else writes(item)
 
 
 def unit_stride_reduction(c: Block) -> bool:
@@ -167,77 +222,223 @@ def unit_stride_reduction(c: Block) -> bool:
     return steps <= {0, 1} and 1 in steps
 
 
-def fuse_pointwise(p: Block, q: Block, later: Sequence[Statement], root: Block) -> Block | None:
-    """``p`` and ``q`` as one block over ``p``'s indices, or ``None`` when illegal."""
-    if not is_leaf(q) or ("contraction" in q.tags and not is_leaf(p)):
-        return None
-    if any(isinstance(s, Special) for s in p.stmts):
-        return None
-    p_out: dict[str, Refinement] = {}
-    for r in p.refs:
+class PointwiseRun:
+    """A kernel ``P`` taking in its pointwise consumers one by one (the first rewrite
+    of the module docstring), indexed so that each step costs the consumer's size.
+
+    :meth:`absorb` checks the rule for ``P`` and a consumer ``Q`` and, when it
+    holds, merges ``Q`` in place; :meth:`block` gives the kernel as a ``Block``
+    (``P`` itself while nothing was absorbed).  Refinements, statements, the
+    scalars defined, the stores per view and the twin ``in`` views are kept in
+    dictionaries that a merge updates with ``Q``'s part only.
+    """
+
+    def __init__(self, p: Block) -> None:
+        self.original = p
+        self._block: Block | None = p
+        self.frame = Block(idxs=p.idxs, constraints=p.constraints)  # what pointwise_dims reads
+        self.tags = set(p.tags)
+        self.names = [p.name] if p.name else []
+        self.comments = [p.comment] if p.comment else []
+        self.leaf = is_leaf(p)
+        self.has_special = any(isinstance(s, Special) for s in p.stmts)
+        self.refs: dict[str, Refinement] = {}
+        self.p_out: dict[str, Refinement] = {}  # written buffer -> the view writing it
+        self.ambiguous = False  # some buffer written through two views: never fuses
+        self.read_buffers: set[str] = set()
+        self.twins: dict[Refinement, str] = {}  # an `in` view without its name -> name
+        for r in p.refs:
+            self.refs[r.into] = r
+            self._index_ref(r)
+        self.stmts: list[Statement | None] = []  # None: a store taken out
+        self.stores: dict[str, list[int]] = {}
+        self.loads: dict[str, str] = {}
+        self.scalars: set[str] = set()
+        self.top_number = -1  # the largest n of the scalars named like "$n"
+        self.nested: set[str] = set()  # views that nested blocks refine
+        for s in p.stmts:
+            self._append(s)
+        self._take_scalars(defined_scalars(p.stmts))
+
+    # -- indexes ---------------------------------------------------------------------
+    def _index_ref(self, r: Refinement) -> None:
         if r.dir in WRITE_DIRS:
-            if r.from_ in p_out:
+            if r.from_ in self.p_out:
+                self.ambiguous = True
+            self.p_out[r.from_] = r
+        if r.dir in READ_DIRS and r.from_:
+            self.read_buffers.add(r.from_)
+        if r.dir == "in" and not r.const:  # a renamed view has const False
+            self.twins.setdefault(renamed_ref(r, ""), r.into)
+
+    def _append(self, s: Statement) -> None:
+        if isinstance(s, Store):
+            self.stores.setdefault(s.ref, []).append(len(self.stmts))
+        elif isinstance(s, Load):
+            self.loads[s.ref] = s.into
+        elif isinstance(s, Block):
+            self.nested.update(x.from_ for x in s.refs)
+        self.stmts.append(s)
+
+    def _take_scalars(self, names: set[str]) -> None:
+        self.scalars |= names
+        for t in names:
+            if t[1:].isdigit():
+                self.top_number = max(self.top_number, int(t[1:]))
+
+    def _fresh_scalar(self, name: str) -> str:
+        """As ``_common.fresh_scalar`` over the scalars defined so far."""
+        if name not in self.scalars:
+            return name
+        if name[1:].isdigit():
+            return f"${self.top_number + 1}"
+        return fresh(name, self.scalars)
+
+    # -- the rewrite -----------------------------------------------------------------
+    def absorb(
+        self, q: Block, root_refs: Mapping[str, Refinement], read_later: Callable[[str], bool]
+    ) -> bool:
+        """Merge consumer ``q`` in when the pointwise rule holds (else change nothing)."""
+        if not is_leaf(q) or ("contraction" in q.tags and not self.leaf):
+            return False
+        if self.has_special or self.ambiguous:
+            return False
+        shared = [r for r in q.refs if r.from_ in self.p_out]
+        if not shared or any(b in self.read_buffers or b in self.p_out for b in writes(q)):
+            return False
+        first = self.p_out[shared[0].from_]
+        theta = _point_map(self.frame, q, first, shared[0], root_refs)
+        if theta is None:
+            return False
+        values = self._stored_values(shared, theta, root_refs)
+        if values is None:
+            return False
+        self._merge(q, shared, values, theta, root_refs, read_later)
+        return True
+
+    def _stored_values(
+        self,
+        shared: list[Refinement],
+        theta: dict[str, Affine],
+        root_refs: Mapping[str, Refinement],
+    ) -> dict[str, str] | None:
+        """For each view of ``q`` on an output of ``P``: the scalar ``P`` stores there."""
+        values: dict[str, str] = {}
+        for r in shared:
+            w = self.p_out[r.from_]
+            if r.dir != "in" or w.dir != "out" or w.agg != "assign":
                 return None
-            p_out[r.from_] = r
-    shared = [r for r in q.refs if r.from_ in p_out]
-    if not shared or writes(q) & (reads(p) | set(p_out)):
-        return None
-    theta = _point_map(p, q, p_out[shared[0].from_], shared[0], root)
-    if theta is None:
-        return None
-    values = _stored_values(p, p_out, shared, theta, root)
-    if values is None:
-        return None
+            if not (is_element(r) and is_element(w)) or r.shape != w.shape:
+                return None
+            if tuple(a.substitute(theta) for a in r.access) != w.access:
+                return None
+            if pointwise_dims(self.frame, w.access, root_refs[w.from_].shape.sizes) is None:
+                return None
+            stored = self.stores.get(w.into, [])
+            if len(stored) != 1 or w.into in self.nested:
+                return None
+            store = self.stmts[stored[0]]
+            assert isinstance(store, Store)
+            values[r.into] = store.value
+        return values
 
-    # Views of q: drop those of p's outputs, share identical inputs, rename the rest.
-    p_loads = {s.ref: s.into for s in p.stmts if isinstance(s, Load)}
-    taken = {r.into for r in p.refs}
-    ref_map: dict[str, str] = {}
-    reused: dict[str, str] = dict(values)  # q ref -> scalar of p that replaces its loads
-    new_refs: list[Refinement] = []
-    for r in q.refs:
-        if r.into in values:
-            continue
-        moved = substitute_access(r, theta)
-        twin = next((x for x in p.refs if x.dir == "in" and x == renamed_ref(moved, x.into)), None)
-        if twin is not None:
-            ref_map[r.into] = twin.into
-            if twin.into in p_loads:
-                reused[r.into] = p_loads[twin.into]
-            continue
-        into = fresh(r.into, taken)
-        taken.add(into)
-        ref_map[r.into] = into
-        new_refs.append(renamed_ref(moved, into))
+    def _merge(
+        self,
+        q: Block,
+        shared: list[Refinement],
+        values: dict[str, str],
+        theta: dict[str, Affine],
+        root_refs: Mapping[str, Refinement],
+        read_later: Callable[[str], bool],
+    ) -> None:
+        # Views of q: drop those of P's outputs, share identical inputs, rename the rest.
+        ref_map: dict[str, str] = {}
+        reused: dict[str, str] = dict(values)  # q ref -> scalar of P that replaces its loads
+        new_refs: list[Refinement] = []
+        for r in q.refs:
+            if r.into in values:
+                continue
+            moved = substitute_access(r, theta)
+            twin = self.twins.get(renamed_ref(moved, "")) if r.dir == "in" else None
+            if twin is not None:
+                ref_map[r.into] = twin
+                if twin in self.loads:
+                    reused[r.into] = self.loads[twin]
+                continue
+            into = fresh(r.into, self.refs)
+            new = renamed_ref(moved, into)
+            self.refs[into] = new
+            ref_map[r.into] = into
+            new_refs.append(new)
+        q_stmts = self._merge_scalars(q.stmts, reused, ref_map, theta)
+        dropped = {
+            self.p_out[b].into
+            for b in {r.from_ for r in shared}
+            if root_refs[b].dir == "none" and not read_later(b)
+        }
+        for into in dropped:
+            del self.p_out[self.refs.pop(into).from_]
+            for k in self.stores.pop(into, []):
+                self.stmts[k] = None
+        for r in new_refs:
+            self._index_ref(r)
+        for s in q_stmts:
+            self._append(s)
+        if "contraction" in q.tags:
+            self.tags = set(q.tags)
+        self.tags |= q.tags | {"fused"}
+        if q.name:
+            self.names.append(q.name)
+        if q.comment:
+            self.comments.append(q.comment)
+        self._block = None
 
-    q_stmts = _merge_scalars(q.stmts, defined_scalars(p.stmts), reused, ref_map, theta)
-    dropped = {
-        p_out[b].into
-        for b in {r.from_ for r in shared}
-        if root.ref(b).dir == "none" and not read_by_any(later, b)
-    }
-    refs = tuple(r for r in p.refs if r.into not in dropped) + tuple(new_refs)
-    p_stmts = tuple(s for s in p.stmts if not (isinstance(s, Store) and s.ref in dropped))
-    if "contraction" in q.tags:
-        tags = q.tags | {"fused"}
-    else:
-        tags = p.tags | q.tags | {"fused"}
-    return Block(
-        idxs=p.idxs,
-        refs=refs,
-        stmts=p_stmts + tuple(q_stmts),
-        constraints=p.constraints,
-        tags=frozenset(tags),
-        name=join_text(p.name, q.name, sep="_"),
-        comment=join_text(p.comment, q.comment, sep="; "),
-    )
+    def _merge_scalars(
+        self,
+        stmts: Sequence[Statement],
+        loaded: dict[str, str],
+        ref_map: dict[str, str],
+        theta: dict[str, Affine],
+    ) -> list[Statement]:
+        """``stmts`` renamed to follow the statements so far (SSA).
+
+        Loads of a ref in ``loaded`` disappear: their scalar becomes the given one.
+        """
+        scalars: dict[str, str] = {}
+        out: list[Statement] = []
+        for s in stmts:
+            if isinstance(s, Load) and s.ref in loaded:
+                scalars[s.into] = loaded[s.ref]
+                continue
+            into = getattr(s, "into", None)
+            if isinstance(into, str) and not isinstance(s, Block):
+                new = self._fresh_scalar(into)
+                self._take_scalars({new})
+                if new != into:
+                    scalars[into] = new
+            out.append(rename_stmt(s, scalars, ref_map, theta))
+        return out
+
+    def block(self) -> Block:
+        """The kernel as a ``Block`` (``P`` itself while nothing was absorbed)."""
+        if self._block is None:
+            self._block = Block(
+                idxs=self.original.idxs,
+                refs=tuple(self.refs.values()),
+                stmts=tuple(s for s in self.stmts if s is not None),
+                constraints=self.original.constraints,
+                tags=frozenset(self.tags),
+                name=join_text(*self.names, sep="_"),
+                comment=join_text(*self.comments, sep="; "),
+            )
+        return self._block
 
 
 def _point_map(
-    p: Block, q: Block, written: Refinement, read: Refinement, root: Block
+    p: Block, q: Block, written: Refinement, read: Refinement, root_refs: Mapping[str, Refinement]
 ) -> dict[str, Affine] | None:
     """``q``'s indices as affines of ``p``'s, when both are pointwise on one buffer."""
-    sizes = root.ref(written.from_).shape.sizes
+    sizes = root_refs[written.from_].shape.sizes
     pd = pointwise_dims(p, written.access, sizes)
     qd = pointwise_dims(q, read.access, sizes)
     if pd is None or qd is None:
@@ -247,58 +448,3 @@ def _point_map(
         if qn is not None:
             theta[qn] = Affine.index(pn) if pn is not None else Affine()
     return theta
-
-
-def _stored_values(
-    p: Block,
-    p_out: dict[str, Refinement],
-    shared: list[Refinement],
-    theta: dict[str, Affine],
-    root: Block,
-) -> dict[str, str] | None:
-    """For each view of ``q`` on an output of ``p``: the scalar ``p`` stores there."""
-    values: dict[str, str] = {}
-    for r in shared:
-        w = p_out[r.from_]
-        if r.dir != "in" or w.dir != "out" or w.agg != "assign":
-            return None
-        if not (is_element(r) and is_element(w)) or r.shape != w.shape:
-            return None
-        if tuple(a.substitute(theta) for a in r.access) != w.access:
-            return None
-        if pointwise_dims(p, w.access, root.ref(w.from_).shape.sizes) is None:
-            return None
-        stored = [s.value for s in p.stmts if isinstance(s, Store) and s.ref == w.into]
-        nested = any(any(x.from_ == w.into for x in b.refs) for b in p.sub_blocks)
-        if len(stored) != 1 or nested:
-            return None
-        values[r.into] = stored[0]
-    return values
-
-
-def _merge_scalars(
-    stmts: Sequence[Statement],
-    taken: set[str],
-    loaded: dict[str, str],
-    ref_map: dict[str, str],
-    theta: dict[str, Affine],
-) -> list[Statement]:
-    """``stmts`` renamed to follow statements defining ``taken`` (SSA).
-
-    Loads of a ref in ``loaded`` disappear: their scalar becomes the given one.
-    """
-    taken = set(taken)
-    scalars: dict[str, str] = {}
-    out: list[Statement] = []
-    for s in stmts:
-        if isinstance(s, Load) and s.ref in loaded:
-            scalars[s.into] = loaded[s.ref]
-            continue
-        into = getattr(s, "into", None)
-        if isinstance(into, str) and not isinstance(s, Block):
-            new = fresh_scalar(into, taken)
-            taken.add(new)
-            if new != into:
-                scalars[into] = new
-        out.append(rename_stmt(s, scalars, ref_map, theta))
-    return out

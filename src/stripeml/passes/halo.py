@@ -87,7 +87,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh
-from .registry import check_option, register
+from .registry import check_non_negative, check_selector, register
 
 
 @register
@@ -106,7 +106,8 @@ class Halo:
     name: ClassVar[str] = "halo"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
+        check_selector(self)
+        check_non_negative(self, "max_bytes")
 
     def run(self, program: Program) -> Program:
         root = program.root

@@ -16,7 +16,7 @@ dimension), is unchanged; only the mapping of elements to memory changes, and
 no two elements share memory (``m >= n``).  A padded allocation's ``offset``
 is cleared: its size changed, so ``place`` must run (again) after ``pad``.
 
-Options: ``multiple`` (elements; ``<= 1`` disables the pass), ``locations``
+Options: ``multiple`` (elements, never negative; 0 or 1 disables the pass), ``locations``
 (memories whose allocations are padded; empty: every location but
 ``REGISTER``).
 
@@ -31,9 +31,8 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..ir.nodes import Block, Program, TensorShape
-from ._common import as_names
 from ._rewrite import dense_strides, map_blocks, retarget
-from .registry import register
+from .registry import check_location_names, check_non_negative, register
 
 
 @register
@@ -50,7 +49,8 @@ class Pad:
     name: ClassVar[str] = "pad"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "locations", as_names(self.locations))
+        check_non_negative(self, "multiple")
+        object.__setattr__(self, "locations", check_location_names(self, "locations"))
 
     def run(self, program: Program) -> Program:
         if self.multiple <= 1:

@@ -53,8 +53,7 @@ from ..analysis.liveness import initial_reads, live_bytes, live_ranges
 from ..analysis.memory import allocation_bytes, own_allocations, peak_bytes
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Refinement
-from ._common import as_names
-from .registry import register
+from .registry import check_location_names, check_positive, register
 
 Region = tuple[int, int]  # [start, end) in bytes
 
@@ -73,7 +72,8 @@ class Place:
     initial_reads = staticmethod(initial_reads)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "locations", as_names(self.locations))
+        check_positive(self, "alignment")
+        object.__setattr__(self, "locations", check_location_names(self, "locations"))
 
     def run(self, program: Program) -> Program:
         kept = constness(program).temporaries

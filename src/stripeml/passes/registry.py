@@ -8,16 +8,29 @@ target file's pipeline does.  Every problem with a name or an option raises
 :class:`~stripeml.errors.OptionError` (an unknown pass: ``StripeError``) whose
 ``option`` names the key, so the target loader can point at it without
 reading the message.
+
+Passes check their options' domains in ``__post_init__`` with the helpers at
+the end (:func:`check_positive`, :func:`check_non_negative`,
+:func:`check_fraction`, :func:`check_location_names`, :func:`check_selector`).
+Options that name things a target defines follow one convention:
+:data:`LOCATION_OPTIONS` name memory locations and :data:`SELECTOR_OPTIONS`
+are tag selectors; :func:`check_names` checks them against a target's memories
+and the tag vocabulary (the target loader calls it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import typing
+from collections.abc import Collection, Iterable
 from typing import Protocol
 
+from ..analysis.select import parse_selector
 from ..errors import OptionError, StripeError
 from ..ir.nodes import Program
+from ..ir.tags import DECLARED
 
 PASSES: dict[str, type] = {}
 
@@ -98,3 +111,109 @@ def check_option(option: str, check: typing.Callable[[], object]) -> None:
         raise
     except StripeError as exc:
         raise OptionError(option, str(exc)) from None
+
+
+# --------------------------------------------------------------------------
+# Option domains (a pass's ``__post_init__`` calls these)
+
+#: Option names that, in every pass, name memory locations (a string or a list).
+LOCATION_OPTIONS = ("location", "locations")
+#: Option names that, in every pass, are tag selectors (:mod:`stripeml.analysis.select`).
+SELECTOR_OPTIONS = ("select",)
+
+_LOCATION = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _bad(p: object, option: str, what: str) -> OptionError:
+    value = getattr(p, option)
+    return OptionError(
+        option, f"pass '{getattr(p, 'name', '?')}': option '{option}' must be {what}, got {value!r}"
+    )
+
+
+def check_positive(p: object, *options: str) -> None:
+    """Each of ``options`` of pass ``p`` is a number > 0 (sizes, counts, widths)."""
+    for option in options:
+        value = getattr(p, option)
+        if not (value > 0 and math.isfinite(value)):
+            raise _bad(p, option, "positive")
+
+
+def check_non_negative(p: object, *options: str) -> None:
+    """Each of ``options`` of pass ``p`` is a number >= 0 (sizes where 0 means off)."""
+    for option in options:
+        value = getattr(p, option)
+        if not (value >= 0 and math.isfinite(value)):
+            raise _bad(p, option, "0 or more")
+
+
+def check_fraction(p: object, *options: str) -> None:
+    """Each of ``options`` of pass ``p`` is a share of something: in (0, 1]."""
+    for option in options:
+        if not 0 < getattr(p, option) <= 1:  # NaN fails too
+            raise _bad(p, option, "in (0, 1] (a share of the level)")
+
+
+def check_location_names(p: object, option: str) -> tuple[str, ...]:
+    """Option ``option`` of ``p`` as a tuple of memory location names: a string
+    (comma separated, for ``locations``) or a sequence of strings, each an
+    identifier (``DRAM``, ``L1``, ``SHARED``)."""
+    value = getattr(p, option)
+    if isinstance(value, str):
+        names: Iterable[object] = (w.strip() for w in value.split(",") if w.strip())
+    elif isinstance(value, (tuple, list)):
+        names = value
+    else:
+        raise _bad(p, option, "a location name or a list of them")
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not _LOCATION.match(name):
+            raise OptionError(
+                option,
+                f"pass '{getattr(p, 'name', '?')}': option '{option}': {name!r} is not a "
+                "memory location name (letters, digits, _)",
+            )
+        out.append(name)
+    return tuple(out)
+
+
+def check_selector(p: object, option: str = "select") -> None:
+    """Option ``option`` of ``p`` parses as a tag selector."""
+    try:
+        parse_selector(getattr(p, option))
+    except StripeError as exc:
+        raise OptionError(option, f"pass '{getattr(p, 'name', '?')}': {exc}") from None
+
+
+def selector_tags(text: str) -> set[str]:
+    """The tags a selector names (``*`` excluded)."""
+    return {tag for term in parse_selector(text).terms for _, tag in term if tag != "*"}
+
+
+def check_names(p: object, locations: Collection[str]) -> None:
+    """The options of ``p`` that name things a target defines: each location
+    (:data:`LOCATION_OPTIONS`) among ``locations``, each tag of a selector
+    (:data:`SELECTOR_OPTIONS`) in the tag vocabulary (``ir/tags.py``: a
+    selector naming another tag never matches).  :class:`OptionError` naming
+    the option."""
+    name = getattr(p, "name", "?")
+    for option in LOCATION_OPTIONS:
+        value = getattr(p, option, None)
+        names = (value,) if isinstance(value, str) else value or ()
+        unknown = [n for n in names if n not in locations]
+        if unknown:
+            raise OptionError(
+                option,
+                f"pass '{name}': option '{option}': no memory named {', '.join(map(repr, unknown))} "
+                f"(the target has {', '.join(locations)})",
+            )
+    for option in SELECTOR_OPTIONS:
+        value = getattr(p, option, None)
+        if isinstance(value, str):
+            unknown = sorted(selector_tags(value) - DECLARED)
+            if unknown:
+                raise OptionError(
+                    option,
+                    f"pass '{name}': option '{option}': {', '.join(map(repr, unknown))} is not a "
+                    f"tag (tags: {', '.join(sorted(DECLARED))})",
+                )

@@ -33,7 +33,7 @@ from ..analysis.select import parse_selector
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Statement
 from ._common import box_interval, index_stride
-from .registry import check_option, register
+from .registry import check_positive, check_selector, register
 
 
 @register
@@ -52,7 +52,8 @@ class Thread:
     name: ClassVar[str] = "thread"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
+        check_selector(self)
+        check_positive(self, "threads")
 
     def run(self, program: Program) -> Program:
         if self.threads < 2:

@@ -79,7 +79,7 @@ from ..ir.nodes import Block, Program, Statement
 from ._common import fresh, index_stride
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
-from .registry import check_option, register
+from .registry import check_non_negative, check_positive, check_selector, register
 
 
 @register
@@ -110,7 +110,9 @@ class Unroll:
     name: ClassVar[str] = "unroll"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
+        check_selector(self)
+        check_positive(self, "vector_width", "vectors", "rows", "max_vectors", "row_blocks")
+        check_non_negative(self, "max_rows", "pack_max_bytes", "k_block")
 
     def run(self, program: Program) -> Program:
         laid = PanelLayouts(program.root)
@@ -240,7 +242,7 @@ class Unroll:
         first = self._tile(root, head, u, laid)
         # Each panel meets one remainder tile: packing buys nothing.  Wider tiles
         # measured ~2x faster for 2 rows of a 1024-wide GEMM (fewer strided panels).
-        rest = replace(self, rows=rem, vectors=self.max_vectors // rem, pack_max_bytes=0)
+        rest = replace(self, rows=rem, vectors=max(1, self.max_vectors // rem), pack_max_bytes=0)
         second = rest._tile(laid.root if laid is not None else root, tail, u, laid)
         if first is None or second is None:
             if laid is not None and state is not None:

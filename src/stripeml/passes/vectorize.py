@@ -20,7 +20,7 @@ from typing import ClassVar
 from ..analysis.select import parse_selector
 from ..ir.nodes import Block, Program, Statement
 from ._common import index_stride
-from .registry import check_option, register
+from .registry import check_positive, check_selector, register
 
 
 @register
@@ -33,7 +33,8 @@ class Vectorize:
     name: ClassVar[str] = "vectorize"
 
     def __post_init__(self) -> None:
-        check_option("select", lambda: parse_selector(self.select))
+        check_selector(self)
+        check_positive(self, "width")
 
     def run(self, program: Program) -> Program:
         root = program.root

@@ -28,7 +28,7 @@ import numpy as np
 from ..codegen.gpu_abi import GpuModule, KernelInfo
 from ..ir.nodes import Program, Special
 from ..targets.target import Target
-from .host import RootBuffer, check_names, checked, run_root_special
+from .host import RootBuffer, check_memory, check_names, checked, run_root_special
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,11 @@ class GpuProgram:
         self.module = module
         self.code = code
         self.buffers = tuple(RootBuffer.of(b) for b in module.buffers)
+        # Host copies of every buffer live as long as the program: check first.
+        check_memory(
+            "loading the program on the device (host copies of its buffers)",
+            [(f"'{b.info.name}' {b.info.dtype}{b.info.sizes}", b.nbytes) for b in self.buffers],
+        )
         self._host = [b.storage(at_least=1) for b in self.buffers]
         self._lock = threading.Lock()
 

@@ -1,17 +1,21 @@
 """Host-side helpers shared by the compiled backends (``cpu``, ``opencl``,
-``cuda``): the layout of a root buffer in host memory, argument checks, and
+``cuda``): the layout of a root buffer in host memory, argument checks,
 root-level ``special`` statements, which every backend runs on the host with
-the interpreter's implementation."""
+the interpreter's implementation, the memory check made before big
+allocations (:func:`check_memory`), and the split of a caller's ``out=``
+arrays by whether they overlap an input (:func:`separate_outputs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo, HostCopy
-from ..errors import ShapeError
+from ..errors import ShapeError, format_bytes
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Refinement, Special, TensorShape
 
@@ -77,6 +81,93 @@ class RootBuffer:
 
     def pointer(self, storage: np.ndarray) -> int:
         return storage.ctypes.data + self.origin * storage.itemsize
+
+
+@cache
+def memory_bytes() -> int:
+    """Physical memory of this machine (``HostFacts().dram_bytes``), read once."""
+    from ..targets.host import HostFacts
+
+    return HostFacts().dram_bytes
+
+
+def check_memory(what: str, parts: Sequence[tuple[str, int]]) -> None:
+    """Raise :class:`ShapeError` when ``parts`` (``(description, bytes)``)
+    together need more than this machine's physical memory.
+
+    Called before allocating, so a result that can never fit fails at once,
+    without touching a page, instead of as a ``MemoryError`` (or worse, the
+    out-of-memory killer) halfway through a run.
+    """
+    have = memory_bytes()
+    if sum(n for _, n in parts) > have:
+        raise out_of_memory(
+            what, parts, f"this machine has {format_bytes(have)} of physical memory"
+        )
+
+
+def out_of_memory(what: str, parts: Sequence[tuple[str, int]], why: str) -> ShapeError:
+    """The error for ``what`` needing ``parts`` (the biggest named first)."""
+    need = sum(n for _, n in parts)
+    shown = sorted((p for p in parts if p[1]), key=lambda p: -p[1])
+    listed = "; ".join(f"{d}: {format_bytes(n)}" for d, n in shown[:4])
+    more = f"; and {len(shown) - 4} more" if len(shown) > 4 else ""
+    return ShapeError(
+        f"{what} needs at least {format_bytes(need)} of memory ({listed}{more}), but {why}"
+    )
+
+
+def separate_outputs(
+    inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Split ``out=`` arrays into those a backend may write in place and those
+    that share memory with an input: ``(given, aliased)``.
+
+    A kernel reads its inputs while it writes its outputs (a transpose reads
+    ``x[j, i]`` after writing ``x[i, j]``), so an output that overlaps an input
+    is computed into a fresh copy of itself (elements the program never stores
+    keep the caller's values) and copied back after the run, as NumPy's ufuncs
+    do with ``out=``.  Two outputs that share memory cannot both hold their
+    results: that is a :class:`ShapeError` naming both.
+    """
+    names = list(outputs)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if overlaps(outputs[a], outputs[b]):
+                raise ShapeError(
+                    f"out= arrays for '{a}' and '{b}' share memory; each output needs an "
+                    "array of its own"
+                )
+    given: dict[str, np.ndarray] = {}
+    aliased: dict[str, np.ndarray] = {}
+    for name, arr in outputs.items():
+        if any(overlaps(arr, x) for x in inputs.values() if isinstance(x, np.ndarray)):
+            aliased[name] = arr
+            given[name] = arr.copy()
+        else:
+            given[name] = arr
+    return given, aliased
+
+
+# Effort np.shares_memory may spend before giving up (NumPy documents any
+# positive int; its stubs list only the two named modes, hence ``Any``).
+_SHARE_WORK: Any = 100_000
+
+
+def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays share at least one byte.
+
+    The bounds test is O(1); only when the bounds overlap does the exact test
+    run, with a work limit (strided views can make it exponential); past the
+    limit the arrays are taken to overlap, which costs a copy, never a wrong
+    answer.
+    """
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=_SHARE_WORK))
+    except np.exceptions.TooHardError:
+        return True
 
 
 def check_names(

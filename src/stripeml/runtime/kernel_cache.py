@@ -1,4 +1,4 @@
-"""The on-disk cache of compiled CPU kernels.
+"""The on-disk caches of compiled CPU kernels and optimised program texts.
 
 A compiled program is stored under a key that hashes everything its object
 code depends on (:func:`cache_key`): the Stripe program text, the codegen
@@ -6,25 +6,26 @@ options and target description, the stripeml version, a fingerprint of the
 code generator's source files (so editing the generator never serves stale
 code during development) and the cache format version.
 
-Location: ``$STRIPEML_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/stripeml``,
-else ``~/.cache/stripeml``; entries live in its ``cpu/`` subfolder, one file
-per key.  The environment is read here (the runtime), never in passes.
+Location, trust and secret key: :mod:`.cache_root` (the root is
+``$STRIPEML_CACHE_DIR``, else ``$XDG_CACHE_HOME/stripeml``, else
+``~/.cache/stripeml``; private, refused when others could write to it).
+Kernels live in its ``cpu/`` subfolder, program texts in ``programs/``, one
+file per key, in the authenticated layout of :mod:`.cache_store`: a header
+(magic, version, length, an HMAC-SHA256 tag under the root's key that binds
+the content to the key) and the payload, for a kernel::
 
-File format (all integers little-endian)::
-
-    magic    8 bytes  b"STRPMLK\\0"
-    version  u32      FORMAT_VERSION
-    length   u64      payload length in bytes
-    digest   32 bytes sha256 of the payload
-    payload  u64 metadata length, metadata (UTF-8 JSON), object code
+    u64 metadata length, metadata (UTF-8 JSON), object code
 
 The JSON holds the :class:`~stripeml.codegen.cpu_abi.CpuModule`: the LLVM IR
 text (so ``exe.code`` works on a warm start), the buffers and the steps, with
 ``special`` statements as their one-line Stripe text.  A file whose header,
-length or digest does not match is reported with ``warnings.warn``, removed and
-treated as a miss.  Writes go to a temporary file in the same folder and are
-published with ``os.replace``, so readers see a whole entry or none and
-concurrent writers of one key simply race to publish identical bytes.  If the
+length or tag does not match is reported with ``warnings.warn``, removed and
+treated as a miss; the tag is checked before the metadata is parsed or the
+object code loaded.  Writes go to a private temporary file in the same folder
+and are published with ``os.replace``, so readers see a whole entry or none and
+concurrent writers of one key simply race to publish identical bytes.  A use
+touches an entry's mtime and each write evicts the least recently used entries
+down to the size limit (``$STRIPEML_CACHE_LIMIT``, default 1 GiB).  If the
 folder cannot be created or written, the cache turns itself off (one warning
 per folder and process).
 """
@@ -35,8 +36,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
-import warnings
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -45,13 +44,26 @@ from ..codegen.cpu_abi import BufferInfo, CpuModule, HostCopy, KernelInfo, Step
 from ..ir.nodes import Special
 from ..ir.parser import parse
 from ..ir.printer import format_stmt
+from .cache_root import CacheRoot, default_cache_dir
+from .cache_store import EntryFolder, check_envelope, pack
+
+__all__ = [  # default_cache_dir is re-exported: callers found it here first
+    "Entry",
+    "KernelCache",
+    "ProgramCache",
+    "cache_key",
+    "codegen_fingerprint",
+    "compiler_fingerprint",
+    "decode",
+    "default_cache_dir",
+    "encode",
+]
 
 MAGIC = b"STRPMLK\0"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<8sIQ32s")
+PROGRAM_MAGIC = b"STRPMLP\0"
+#: 2: entries authenticated with an HMAC (1 carried a plain sha256).
+FORMAT_VERSION = 2
 _META_LEN = struct.Struct("<Q")
-_SUFFIX = ".kernel"
-_WARNED_UNWRITABLE: set[Path] = set()  # folders already reported in this process
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +72,6 @@ class Entry:
 
     object_code: bytes
     module: CpuModule
-
-
-def default_cache_dir() -> Path:
-    """``$STRIPEML_CACHE_DIR``, else ``$XDG_CACHE_HOME/stripeml``, else ``~/.cache/stripeml``."""
-    explicit = os.environ.get("STRIPEML_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "stripeml"
 
 
 @lru_cache(maxsize=1)
@@ -115,103 +117,50 @@ def cache_key(program_text: str, options: str) -> str:
 
 
 class KernelCache:
-    """``get``/``put`` of :class:`Entry` by key in one folder; never raises on I/O."""
+    """``get``/``put`` of :class:`Entry` by key under one root; never raises on I/O."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        root = Path(directory) if directory is not None else default_cache_dir()
-        self.directory = root / "cpu"
-        self.enabled = True
+        self.root = CacheRoot(directory)
+        self.entries = EntryFolder(self.root, "cpu", MAGIC, FORMAT_VERSION, "kernel cache")
+        self.directory = self.entries.directory
 
     def path(self, key: str) -> Path:
-        return self.directory / f"{key}{_SUFFIX}"
+        return self.entries.path(key)
 
     def get(self, key: str) -> Entry | None:
-        """The entry for ``key``; None when absent, unreadable or corrupt."""
-        if not self.enabled:
-            return None
-        path = self.path(key)
-        try:
-            data = path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            warnings.warn(
-                f"stripeml kernel cache: cannot read {path}: {exc}", RuntimeWarning, stacklevel=2
-            )
+        """The entry for ``key``; None when absent, refused, unreadable, corrupt or forged."""
+        data = self.entries.load(key)
+        if data is None:
             return None
         try:
             return decode(data)
-        except ValueError as exc:
-            warnings.warn(
-                f"stripeml kernel cache: ignoring corrupt entry {path} ({exc}); it will be rebuilt",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            _remove(path)
+        except ValueError as exc:  # authentic yet undecodable: written by a broken stripeml
+            self.entries.reject(self.path(key), str(exc))
             return None
 
     def put(self, key: str, entry: Entry) -> bool:
-        """Store ``entry`` atomically; False (and the cache off) when the folder is unwritable."""
-        if not self.enabled:
-            return False
-        data = encode(entry)
-        tmp_name = None
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(
-                prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory
-            )
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp_name, self.path(key))
-            return True
-        except OSError as exc:
-            if tmp_name is not None:
-                _remove(Path(tmp_name))
-            self.enabled = False
-            if self.directory not in _WARNED_UNWRITABLE:
-                _WARNED_UNWRITABLE.add(self.directory)
-                warnings.warn(
-                    f"stripeml kernel cache: cannot write to {self.directory} ({exc}); "
-                    "continuing without a disk cache",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            return False
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
+        """Store ``entry`` atomically; False (and the cache off) when the root is
+        refused or unwritable."""
+        return self.entries.store(key, encode(entry))
 
 
 # -- encoding ---------------------------------------------------------------
 
 
 def encode(entry: Entry) -> bytes:
-    """The file bytes of ``entry`` (header + payload)."""
+    """The file bytes of ``entry`` with a blank tag (the cache signs them when storing)."""
     meta = json.dumps(_module_to_json(entry.module), separators=(",", ":")).encode()
-    payload = _META_LEN.pack(len(meta)) + meta + entry.object_code
-    digest = hashlib.sha256(payload).digest()
-    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), digest) + payload
+    return pack(MAGIC, FORMAT_VERSION, _META_LEN.pack(len(meta)) + meta + entry.object_code)
 
 
 def decode(data: bytes) -> Entry:
-    """The entry in ``data``; ValueError saying what is wrong when it is not a valid file."""
-    if len(data) < _HEADER.size:
-        raise ValueError(f"truncated header ({len(data)} bytes)")
-    magic, version, length, digest = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise ValueError("bad magic")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"format version {version}, expected {FORMAT_VERSION}")
-    payload = data[_HEADER.size :]
-    if len(payload) != length:
-        raise ValueError(f"payload is {len(payload)} bytes, header says {length}")
-    if hashlib.sha256(payload).digest() != digest:
-        raise ValueError("checksum mismatch")
+    """The entry in ``data``; ValueError saying what is wrong when it is not a valid file.
+
+    This does not authenticate ``data``: :meth:`KernelCache.get` checks the tag first.
+    """
+    payload = check_envelope(data, MAGIC, FORMAT_VERSION)
+    if len(payload) < _META_LEN.size:
+        raise ValueError("no metadata length")
     (meta_len,) = _META_LEN.unpack_from(payload)
     start = _META_LEN.size
     if start + meta_len > len(payload):
@@ -274,33 +223,27 @@ def _parse_special(text: str) -> Special:
 
 class ProgramCache:
     """Optimised Stripe program texts by key (``programs/`` beside ``cpu/``),
-    so a warm start skips lowering and the passes.  A file is the sha256 of the
-    text on the first line, then the text; a mismatch is a miss."""
+    so a warm start skips lowering and the passes.  An entry is the text in the
+    authenticated layout of :mod:`.cache_store`; a missing, corrupt or forged
+    entry is a miss (the last two warned about and removed)."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        root = Path(directory) if directory is not None else default_cache_dir()
-        self.directory = root / "programs"
+        self.root = CacheRoot(directory)
+        self.entries = EntryFolder(
+            self.root, "programs", PROGRAM_MAGIC, FORMAT_VERSION, "program cache"
+        )
+        self.directory = self.entries.directory
 
     def get(self, key: str) -> str | None:
+        data = self.entries.load(key)
+        if data is None:
+            return None
         try:
-            data = (self.directory / f"{key}.stripe").read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            return check_envelope(data, PROGRAM_MAGIC, FORMAT_VERSION).decode("utf-8")
+        except UnicodeDecodeError as exc:  # authentic yet not text: a broken writer
+            self.entries.reject(self.entries.path(key), str(exc))
             return None
-        digest, _, text = data.partition("\n")
-        if hashlib.sha256(text.encode()).hexdigest() != digest:
-            return None
-        return text
 
-    def put(self, key: str, text: str) -> None:
-        tmp_name = None
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(
-                prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory
-            )
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(hashlib.sha256(text.encode()).hexdigest() + "\n" + text)
-            os.replace(tmp_name, self.directory / f"{key}.stripe")
-        except OSError:
-            if tmp_name is not None:
-                _remove(Path(tmp_name))
+    def put(self, key: str, text: str) -> bool:
+        """Store ``text``; False when the root is refused or unwritable."""
+        return self.entries.store(key, pack(PROGRAM_MAGIC, FORMAT_VERSION, text.encode()))

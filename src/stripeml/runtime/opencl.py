@@ -19,8 +19,23 @@ import threading
 import numpy as np
 
 from ..codegen.gpu_abi import GpuModule, KernelInfo
-from ..errors import StripeError
+from ..errors import StripeError, format_bytes
 from .gpu import GpuProgram
+from .host import RootBuffer, out_of_memory
+
+
+def _check_device_memory(module: GpuModule, device) -> None:
+    """:class:`ShapeError` before any allocation when a buffer is larger than
+    the device allocates at once, or all of them than its global memory."""
+    parts = [(f"'{b.name}' {b.dtype}{b.sizes}", RootBuffer.of(b).nbytes) for b in module.buffers]
+    what = f"loading the program on OpenCL device '{device.name.strip()}'"
+    big = max(parts, key=lambda p: p[1], default=("", 0))
+    if big[1] > device.max_mem_alloc_size:
+        why = f"the device allocates at most {format_bytes(device.max_mem_alloc_size)} at once"
+        raise out_of_memory(what, [big], why)
+    if sum(n for _, n in parts) > device.global_mem_size:
+        why = f"the device has {format_bytes(device.global_mem_size)} of global memory"
+        raise out_of_memory(what, parts, why)
 
 
 def _cl():
@@ -73,6 +88,7 @@ class OpenCLCompiled(GpuProgram):
     """A program built for the OpenCL device, with its device buffers."""
 
     def __init__(self, module: GpuModule) -> None:
+        _check_device_memory(module, device_context()[2])
         super().__init__(module, module.source)
         cl = _cl()
         self._cl = cl

@@ -10,16 +10,9 @@ the pipeline, each pass built and validated once (``target.passes``).  A new chi
 
 from __future__ import annotations
 
+from .files import bundled_targets, load_target, resolve, resolve_target
 from .host import CacheLevel, CpuId, HostFacts
-from .loader import (
-    TARGETS_DIR,
-    bundled_targets,
-    load_target,
-    parse_size,
-    resolve,
-    resolve_target,
-    target_from_toml,
-)
+from .loader import TARGETS_DIR, parse_size, target_from_toml
 from .target import BACKENDS, GPU_BACKENDS, INTERP, Memory, PassSpec, Target
 
 __all__ = [

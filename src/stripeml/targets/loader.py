@@ -1,22 +1,24 @@
-"""Target files: find one, read its TOML, validate it, resolve ``auto`` and ``$refs``.
+"""Target files' TOML: validate it, resolve ``auto`` and ``$refs``, build the pipeline.
 
-``load_target("cpu")`` reads the bundled ``targets/cpu.toml``;
-``load_target("path/to/chip.toml")`` reads a file.  The format is documented in
+:func:`target_from_toml` turns the text of one file into a :class:`Target`
+(finding and caching files is :mod:`.files`).  The format is documented in
 ``docs/targets.md``.  Every problem raises :class:`~stripeml.errors.TargetError`
 naming the file, the key (``memory[1].size``, ``pipeline[2].options.fraction``)
 and what is wrong.  ``auto`` values come from :class:`~.host.HostFacts`;
 pipeline entries are built with :func:`stripeml.passes.make_pass`, so each
 pass validates its own options.
+
+``threads=`` (what ``stripeml.compile(..., threads=)`` passes down) replaces
+the file's ``threads`` fact before the pipeline is built, so ``$threads``
+references follow.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import threading
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,7 +27,7 @@ else:
 
 from ..errors import OptionError, StripeError, TargetError
 from .host import GiB, HostFacts, KiB, MiB
-from .target import BACKENDS, GPU_BACKENDS, INTERP, Memory, PassSpec, Target
+from .target import BACKENDS, GPU_BACKENDS, Memory, PassSpec, Target
 
 TARGETS_DIR = Path(__file__).resolve().parent
 
@@ -64,90 +66,19 @@ _UNITS = {
     "tb": 10**12,
 }
 _MEMORY_FACTS = ("size", "line", "bandwidth_gbs")
+#: Locations every target has without declaring them: the registers that ``fuse``
+#: and ``unroll`` keep accumulators in.
+IMPLICIT_LOCATIONS = ("REGISTER",)
 
 
-# --------------------------------------------------------------------------
-# Finding target files
-
-
-def bundled_targets() -> dict[str, Path]:
-    """The target files shipped with stripeml: ``{"cpu": path, "examples/npu": path, ...}``."""
-    found = {p.stem: p for p in sorted(TARGETS_DIR.glob("*.toml"))}
-    for p in sorted((TARGETS_DIR / "examples").glob("*.toml")):
-        found[f"examples/{p.stem}"] = p
-    return found
-
-
-def resolve_target(target: str | os.PathLike[str]) -> Path:
-    """The file a target name or path refers to.
-
-    A ``PathLike`` or a string ending in ``.toml`` is a path; a relative path
-    that does not exist is also looked up among the bundled files (so
-    ``targets/examples/npu.toml`` works from anywhere).  Any other string is the
-    name of a bundled target: ``cpu``, ``examples/npu`` or just ``npu``.
-    """
-    text = os.fspath(target)
-    if isinstance(target, os.PathLike) or text.endswith(".toml"):
-        path = Path(text)
-        if path.is_file():
-            return path
-        rel = PurePosixPath(text.replace("\\", "/"))
-        if not rel.is_absolute():
-            parts = rel.parts[1:] if rel.parts[:1] == ("targets",) else rel.parts
-            in_package = TARGETS_DIR.joinpath(*parts)
-            if parts and in_package.is_file():
-                return in_package
-        raise TargetError(f"{text}: no such target file")
-    bundled = bundled_targets()
-    for name in (text, f"examples/{text}"):
-        if name in bundled:
-            return bundled[name]
-    known = ", ".join(["interp", *bundled])
-    raise TargetError(f"unknown target '{text}' (known: {known}, or a path to a .toml file)")
-
-
-def load_target(target: str | os.PathLike[str], *, host: HostFacts | None = None) -> Target:
-    """Read, validate and resolve a target file (a bundled name or a path)."""
-    path = resolve_target(target)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TargetError(f"{path}: cannot read the target file: {exc}") from None
-    return target_from_toml(text, source=str(path), host=host, default_name=path.stem)
-
-
-# Targets loaded from files, by resolved path: (modification time, target).  A file
-# is read (and the host probed) once, and again after it changes.
-_LOADED: dict[str, tuple[int, Target]] = {}
-_LOCK = threading.Lock()
-
-
-def resolve(target: str | os.PathLike[str] | Target) -> Target:
-    """The :class:`Target` that ``compile(..., target=...)`` means: a ``Target`` as
-    it is, :data:`~.target.INTERP` for ``"interp"``, else the file of a bundled
-    name or a path (:func:`resolve_target`), loaded once per modification."""
-    if isinstance(target, Target):
-        return target
-    if not isinstance(target, (str, os.PathLike)):
-        raise TargetError(
-            f"target must be a string (a name or a path to a .toml file) or a Target, "
-            f"got {type(target).__name__}"
-        )
-    if target == "interp":
-        return INTERP
-    path = resolve_target(target).resolve()
-    try:
-        stamp = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise TargetError(f"{path}: cannot read the target file: {exc}") from None
-    with _LOCK:
-        cached = _LOADED.get(str(path))
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    loaded = load_target(path)
-    with _LOCK:
-        _LOADED[str(path)] = (stamp, loaded)
-    return loaded
+def check_threads(threads: object, what: str = "threads") -> int | None:
+    """``threads`` as a thread count (``None`` stays ``None``): an integer >= 1,
+    else a :class:`TargetError` saying what ``what`` got."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise TargetError(f"{what} must be a positive integer (a thread count), got {threads!r}")
+    return threads
 
 
 def target_from_toml(
@@ -156,13 +87,16 @@ def target_from_toml(
     source: str = "<target>",
     host: HostFacts | None = None,
     default_name: str = "target",
+    threads: int | None = None,
 ) -> Target:
-    """A :class:`Target` from TOML text; ``source`` names it in error messages."""
+    """A :class:`Target` from TOML text; ``source`` names it in error messages;
+    ``threads`` replaces the ``threads`` fact (``None``: the file's)."""
+    threads = check_threads(threads)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TargetError(f"{source}: not valid TOML: {exc}") from None
-    return _Reader(source, host or HostFacts()).target(data, default_name)
+    return _Reader(source, host or HostFacts(), threads).target(data, default_name)
 
 
 def parse_size(value: object) -> int:
@@ -198,9 +132,10 @@ def parse_size(value: object) -> int:
 class _Reader:
     """Turns the TOML data of one file into a :class:`Target`, or a precise error."""
 
-    def __init__(self, source: str, host: HostFacts) -> None:
+    def __init__(self, source: str, host: HostFacts, threads: int | None = None) -> None:
         self.source = source
         self.host = host
+        self.threads = threads  # replaces the file's fact (validated all the same)
 
     def fail(self, key: str, what: str) -> TargetError:
         return TargetError(f"{self.source}: {key}: {what}")
@@ -213,14 +148,19 @@ class _Reader:
             raise self.fail(
                 "backend", f"unknown backend '{backend}' (one of {', '.join(BACKENDS)})"
             )
+        given = self.threads
         facts = {
             "threads": self.count(
-                data.get("threads", 1), "threads", auto=lambda: self.host.threads
+                data.get("threads", 1),
+                "threads",
+                auto=lambda: self.host.threads if given is None else given,
             ),
             "vector_width": self.count(
                 data.get("vector_width", 1), "vector_width", auto=lambda: self.host.vector_width
             ),
         }
+        if given is not None:
+            facts["threads"] = given  # before the references and the pipeline
         fma = data.get("fma", False)
         if fma == "auto":
             fma = self.host.fma
@@ -253,7 +193,7 @@ class _Reader:
             threads=facts["threads"],
             vector_width=facts["vector_width"],
             memories=memories,
-            pipeline=self.pipeline(data.get("pipeline", []), refs),
+            pipeline=self.pipeline(data.get("pipeline", []), refs, memories),
             max_threads_per_group=facts.get("max_threads_per_group"),
             subgroup_size=facts.get("subgroup_size"),
             shared_memory_bytes=facts.get("shared_memory"),
@@ -339,9 +279,15 @@ class _Reader:
 
     # -- pipeline ------------------------------------------------------------
 
-    def pipeline(self, entries: object, refs: Mapping[str, object]) -> tuple[PassSpec, ...]:
-        """Each entry's pass, built (and so validated) once, here."""
-        from ..passes.registry import make_pass, pass_class
+    def pipeline(
+        self, entries: object, refs: Mapping[str, object], memories: tuple[Memory, ...]
+    ) -> tuple[PassSpec, ...]:
+        """Each entry's pass, built (and so validated) once, here; the locations its
+        options name must be the target's memories (or :data:`IMPLICIT_LOCATIONS`)
+        and its selectors' tags declared (``passes.registry.check_names``)."""
+        from ..passes.registry import check_names, make_pass, pass_class
+
+        locations = (*(m.name for m in memories), *IMPLICIT_LOCATIONS)
 
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise self.fail(
@@ -364,6 +310,7 @@ class _Reader:
             )
             try:
                 built = make_pass(name, **dict(options))
+                check_names(built, locations)
             except OptionError as exc:
                 raise self.fail(f"{at}.options.{exc.option}", str(exc)) from None
             except (TypeError, ValueError) as exc:  # a pass's own __post_init__ checks

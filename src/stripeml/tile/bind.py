@@ -9,16 +9,22 @@ here and reported as :class:`~stripeml.errors.ShapeError`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError, TileTypeError
+from ..errors import ShapeError, TileTypeError, format_bytes, source_excerpt
 from ..ir import dtypes
 from . import ast
-from .exprs import eval_size, format_expr, literal_int
+from .exprs import INT64_MAX, INT64_MIN, eval_size, format_expr, literal_int, poly_to_affine
 from .types import TensorInfo, expr_type, normalize_axis
+
+#: The most bytes one tensor, and all of a program's tensors together, may
+#: span (4 EiB): far past any machine, and small enough that every size,
+#: stride, byte offset and padded tile the compiler derives stays in int64.
+MAX_BYTES = 1 << 62
 
 Signature = tuple[tuple[tuple[int, ...], str], ...]
 
@@ -77,29 +83,108 @@ def bind(fn: ast.Function, sig: Signature) -> Binding:
                 origin[d.name] = p.name
         tensors[p.name] = TensorInfo(tuple(shape), dt)
 
+    total = 0
+    for p in fn.params:
+        total = _checkformat_bytes(p.name, tensors[p.name], total, where(p.pos))
     for stmt in fn.stmts:
-        if isinstance(stmt, ast.Contraction):
-            tensors[stmt.output] = _bind_contraction(stmt, dims, tensors)
-        elif isinstance(stmt, ast.Builtin):
-            tensors[stmt.output] = _bind_builtin(stmt, dims, tensors)
-        else:
-            shape, dt = expr_type(stmt.expr, dims, tensors, stmt)
-            tensors[stmt.output] = TensorInfo(shape, dt)
+        try:
+            if isinstance(stmt, ast.Contraction):
+                tensors[stmt.output] = _bind_contraction(stmt, dims, tensors)
+            elif isinstance(stmt, ast.Builtin):
+                tensors[stmt.output] = _bind_builtin(stmt, dims, tensors)
+            else:
+                shape, dt = expr_type(stmt.expr, dims, tensors, stmt)
+                tensors[stmt.output] = TensorInfo(shape, dt)
+        except TileTypeError as err:
+            raise _with_caret(err, fn.source) from None
+        total = _checkformat_bytes(
+            stmt.output, tensors[stmt.output], total, where(stmt.pos, stmt.text)
+        )
     return Binding(dims, tensors)
+
+
+def _with_caret(err: TileTypeError, source: str) -> TileTypeError:
+    """``err`` with its source line and a caret, when it has a location and no
+    excerpt yet (the checks add theirs; typing errors only know the position)."""
+    excerpt = (
+        ""
+        if err.line is None or err.column is None
+        else source_excerpt(err.line, err.column, source)
+    )
+    if not excerpt or "\n" in str(err):
+        return err
+    located = TileTypeError(f"{err}\n{excerpt}")
+    located.line, located.column = err.line, err.column
+    return located
+
+
+def _checkformat_bytes(name: str, info: TensorInfo, total: int, at: str) -> int:
+    """``total`` plus the bytes ``info`` spans; :class:`ShapeError` past :data:`MAX_BYTES`.
+
+    Counted in exact integers, so a size that would wrap int64 cannot slip by;
+    a size-0 dimension does not hide the others (they still make strides).
+    """
+    span = math.prod(max(n, 1) for n in info.shape) * dtypes.itemsize(info.dtype)
+    if span > MAX_BYTES:
+        raise ShapeError(
+            f"{at}'{name}' of shape {info.shape} and dtype {info.dtype} would take "
+            f"{format_bytes(span)}; a tensor may take at most {format_bytes(MAX_BYTES)}"
+        )
+    if total + span > MAX_BYTES:
+        raise ShapeError(
+            f"{at}with '{name}' ({format_bytes(span)}) the program's tensors take "
+            f"{format_bytes(total + span)}; together they may take at most {format_bytes(MAX_BYTES)}"
+        )
+    return total + span
+
+
+def _size(e: ast.Expr, dims: dict[str, int], what: str, stmt: ast.Statement) -> int:
+    """A size expression's value: >= 0 (0 makes an empty tensor) and an int64."""
+    size = eval_size(e, dims)
+    if size < 0:
+        raise ShapeError(
+            f"{where(stmt.pos, stmt.text)}{what} evaluates to {size}; sizes must be positive "
+            "(or 0 for an empty tensor)"
+        )
+    if size > INT64_MAX:
+        raise ShapeError(
+            f"{where(stmt.pos, stmt.text)}{what} evaluates to {_int(size)}, more than int64 "
+            f"holds ({INT64_MAX})"
+        )
+    return size
+
+
+def _int(n: int) -> str:
+    return str(n) if n.bit_length() <= 128 else "more than 2**128"
+
+
+def _check_int64(stmt: ast.Contraction, dims: dict[str, int]) -> None:
+    """Every coefficient and constant of the index polynomials, and every
+    constraint bound, is an int64 (the IR's affines are)."""
+    polys = [*stmt.out_indices, *(e for a in stmt.operands for e in a.indices)]
+    polys += [c.poly for c in stmt.constraints]
+    for e in polys:
+        coeffs, const = poly_to_affine(e, dims)
+        for v in (*coeffs.values(), const):
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise ShapeError(
+                    f"{where(e.pos, stmt.text)}the index polynomial '{format_expr(e)}' has "
+                    f"the constant {_int(v)} once dimensions bind, outside int64"
+                )
+    for c in stmt.constraints:
+        bound = eval_size(c.bound, dims)
+        if not INT64_MIN <= bound <= INT64_MAX:
+            raise ShapeError(
+                f"{where(c.bound.pos, stmt.text)}the constraint bound '{format_expr(c.bound)}' "
+                f"evaluates to {_int(bound)}, outside int64"
+            )
 
 
 def _bind_contraction(
     stmt: ast.Contraction, dims: dict[str, int], tensors: dict[str, TensorInfo]
 ) -> TensorInfo:
-    sizes = []
-    for e in stmt.sizes:
-        size = eval_size(e, dims)
-        if size <= 0:
-            raise ShapeError(
-                f"{where(stmt.pos, stmt.text)}output size of '{stmt.output}' evaluates to "
-                f"{size}; sizes must be positive"
-            )
-        sizes.append(size)
+    sizes = [_size(e, dims, f"output size of '{stmt.output}'", stmt) for e in stmt.sizes]
+    _check_int64(stmt, dims)
     for acc in stmt.operands:
         info = tensors[acc.tensor]
         if len(acc.indices) != len(info.shape):
@@ -121,6 +206,16 @@ def _bind_contraction(
                 f"{where(stmt.default.pos, stmt.text)}default '{stmt.default.name}' has shape "
                 f"{d.shape} but the output has shape {tuple(sizes)}"
             )
+        if d.dtype != dt:
+            # No implicit cast: the output's dtype comes from the operands, and a
+            # default of another dtype would be silently rounded or widened.
+            err = TileTypeError(
+                f"{where(stmt.default.pos, stmt.text)}default '{stmt.default.name}' has dtype "
+                f"{d.dtype} but '{stmt.output}' has dtype {dt} (from its operands); cast the "
+                f"default first ({_cast_hint(stmt.default.name, dt)})"
+            )
+            err.line, err.column = stmt.default.pos.line, stmt.default.pos.column
+            raise err
     return TensorInfo(tuple(sizes), dt)
 
 
@@ -136,16 +231,17 @@ def _bind_builtin(
     x_name = _tensor_name(stmt.args[0])
     x = tensors[x_name]
     if stmt.func == "reshape":
-        sizes = []
-        for e in stmt.args[1:]:
-            size = eval_size(e, dims)
-            if size <= 0:
-                raise ShapeError(
-                    f"{where(stmt.pos, stmt.text)}size '{format_expr(e)}' of the reshape of "
-                    f"'{x_name}' evaluates to {size}; sizes must be positive"
-                )
-            sizes.append(size)
-        count, want = int(np.prod(sizes, dtype=np.int64)), int(np.prod(x.shape, dtype=np.int64))
+        what = f"size '{{}}' of the reshape of '{x_name}'"
+        sizes = [_size(e, dims, what.format(format_expr(e)), stmt) for e in stmt.args[1:]]
+        # Exact products: an int64 product could wrap around to the right count.
+        count, want = math.prod(sizes), math.prod(x.shape)
+        if count != want and 0 in sizes:
+            e = stmt.args[1 + sizes.index(0)]
+            raise ShapeError(
+                f"{where(stmt.pos, stmt.text)}{what.format(format_expr(e))} evaluates to 0; "
+                f"sizes must be positive (or 0 for an empty tensor), and '{x_name}' of shape "
+                f"{x.shape} has {want} elements"
+            )
         if count != want:
             raise ShapeError(
                 f"{where(stmt.pos, stmt.text)}cannot reshape '{x_name}' of shape {x.shape} "
@@ -166,6 +262,14 @@ def _bind_builtin(
             f"dtype {idx.dtype}; they must be integers (convert with as_int({i_name}, 64))"
         )
     return TensorInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
+
+
+def _cast_hint(name: str, dtype: str) -> str:
+    """How to write ``name`` cast to ``dtype`` in Tile."""
+    if dtype == "bool":
+        return f"as_bool({name})"
+    func = {"f": "as_float", "i": "as_int", "u": "as_uint"}[dtype[0]]
+    return f"D2 = {func}({name}, {dtypes.itemsize(dtype) * 8}); then default D2"
 
 
 def promote(*names: str) -> str:

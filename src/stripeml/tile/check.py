@@ -21,6 +21,7 @@ from . import ast
 from .exprs import (
     CAST_BITS,
     FUNCTION_ARITY,
+    INT64_MAX,
     STATEMENT_FUNCTIONS,
     children,
     format_expr,
@@ -107,6 +108,8 @@ class _Checker:
                     raise self.type_error(
                         f"negative size {d.value} in the shape of '{p.name}'", d.pos
                     )
+                else:
+                    self.int64_literal(d, f"the shape of '{p.name}'")
         declared: set[str] = set()
         for o in fn.outputs:
             self.need_upper(o.name, "output", o.pos)
@@ -200,9 +203,19 @@ class _Checker:
         if c.default is not None:
             self.tensor_ref(c.default.name, "default")
 
+    def int64_literal(self, e: ast.IntLit, where: str) -> None:
+        """Literals in shapes, sizes and index polynomials are int64 values."""
+        if e.value > INT64_MAX:
+            raise self.type_error(
+                f"integer literal {e.value} in {where} does not fit int64 (at most "
+                f"{INT64_MAX}): shapes, sizes, index polynomials and constraints are int64",
+                e.pos,
+            )
+
     def poly(self, e: ast.Expr, where: str) -> bool:
         """Check that ``e`` is affine in the indices; return whether it uses any."""
         if isinstance(e, ast.IntLit):
+            self.int64_literal(e, where)
             return False
         if isinstance(e, ast.Name):
             if is_index_name(e.name):
@@ -242,6 +255,7 @@ class _Checker:
     def size(self, e: ast.Expr, where: str) -> None:
         """Sizes: dimensions and integer literals with ``+ - * /``."""
         if isinstance(e, ast.IntLit):
+            self.int64_literal(e, where)
             return
         if isinstance(e, ast.Name):
             if e.name in self.dims:

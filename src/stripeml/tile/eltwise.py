@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from ..ir import dtypes
 from ..ir.affine import Affine
 from ..ir.nodes import (
@@ -94,11 +96,21 @@ class ScalarEmitter:
 
 
 def _convert(value: Weak, dtype: str) -> int | float | bool:
+    """A weak constant as a value of ``dtype``, converted as NumPy's ``astype``
+    converts it: floats round (past the dtype's range: inf), integers wrap
+    modulo 2**bits (only casts reach here with an integer outside the dtype:
+    the typing rejects it elsewhere), floats to integers as NumPy does."""
     if dtype == "bool":
         return bool(value)
-    if dtypes.is_float(dtype):
-        return float(value)
-    return int(value)
+    npdt = dtypes.to_numpy(dtype)
+    if isinstance(value, int) and dtypes.is_int(dtype):
+        bits = 8 * npdt.itemsize
+        wrapped = int(value) % (1 << bits)
+        signed = npdt.kind == "i" and wrapped >= 1 << (bits - 1)
+        return wrapped - (1 << bits) if signed else wrapped
+    with np.errstate(all="ignore"):
+        converted = np.asarray(float(value) if isinstance(value, float) else value).astype(npdt)
+    return float(converted) if dtypes.is_float(dtype) else int(converted)
 
 
 class _ExprLowering:

@@ -18,6 +18,10 @@ from collections.abc import Mapping
 from ..errors import TileTypeError
 from . import ast
 
+#: Sizes, index polynomials and constraint bounds are int64 values.
+INT64_MAX = (1 << 63) - 1
+INT64_MIN = -(1 << 63)
+
 UNARY_FUNCTIONS = frozenset(
     "exp log sqrt tanh sigmoid sin cos tan abs erf floor ceil round relu".split()
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..analysis.injectivity import collision
 from ..analysis.ranges import Bound, covers, implied_by_box, infer_ranges
 from ..errors import TileTypeError
 from ..ir.affine import Affine
@@ -56,6 +57,8 @@ def lower(
             refs.append(_root_ref("none", s.output, binding.tensors[s.output]))
     kernels: list[Statement] = []
     for k, stmt in enumerate(fn.stmts):
+        if 0 in binding.tensors[stmt.output].shape:
+            continue  # an empty result (NumPy's): no element to compute, no kernel
         if isinstance(stmt, ast.Contraction):
             kernels.extend(lower_contraction(stmt, k, binding))
         elif isinstance(stmt, ast.Builtin):
@@ -199,8 +202,37 @@ def lower_contraction(stmt: ast.Contraction, k: int, binding: Binding) -> list[B
         name=f"k{k}_{stmt.output}",
         comment=stmt.text,
     )
+    if stmt.agg == "assign":
+        _check_stores_once(stmt, block, ranges)
     blocks.append(block)
     return blocks
+
+
+def _check_stores_once(
+    stmt: ast.Contraction, block: Block, ranges: dict[str, tuple[int, int]]
+) -> None:
+    """Reject an ``=`` contraction whose valid tuples store one element twice.
+
+    Decided here, for the bound shapes, so that every backend refuses the
+    program before it runs (a parallel backend would otherwise keep whichever
+    store came last).  The witness is in source coordinates: the block's
+    indices start at 0, the source's at each range's low end.
+    """
+    hit = collision(block, stmt.output)
+    if hit is None:
+        return
+
+    def at(point: tuple[tuple[str, int], ...]) -> str:
+        return ", ".join(f"{n} = {v + ranges[n][0]}" for n, v in point)
+
+    element = f"{stmt.output}[{', '.join(map(str, hit.element))}]"
+    err = TileTypeError(
+        f"{where(stmt.pos, stmt.text)}stores {element} twice, from {at(hit.first)} and from "
+        f"{at(hit.second)}; '=' stores each element at most once (to combine values, use an "
+        "aggregation such as '+' or '>')"
+    )
+    err.line, err.column = stmt.pos.line, stmt.pos.column
+    raise err
 
 
 def _combine(

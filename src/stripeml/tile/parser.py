@@ -21,6 +21,10 @@ from .lexer import Token, tokenize
 
 MAX_NESTING = 64
 MAX_DEPTH = 200
+#: The largest integer literal: 64 bits hold it (a uint64 constant).  Where a
+#: value must fit int64 (sizes, index polynomials) or a tensor's dtype, the
+#: checks and shape binding say so at the literal.
+MAX_INT_LITERAL = (1 << 64) - 1
 
 # Binary operators and their precedence (higher binds tighter); all left-assoc.
 BINARY_PREC = {
@@ -84,6 +88,19 @@ class _Parser:
     def error(self, message: str, tok: Token | None = None) -> TileSyntaxError:
         tok = tok or self.peek()
         return TileSyntaxError(message, tok.line, tok.column, self.src)
+
+    def int_value(self, tok: Token) -> int:
+        """The value of an integer literal, at most :data:`MAX_INT_LITERAL`."""
+        digits = tok.text.lstrip("0") or "0"
+        # Count digits before converting: int() refuses strings over 4300 digits
+        # (sys.int_info.str_digits_check_threshold), and 20 digits hold 2**64.
+        if len(digits) > len(str(MAX_INT_LITERAL)) or int(digits) > MAX_INT_LITERAL:
+            raise self.error(
+                f"integer literal {shorten(tok.text)} is too large: integer literals hold at "
+                f"most 64 bits (up to {MAX_INT_LITERAL})",
+                tok,
+            )
+        return int(digits)
 
     def expected(self, what: str) -> TileSyntaxError:
         """``expected <what>, found <current token>``."""
@@ -164,7 +181,7 @@ class _Parser:
                 if tok.kind == "ident":
                     dims.append(ast.Name(tok.text, _pos(tok)))
                 elif tok.kind == "int":
-                    dims.append(ast.IntLit(int(tok.text), _pos(tok)))
+                    dims.append(ast.IntLit(self.int_value(tok), _pos(tok)))
                 else:
                     raise self.expected(f"a dimension name or size in the shape of '{name.text}'")
                 self.next()
@@ -412,7 +429,7 @@ class _Parser:
         tok = self.peek()
         if tok.kind == "int":
             self.next()
-            return ast.IntLit(int(tok.text), _pos(tok))
+            return ast.IntLit(self.int_value(tok), _pos(tok))
         if tok.kind == "float":
             self.next()
             return ast.FloatLit(float(tok.text), _pos(tok))
@@ -445,6 +462,13 @@ class _Parser:
             raise self.expected(f"',' or ')' in the arguments of '{func.text}'")
         self.next()
         return self.node(ast.Call(func.text, tuple(args), _pos(func)), *args)
+
+
+def shorten(digits: str) -> str:
+    """A literal as messages quote it: whole when short, else its ends and its length."""
+    if len(digits) <= 40:
+        return f"'{digits}'"
+    return f"'{digits[:12]}...{digits[-6:]}' ({len(digits)} digits)"
 
 
 def _plural(n: int, one: str, many: str) -> str:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import ShapeError, TileTypeError
 from ..ir import dtypes
 from . import ast
-from .exprs import BINARY_FUNCTIONS, UNARY_FUNCTIONS, literal_int
+from .exprs import BINARY_FUNCTIONS, INT64_MIN, UNARY_FUNCTIONS, format_expr, literal_int
 
 Weak = int | float | bool
 
@@ -71,6 +71,98 @@ def loc(pos: ast.Pos, stmt: object) -> str:
     return f"{pos.line}:{pos.column}: " + (f"in '{text}': " if text else "")
 
 
+def type_error(pos: ast.Pos, stmt: object, message: str) -> TileTypeError:
+    """A :class:`TileTypeError` located at ``pos`` (``bind`` adds the source line
+    and a caret)."""
+    err = TileTypeError(f"{loc(pos, stmt)}{message}")
+    err.line, err.column = pos.line, pos.column
+    return err
+
+
+#: What a weak integer constant (a literal, or what the compiler folds from
+#: literals and dimensions) may be: a value 64 bits hold, signed or unsigned.
+WEAK_INT_MIN, WEAK_INT_MAX = INT64_MIN, (1 << 64) - 1
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The values of an integer (or bool) dtype."""
+    if dtype == "bool":
+        return 0, 1
+    info = np.iinfo(dtypes.to_numpy(dtype))
+    return int(info.min), int(info.max)
+
+
+def is_weak_int(t: EType) -> bool:
+    return isinstance(t, WeakConst) and isinstance(t.const, int) and not isinstance(t.const, bool)
+
+
+def check_fits(t: EType, dtype: str, e: ast.Expr, stmt: object) -> None:
+    """A weak integer ``t`` (the value of ``e``) that becomes ``dtype`` must be
+    one of its values: NumPy 2 raises ``OverflowError`` for ``uint8_array + 300``
+    rather than wrap, and so does Tile, at the constant."""
+    if not is_weak_int(t) or not dtypes.is_int(dtype):
+        return
+    assert isinstance(t, WeakConst)
+    lo, hi = int_range(dtype)
+    if not lo <= int(t.const) <= hi:
+        raise type_error(
+            e.pos,
+            stmt,
+            f"the constant {_quote(e, t)} does not fit {dtype} ({lo} .. {hi}), the dtype "
+            "it takes from the tensor it meets; cast the tensor first (as_int(X, 64), "
+            "as_float(X, 64))",
+        )
+
+
+def _quote(e: ast.Expr, t: WeakConst) -> str:
+    text = format_expr(e)
+    return text if text == str(t.const) else f"'{text}' (= {t.const})"
+
+
+def checked_weak(value: Weak, e: ast.Expr, stmt: object) -> WeakConst:
+    """A folded constant, which must be a value 64 bits hold when it is an integer."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not WEAK_INT_MIN <= value <= WEAK_INT_MAX:
+            raise type_error(
+                e.pos,
+                stmt,
+                f"the constant expression '{format_expr(e)}' is {_digits(value)}, which 64 "
+                f"bits cannot hold (integer constants lie in {WEAK_INT_MIN} .. {WEAK_INT_MAX})",
+            )
+    return WeakConst((), value)
+
+
+def _digits(value: int) -> str:
+    # Past 128 bits (39 digits) the size is all a reader needs.
+    if value.bit_length() <= 128:
+        return str(value)
+    return "more than 2**128 in magnitude"
+
+
+def compare_out_of_range(op: str, a: EType, b: EType) -> bool | None:
+    """The value of ``a op b`` when one side is a weak integer outside the other
+    (integer or bool) side's dtype: every element compares the same way (NumPy 2
+    compares Python ints exactly, it does not wrap them); else ``None``."""
+    for typed, weak, flip in ((a, b, False), (b, a, True)):
+        integral = isinstance(typed, Typed) and (
+            dtypes.is_int(typed.dtype) or typed.dtype == "bool"
+        )
+        if integral and is_weak_int(weak):
+            assert isinstance(typed, Typed)
+            assert isinstance(weak, WeakConst)
+            lo, hi = int_range(typed.dtype)
+            w = int(weak.const)
+            if lo <= w <= hi:
+                return None
+            # Stand-in for every tensor value: lo or hi compares like all of them.
+            x = lo if w > hi else hi
+            lhs, rhs = (w, x) if flip else (x, w)
+            result = fold(CMP_OPS[op], lhs, rhs)
+            assert isinstance(result, bool)
+            return result
+    return None
+
+
 def join(a: EType, b: EType) -> str:
     """The common dtype of two operands, at least one of them typed (two weak
     operands fold to a weak constant before anyone asks)."""
@@ -117,6 +209,8 @@ def fold_unary(op: str, a: Weak) -> Weak:
 def fold(op: str, a: Weak, b: Weak) -> Weak:
     """Evaluate a binary operator on weak constants (Python semantics, floor ``/`` on ints)."""
     ints = isinstance(a, int) and isinstance(b, int)
+    if op == "pow":
+        return _fold_pow(a, b, ints)
     table: dict[str, Callable[[], Weak]] = {
         "add": lambda: a + b,
         "sub": lambda: a - b,
@@ -137,9 +231,20 @@ def fold(op: str, a: Weak, b: Weak) -> Weak:
         "or": lambda: bool(a) or bool(b),
         "max": lambda: max(a, b),
         "min": lambda: min(a, b),
-        "pow": lambda: a**b,
     }
     return table[op]()
+
+
+def _fold_pow(a: Weak, b: Weak, ints: bool) -> Weak:
+    """``pow`` of two weak constants: exact for integers (a result past 64 bits
+    is not computed: 2**(10**18) would never finish), NumPy's float64 ``power``
+    otherwise (inf on overflow, nan for a negative base, as the interpreter)."""
+    if ints and int(b) >= 0:
+        if abs(int(a)) > 1 and int(b) > 128:
+            return 1 << 129  # at least 2**b: only its size matters (checked_weak rejects it)
+        return int(a) ** int(b)
+    with np.errstate(all="ignore"):
+        return float(np.power(np.float64(a), np.float64(b)))
 
 
 def expr_type(
@@ -150,7 +255,11 @@ def expr_type(
 ) -> tuple[tuple[int, ...], str]:
     """Shape and dtype of a whole elementwise statement's value."""
     t = type_of(expr, dims, tensors, stmt)
-    return t.shape, (t.dtype if isinstance(t, Typed) else default_dtype(t.const))
+    if isinstance(t, Typed):
+        return t.shape, t.dtype
+    dtype = default_dtype(t.const)
+    check_fits(t, dtype, expr, stmt)
+    return t.shape, dtype
 
 
 def type_of(
@@ -175,7 +284,7 @@ def type_of(
                 return WeakConst(t.shape, fold_unary("not", t.const))
             return Typed(t.shape, "bool")
         if isinstance(t, WeakConst):
-            return WeakConst((), fold_unary("neg", t.const))
+            return checked_weak(fold_unary("neg", t.const), expr, stmt)
         if t.dtype == "bool":
             raise TileTypeError(f"{loc(expr.pos, stmt)}cannot negate a bool value")
         return t
@@ -185,14 +294,19 @@ def type_of(
         shape = broadcast(a.shape, b.shape, expr.pos, stmt)
         op = ARITH_OPS.get(expr.op) or CMP_OPS.get(expr.op) or LOGIC_OPS[expr.op]
         if isinstance(a, WeakConst) and isinstance(b, WeakConst):
-            return WeakConst(shape, fold(op, a.const, b.const))
-        if expr.op in LOGIC_OPS or expr.op in CMP_OPS:
+            return replace(checked_weak(fold(op, a.const, b.const), expr, stmt), shape=shape)
+        if expr.op in CMP_OPS:
+            fixed = compare_out_of_range(expr.op, a, b)
+            return Typed(shape, "bool") if fixed is None else WeakConst(shape, fixed)
+        if expr.op in LOGIC_OPS:
             return Typed(shape, "bool")
         dt = join(a, b)
         if dt == "bool" and expr.op in ("-", "/", "%"):
             if expr.op == "-":
                 raise TileTypeError(f"{loc(expr.pos, stmt)}cannot subtract bool values")
             dt = "i64"
+        check_fits(a, dt, expr.lhs, stmt)
+        check_fits(b, dt, expr.rhs, stmt)
         return Typed(shape, dt)
     if isinstance(expr, ast.Ternary):
         c = type_of(expr.cond, dims, tensors, stmt)
@@ -203,8 +317,12 @@ def type_of(
             if isinstance(c, WeakConst):
                 return WeakConst(shape, a.const if c.const else b.const)
             floats = isinstance(a.const, float) or isinstance(b.const, float)
-            return Typed(shape, "f64" if floats else default_dtype(b.const))
-        return Typed(shape, join(a, b))
+            dt = "f64" if floats else default_dtype(b.const)
+        else:
+            dt = join(a, b)
+        check_fits(a, dt, expr.then, stmt)
+        check_fits(b, dt, expr.other, stmt)
+        return Typed(shape, dt)
     if isinstance(expr, ast.Call):
         return _call_type(expr, dims, tensors, stmt)
     raise TileTypeError(f"unsupported expression {expr!r}")  # pragma: no cover
@@ -265,38 +383,41 @@ def _call_type(
     if f in FLOAT_FUNCS or f in SAME_FUNCS:
         t = args[0]
         if isinstance(t, WeakConst):
-            return WeakConst((), fold_call(f, t.const))
+            return checked_weak(fold_call(f, t.const), call, stmt)
         return Typed(t.shape, float_of(t) if f in FLOAT_FUNCS else t.dtype)
     if f in BINARY_FUNCS:
         a, b = args
         shape = broadcast(a.shape, b.shape, call.pos, stmt)
         if isinstance(a, WeakConst) and isinstance(b, WeakConst):
-            return WeakConst(shape, fold(f, a.const, b.const))
-        return Typed(shape, join(a, b))
+            return replace(checked_weak(fold(f, a.const, b.const), call, stmt), shape=shape)
+        dt = join(a, b)
+        check_fits(a, dt, call.args[0], stmt)
+        check_fits(b, dt, call.args[1], stmt)
+        return Typed(shape, dt)
     raise TileTypeError(f"{loc(call.pos, stmt)}unknown function '{f}'")
 
 
 def fold_call(f: str, x: Weak) -> Weak:
+    """A unary function of a weak constant, as the interpreter computes it on a
+    float64 (NumPy: ``sin(inf)`` is nan, ``floor(nan)`` nan, ``exp(1000)`` inf)."""
     if f in ("abs", "relu") and isinstance(x, int) and not isinstance(x, bool):
         return abs(x) if f == "abs" else max(x, 0)
-    x = float(x)
-    table = {
-        "exp": math.exp,
-        "log": lambda v: math.log(v) if v > 0 else (-math.inf if v == 0 else math.nan),
-        "sqrt": lambda v: math.sqrt(v) if v >= 0 else math.nan,
-        "tanh": math.tanh,
-        "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)) if v > -700 else 0.0,
-        "sin": math.sin,
-        "cos": math.cos,
-        "tan": math.tan,
+    v = float(x)
+    table: dict[str, Callable[[float], float]] = {
+        "exp": np.exp,
+        "log": np.log,
+        "sqrt": np.sqrt,
+        "tanh": np.tanh,
+        "sigmoid": lambda u: float(1.0 / (1.0 + np.exp(np.float64(-u)))),
+        "sin": np.sin,
+        "cos": np.cos,
+        "tan": np.tan,
         "erf": math.erf,
-        "floor": lambda v: float(math.floor(v)),
-        "ceil": lambda v: float(math.ceil(v)),
-        "round": lambda v: float(round(v)),
-        "abs": abs,
-        "relu": lambda v: max(v, 0.0),
+        "floor": np.floor,
+        "ceil": np.ceil,
+        "round": np.rint,  # half to even
+        "abs": np.absolute,
+        "relu": lambda u: float(np.maximum(u, 0.0)),
     }
-    try:
-        return table[f](x)
-    except OverflowError:
-        return math.inf
+    with np.errstate(all="ignore"):
+        return float(table[f](v))

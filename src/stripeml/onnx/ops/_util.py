@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..builder import Builder, Node, OnnxError, Value
+from ..builder import MAX_ELEMENTS, Builder, Node, OnnxError, Value
 
 
 def broadcast_shape(node: Node, *shapes: Sequence[int]) -> tuple[int, ...]:
@@ -19,6 +19,18 @@ def broadcast_shape(node: Node, *shapes: Sequence[int]) -> tuple[int, ...]:
         raise node.error(
             f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast"
         ) from None
+
+
+def checked_shape(node: Node, dims: Sequence[int], what: str = "shape") -> tuple[int, ...]:
+    """``dims`` as a shape, checked before anything of that shape is allocated: no
+    negative dimension, at most ``MAX_ELEMENTS`` elements."""
+    shape = tuple(int(d) for d in dims)
+    if any(d < 0 for d in shape):
+        raise node.error(f"{what} {shape} has a negative dimension")
+    count = int(np.prod(shape, dtype=object))
+    if count > MAX_ELEMENTS:
+        raise node.error(f"{what} {shape} has {count} elements, more than {MAX_ELEMENTS}")
+    return shape
 
 
 def indices(n: int, prefix: str = "i") -> list[str]:

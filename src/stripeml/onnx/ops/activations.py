@@ -133,7 +133,7 @@ def thresholded_relu(b: Builder, n: Node) -> list[Value | None]:
     return _act(b, n, "{x} > " + _f(n, "alpha", 1.0) + " ? {x} : 0")
 
 
-@op("PRelu")
+@op("PRelu", oldest=1)
 def prelu(b: Builder, n: Node) -> list[Value | None]:
     """PRelu: ``x < 0 ? slope x : x``, the slope broadcasting (opset < 7: per channel).
 

@@ -219,7 +219,7 @@ def slice_op(b: Builder, n: Node) -> list[Value | None]:
 # -- Pad -----------------------------------------------------------------------
 
 
-@op("Pad", static=(1, 3))
+@op("Pad", static=(1, 3), oldest=1)
 def pad(b: Builder, n: Node) -> list[Value | None]:
     """Pad: modes constant (runtime value too), reflect, edge, wrap; negative pads crop; axes.
 

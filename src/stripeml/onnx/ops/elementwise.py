@@ -307,7 +307,7 @@ def _scalar_ref(b: Builder, n: Node, v: Value) -> str:
     return b.contraction(f"{{out}}[] = =({b.ref(v)}[{zeros}])", (), v.dtype).name
 
 
-@op("Clip")
+@op("Clip", oldest=1)
 def clip(b: Builder, n: Node) -> list[Value | None]:
     """Clip: optional ``min``/``max`` inputs (or opset < 11 attributes), numeric types.
 

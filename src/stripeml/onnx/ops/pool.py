@@ -138,6 +138,8 @@ def lp_pool(b: Builder, n: Node) -> list[Value | None]:
     r = _check_input(n, x)
     win = _window(n, x, r)
     p = n.attr("p", 2)
+    if p <= 0:
+        raise n.error(f"p must be positive, got {p}")
     xref = b.ref(x)
     if p == 2:
         acc = _access(xref, win)

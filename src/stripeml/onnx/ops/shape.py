@@ -10,13 +10,14 @@ constants.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from ..builder import Builder, Node, Value
 from ..registry import op
-from ._util import axis, cast, indices, ints, literal
+from ._util import axis, cast, checked_shape, indices, ints, literal
 
 
 def empty(shape: Sequence[int], dtype: np.dtype) -> Value | None:
@@ -95,7 +96,7 @@ def _axes(n: Node, rank: int, attr_before: int, input_index: int = 1) -> list[in
     return None if arr is None else [int(a) for a in np.asarray(arr).reshape(-1)]
 
 
-@op("Reshape", static=(1,))
+@op("Reshape", static=(1,), oldest=1)
 def reshape_op(b: Builder, n: Node) -> list[Value | None]:
     """Reshape: shape known when compiling; 0 copies a dimension (unless allowzero), -1 inferred.
 
@@ -291,7 +292,7 @@ def constant_of_shape(b: Builder, n: Node) -> list[Value | None]:
     arr = n.const_input(0, "shape")
     if arr is None:
         raise n.error("input 0 (shape) is required")
-    shape = tuple(int(s) for s in np.asarray(arr).reshape(-1))
+    shape = checked_shape(n, [int(s) for s in np.asarray(arr).reshape(-1)])
     value = n.attr("value")
     fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
     if fill.size != 1:
@@ -306,8 +307,13 @@ def range_op(b: Builder, n: Node) -> list[Value | None]:
     if start is None or limit is None or delta is None:
         raise n.error("needs start, limit and delta")
     start, limit, delta = (np.asarray(v) for v in (start, limit, delta))
+    values = [v.item() for v in (start, limit, delta)]
+    if not all(math.isfinite(v) for v in values):
+        raise n.error(f"start, limit and delta must be finite, got {values}")
     if delta.item() == 0:
         raise n.error("delta must not be 0")
+    count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
+    checked_shape(n, (count,), "the result's shape")
     return [_const(np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype))]
 
 
@@ -321,14 +327,18 @@ def eye_like(b: Builder, n: Node) -> list[Value | None]:
     if n.attr("dtype") is not None:
         from onnx import helper
 
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(n.attr("dtype"))))
+        code = int(n.attr("dtype"))
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(code))
+        except (KeyError, TypeError, ValueError):
+            raise n.error(f"dtype {code} is not an ONNX element type") from None
     k = int(n.attr("k", 0))
     xr = b.ref(x)
     cond = f"index({xr}, 1) - index({xr}, 0) == {literal(k, np.dtype(np.int64))}"
     return [b.eltwise(cast(cond, dtype), x.shape, dtype)]
 
 
-@op("Dropout", static=(2,))
+@op("Dropout", static=(2,), oldest=1)
 def dropout(b: Builder, n: Node) -> list[Value | None]:
     """Dropout: inference only (identity; the optional mask is all true); no training mode.
 
