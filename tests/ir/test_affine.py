@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stripeml.errors import IRSyntaxError
 from stripeml.ir import Affine
 from stripeml.ir.parser import parse_affine
 from stripeml.ir.printer import format_affine
@@ -99,13 +100,20 @@ names = st.one_of(st.sampled_from(["x", "y", "kx", "io", "$i", "in", "a.b"]), st
 affines = st.builds(
     Affine.build,
     st.dictionaries(names, st.integers(-1000, 1000), max_size=4),
-    st.integers(-(10**20), 10**20),
+    st.integers(-(2**63), 2**63 - 1),
 )
 
 
 @given(affines)
 def test_text_round_trip(e: Affine):
     assert parse_affine(format_affine(e)) == e
+
+
+def test_integers_past_int64_are_syntax_errors():
+    assert parse_affine("x - 9223372036854775808") == x - 2**63
+    for text in ("x + 9223372036854775808", "99999999999999999999999 * x", "-9223372036854775809"):
+        with pytest.raises(IRSyntaxError, match="past the int64 range"):
+            parse_affine(text)
 
 
 @given(affines, affines, st.integers(-5, 5))

@@ -129,6 +129,29 @@ def test_nested_bounds_use_outer_domain_and_index_offsets():
     assert a.shape.sizes == (32,)
 
 
+def test_index_arithmetic_fits_int64():
+    p = matmul(2, 3, 4)
+    # Within int64 over the index ranges (m < 2): valid, if excluded by constraints.
+    near = Constraint(aff(2**63 - 2, m=1))
+    verify(with_kernel(p, constraints=(near,)))
+    # m can be 1, so 2**63 - 1 + m wraps in 64-bit arithmetic.
+    over = Constraint(aff(2**63 - 1, m=1))
+    fails(with_kernel(p, constraints=(over,)), MATMUL, "past the int64 range")
+    big = Constraint(aff(0, m=2**62, k=2**62))
+    fails(with_kernel(p, constraints=(big,)), MATMUL, "past the int64 range")
+    wide = with_ref(p, "A", access=(idx("m") * 2**62 * 4 - idx("m") * 2**64, idx("k")))
+    verify(wide)  # the terms cancel exactly: m * 0
+    fails(with_kernel(p, idxs=(Index("m", 2**63 + 1), Index("n", 4), Index("k", 3))), "can reach")
+    # A buffer spanning more bytes than int64 holds.
+    huge = TensorShape("f32", (4,), (-(2**61),))
+    fails(with_root_ref(p, "A", shape=huge), "ref 'A'", "spans past the int64 range")
+
+
+def test_constants_are_64_bit():
+    verify(matmul_with(Constant("$c", 2**64 - 1, "u64"), Constant("$d", -(2**63), "i64")))
+    fails(matmul_with(Constant("$c", -(2**80), "i64")), "constant", "past the 64-bit range")
+
+
 # -- the root ----------------------------------------------------------------------------
 
 

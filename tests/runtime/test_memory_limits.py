@@ -115,3 +115,28 @@ def test_buffer_larger_than_the_opencl_device_allocates() -> None:
     with pytest.raises(ShapeError, match=r"allocates at most \d+ bytes .* at once") as info:
         f(np.ones(n, np.float32))
     assert f"'O' f32({n}, 1024): {n * 4096} bytes" in str(info.value)
+
+
+@pytest.mark.skipif(host.memory_bytes() >= 1 << 42, reason="this machine could hold 4 TiB")
+def test_interpreting_ir_with_a_huge_temporary_fails_fast() -> None:
+    # Hand-written IR, which no frontend check has seen: a temporary of 2**40 bytes.
+    from stripeml.runtime.interp import run
+
+    text = """block main [] #program (
+    in A f32(4):(1)
+    out O f32(4):(1)
+    none T f32(4):(91625968981)
+) {
+  block k [i:4] #eltwise (
+      in A[i] f32(1):(1)
+      out O[i]:assign f32(1):(1)
+  ) {
+    $a = load(A)
+    O = store($a)
+  }
+}
+"""
+    program = stripeml.ir.parse(text)
+    stripeml.ir.verify(program)
+    with pytest.raises(ShapeError, match=r"buffer 'T': .*\(1\.0 TiB\)"):
+        run(program, {"A": np.ones(4, np.float32)})

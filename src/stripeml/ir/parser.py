@@ -204,7 +204,8 @@ class _Parser:
             raise self.error(f"expected {what}, found {self.describe(self.tok)}")
         return self.advance().text
 
-    def int_value(self, signed: bool = True) -> int:
+    def int_value(self, signed: bool = True, high: int = 2**63) -> int:
+        """An integer in ``[-2**63, high)``: int64, or up to uint64 for a constant."""
         negative = signed and self.accept("-")
         if self.tok.kind != "int":
             raise self.error(f"expected an integer, found {self.describe(self.tok)}")
@@ -213,7 +214,11 @@ class _Parser:
             value = int(tok.text)
         except ValueError:
             raise self.error("integer too long", tok) from None
-        return -value if negative else value
+        value = -value if negative else value
+        if not -(2**63) <= value < high:
+            what = "64-bit" if high == 2**64 else "int64"
+            raise self.error(f"integer {tok.text} is past the {what} range", tok)
+        return value
 
     def separated(self, item: Callable[[], _T], close: str) -> list[_T]:
         """``item (, item)*`` up to the ``close`` token (consumed); empty allowed."""
@@ -337,6 +342,7 @@ class _Parser:
         """``[-] term ((+|-) term)*`` with ``term = INT | NAME | INT*NAME | NAME*INT``."""
         coeffs: dict[str, int] = {}
         const = 0
+        start = self.tok
         sign = -1 if self.accept("-") else 1
         while True:
             name, coeff = self.term()
@@ -349,17 +355,20 @@ class _Parser:
             elif self.accept("-"):
                 sign = -1
             else:
+                if any(not -(2**63) <= v < 2**63 for v in (const, *coeffs.values())):
+                    raise self.error("an affine coefficient is past the int64 range", start)
                 return Affine.build(coeffs, const)
 
     def term(self) -> tuple[str | None, int]:
+        # Up to 2**63: the magnitude of -2**63 (the sum is checked in ``affine``).
         if self.tok.kind == "int":
-            value = self.int_value(signed=False)
+            value = self.int_value(signed=False, high=2**63 + 1)
             if self.accept("*"):
                 return self.name("an index name"), value
             return None, value
         if self.is_name(self.tok):
             name = self.advance().text
-            return name, (self.int_value(signed=False) if self.accept("*") else 1)
+            return name, (self.int_value(signed=False, high=2**63 + 1) if self.accept("*") else 1)
         raise self.error(f"expected an affine term, found {self.describe(self.tok)}")
 
     # -- statements ------------------------------------------------------------
@@ -433,7 +442,7 @@ class _Parser:
         negative = self.accept("-")
         tok = self.tok
         if tok.kind == "int":
-            return self.int_value(signed=False) * (-1 if negative else 1)
+            return self.int_value(signed=False, high=2**64) * (-1 if negative else 1)
         if tok.kind == "float" or (tok.kind == "ident" and tok.text in ("inf", "nan")):
             self.advance()
             if tok.text == "nan":

@@ -122,12 +122,15 @@ def load_index(stmt: LoadIndex, env: Env) -> Iterator[str]:
 
 @stmt_rule(Constant)
 def constant(stmt: Constant, env: Env) -> Iterator[str]:
-    """``$c = const(v): T``: v is a bool/int/float, T a dtype; inf/nan only for floats."""
+    """``$c = const(v): T``: v is a bool/int/float, T a dtype; inf/nan only for
+    floats; an integer v is a 64-bit value (in ``[-2**63, 2**64)``)."""
     yield from _fresh(stmt.into, env)
     yield from _dtype(stmt.dtype)
     value = stmt.value
     if not isinstance(value, (bool, int, float)):
         yield f"constant value {value!r} is not a bool, int or float"
+    elif isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        yield f"constant {value} is past the 64-bit range"
     elif isinstance(value, float) and not math.isfinite(value):
         if stmt.dtype in DTYPES and not is_float(stmt.dtype):
             yield f"non-finite constant {value!r} needs a float dtype, not {stmt.dtype}"

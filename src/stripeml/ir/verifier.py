@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import VerifyError
-from .dtypes import DTYPES
+from .affine import Affine
+from .dtypes import DTYPES, itemsize
 from .nodes import AGGREGATIONS, DIRECTIONS, Block, Program, Refinement, Special
 from .printer import format_stmt
 from .stmt_rules import SPECIALS, STMT_RULES, Env, scalar_def
@@ -44,6 +45,7 @@ class Scope:
     _domain: Any = field(default=None, repr=False)
     _box: Any = field(default=False, repr=False)  # False: not computed yet
     _refs: dict[str, Refinement] | None = field(default=None, repr=False)
+    _magnitudes: dict[str, int] | None = field(default=None, repr=False)
 
     @property
     def is_root(self) -> bool:
@@ -88,6 +90,18 @@ class Scope:
                     box = {**outer, **{i.name: i.range for i in idxs}}
             self._box = box
         return self._box
+
+    def magnitudes(self) -> dict[str, int]:
+        """For each index of the nest, a bound on its absolute value (``i:R = aff``
+        reaches ``|aff| + R - 1``); an offset naming an unknown index counts 0."""
+        if self._magnitudes is None:
+            outer = self.parent.magnitudes() if self.parent is not None else {}
+            mags = dict(outer)
+            for idx in self.block.idxs:
+                base = magnitude(idx.affine, outer) if idx.affine is not None else 0
+                mags[idx.name] = base + max(int(idx.range) - 1, 0)
+            self._magnitudes = mags
+        return self._magnitudes
 
     def domain(self):
         """The isl domain of this block over the whole nest (built once, lazily)."""
@@ -187,6 +201,38 @@ def constraint_names(block: Block, scope: Scope) -> Iterator[str]:
         bad = _unknown(con.expr.names, scope.visible_idxs)
         if bad:
             yield f"constraint '{con.expr} >= 0' uses unknown indices {bad}"
+
+
+INT64_MAX = 2**63 - 1
+
+
+def magnitude(expr: Affine, mags: dict[str, int]) -> int:
+    """A bound on ``|expr|`` and on every partial sum of its terms, whatever the order."""
+    return abs(expr.const) + sum(abs(c) * mags.get(n, 0) for n, c in expr.terms)
+
+
+@block_rule
+def int64_range(block: Block, scope: Scope) -> Iterator[str]:
+    """Index arithmetic fits int64: every offset, constraint and access, over the
+    indices' ranges, and every buffer's size and span in bytes (backends compute
+    them in 64-bit integers, so a wider value would wrap)."""
+    mags = scope.magnitudes()
+    for idx in block.idxs:
+        if mags.get(idx.name, 0) > INT64_MAX:
+            yield f"index '{idx.name}' can reach {mags[idx.name]}, past the int64 range"
+    for con in block.constraints:
+        if magnitude(con.expr, mags) > INT64_MAX:
+            yield f"constraint '{con.expr} >= 0' can reach values past the int64 range"
+    for ref in block.refs:
+        for expr in ref.access:
+            if magnitude(expr, mags) > INT64_MAX:
+                yield f"ref '{ref.into}': access '{expr}' can reach values past the int64 range"
+        shape = ref.shape
+        if shape.dtype not in DTYPES or any(not isinstance(v, int) for v in shape.sizes):
+            continue  # reported by ref_shape
+        span = shape.extent * itemsize(shape.dtype) + (ref.offset or 0)
+        if span > INT64_MAX or any(abs(st) > INT64_MAX for st in shape.strides):
+            yield f"ref '{ref.into}': {shape.sizes} with strides {shape.strides} spans past the int64 range"
 
 
 @block_rule

@@ -90,6 +90,11 @@ class Accumulator:
         n = offsets.size
         if self.touched[offsets].any():
             raise self.race()
+        if n == 1 or bool((np.diff(offsets) > 0).all()):
+            # Increasing offsets (a box walked in order) are distinct: no sort needed.
+            self.touched[offsets] = True
+            self.count += n
+            return
         if n * 16 < self.touched.size:
             if np.unique(offsets).size != n:
                 raise self.race()

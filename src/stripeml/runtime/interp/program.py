@@ -7,8 +7,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from ...errors import ShapeError
-from ...ir.dtypes import to_numpy
+from ...ir.dtypes import itemsize, to_numpy
 from ...ir.nodes import Program, Refinement, TensorShape
+from ..host import check_memory
 from .arena import root_storages
 from .executor import exec_stmts
 from .frame import MODES, Frame, Options, alloc_origin
@@ -52,6 +53,15 @@ def run(
         if name not in names or root.ref(name).dir != "out":
             raise ShapeError(f"unknown output {name!r}")
     refs: dict[str, RefState] = {}
+    # Temporaries and the outputs not given: what the caller's arrays do not bound.
+    check_memory(
+        f"running {root.name or 'the program'}",
+        [
+            (f"buffer {r.into!r}", r.shape.extent * itemsize(r.shape.dtype))
+            for r in root.refs
+            if r.dir == "none" or (r.dir == "out" and r.into not in outputs)
+        ],
+    )
     shared = root_storages(root.refs) if arena else {}
     for ref in root.refs:
         if ref.into in shared:
