@@ -1,11 +1,13 @@
 """Known bugs, each a class of programs the fuzzer can leave out.
 
-Other engineers are fixing these on their branches (issue 12).  Until their
-fixes merge, the CI slice and ``make fuzz`` leave out :data:`EXCLUDED_NOW`, so
-they are green; each entry says which slice fixes it and which backends it
-hits.  The generator makes these programs whenever a class is *not* excluded,
-and the oracle expects NumPy's values or the language's error for them.  To
-turn one on after its fix merges, drop it from :data:`EXCLUDED_NOW`.
+Each entry is a bug the fuzzer found or was told of (issue 12), the backends it
+hit and, where it raises, the error it showed.  All are fixed now, so
+:data:`EXCLUDED_NOW` is empty: the CI slice and ``make fuzz`` generate every
+class, and the oracle expects NumPy's values or the language's error for it.
+When a new bug is found and cannot be fixed at once, add it here and to
+:data:`EXCLUDED_NOW` (``make fuzz EXCLUDE=none`` still runs it), with a
+regression case marked ``xfail``; remove it from :data:`EXCLUDED_NOW` with the
+fix.  ``EXCLUDE=all`` leaves out every class listed, to check the switches.
 """
 
 from __future__ import annotations
@@ -96,19 +98,8 @@ KNOWN_BUGS = {
 }
 KNOWN = frozenset(KNOWN_BUGS)
 # The classes left out today by the CI slice and by `make fuzz` (EXCLUDE=none runs
-# everything).  Remove a name here once its fix has merged.
-EXCLUDED_NOW = frozenset(
-    {
-        "int_div_overflow",  # the int division/remainder slice
-        "assign_race",  # the '=' races slice
-        "float_mod_sign",  # the int division/remainder slice (opencl's fmod)
-        "out_alias",  # the out= aliasing slice
-        "default_dtype",  # found by this fuzzer, not yet owned
-        "weak_literal_range",  # found by this fuzzer, not yet owned
-        "huge_size",  # found by this fuzzer; the user-facing error types/sizes slice
-        "tile_long_int",  # found by this fuzzer, not yet owned
-    }
-)
+# everything): none, every known bug is fixed.
+EXCLUDED_NOW: frozenset[str] = frozenset()
 
 
 def known_error(exclude: frozenset[str], message: str) -> str | None:

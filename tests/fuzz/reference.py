@@ -35,11 +35,11 @@ fail (``=`` storing an element twice, a ``gather`` index out of range) raises
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .contraction import AssignConflict, brute_force_bounded, index_ranges
+from .contraction import AssignConflict, brute_force_bounded, index_ranges, result_dtype
 from .numerics import SIGN_UNSURE, is_float, unit
 from .program import Binary, Call, Contract, Eltwise, Expr, Gather, Lit, Name, Program, Ternary
 from .values import (
@@ -52,6 +52,7 @@ from .values import (
     MustFail,
     Val,
     as_dtype,
+    collecting_static_errors,
     deviation,
     finite_abs,
     fold,
@@ -59,6 +60,7 @@ from .values import (
     rounded,
     sanitize,
     scale,
+    static_error,
 )
 
 
@@ -79,11 +81,34 @@ class Evaluator:
     # -- statements ---------------------------------------------------------------------
 
     def run(self) -> dict[str, Val]:
-        for stmt in self.program.stmts:
-            self.env[stmt.out] = self.statement(stmt)
-            if self.env[stmt.out].dtype == np.float16:
-                self.events.add("float16")
+        """The outputs; raises the first compile-time error (a type or '=' error,
+        found in any statement), else the first run-time error (a gather index
+        out of range).  A statement that fails at run time gets a stand-in
+        value of its shape and dtype so later statements are still checked."""
+        failed: MustFail | None = None
+        with collecting_static_errors() as static:
+            for stmt in self.program.stmts:
+                try:
+                    self.env[stmt.out] = self.statement(stmt)
+                except MustFail as e:
+                    failed = failed or e
+                    self.env[stmt.out] = self.stand_in(stmt)
+                if self.env[stmt.out].dtype == np.float16:
+                    self.events.add("float16")
+        if static:
+            raise static[0]
+        if failed is not None:
+            raise failed
         return {o: self.env[o] for o in self.program.outputs}
+
+    def stand_in(self, stmt) -> Val:
+        """A failed gather's value with out-of-range elements read as 0."""
+        assert isinstance(stmt, Gather), stmt
+        fill, self.fill = self.fill, 0
+        try:
+            return self.gather(stmt, self.env[stmt.src])
+        finally:
+            self.fill = fill
 
     def statement(self, stmt) -> Val:
         if isinstance(stmt, Eltwise):
@@ -106,11 +131,24 @@ class Evaluator:
         arrays = {n: self.env[n].arr for n in names}
         errs = {n: np.broadcast_to(self.env[n].err, self.env[n].arr.shape) for n in names}
         ranges = index_ranges(spec, arrays, margin=0, dims=self.dims)
+        if spec.default is not None:
+            dt = result_dtype(spec, arrays)
+            if arrays[spec.default].dtype != dt:
+                # The language does not convert a default: a TileTypeError at compile time.
+                self.events.add("default_dtype")
+                static_error(
+                    MustFail(
+                        "TileTypeError", f"default of another dtype than {dt}", "default_dtype"
+                    )
+                )
         try:
             out, err = brute_force_bounded(spec, arrays, errs, ranges, dims=self.dims)
         except AssignConflict as e:
+            # Decided when the program is compiled (isl finds the two index tuples).
             self.events.add("assign_conflict")
-            raise MustFail("ExecutionError", f"'=' in {spec.statement()} {e}") from None
+            static_error(MustFail("TileTypeError", f"'=' in {spec.statement()} {e}"))
+            stand_in = replace(spec, agg=">")  # the shape and dtype, for later statements
+            out, err = brute_force_bounded(stand_in, arrays, errs, ranges, dims=self.dims)
         return Val(out, sanitize(err))
 
     def gather(self, stmt: Gather, src: Val) -> Val:
@@ -394,7 +432,7 @@ def evaluate(program: Program, inputs: dict[str, np.ndarray]) -> Reference:
         return _reference(ev)
     except MustFail as e:
         e.events |= ev.events
-        if "gather" in str(e):
+        if e.kind == "ExecutionError":  # a gather index out of range
             e.dead_ok = _if_dead(program, inputs)
         raise
 

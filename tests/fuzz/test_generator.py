@@ -11,13 +11,14 @@ bounds' behaviour (exact where the inputs are exact, unsure at a jump).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from .contraction import Access, Spec
 from .generate import CAST_BITS, UNARY_FUNCS, generate
-from .known import EXCLUDED_NOW
+from .known import EXCLUDED_NOW, KNOWN
 from .program import (
     Binary,
     Call,
@@ -127,13 +128,14 @@ def test_known_bug_classes_are_generated_when_not_excluded() -> None:
         "assign_conflict",
         "float_mod_zero",
         "weak_out_of_range",
+        "default_dtype",
     )
     for event in events:
         assert found[f"event {event}"], event
     # And left out when excluded (float % zero results are only skipped on OpenCL).
-    excluded = _features(EXCLUDED_NOW)
+    excluded = _features(KNOWN)
     # INT_MIN / -1 may still arise from arithmetic: the runner skips it by its event.
-    for event in ("assign_conflict",):
+    for event in ("assign_conflict", "default_dtype"):
         assert not excluded[f"event {event}"], event
 
 
@@ -214,7 +216,7 @@ def test_assign_storing_twice_must_fail_and_once_does_not() -> None:
     twice = Spec((("A", ("N",)),), Access("O", ("0",)), ("1",), "=", "none", (Access("A", ("k",)),))
     with pytest.raises(MustFail) as info:
         _contraction(twice, A=a)
-    assert info.value.kind == "ExecutionError"
+    assert info.value.kind == "TileTypeError"  # decided when the program is compiled
     once = Spec(
         (("A", ("N",)),), Access("O", ("N - 1 - i",)), ("N",), "=", "none", (Access("A", ("i",)),)
     )
@@ -254,6 +256,31 @@ def test_a_dead_out_of_range_gather_may_be_dropped(index_dims) -> None:
     with pytest.raises(MustFail) as info:
         evaluate(dead, {"X": x, "I": idx})
     assert info.value.dead_ok is not None and info.value.dead_ok.values["O"].tolist() == [1.0, 2.0]
+
+
+def test_a_compile_time_error_wins_over_an_earlier_run_time_error() -> None:
+    # The gather fails only when run; the default of another dtype fails when the
+    # program is compiled, so that is the program's error, though it comes later.
+    x = np.array([1.0, 2.0], np.float32)
+    idx = np.full((1,), 5, np.int32)
+    params = (Param("X", ("N",), "float32"), Param("I", ("1",), "int32"))
+    sum_into_i = Spec(
+        (("G", ("1",)), ("I", ("1",))),
+        Access("O", ("i",)),
+        ("1",),
+        "+",
+        "none",
+        (Access("G", ("i",)),),
+        default="I",
+    )
+    stmts = (Gather("G", "X", "I", 0), Contract(sum_into_i))
+    with pytest.raises(MustFail) as info:
+        evaluate(Program(params, stmts, ("O",), {"N": 2}), {"X": x, "I": idx})
+    assert info.value.kind == "TileTypeError" and "default_dtype" in info.value.events
+    with pytest.raises(MustFail) as info:  # without the default, the gather's error
+        stmts = (Gather("G", "X", "I", 0), Contract(replace(sum_into_i, default=None)))
+        evaluate(Program(params, stmts, ("O",), {"N": 2}), {"X": x, "I": idx})
+    assert info.value.kind == "ExecutionError"
 
 
 def test_reshape_keeps_row_major_order() -> None:

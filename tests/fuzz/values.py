@@ -12,6 +12,7 @@ See ``reference.py`` for the model.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,29 @@ class MustFail(Exception):
         self.kind = kind  # an error class name; "StripeError": any but InternalError
         self.events: set[str] = {event} if event else set()
         self.dead_ok: Reference | None = None
+
+
+_collected: list[MustFail] | None = None
+
+
+@contextmanager
+def collecting_static_errors():
+    """Within this, :func:`static_error` records instead of raising (the list is
+    yielded): a program with a compile-time error fails with it whatever its
+    statements would do when run, so evaluation goes on to find it."""
+    global _collected
+    outer, _collected = _collected, []
+    try:
+        yield _collected
+    finally:
+        _collected = outer
+
+
+def static_error(e: MustFail) -> None:
+    """A compile-time error (a type or '=' error), raised unless being collected."""
+    if _collected is None:
+        raise e
+    _collected.append(e)
 
 
 @dataclass
@@ -92,10 +116,17 @@ def as_dtype(v: Val, dt: np.dtype) -> np.ndarray:
     if v.arr is None and dt.kind in "iu" and not isinstance(v.weak, bool):
         info = np.iinfo(dt)
         if not info.min <= v.weak <= info.max:
-            # NumPy 2 raises for a Python int that does not fit the array's dtype.
-            raise MustFail(
-                "StripeError", f"the literal {v.weak} does not fit {dt}", "weak_out_of_range"
+            # NumPy 2 raises for a Python int that does not fit the array's dtype;
+            # the language rejects it when the program is compiled (a TileTypeError).
+            static_error(
+                MustFail(
+                    "TileTypeError", f"the literal {v.weak} does not fit {dt}", "weak_out_of_range"
+                )
             )
+            # Evaluation goes on (for the compile-time errors of later statements)
+            # with the literal wrapped to the dtype.
+            span = int(info.max) - int(info.min) + 1
+            return np.asarray((v.weak - int(info.min)) % span + int(info.min), dt)
     with np.errstate(all="ignore"):
         return np.asarray(v.operand()).astype(dt) if v.arr is not None else np.asarray(v.weak, dt)
 
