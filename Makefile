@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint bench bench-deps clean
+.PHONY: demo test test-slow lint bench bench-deps fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,18 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff format --check src tests bench
+
+# The differential fuzzer (tests/fuzz/, docs/reliability.md): N random programs on every
+# target against a brute-force reference, M parser mutations; failures are minimised into
+# tests/fuzz/regressions/.  J workers at low priority; EXCLUDE=none also runs the known bugs.
+N ?= 2000
+M ?= 20000
+SEED ?= 1
+J ?= 1
+EXCLUDE ?= now
+fuzz: $(STAMP)
+	cd tests && PYTHONPATH=../src $(abspath $(PY)) -m fuzz --programs $(N) --mutations $(M) --seed $(SEED) \
+		--workers $(J) --exclude $(EXCLUDE) --json ../build/fuzz/summary.json
 
 bench: $(STAMP)
 	$(PY) bench/run.py
