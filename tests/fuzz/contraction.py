@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .numerics import SIGN_UNSURE, is_float, to_dtype, unit
+from .numerics import SIGN_UNSURE, is_float, to_dtype, unit, wrap
 
 _INDEX_RE = re.compile(r"\b[a-z]\w*\b")
 
@@ -312,6 +312,8 @@ def brute_force_bounded(
     # The combination is computed in the operands' promoted dtype.
     combo_dt = np.result_type(*(arrays[a.tensor] for a in spec.operands))
     u = unit(combo_dt)
+    # Integer * and + wrap per tuple, before a max or min sees the value.
+    wrapping = combo_dt.kind in "iu"
     lists = {a.tensor: arrays[a.tensor].tolist() for a in spec.operands}
     err_lists = {
         a.tensor: (errs[a.tensor].tolist() if errs and a.tensor in errs else None)
@@ -324,7 +326,10 @@ def brute_force_bounded(
             (_at(err_lists[a.tensor], p) if err_lists[a.tensor] is not None else 0.0)
             for a, p in zip(spec.operands, op_pos)
         ]
-        found.setdefault(out_pos, []).append(_combine(spec.combo, vals, es, u))
+        value, e = _combine(spec.combo, vals, es, u)
+        if wrapping and spec.combo in ("*", "+"):
+            value = wrap(int(value), combo_dt)  # each tuple's value is in the dtype
+        found.setdefault(out_pos, []).append((value, e))
 
     if spec.default is not None:
         default = arrays[spec.default]

@@ -34,7 +34,7 @@ import numpy as np
 
 from .choose import RandomChooser
 from .contraction import index_ranges
-from .gen_contraction import ARITY, Knobs, Slot, gen_contraction
+from .gen_contraction import ARITY, OUT_INDICES, Knobs, Slot, gen_contraction
 from .inputs import random_values
 from .program import (
     Binary,
@@ -192,8 +192,10 @@ class Generator:
         dt = self._contraction_dtype(combo, slots)
         default = None
         if self.chance(0.2):
-            same = [t for t in pool if t.dtype == dt]
-            choices = pool if "default_dtype" not in self.exclude else same
+            # The output takes the default's shape: at most one output index per dim.
+            fits = [t for t in pool if len(t.shape) <= len(OUT_INDICES)]
+            same = [t for t in fits if t.dtype == dt]
+            choices = fits if "default_dtype" not in self.exclude else same
             if choices:
                 d = self.ch.choice(choices)
                 default = Slot(d.name, d.dims, d.shape)

@@ -289,3 +289,30 @@ def test_reshape_keeps_row_major_order() -> None:
         (Param("X", ("2", "3"), "int32"),), (Reshape("O", "X", ("3", "2")),), ("O",), {}
     )
     assert evaluate(program, {"X": x}).values["O"].tolist() == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_integer_products_wrap_before_a_max_sees_them() -> None:
+    # INT64_MIN * INT64_MIN is 2**126 exactly but 0 in int64: the max of the wrapped
+    # products (NumPy's) is 25, the max of the exact ones would wrap to 0.
+    a = np.array([np.iinfo(np.int64).min, 5, -1], np.int64)
+    spec = Spec(
+        (("A", ("N",)),),
+        Access("O", ()),
+        (),
+        ">",
+        "*",
+        (Access("A", ("i",)), Access("A", ("j",))),
+    )
+    with np.errstate(over="ignore"):
+        want = np.multiply.outer(a, a).max()
+    assert _contraction(spec, A=a).values["O"].tolist() == want == 25
+
+
+def test_the_reference_evaluates_every_generated_program() -> None:
+    # Seed 3000011 once drew a rank-4 default for a contraction with 3 output indices.
+    for seed in (3000011, *range(300)):
+        program, inputs = generate(seed, frozenset())
+        try:
+            evaluate(program, inputs)
+        except MustFail:
+            pass  # the language's error, expected of the backends too
