@@ -45,7 +45,9 @@ def identity(agg: str, dtype: np.dtype) -> object:
             return agg == "min"
         info = np.iinfo(dtype)
         return info.min if agg == "max" else info.max
-    return 0
+    # add: -0.0 for floats, so that a sum of negative zeros is -0.0 as in NumPy
+    # (-0.0 + x == x for every x, +0.0 included; the compiled backends do the same).
+    return -0.0 if dtype.kind == "f" else 0
 
 
 class Accumulator:
