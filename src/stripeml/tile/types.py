@@ -289,9 +289,10 @@ def type_of(
             if isinstance(t, WeakConst):
                 return WeakConst(t.shape, fold_unary("not", t.const))
             return Typed(t.shape, "bool")
-        if isinstance(t, WeakConst):
-            return checked_weak(fold_unary("neg", t.const), expr, stmt)
-        if t.dtype == "bool":
+        if isinstance(t, WeakConst) and not isinstance(t.const, bool):
+            # (a comparison folded to a constant keeps its tensor's shape)
+            return replace(checked_weak(fold_unary("neg", t.const), expr, stmt), shape=t.shape)
+        if isinstance(t, WeakConst) or t.dtype == "bool":
             raise TileTypeError(f"{loc(expr.pos, stmt)}cannot negate a bool value")
         return t
     if isinstance(expr, ast.Binary):
@@ -389,7 +390,7 @@ def _call_type(
     if f in FLOAT_FUNCS or f in SAME_FUNCS:
         t = args[0]
         if isinstance(t, WeakConst):
-            return checked_weak(fold_call(f, t.const), call, stmt)
+            return replace(checked_weak(fold_call(f, t.const), call, stmt), shape=t.shape)
         return Typed(t.shape, float_of(t) if f in FLOAT_FUNCS else t.dtype)
     if f in BINARY_FUNCS:
         a, b = args
@@ -406,7 +407,9 @@ def _call_type(
 def fold_call(f: str, x: Weak) -> Weak:
     """A unary function of a weak constant, as the interpreter computes it on a
     float64 (NumPy: ``sin(inf)`` is nan, ``floor(nan)`` nan, ``exp(1000)`` inf)."""
-    if f in ("abs", "relu") and isinstance(x, int) and not isinstance(x, bool):
+    if f in ("abs", "relu") and isinstance(x, bool):
+        return x  # as on a bool tensor: abs and relu keep bools
+    if f in ("abs", "relu") and isinstance(x, int):
         return abs(x) if f == "abs" else max(x, 0)
     v = float(x)
     table: dict[str, Callable[[float], float]] = {
