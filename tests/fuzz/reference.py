@@ -64,6 +64,37 @@ from .values import (
 )
 
 
+def float_to_int(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """docs/tile-language.md's float -> integer cast, one element at a time in
+    Python integers: truncation in range; else the minimum of the conversion's
+    width (32 bits, or 64 for int64 and uint32), wrapped to the target's bits;
+    uint64 exact up to 2**64, saturated above."""
+    bits, signed = 8 * dt.itemsize, dt.kind == "i"
+    wide = 64 if bits == 64 or (not signed and bits == 32) else 32
+
+    def one(v: float) -> int:
+        if not signed and bits == 64 and v >= 2.0**63:
+            return math.trunc(v) if v < 2.0**64 else 2**64 - 1
+        ok = not math.isnan(v) and -(2.0 ** (wide - 1)) <= v < 2.0 ** (wide - 1)
+        t = (math.trunc(v) if ok else -(2 ** (wide - 1))) % 2**bits
+        return t - 2**bits if signed and t >= 2 ** (bits - 1) else t
+
+    flat = [one(float(v)) for v in np.asarray(x, np.float64).ravel()]
+    return np.array(flat, dtype=object).astype(dt).reshape(np.shape(x))
+
+
+def c_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """C's ``pow`` (what the language's ``pow`` is) on float64 arrays.  NumPy's
+    ``power`` with a one-valued exponent of 0.5 takes ``sqrt`` instead, whose
+    ``sqrt(-0.0)`` is -0.0 and ``sqrt(-inf)`` nan; C's ``pow`` gives +0.0 and
+    +inf there (C99 F.9.4.4), as Python's ``math.pow`` does."""
+    r = np.asarray(np.power(x, y))
+    half = np.broadcast_to(np.asarray(y) == 0.5, r.shape)
+    zero = np.broadcast_to(np.asarray(x) == 0, r.shape)
+    neg_inf = np.broadcast_to(np.isneginf(x), r.shape)
+    return np.where(half & zero, 0.0, np.where(half & neg_inf, math.inf, r))
+
+
 class Evaluator:
     """Evaluates one program's statements in order (``env``: tensor name -> Val)."""
 
@@ -341,10 +372,14 @@ class Evaluator:
             self.events.add("float16")
         if x.arr is None:
             v = x.weak
+            if isinstance(v, float) and dt.kind in "iu":
+                return Val(float_to_int(np.asarray(v), dt), np.zeros(()))
             value = int(v) if dt.kind in "iu" else float(v)
             return Val(np.asarray(value).astype(dt), np.zeros(()))
         with np.errstate(all="ignore"):
             r = x.arr.astype(dt)
+        if x.dtype.kind == "f" and dt.kind in "iu":
+            r = float_to_int(x.arr, dt)  # out of range: the language's values, not NumPy's
         if dt.kind == "f":
             return (
                 rounded(x.f64(), dt, x.err)
@@ -395,13 +430,13 @@ class Evaluator:
         x, y = as_dtype(a, dt).astype(np.float64), as_dtype(b, dt).astype(np.float64)
         u = unit(dt)
         with np.errstate(all="ignore"):
-            r = np.power(x, y)
+            r = c_pow(x, y)
             ex = np.broadcast_to(a.err + C_IN_DEFAULT * u * np.abs(x), r.shape)
             ey = np.where(x > 0, b.err + C_IN_DEFAULT * u * np.abs(y), b.err)
             dev = np.zeros(r.shape)
             for sx in (-1, 0, 1):
                 for sy in (-1, 0, 1):
-                    dev = np.maximum(dev, deviation(np.power(x + sx * ex, y + sy * ey), r))
+                    dev = np.maximum(dev, deviation(c_pow(x + sx * ex, y + sy * ey), r))
         return rounded(r, dt, dev + C_OUT_DEFAULT * u * finite_abs(r))
 
     def function(self, f: str, x: np.ndarray, err: np.ndarray, dt: np.dtype) -> Val:

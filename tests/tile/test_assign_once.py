@@ -23,20 +23,19 @@ import stripeml
 from stripeml.errors import ExecutionError, TileTypeError
 
 try:
+    from fuzz.contraction import (
+        Access,
+        Spec,
+        bind_dims,
+        brute_force,
+        eval_int,
+        index_ranges,
+        output_shape,
+    )
+    from fuzz.gen_contraction import render_poly
     from test_programs import TARGETS
-    from test_random_contractions import (
-        Access,
-        Spec,
-        bind_dims,
-        brute_force,
-        eval_int,
-        index_ranges,
-        output_shape,
-        render_poly,
-    )
 except ImportError:  # tests/ imported as a package
-    from tests.test_programs import TARGETS
-    from tests.test_random_contractions import (
+    from tests.fuzz.contraction import (
         Access,
         Spec,
         bind_dims,
@@ -44,8 +43,9 @@ except ImportError:  # tests/ imported as a package
         eval_int,
         index_ranges,
         output_shape,
-        render_poly,
     )
+    from tests.fuzz.gen_contraction import render_poly
+    from tests.test_programs import TARGETS
 
 REPRO = "function (A[N]) -> (O) { O[0 : 1] = =(A[i]); }"
 WITNESS = re.compile(r"stores O\[([^\]]*)\] twice, from (.*?) and from (.*?); '='")

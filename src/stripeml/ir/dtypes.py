@@ -54,3 +54,32 @@ def bits(name: str) -> int:
 
 def itemsize(name: str) -> int:
     return DTYPES[name].itemsize
+
+
+def float_to_int(x: object, name: str) -> np.ndarray:
+    """Float -> integer dtype ``name`` as the IR's ``cast`` defines it, on every backend.
+
+    In range, truncation toward zero.  Out of range (and NaN), the value x86-64's
+    ``cvtt*`` instructions give, the minimum of the conversion's width: narrow
+    targets (8, 16 bits, ``i32``) convert through 32 bits, ``i64`` and ``u32``
+    through 64 bits, then wrap to the target's bits; ``u64`` converts values in
+    ``[2**63, 2**64)`` exactly, larger ones (and +inf) to ``2**64 - 1``, the rest
+    through 64 bits.  NumPy's ``astype`` gives these values on some builds and
+    others on others (C leaves them undefined), so they are written out here."""
+    v = np.asarray(x, dtype=np.float64)  # float16/32 widen exactly
+    dt = to_numpy(name)
+    bits = 8 * dt.itemsize
+    wide = 64 if bits == 64 or name == "u32" else 32
+    lim = float(2 ** (wide - 1))
+    ok = (v >= -lim) & (v < lim)  # NaN compares false
+    with np.errstate(all="ignore"):
+        t = np.where(ok, np.trunc(np.where(ok, v, 0.0)), 0.0).astype(np.int64)
+    t = np.where(ok, t, np.int64(-(2 ** (wide - 1))))
+    if name == "u64":
+        big = v >= 2.0**63
+        with np.errstate(all="ignore"):
+            upper = np.where(big & (v < 2.0**64), np.trunc(np.where(big, v, 2.0**63)), 0.0)
+        high = (upper - 2.0**63).astype(np.int64).astype(np.uint64) + np.uint64(2**63)
+        high = np.where(v < 2.0**64, high, np.uint64(2**64 - 1))
+        return np.where(big, high, t.astype(np.uint64))
+    return t.astype(dt)  # int64 -> narrower: wraps

@@ -99,7 +99,8 @@ def _convert(value: Weak, dtype: str) -> int | float | bool:
     """A weak constant as a value of ``dtype``, converted as NumPy's ``astype``
     converts it: floats round (past the dtype's range: inf), integers wrap
     modulo 2**bits (only casts reach here with an integer outside the dtype:
-    the typing rejects it elsewhere), floats to integers as NumPy does."""
+    the typing rejects it elsewhere), floats to integers as the IR's cast
+    (:func:`~stripeml.ir.dtypes.float_to_int`)."""
     if dtype == "bool":
         return bool(value)
     npdt = dtypes.to_numpy(dtype)
@@ -108,6 +109,8 @@ def _convert(value: Weak, dtype: str) -> int | float | bool:
         wrapped = int(value) % (1 << bits)
         signed = npdt.kind == "i" and wrapped >= 1 << (bits - 1)
         return wrapped - (1 << bits) if signed else wrapped
+    if isinstance(value, float) and dtypes.is_int(dtype):
+        return int(dtypes.float_to_int(value, dtype))  # as the cast computes it at run time
     with np.errstate(all="ignore"):
         converted = np.asarray(float(value) if isinstance(value, float) else value).astype(npdt)
     return float(converted) if dtypes.is_float(dtype) else int(converted)

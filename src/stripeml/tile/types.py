@@ -244,11 +244,13 @@ def _fold_fmod(a: float, b: float) -> float:
 def _fold_pow(a: Weak, b: Weak, ints: bool) -> Weak:
     """``pow`` of two weak constants: exact for integers (a result past 64 bits
     is not computed: 2**(10**18) would never finish), NumPy's float64 ``power``
-    otherwise (inf on overflow, nan for a negative base, as the interpreter)."""
+    otherwise (inf on overflow, nan for a negative base; C's pow at 0.5, as the interpreter)."""
     if ints and int(b) >= 0:
         if abs(int(a)) > 1 and int(b) > 128:
             return 1 << 129  # at least 2**b: only its size matters (checked_weak rejects it)
         return int(a) ** int(b)
+    if float(b) == 0.5 and (a == 0 or a == -math.inf):
+        return math.inf if a else 0.0  # C's pow, not NumPy's sqrt fast path (-0.0, nan)
     with np.errstate(all="ignore"):
         return float(np.power(np.float64(a), np.float64(b)))
 

@@ -12,7 +12,25 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...errors import ExecutionError
-from ...ir.dtypes import to_numpy
+from ...ir.dtypes import float_to_int, from_numpy, to_numpy
+
+
+def ieee_pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``pow`` as C's (IEEE 754) ``pow``, which the compiled backends call.
+
+    NumPy's ``power`` takes ``sqrt`` for an exponent of 0.5 given as a scalar
+    (or any array of one value), and ``sqrt(-0.0)`` is -0.0, ``sqrt(-inf)``
+    nan, where ``pow`` gives +0.0 and +inf; other fast paths (0, 1, -1, 2)
+    agree with ``pow``."""
+    r = np.power(x, y)
+    if np.asarray(x).dtype.kind != "f":
+        return r
+    half = np.asarray(y) == 0.5
+    if not half.any():
+        return r
+    fixed = np.where(x == 0, 0.0, np.where(np.isneginf(x), np.inf, r)).astype(r.dtype)
+    return np.where(half, fixed, r)
+
 
 _BINARY: dict[str, Callable[..., np.ndarray]] = {
     "add": np.add,
@@ -20,7 +38,7 @@ _BINARY: dict[str, Callable[..., np.ndarray]] = {
     "mul": np.multiply,
     "max": np.maximum,
     "min": np.minimum,
-    "pow": np.power,
+    "pow": ieee_pow,
     "cmp_lt": np.less,
     "cmp_le": np.less_equal,
     "cmp_gt": np.greater,
@@ -71,6 +89,8 @@ def _evaluate(op: str, vals: list[np.ndarray], out_dt: np.dtype) -> np.ndarray:
     if op == "ident":
         return vals[0]
     if op == "cast":
+        if vals[0].dtype.kind == "f" and out_dt.kind in "iu":
+            return float_to_int(vals[0], from_numpy(out_dt) or "")  # defined out of range
         return vals[0].astype(out_dt)
     if op == "div":
         a, b = vals
