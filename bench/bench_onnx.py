@@ -23,9 +23,12 @@ Cases (one JSON line each, see bench/run.py):
   ``ratio`` (onnxruntime seconds / stripeml seconds: above 1, stripeml is
   faster), ``load_avg_1m`` (the load average as the model starts: other work
   on the cores slows both, threaded code most), ``env_unset`` (the OpenBLAS
-  overrides this process removed, below); ``skipped`` (with ``stripeml_s``
-  null) says why stripeml cannot run a model, an unsupported operator or an
-  import error, instead of stopping the run.  Progress goes to stderr.
+  overrides this process removed, below), ``ok``.  ``skipped`` (with
+  ``stripeml_s`` null) says why a model did not run: an unsupported operator,
+  an import error (a ``StripeError``), or no torch/transformers to export it
+  with; ``error`` is an unexpected exception (a bug: ``ok`` false, exit 1).
+  Neither stops the run.  Progress (each model, its compile seconds) goes to
+  stderr.
 
 ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are removed from this process's
 environment before NumPy loads (they slow a current NumPy); the shell's is
@@ -159,9 +162,16 @@ def set_case(name: str, blocks: int, tolerance: float = 1e-3) -> bool:
     entry = models.REGISTRY[name]
     record: dict[str, Any] = {"bench": "onnx", "case": "set", "model": name,
                               "family": entry.family, "threads": 2, "target": "cpu",
-                              "load_avg_1m": _load_avg(), "env_unset": ENV_UNSET}  # fmt: skip
+                              "load_avg_1m": _load_avg(), "env_unset": ENV_UNSET,
+                              "sizes": {"model": name}}  # fmt: skip
     t = time.perf_counter()
-    model, feeds = entry.build()
+    try:
+        model, feeds = entry.build()
+    except ImportError as exc:  # torch or transformers missing: nothing to export with
+        skipped = f"cannot be exported here ({exc}): make bench-deps installs what it needs"
+        print(f"{name}: skipped: {skipped}", file=sys.stderr)
+        emit_record(record, repeats=0, stripeml_s=None, baselines={}, skipped=skipped)
+        return True
     print(f"{name}: {entry.about}; loaded in {time.perf_counter() - t:.1f} s", file=sys.stderr)
     record["sizes"] = {"model": name, **{k: list(v.shape) for k, v in feeds.items()}}
     missing = models.unsupported_ops(model)
@@ -173,6 +183,11 @@ def set_case(name: str, blocks: int, tolerance: float = 1e-3) -> bool:
             got = fn(**feeds)
         except StripeError as exc:  # the importer's errors name the node and the operator
             skipped = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        except Exception as exc:  # a bug in stripeml: said, and the run goes on (exit 1)
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            print(f"{name}: FAIL: {error}", file=sys.stderr)
+            emit_record(record, repeats=0, stripeml_s=None, baselines={}, error=error, ok=False)
+            return False
         record["compile_s"] = time.perf_counter() - t
     if skipped is not None:
         print(f"{name}: skipped: {skipped}", file=sys.stderr)
