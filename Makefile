@@ -49,10 +49,12 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
-# PyTorch, a baseline for bench/bench_cpu.py only (never a dependency, never in CI).
-# 2.13.0 is the CPU build already on the machine's disk; another version downloads gigabytes.
+# The `bench` extra of pyproject.toml (the same pins; never a dependency, never in CI):
+# PyTorch, a baseline for bench/bench_cpu.py, and transformers, which with it exports the
+# model set of bench/models.py (bench_onnx.py --set).  torch 2.13.0 is the CPU build
+# already on the machine's disk; another version downloads gigabytes.
 bench-deps: $(STAMP)
-	$(VENV)/bin/pip install torch==2.13.0
+	$(VENV)/bin/pip install torch==2.13.0 transformers==5.24.0
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -11,13 +11,38 @@ Cases (one JSON line each, see bench/run.py):
   ones, laid out once and kept, included), against the sum of every per-call
   temporary; the bytes of the kept constant temporaries and of the constant
   parameters (the weights) apart (``sizes`` holds them; nothing is timed).
+* ``set`` (only with ``--set``, instead of the cases above): every model of
+  the benchmark set in ``bench/models.py`` (or those named), one line each.
+  Each is checked first: the largest ``|stripeml - onnxruntime|`` over the
+  largest ``|onnxruntime|``, per output, must stay under 1e-3, else the model
+  is not timed and the exit status is 1.  Then both run with 2 threads,
+  interleaved in blocks of a few calls with a 0.05 s pause before each block
+  (so the other library's spinning threads go idle); medians of every call.
+  Extra fields: ``model``, ``family``, ``compile_s`` (import + compile + first
+  run, in this process, with the disk kernel cache as it is), ``max_err``,
+  ``ratio`` (stripeml seconds / onnxruntime seconds: above 1, stripeml is
+  slower; issue 13's target is at most 1), ``load_avg_1m`` (the load average as the model starts: other work
+  on the cores slows both, threaded code most), ``env_unset`` (the OpenBLAS
+  overrides this process removed, below), ``ok``.  ``skipped`` (with
+  ``stripeml_s`` null) says why a model did not run: an unsupported operator,
+  an import error (a ``StripeError``), or no torch/transformers to export it
+  with; ``error`` is an unexpected exception (a bug: ``ok`` false, exit 1).
+  Neither stops the run.  Progress (each model, its compile seconds) goes to
+  stderr.
+
+``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are removed from this process's
+environment before NumPy loads (they slow a current NumPy); the shell's is
+left as it is.
 
     python bench/bench_onnx.py [--model resnet50] [--repeats 20] [--no-compile]
+    python bench/bench_onnx.py --set [NAME,NAME] [--blocks 5]
+    python bench/models.py             # the set's names (exports what is not cached)
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -25,33 +50,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
-import numpy as np
+_BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+ENV_UNSET: dict[str, str] = {}
+if __name__ == "__main__":  # the benchmark process only, before NumPy loads
+    ENV_UNSET = {k: os.environ.pop(k) for k in _BLAS_ENV if k in os.environ}
 
-LIGHT_NAMES = ("resnet50", "squeezenet", "bvlc_alexnet", "densenet121", "inception_v1",
-               "inception_v2", "shufflenet", "vgg19", "zfnet512")  # fmt: skip
+import models  # noqa: E402  (bench/models.py, beside this script)
+import numpy as np  # noqa: E402
+
+LIGHT_NAMES = models.LIGHT_NAMES
+feeds_for = models.feeds_for
 
 
 def load(name: str):
-    import onnx
-
-    from stripeml.onnx.testing import randomize_weights, strip_softmax
-
-    path = os.path.join(
-        os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx"
-    )
-    return strip_softmax(randomize_weights(onnx.load(path), seed=1))
-
-
-def feeds_for(model) -> dict[str, np.ndarray]:
-    inits = {t.name for t in model.graph.initializer}
-    rng = np.random.default_rng(2)
-    out = {}
-    for x in model.graph.input:
-        if x.name not in inits:
-            shape = tuple(d.dim_value or 1 for d in x.type.tensor_type.shape.dim)
-            out[x.name] = rng.standard_normal(shape).astype(np.float32)
-    return out
+    return models.load_light(name)[0]
 
 
 def emit(case: str, sizes: dict, stripeml_s: float | None, baselines: dict, repeats: int) -> None:
@@ -83,18 +98,170 @@ def compile_once(name: str) -> None:
     print(time.perf_counter() - start)
 
 
-def main() -> None:
+def ort_session(model: Any) -> Any:
+    """onnxruntime on the CPU provider with 2 intra-op threads and 1 inter-op thread."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def relative_error(got: Any, want: list[np.ndarray]) -> float:
+    """Over the outputs, the largest ``max|got - want| / max|want|``."""
+    got = list(got) if isinstance(got, tuple) else [got]
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, onnxruntime gives {len(want)}")
+    worst = 0.0
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64)
+        if g.shape != w.shape:
+            raise AssertionError(f"output shape {g.shape}, onnxruntime gives {w.shape}")
+        scale = max(1e-30, float(np.max(np.abs(w)))) if w.size else 1.0
+        worst = max(worst, float(np.max(np.abs(g - w), initial=0.0)) / scale)
+    return worst
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], blocks: int) -> tuple[dict[str, float], int]:
+    """Median seconds of each of ``fns``, timed in alternating blocks of consecutive
+    calls with a 0.05 s pause before each block; returns the medians and the calls
+    each is over.  A block is about 0.2 s of the slower contender (1 to 10 calls)."""
+    once = {}
+    for name, fn in fns.items():  # warm-up, and a first estimate
+        fn()
+        t = time.perf_counter()
+        fn()
+        once[name] = time.perf_counter() - t
+    per_block = max(1, min(10, round(0.2 / max(1e-6, max(once.values())))))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(blocks):
+        for name, fn in fns.items():
+            time.sleep(0.05)
+            for _ in range(per_block):
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}, blocks * per_block
+
+
+def _load_avg() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def set_case(name: str, blocks: int, tolerance: float = 1e-3) -> bool:
+    """Check, then time, the model ``name`` of the set; print its JSON line.  False when
+    stripeml's outputs are off by more than ``tolerance`` (a skipped model is not a failure)."""
+    import stripeml.onnx
+    from stripeml.errors import StripeError
+
+    entry = models.REGISTRY[name]
+    record: dict[str, Any] = {"bench": "onnx", "case": "set", "model": name,
+                              "family": entry.family, "threads": 2, "target": "cpu",
+                              "load_avg_1m": _load_avg(), "env_unset": ENV_UNSET,
+                              "sizes": {"model": name}}  # fmt: skip
+    t = time.perf_counter()
+    try:
+        model, feeds = entry.build()
+    except ImportError as exc:  # torch or transformers missing: nothing to export with
+        skipped = f"cannot be exported here ({exc}): make bench-deps installs what it needs"
+        print(f"{name}: skipped: {skipped}", file=sys.stderr)
+        emit_record(record, repeats=0, stripeml_s=None, baselines={}, skipped=skipped)
+        return True
+    print(f"{name}: {entry.about}; loaded in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    record["sizes"] = {"model": name, **{k: list(v.shape) for k, v in feeds.items()}}
+    missing = models.unsupported_ops(model)
+    skipped = f"unsupported operators: {', '.join(missing)}" if missing else None
+    if skipped is None:
+        t = time.perf_counter()
+        try:
+            fn = stripeml.onnx.compile(model, target="cpu", threads=2)
+            got = fn(**feeds)
+        except StripeError as exc:  # the importer's errors name the node and the operator
+            skipped = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        except Exception as exc:  # a bug in stripeml: said, and the run goes on (exit 1)
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            print(f"{name}: FAIL: {error}", file=sys.stderr)
+            emit_record(record, repeats=0, stripeml_s=None, baselines={}, error=error, ok=False)
+            return False
+        record["compile_s"] = time.perf_counter() - t
+    if skipped is not None:
+        print(f"{name}: skipped: {skipped}", file=sys.stderr)
+        emit_record(record, repeats=0, stripeml_s=None, baselines={}, skipped=skipped)
+        return True
+    print(f"{name}: compiled and ran in {record['compile_s']:.1f} s", file=sys.stderr)
+    session = ort_session(model)
+    err = relative_error(got, session.run(None, feeds))
+    if not err <= tolerance:
+        print(f"{name}: FAIL: max error {err:.2e} > {tolerance:g}, not timed", file=sys.stderr)
+        emit_record(record, repeats=0, stripeml_s=None, baselines={}, max_err=err, ok=False)
+        return False
+    medians, repeats = interleaved(
+        {"stripeml": lambda: fn(**feeds), "onnxruntime": lambda: session.run(None, feeds)},
+        blocks,
+    )
+    ours, theirs = medians["stripeml"], medians["onnxruntime"]
+    print(
+        f"{name}: max error {err:.1e}; stripeml {ours * 1e3:.2f} ms, "
+        f"onnxruntime {theirs * 1e3:.2f} ms (ratio {ours / theirs:.2f})",
+        file=sys.stderr,
+    )
+    emit_record(record, repeats=repeats, stripeml_s=ours, baselines={"onnxruntime": theirs},
+                ratio=ours / theirs, max_err=err, ok=True)  # fmt: skip
+    return True
+
+
+def run_set(names: list[str], blocks: int) -> int:
+    """The ``set`` case for each of ``names``; the exit status (1 when a model disagrees)."""
+    failed = []
+    for name in names:
+        if not set_case(name, blocks):
+            failed.append(name)
+        gc.collect()  # the last model's weights, before the next is loaded
+    if failed:
+        print(f"stripeml disagrees with onnxruntime on: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def emit_record(record: dict[str, Any], **fields: Any) -> None:
+    print(json.dumps({**record, **fields}), flush=True)
+
+
+def set_names(p: argparse.ArgumentParser, arg: str) -> list[str]:
+    """The models ``--set`` names: ``all``, or names separated by commas."""
+    if arg == "all":
+        return list(models.REGISTRY)
+    names = [n for n in arg.split(",") if n]
+    unknown = [n for n in names if n not in models.REGISTRY]
+    if unknown or not names:
+        p.error(f"--set: unknown model {', '.join(unknown)}; the set: {', '.join(models.REGISTRY)}")
+    return names
+
+
+def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="resnet50", choices=LIGHT_NAMES)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument(
+        "--set",
+        nargs="?",
+        const="all",
+        metavar="NAME,NAME",
+        help="the benchmark set of bench/models.py (all, or the models named) instead",
+    )
+    p.add_argument("--blocks", type=int, default=5, help="with --set: blocks per contender")
     p.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.set is not None:
+        return run_set(set_names(p, args.set), args.blocks)
     if args.compile_child:
         compile_once(args.model)
-        return
-    import onnxruntime as ort
-
+        return 0
     import stripeml.onnx
 
     model = load(args.model)
@@ -108,13 +275,7 @@ def main() -> None:
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 emit(case, sizes, float(out.stdout.strip().splitlines()[-1]), {}, 1)
     fn = stripeml.onnx.compile(model, target="cpu")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    session = ort_session(model)
     got = fn(**feeds)
     want = session.run(None, feeds)[0]
     err = float(np.max(np.abs(got - want)) / max(1e-30, float(np.max(np.abs(want)))))
@@ -151,7 +312,8 @@ def main() -> None:
         "constant_parameters_bytes": sum(allocation_bytes(r) for r in refs if r.const),
     }
     emit("memory", {**sizes, **memory}, None, {}, 0)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
