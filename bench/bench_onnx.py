@@ -13,6 +13,7 @@ Cases (one JSON line each, see bench/run.py):
   parameters (the weights) apart (``sizes`` holds them; nothing is timed).
 
     python bench/bench_onnx.py [--model resnet50] [--repeats 20] [--no-compile]
+    python bench/bench_onnx.py --kernels [--model resnet50] [--json]   # bench/kernels.py
 """
 
 from __future__ import annotations
@@ -89,9 +90,16 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--kernels", action="store_true", help="per-kernel roofline vs onnxruntime")
+    p.add_argument("--json", action="store_true", help="with --kernels: JSON lines")
     args = p.parse_args()
     if args.compile_child:
         compile_once(args.model)
+        return
+    if args.kernels:
+        import kernels  # bench/kernels.py, next to this script
+
+        kernels.report(args.model, load, feeds_for, as_json=args.json, runs=args.repeats)
         return
     import onnxruntime as ort
 
