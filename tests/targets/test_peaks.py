@@ -93,3 +93,12 @@ def test_the_target_keeps_the_host_facts_it_was_loaded_with() -> None:
     assert target.host is host
     assert target == target_from_toml(CPU, host=HostFacts(threads=2))  # host is not compared
     assert "host" not in repr(target)
+
+
+def test_stripeml_targets_shows_a_given_peak() -> None:
+    from stripeml.targets.report import describe_target
+
+    assert "peak               640 GFLOP/s f32" in describe_target(
+        target_from_toml("peak_gflops = 640\n" + CPU)
+    )
+    assert "GFLOP/s" not in describe_target(target_from_toml(CPU))
