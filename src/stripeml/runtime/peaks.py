@@ -22,7 +22,8 @@ for (``Executable.profile``, ``bench/bench_onnx.py --kernels``), never at
 import or compile, and once per machine: :func:`target_peaks` keeps them in
 ``peaks.json`` under the disk cache's root (:mod:`.cache_root`: the same
 folder, trusted the same way), keyed by the CPU's model, its LLVM name and
-features, and the thread count.  Delete that file to measure again.  A target
+features, and the thread count, with the load average at the time (a busy
+machine measures low).  Delete that file to measure again.  A target
 file's ``peak_gflops`` and its DRAM level's ``bandwidth_gbs``, or
 ``HostFacts(peak_gflops=, dram_gbps=)``, are used instead, never measured; the
 environment variable :data:`MEASURE_VARIABLE` set to ``0`` turns measuring
@@ -299,6 +300,8 @@ class PeaksFile:
             "peak_gflops": peaks.gflops,
             "dram_gbps": peaks.gbps,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            # a busy machine measures low: the 1-minute load average says how busy
+            "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         }
         text = json.dumps({"format": _FORMAT, "entries": entries}, indent=1, sort_keys=True)
         try:
