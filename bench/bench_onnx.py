@@ -37,6 +37,7 @@ left as it is.
     python bench/bench_onnx.py [--model resnet50] [--repeats 20] [--no-compile]
     python bench/bench_onnx.py --set [NAME,NAME] [--blocks 5]
     python bench/models.py             # the set's names (exports what is not cached)
+    python bench/bench_onnx.py --kernels [--model resnet50] [--json]   # bench/kernels.py
 """
 
 from __future__ import annotations
@@ -256,11 +257,18 @@ def main() -> int:
     )
     p.add_argument("--blocks", type=int, default=5, help="with --set: blocks per contender")
     p.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--kernels", action="store_true", help="per-kernel roofline vs onnxruntime")
+    p.add_argument("--json", action="store_true", help="with --kernels: JSON lines")
     args = p.parse_args()
     if args.set is not None:
         return run_set(set_names(p, args.set), args.blocks)
     if args.compile_child:
         compile_once(args.model)
+        return 0
+    if args.kernels:
+        import kernels  # bench/kernels.py, next to this script
+
+        kernels.report(args.model, load, feeds_for, as_json=args.json, runs=args.repeats)
         return 0
     import stripeml.onnx
 

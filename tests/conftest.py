@@ -1,4 +1,5 @@
-"""Session-wide test setup: keep the kernel cache out of the user's home."""
+"""Session-wide test setup: keep the kernel cache out of the user's home, and
+measure no roofline ceilings (tests that want them give them, or ask)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 
 @pytest.fixture(autouse=True, scope="session")
 def _kernel_cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """Point ``STRIPEML_CACHE_DIR`` (inherited by child processes) at a session temp dir."""
+    """Point ``STRIPEML_CACHE_DIR`` (inherited by child processes) at a session temp
+    dir, and set ``STRIPEML_MEASURE_PEAKS=0``: a profile measures nothing."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("STRIPEML_CACHE_DIR", str(tmp_path_factory.mktemp("stripeml-cache")))
+        mp.setenv("STRIPEML_MEASURE_PEAKS", "0")
         yield

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .analysis.roofline import NO_WORK, Work, bound_kind, peak_fraction, program_work
 from .errors import InternalError, ShapeError, StripeError
 from .ir.dtypes import itemsize
 from .ir.nodes import Program, Refinement
@@ -37,6 +38,73 @@ from .tile.bind import Signature, bind, signature_of
 from .tile.check import check
 from .tile.lower import lower
 from .tile.parser import parse
+
+
+class _Timed(NamedTuple):
+    kernel: str
+    statement: str
+    seconds: float
+
+
+class ProfileRow(_Timed):
+    """One kernel of :meth:`Executable.profile`.
+
+    As a tuple it is still the ``(kernel, statement, seconds)`` triple that
+    ``profile`` always returned (so ``for name, stmt, secs in rows``,
+    ``row[2]`` and comparisons with triples keep working: a tuple of nine
+    would not unpack into three names); the roofline figures are attributes
+    after those three fields (and in :meth:`_asdict`):
+
+    * ``flops`` and ``bytes`` come from the kernel's IR
+      (:mod:`stripeml.analysis.roofline`): one FLOP per intrinsic per point
+      of its block's domain and one per aggregating store, ``ident``,
+      ``cast``, loads and copies free; the bytes of the program's root
+      buffers it reads plus those it writes, each buffer's touched box
+      counted once per direction (the compulsory DRAM traffic);
+    * ``gflops`` and ``gbps``: those over ``seconds``;
+    * ``peak_fraction``: the achieved share of the roofline bound
+      ``min(peak_gflops, dram_gbps * flops / bytes)``, which equals
+      ``max(gflops / peak_gflops, gbps / dram_gbps)`` (above 1 when the data
+      stayed in cache), and ``bound``: ``"compute"`` or ``"memory"``, which
+      ceiling that bound is.  Both ``None`` when the target's ceilings are
+      unknown (:func:`stripeml.runtime.peaks.target_peaks`).
+    """
+
+    flops: int
+    bytes: int
+    gflops: float
+    gbps: float
+    peak_fraction: float | None
+    bound: str | None
+
+    #: Every field, the triple's first.
+    FIELDS = ("kernel", "statement", "seconds", "flops", "bytes", "gflops", "gbps",
+              "peak_fraction", "bound")  # fmt: skip
+
+    def __new__(
+        cls,
+        kernel: str,
+        statement: str,
+        seconds: float,
+        flops: int = 0,
+        bytes: int = 0,
+        gflops: float = 0.0,
+        gbps: float = 0.0,
+        peak_fraction: float | None = None,
+        bound: str | None = None,
+    ) -> ProfileRow:
+        row = super().__new__(cls, kernel, statement, seconds)
+        row.flops, row.bytes, row.gflops, row.gbps = flops, bytes, gflops, gbps
+        row.peak_fraction, row.bound = peak_fraction, bound
+        return row
+
+    def _asdict(self) -> dict[str, Any]:
+        """Every field by name (the triple's and the roofline's)."""
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{k}={v!r}" for k, v in self._asdict().items())
+        return f"ProfileRow({body})"
 
 
 class Executable:
@@ -61,6 +129,7 @@ class Executable:
             (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
         )
         self._memory: list[tuple[str | None, str, int]] | None = None
+        self._work: dict[str, Work] | None = None
 
     @property
     def stages(self) -> list[tuple[str, str]]:
@@ -94,12 +163,25 @@ class Executable:
         """The generated backend source ("" for the interpreter)."""
         return self._compiled.code
 
-    def profile(self, *args: Any, repeat: int = 1, **kwargs: Any) -> list[tuple[str, str, float]]:
-        """Run ``repeat`` times and return ``(kernel, source statement, median
-        seconds per run)`` for every kernel, slowest first (``cpu`` backend;
-        other backends give one entry for the whole program)."""
+    def profile(self, *args: Any, repeat: int = 1, **kwargs: Any) -> list[ProfileRow]:
+        """Run ``repeat`` times and return a :class:`ProfileRow` (kernel, source
+        statement, median seconds per run, then FLOPs, bytes, GFLOP/s, GB/s and
+        the share of the roofline bound) for every kernel, slowest first.
+
+        Per kernel on the ``cpu`` backend (its runtime times each step; a
+        ``special`` is ``special<k>``, ``k`` its position among the root's
+        statements); other backends give one row for the whole program,
+        ``"program"``, with the FLOPs and bytes of all its kernels added up.
+        The ceilings come from the target (its file's ``peak_gflops`` and DRAM
+        ``bandwidth_gbs``, or its host facts): on a ``cpu`` target that gives
+        neither they are measured the first time any program asks, about a
+        second once per machine, then read from the disk cache
+        (``STRIPEML_MEASURE_PEAKS=0`` turns that off, and the fractions are
+        ``None``)."""
         import statistics
         import time
+
+        from .runtime.peaks import target_peaks  # numpy and LLVM: only when profiling
 
         compiled = self._compiled
         per_run: list[dict[str, float]] = []
@@ -115,13 +197,45 @@ class Executable:
                 start = time.perf_counter()
                 self(*args, **kwargs)
                 per_run.append({"program": time.perf_counter() - start})
+        work = self.work
+        if "program" in per_run[0] and "program" not in work:
+            total = NO_WORK
+            for w in work.values():
+                total = total + w
+            work = {"program": total}
         comments = {b.name: b.comment for b in self.program.root.sub_blocks}
-        names = per_run[0].keys()
-        rows = [
-            (n, comments.get(n, ""), statistics.median(r.get(n, 0.0) for r in per_run))
-            for n in names
-        ]
-        return sorted(rows, key=lambda r: -r[2])
+        peaks = target_peaks(self.function.target)
+        rows = []
+        for name in per_run[0]:
+            seconds = statistics.median(r.get(name, 0.0) for r in per_run)
+            w = work.get(name, NO_WORK)
+            rate = 1e-9 / seconds if seconds > 0 else 0.0
+            fraction = bound = None
+            if peaks.gflops is not None and peaks.gbps is not None:
+                fraction = peak_fraction(w.flops, w.bytes, seconds, peaks.gflops, peaks.gbps)
+                bound = bound_kind(w.flops, w.bytes, peaks.gflops, peaks.gbps)
+            rows.append(
+                ProfileRow(
+                    name,
+                    comments.get(name, ""),
+                    seconds,
+                    w.flops,
+                    w.bytes,
+                    w.flops * rate,
+                    w.bytes * rate,
+                    fraction,
+                    bound,
+                )
+            )
+        return sorted(rows, key=lambda r: -r.seconds)
+
+    @property
+    def work(self) -> dict[str, Work]:
+        """FLOPs and DRAM bytes of each root statement by its profile name
+        (:func:`stripeml.analysis.roofline.program_work`; computed once)."""
+        if self._work is None:
+            self._work = program_work(self.program)
+        return self._work
 
     def run_named(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None

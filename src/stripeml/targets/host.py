@@ -14,13 +14,21 @@ imaginary machine:
   ``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,coherency_line_size}``
   (instruction caches skipped), with :data:`FALLBACK_CACHE_BYTES` and
   :data:`FALLBACK_LINE_BYTES` where a level is missing;
-* ``dram_bytes``: physical memory (``sysconf``), else :data:`FALLBACK_DRAM_BYTES`.
+* ``dram_bytes``: physical memory (``sysconf``), else :data:`FALLBACK_DRAM_BYTES`;
+* ``peak_gflops`` and ``dram_gbps``: the roofline's ceilings, float32 FMA
+  throughput and memory bandwidth with all of a target's threads
+  (:meth:`HostFacts.peaks`).  Unlike the others these are *measured*, by
+  running code (the runtime's :mod:`stripeml.runtime.peaks` supplies the
+  measurement and keeps it on disk), and only when a roofline figure is asked
+  for: never while a target loads or a program compiles.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -83,6 +91,44 @@ def detect_cpu() -> CpuId:
         text = ""
     on = frozenset(f[1:] for f in text.split(",") if f.startswith("+"))
     return CpuId(llvm.get_process_triple(), llvm.get_host_cpu_name(), on, text)
+
+
+@lru_cache(maxsize=1)
+def detect_cpu_model() -> str:
+    """The CPU's marketing name (``model name`` of ``/proc/cpuinfo``, else
+    :func:`platform.processor`), "" when the OS does not say."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() in ("model name", "Model", "Hardware"):
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return " ".join(platform.processor().split())
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The roofline's two ceilings: float32 GFLOP/s and memory GB/s (``None``: unknown)."""
+
+    gflops: float | None = None
+    gbps: float | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.gflops is not None and self.gbps is not None
+
+    def __or__(self, other: Peaks) -> Peaks:
+        """These ceilings, with ``other``'s where these are unknown."""
+        return Peaks(
+            self.gflops if self.gflops is not None else other.gflops,
+            self.gbps if self.gbps is not None else other.gbps,
+        )
+
+
+#: How a host's peaks are measured: ``measure(cpu, threads) -> Peaks``.
+PeakMeasure = Callable[[CpuId, int], Peaks]
 
 
 def vector_width_of(cpu: CpuId) -> int:
@@ -151,7 +197,8 @@ class HostFacts:
     Any fact may be given to the constructor instead of detected; ``cpu``
     describes another CPU (its ISA features decide ``vector_width`` and ``fma``),
     and ``cache_root`` points cache detection at another sysfs ``cache``
-    directory (tests).
+    directory (tests).  ``peak_gflops`` and ``dram_gbps`` given here are never
+    measured; ``measure_peaks`` is how the missing ones are (:meth:`peaks`).
     """
 
     def __init__(
@@ -163,11 +210,25 @@ class HostFacts:
         dram_bytes: int | None = None,
         cpu: CpuId | None = None,
         cache_root: str | os.PathLike[str] = CACHE_ROOT,
+        peak_gflops: float | None = None,
+        dram_gbps: float | None = None,
+        measure_peaks: PeakMeasure | None = None,
     ) -> None:
         self._given = {"threads": threads, "vector_width": vector_width, "dram_bytes": dram_bytes}
         self._fma = fma
         self._cpu = cpu
         self.cache_root = Path(cache_root)
+        for name, value in (("peak_gflops", peak_gflops), ("dram_gbps", dram_gbps)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+            ):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        self._given_peaks = Peaks(
+            None if peak_gflops is None else float(peak_gflops),
+            None if dram_gbps is None else float(dram_gbps),
+        )
+        self._measure_peaks = measure_peaks
+        self._peaks: dict[int, Peaks] = {}
 
     def _fact(self, name: str, detect) -> int:
         given = self._given[name]
@@ -209,6 +270,32 @@ class HostFacts:
         lines = [c.line_bytes for c in self.caches.values()]
         size = FALLBACK_CACHE_BYTES.get(level, FALLBACK_CACHE_BYTES[3])
         return CacheLevel(level, size, lines[0] if lines else FALLBACK_LINE_BYTES)
+
+    def peaks(self, threads: int | None = None, measure: PeakMeasure | None = None) -> Peaks:
+        """The ceilings with ``threads`` threads (default :attr:`threads`): the
+        given ones, the others from ``measure`` (else the constructor's
+        ``measure_peaks``), called at most once per thread count; unknown
+        (``None``) when there is nothing to measure them with."""
+        n = self.threads if threads is None else threads
+        if self._given_peaks.known:
+            return self._given_peaks
+        found = self._peaks.get(n)
+        if found is None:
+            how = measure if measure is not None else self._measure_peaks
+            if how is None:
+                return self._given_peaks
+            found = self._peaks[n] = self._given_peaks | how(self.cpu, n)
+        return found
+
+    @property
+    def peak_gflops(self) -> float | None:
+        """Float32 GFLOP/s of FMAs on :attr:`threads` threads (:meth:`peaks`)."""
+        return self.peaks().gflops
+
+    @property
+    def dram_gbps(self) -> float | None:
+        """Memory bandwidth in GB/s on :attr:`threads` threads (:meth:`peaks`)."""
+        return self.peaks().gbps
 
     @property
     def line_bytes(self) -> int:

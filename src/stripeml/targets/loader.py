@@ -43,6 +43,7 @@ _TOP_KEYS = (
     "shared_memory",
     "compute_units",
     "work_item_strip",
+    "peak_gflops",
     "memory",
     "pipeline",
 )
@@ -182,6 +183,13 @@ class _Reader:
         if "shared_memory" in data:
             facts["shared_memory"] = self.size(data["shared_memory"], "shared_memory")
         memories = self.memories(data.get("memory"))
+        peak = data.get("peak_gflops", "auto")
+        if peak == "auto":  # measured later, only when a roofline figure is asked for
+            peak = None
+        elif isinstance(peak, bool) or not isinstance(peak, (int, float)) or not peak > 0:
+            raise self.fail(
+                "peak_gflops", f'must be a positive number (GFLOP/s) or "auto", got {_kind(peak)}'
+            )
         refs: dict[str, object] = dict(facts)
         for m in memories:
             refs.update({f"{m.name}.size": m.size_bytes, f"{m.name}.line": m.line_bytes})
@@ -202,6 +210,8 @@ class _Reader:
             fma=fma,
             description=self.string(data, "description", "description", default=""),
             source=self.source,
+            peak_gflops=None if peak is None else float(peak),
+            host=self.host,
         )
 
     # -- memories ------------------------------------------------------------

@@ -46,6 +46,8 @@ def describe_target(target: Target) -> str:
         ("threads", str(target.threads)),
         ("vector width", f"{target.vector_width} f32 lanes"),
     ]
+    if target.peak_gflops is not None:
+        rows.append(("peak", f"{target.peak_gflops:g} GFLOP/s f32"))
     gpu = [
         ("max threads/group", target.max_threads_per_group),
         ("subgroup", target.subgroup_size),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..passes.registry import Pass
+    from .host import HostFacts
 
 #: The backends a target file may name (``backend = "..."``).
 BACKENDS = ("interp", "cpu", "opencl", "cuda")
@@ -64,6 +65,11 @@ class PassSpec:
         return f"{self.name}({args})"
 
 
+#: Target fields compiled code does not depend on (or that :meth:`Target.fingerprint`
+#: writes otherwise).
+_NOT_IN_FINGERPRINT = ("pipeline", "source", "peak_gflops", "host")
+
+
 @dataclass(frozen=True)
 class Target:
     """A machine and its pipeline (see ``docs/targets.md``).
@@ -74,6 +80,13 @@ class Target:
     ``work_item_strip`` is the accumulators one GPU work-item keeps along a
     vectorised strip (0: one output per work-item).  ``source`` is the file it
     came from (for messages; not part of equality).
+
+    ``peak_gflops`` is the file's float32 compute ceiling for roofline figures
+    (``None``: not given; the DRAM level's ``bandwidth_gbs`` is the memory
+    one), and ``host`` the :class:`~.host.HostFacts` its ``auto`` values came
+    from, which measure the ceilings a ``cpu`` file does not give, when asked
+    (:func:`stripeml.runtime.peaks.target_peaks`).  Neither changes compiled
+    code: they are left out of :meth:`fingerprint`, and ``host`` out of equality.
     """
 
     name: str
@@ -91,11 +104,21 @@ class Target:
     fma: bool = False
     description: str = ""
     source: str = field(default="", compare=False)
+    peak_gflops: float | None = None
+    host: HostFacts | None = field(default=None, compare=False, repr=False)
 
     @property
     def passes(self) -> tuple[Pass, ...]:
         """The pipeline's pass objects, in order (built once, with the target)."""
         return tuple(spec.pass_ for spec in self.pipeline)
+
+    @property
+    def dram_gbps(self) -> float | None:
+        """The DRAM level's ``bandwidth_gbs`` (the file's memory ceiling), if given."""
+        for m in self.memories:
+            if m.name == "DRAM":
+                return m.bandwidth_gbs
+        return None
 
     def memory(self, name: str) -> Memory:
         """The memory level called ``name`` (``KeyError`` if the target has none)."""
@@ -115,7 +138,7 @@ class Target:
     def fingerprint(self) -> str:
         """Every fact and pass option as text: what a compiled program depends on
         besides its source (part of the disk cache's key)."""
-        facts = {k: v for k, v in self.__dict__.items() if k not in ("pipeline", "source")}
+        facts = {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_FINGERPRINT}
         passes = ", ".join(repr(p) for p in self.passes)
         return f"{facts!r}; passes=[{passes}]"
 
