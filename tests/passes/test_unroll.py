@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stripeml
-from stripeml.ir.nodes import walk_blocks
+from stripeml.ir.nodes import Program, walk_blocks
 from stripeml.passes.epilogue import Epilogue
 from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
@@ -409,3 +411,37 @@ def test_cpu_pipeline_keeps_an_unfusable_result(src, reference):
     f = stripeml.compile(src, target="cpu")
     assert "#epilogue" not in f.lower(x, w, bias).ir
     np.testing.assert_allclose(f(x, w, bias), reference(x, w, bias), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [20, 24, 37, 40, 1000])
+def test_ragged_vectors_split_into_whole_and_narrower_lanes(n):
+    """A vector range that whole vectors do not divide (1000 channels in 16 lanes) is
+    two kernels: whole vectors, and the rest in the widest power-of-two lanes
+    (at least 4) that divide it; a rest of fewer lanes stays untiled."""
+    result = _check(MATMUL, [(8, 6), (6, n)], lambda a, b: a @ b, vector_width=16, vectors=2)
+    rest = n % 16
+    names = [b.name for b in result.program.root.stmts]
+    assert names == ["k0_C", "k0_C_lanes"], names
+    tail = result.program.root.stmts[1]
+    tiled = "register_tile" in stripeml.ir.format(
+        Program(replace(result.program.root, stmts=(tail,)))
+    )
+    assert tiled == (rest & -rest >= 4), (n, tiled)
+
+
+def test_ragged_vectors_with_ragged_rows_and_an_epilogue():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((13, 9)).astype(np.float32)
+    w = rng.standard_normal((9, 1000)).astype(np.float32)
+    bias = rng.standard_normal(1000).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
+    result = run_pipeline(program, [Unroll(vector_width=16, rows=4, max_rows=0), Epilogue()])
+    names = [b.name for b in result.program.root.stmts]
+    assert len(set(names)) == len(names) >= 3, names
+    inputs = {"X": x, "W": w, "Bias": bias}
+    want = np.maximum(x @ w + bias, 0)
+    np.testing.assert_allclose(run(result.program, inputs)["Y"], want, rtol=1e-5, atol=1e-5)
+    for threads in (1, 2):
+        opts = CpuOptions(threads=threads, fma=True, vector_width=16)
+        got = CpuBackend(opts).compile(result.program).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

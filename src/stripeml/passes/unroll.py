@@ -60,7 +60,13 @@ and the reduction into blocks (see docs/passes.md section 11).
 Left alone: kernels with nested blocks, index offsets or allocations,
 several outputs or an ``assign`` output, no reduction index, no vector
 index (unit stride in the output, stride 0 or 1 in every input, not in a
-constraint), or a vector range that no whole vector tile divides.  This
+constraint), or a vector range below one vector.
+
+Ragged vectors: a vector range ``R`` that whole vectors do not divide (1000
+output channels in 16 lanes) is split into two root kernels, like ragged
+rows: ``[0, R - R % w)`` tiled as above, and the last ``R % w`` points with
+the widest power-of-two lanes (at least 4) dividing them, one vector, no
+packing; a narrower rest stays untiled (``vectorize`` takes it).  This
 module chooses the tile shape; ``_register_tile.py`` builds the nest.
 
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
@@ -164,6 +170,10 @@ class Unroll:
         if not vcands:
             return None
         v = vcands[-1]
+        if ranges[v] % w and ranges[v] > w:
+            # A ragged vector index (1000 output channels in 16 lanes): whole
+            # vectors, and the rest in narrower lanes, as two kernels.
+            return self._split_vector(root, k, v, row, laid)
         # Row indices: output indices that the inputs read along ``v`` (the panels:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
@@ -248,6 +258,32 @@ class Unroll:
             if laid is not None and state is not None:
                 laid.restore(state)
             return None
+        return first + second
+
+    def _split_vector(
+        self, root: Block, k: Block, v: str, row: str | None, laid: PanelLayouts | None
+    ) -> list[Block] | None:
+        """Tile ``v``'s ``[0, R - R % w)`` with this pass's vectors and the last
+        ``R % w`` points apart, in the widest power-of-two lanes (at least 4) that
+        divide them; fewer lanes than that leave the rest untiled, for ``vectorize``."""
+        w = self.vector_width
+        total = k.idx(v).range
+        rem = total % w
+        head = _restrict(k, v, 0, total - rem, k.name)
+        state = laid.snapshot() if laid is not None else None
+        first = self._tile(root, head, row, laid)
+        if first is None:
+            if laid is not None and state is not None:
+                laid.restore(state)
+            return None
+        taken = {s.name for s in root.stmts if isinstance(s, Block)} | {b.name for b in first}
+        tail = _restrict(k, v, total - rem, rem, fresh(f"{k.name}_lanes", taken))
+        lanes = rem & -rem  # the largest power of two dividing rem
+        second: list[Block] | None = [tail]
+        if lanes >= 4:
+            # Each panel meets one remainder tile: packing buys nothing.
+            rest = replace(self, vector_width=lanes, vectors=1, pack_max_bytes=0)
+            second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
         return first + second
 
     def _nest_options(self) -> dict[str, int]:
