@@ -40,6 +40,7 @@ from .llvm_plan import (
 from .llvm_tile import emit_register_tile
 from .llvm_types import I1, I64, acc_dtype, const, identity, mem_type, reg_type, splat, vec
 from .plan import (
+    deferred_scope,
     init_targets,
     needed_in_init,
     needs_touched_flag,
@@ -100,6 +101,8 @@ class KernelEmitter(KernelBuilder):
                 emit_register_tile(self, blk, env, binds, *plan)
                 return
         scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
+        if scopes and init is None and deferred_scope(blk):
+            scopes = []  # the child block is each element's scope (it stays "scope")
         reg = None
         vlast = None
         if scopes:

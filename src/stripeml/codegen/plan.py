@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Protocol, TypeVar
 
+from ..analysis.dependence import race_free_indices
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constraint, Refinement, Special, Store
 
@@ -177,6 +178,21 @@ def register_scope(blk: Block, scopes: Mapping[str, Affine]) -> str | None:
     if any(isinstance(s, Special) for s in blk.stmts):
         return None
     return name if injective(offset, blk) else None
+
+
+def deferred_scope(blk: Block) -> bool:
+    """Whether ``blk``'s scopes may be left to its one statement, a block: when no
+    two points of ``blk`` write one element (every index race-free, decided by
+    :func:`~stripeml.analysis.dependence.race_free_indices`), each element is
+    aggregated by one instance of that block alone, which is then the scope (it
+    writes the identity first, or keeps the element in a register), instead of
+    ``blk`` writing the identity to every element in a separate pass first.  A
+    ``#register_tile`` below a kernel of tiles (``unroll``) so starts from the
+    identity in registers."""
+    if len(blk.stmts) != 1 or not isinstance(blk.stmts[0], Block):
+        return False
+    names = {i.name for i in blk.idxs if i.range > 1}
+    return names <= set(race_free_indices(blk))
 
 
 def split_by_address(order: list[str], offset: Affine) -> tuple[list[str], list[str]]:

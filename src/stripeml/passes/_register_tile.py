@@ -34,12 +34,14 @@ def register_tiles(
     pack_max_bytes: int,
     row_blocks: int = 1,
     k_block: int = 0,
+    flat: bool = False,
 ) -> Block:
     """``k`` tiled: panels of ``vt`` along ``v``; tile rows along ``u`` (``tile_rows``
     of them, or ``tile_rows // r2`` when ``u2 = (name, r2)`` adds a second row
     index, for a 2-D tile of pixels); ``red``: the reduction indices.  Options as
     :class:`~stripeml.passes.unroll.Unroll`'s (``pack_max_bytes``, ``row_blocks``,
-    ``k_block``)."""
+    ``k_block``); ``flat``: two levels even with several panels (the panel index
+    beside the tile indices, no packing)."""
     ranges = {i.name: i.range for i in k.idxs}
     taken = set(ranges)
     vo, vr = fresh(f"{v}_o", taken), fresh(f"{v}_r", taken)
@@ -61,6 +63,7 @@ def register_tiles(
     if (
         u is not None
         and u2 is None
+        and not flat
         and nb > 1
         and ranges[v] // vt > 1
         and ranges[u] % (nb * rows) == 0
@@ -121,7 +124,7 @@ def register_tiles(
         box0[ks.outer] = ranges[ks.name] // k_block
     refs0, refs1, refs2, copies = [], [], [], []
     # One panel only: the tile rows become the kernel's own (parallel) indices.
-    merged = ranges[v] // vt == 1 and (u is not None or bool(others))
+    merged = flat or (ranges[v] // vt == 1 and (u is not None or bool(others)))
     for r in k.refs:
         a0, a1, a2, s0, s1 = [], [], [], [], []
         for a in r.access:
@@ -204,7 +207,7 @@ def register_tiles(
             acc = tuple(x + y for x, y in zip(r0.access, r1.access))
             top_refs.append(replace(r0, access=acc, shape=r1.shape))
         return Block(
-            idxs=(Index(vo, 1), *top_k, *idx1),
+            idxs=(Index(vo, ranges[v] // vt), *top_k, *idx1),
             refs=tuple(top_refs),
             stmts=(tile,),
             tags=frozenset(k.tags | {"tiled"}),

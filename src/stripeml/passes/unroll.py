@@ -81,7 +81,7 @@ from typing import ClassVar
 
 from ..analysis.select import parse_selector
 from ..ir.affine import Affine
-from ..ir.nodes import Block, Program, Statement
+from ..ir.nodes import Block, Program, Refinement, Statement
 from ._common import fresh, index_stride
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
@@ -112,6 +112,10 @@ class Unroll:
     # stay in L2 across the panels.  Off: 2 measured -2%..+17% (median +3%) on the
     # 3x3 conv 56x56x64 with 2 threads of a loaded 2-core znver3, not conclusive.
     row_blocks: int = 1
+    # Depthwise-like kernels (every input reads the vector index: a channel shared
+    # by image, weight and output) take rows along a pixel index the weight does
+    # not depend on (False: such kernels get one-pixel tiles, as before).
+    channel_rows: bool = True
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
@@ -183,6 +187,10 @@ class Unroll:
             n for n in addr
             if n != v and n not in in_cons and all(index_stride(r, n) == 0 for r in panel_ins)
         ]  # fmt: skip
+        if row is None and not row_ok and self.channel_rows:
+            shared = self._channel_rows(root, k, v, addr, in_cons, ins, red, laid)
+            if shared is not None:
+                return shared
         rows_cands = [n for n in row_ok if ranges[n] % self.rows == 0]
         if row is not None:
             rows_cands = [row]
@@ -219,6 +227,50 @@ class Unroll:
             return None
         return [self._build(root, k, v, vec * w, u, red, None, laid)]
 
+    def _channel_rows(
+        self,
+        root: Block,
+        k: Block,
+        v: str,
+        addr: list[str],
+        in_cons: set[str],
+        ins: list[Refinement],
+        red: list[str],
+        laid: PanelLayouts | None,
+    ) -> list[Block] | None:
+        """Register tiles for a kernel whose every input reads the vector index ``v``
+        (``O[y, x, c] = +(I[y + ky, x + kx, c] * K[ky, kx, c])``: a depthwise
+        convolution), so no output index leaves the inputs read along ``v`` alone.
+        The rows are the innermost output index ``u`` (not in a constraint) that some
+        input does not depend on: each of its vectors (the weight's) then serves all
+        the rows of a tile, the others (the image's) are read at shifted pixels.
+        Rows: the most, at most ``max_rows``, that divide the range of ``u``; then as
+        many vectors as ``max_vectors`` allows.  No panel level and no packing: a
+        panel of the image is read by one tile row only, so a dense copy would cost
+        a pass over the image and save nothing; the panel index stays beside the
+        pixel indices, where ``thread`` may split any of them."""
+        ranges = {i.name: i.range for i in k.idxs}
+        w = self.vector_width
+        if ranges[v] % w or any(index_stride(r, v) != 1 for r in ins):
+            return None
+        cands = [
+            n for n in addr
+            if n != v and n not in in_cons and any(index_stride(r, n) == 0 for r in ins)
+        ]  # fmt: skip
+        if not cands:
+            return None
+        u = cands[-1]
+        rows = next(
+            (d for d in range(min(self.max_rows, ranges[u]), 1, -1) if ranges[u] % d == 0), 0
+        )
+        if rows < 2:
+            return None
+        vec = _vectors(max(1, self.max_vectors // rows), ranges[v], w)
+        if vec < 1:
+            return None
+        flat = replace(self, rows=rows)
+        return [flat._build(root, k, v, vec * w, u, red, None, laid, flat=True)]
+
     def _build(
         self,
         root: Block,
@@ -229,6 +281,7 @@ class Unroll:
         red: list[str],
         u2: tuple[str, int] | None,
         laid: PanelLayouts | None,
+        flat: bool = False,
     ) -> Block:
         """The register-tiled nest of ``k``, reading its constant panel inputs laid out
         in blocks of ``vt`` (made when this pass packs panels at all, else reused)."""
@@ -237,7 +290,7 @@ class Unroll:
             if blocked is not None:
                 k, v = blocked
                 root = laid.root
-        return register_tiles(root, k, v, vt, u, red, u2, **self._nest_options())
+        return register_tiles(root, k, v, vt, u, red, u2, flat=flat, **self._nest_options())
 
     def _split(
         self, root: Block, k: Block, u: str, laid: PanelLayouts | None = None
