@@ -62,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fuzz: {args.programs} programs on {', '.join(targets)}; {args.mutations} mutations; "
           f"seed {args.seed}; excluded: {', '.join(sorted(exclude)) or 'none'}", flush=True)  # fmt: skip
 
+    shown = [0]
+
     def progress(tally) -> None:
+        for f in tally.failures[shown[0] :]:  # each failure as it is found
+            print(f"  found: seed {f.seed} {f.target} {f.status} {f.kind}", flush=True)
+        shown[0] = len(tally.failures)
         if tally.programs % 100 == 0:
             print(
                 f"  {tally.programs} programs, {len(tally.failures)} failures, {tally.seconds:.0f} s",
