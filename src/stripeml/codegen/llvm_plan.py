@@ -44,9 +44,11 @@ MAX_UNROLL = 8
 
 def register_tile_plan(
     blk: Block, binds: dict[str, Bind], w: int
-) -> tuple[str, str, list[str]] | None:
-    """(output ref, vector index, unrolled indices) when ``blk`` is a leaf whose single
-    aggregating store can keep its outputs in vector registers across the reduction."""
+) -> tuple[str, str, list[str], int] | None:
+    """(output ref, vector index, unrolled indices, lanes) when ``blk`` is a leaf whose
+    single aggregating store can keep its outputs in vector registers across the
+    reduction.  ``lanes`` is ``w``, or for a vector index of fewer points (a tile of
+    ``unroll``'s narrower-lane rest) its range when that is a power of two >= 4."""
     if w < 2 or blk.sub_blocks or any(r.dir == "none" for r in blk.refs):
         return None
     stores = [s for s in blk.stmts if isinstance(s, Store)]
@@ -65,10 +67,15 @@ def register_tile_plan(
         return None
     if bd.mode == "scope" and blk.constraints:
         return None  # a reduction with no points must leave its outputs alone
-    units = [n for n in addr if bd.offset.coeff(n) == 1 and blk.idx(n).range % w == 0]
+
+    def lanes_of(n: str) -> int:
+        r = blk.idx(n).range
+        return r if 4 <= r < w and r & (r - 1) == 0 else w
+
+    units = [n for n in addr if bd.offset.coeff(n) == 1 and blk.idx(n).range % lanes_of(n) == 0]
     for vidx in reversed(units):
         unrolled = [n for n in addr if n != vidx]
-        count = blk.idx(vidx).range // w
+        count = blk.idx(vidx).range // lanes_of(vidx)
         for u in unrolled:
             count *= blk.idx(u).range
         if count > MAX_TILE_VECTORS or any(blk.idx(u).range > MAX_UNROLL for u in unrolled):
@@ -78,7 +85,7 @@ def register_tile_plan(
         ok = vectorizable(blk, binds, vidx, reduction_ok=True)
         bd.mode = saved
         if ok:
-            return out, vidx, unrolled
+            return out, vidx, unrolled, lanes_of(vidx)
     return None
 
 

@@ -31,11 +31,14 @@ def emit_register_tile(
     out: str,
     vidx: str,
     unrolled: list[str],
+    lanes: int,
 ) -> None:
-    """Emit leaf ``blk`` with its output ``out`` in a register tile (see the module)."""
+    """Emit leaf ``blk`` with its output ``out`` in a register tile (see the module),
+    ``lanes`` points of ``vidx`` per vector (the target's width, or fewer for a
+    narrower tile)."""
     b = g.b
     bd = binds[out]
-    w = g.vector_width
+    w = lanes
     adt = acc_dtype(bd.dtype)
     rt = vec(reg_type(adt), w)
     combos = list(itertools.product(*[range(blk.idx(u).range) for u in unrolled]))

@@ -332,7 +332,7 @@ class Unroll:
         taken = {s.name for s in root.stmts if isinstance(s, Block)} | {b.name for b in first}
         tail = _restrict(k, v, total - rem, rem, fresh(f"{k.name}_lanes", taken))
         lanes = rem & -rem  # the largest power of two dividing rem
-        second: list[Block] | None = [tail]
+        second: list[Block] = [tail]
         if lanes >= 4:
             # Each panel meets one remainder tile: packing buys nothing.
             rest = replace(self, vector_width=lanes, vectors=1, pack_max_bytes=0)
