@@ -64,6 +64,14 @@ from .values import (
 )
 
 
+def _past(v: Val, dt: np.dtype) -> bool:
+    """A weak integer outside integer dtype ``dt``'s range."""
+    if v.arr is not None or isinstance(v.weak, (bool, float)):
+        return False
+    info = np.iinfo(dt)
+    return not info.min <= int(v.weak) <= info.max
+
+
 def float_to_int(x: np.ndarray, dt: np.dtype) -> np.ndarray:
     """docs/tile-language.md's float -> integer cast, one element at a time in
     Python integers: truncation in range; else the minimum of the conversion's
@@ -265,7 +273,11 @@ class Evaluator:
             if op == "-":
                 return rounded(x - y, dt, ea + eb)
             if op == "*":
-                return rounded(x * y, dt, scale(x, eb) + scale(y, ea) + ea * eb)
+                r = x * y
+                err = scale(x, eb) + scale(y, ea) + ea * eb
+                # 0 * 0 takes its sign from both: an operand of unsure value leaves it unsure.
+                err = np.where((r == 0) & ((ea > 0) | (eb > 0)), np.maximum(err, SIGN_UNSURE), err)
+                return rounded(r, dt, err)
             r = x / y if op == "/" else np.mod(as_dtype(a, dt), as_dtype(b, dt)).astype(np.float64)
             if op == "/":
                 exact = (ea == 0) & (eb == 0)
@@ -273,6 +285,7 @@ class Evaluator:
                 prop = np.where(
                     room > 0, (ea + np.abs(r) * eb) / np.where(room > 0, room, 1), math.inf
                 )
+                prop = np.where((r == 0) & ~exact, np.maximum(prop, SIGN_UNSURE), prop)
                 return rounded(r, dt, np.where(exact, 0.0, prop))
             # Float %: NumPy's fmod plus a divisor when the signs differ (one rounding).
             if np.any((r == 0) & (ea == 0) & (eb == 0)):
@@ -304,6 +317,13 @@ class Evaluator:
         dt = join(a, b)
         fn = {"<": np.less, ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal,
               "==": np.equal, "!=": np.not_equal}[op]  # fmt: skip
+        if dt.kind in "iu" and any(_past(v, dt) for v in (a, b)):
+            # NumPy 2 compares a Python int past the dtype's range exactly (no error),
+            # and so does the language: in Python integers.
+            x = a.arr.astype(object) if a.arr is not None else a.weak
+            y = b.arr.astype(object) if b.arr is not None else b.weak
+            r = np.asarray(fn(x, y), dtype=bool)
+            return Val(r, (np.broadcast_to(a.err + b.err, r.shape) > 0).astype(np.float64))
         r = fn(as_dtype(a, dt), as_dtype(b, dt))
         slack = a.err + b.err
         with np.errstate(all="ignore"):

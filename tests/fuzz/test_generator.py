@@ -316,3 +316,20 @@ def test_the_reference_evaluates_every_generated_program() -> None:
             evaluate(program, inputs)
         except MustFail:
             pass  # the language's error, expected of the backends too
+
+
+def test_comparisons_with_literals_past_the_range_are_exact_as_in_numpy() -> None:
+    i = np.array([-(2**31), -1, 0, 2**31 - 1], np.int32)
+    for op, lit in ((">", -(2**31) - 1), ("<", 2**31), ("==", 2**40), ("!=", -(2**40))):
+        got, err = _eltwise(Binary(op, Name("I"), Lit(lit)), I=i)
+        want = {">": np.greater, "<": np.less, "==": np.equal, "!=": np.not_equal}[op](i, lit)
+        assert got.tolist() == want.tolist() and not err.any(), op  # NumPy 2: exact, no error
+
+
+def test_a_product_with_a_zero_of_unsure_sign_has_an_unsure_sign() -> None:
+    # max(-0.0, 0.0) may be either zero, so may its product with 0.0.
+    a = np.array([-0.0, -0.5], np.float32)
+    zero = np.array([0.0, 0.0], np.float32)
+    expr = Binary("*", Call("max", (Name("A"), Name("Z"))), Name("Z"))
+    got, err = _eltwise(expr, A=a, Z=zero)
+    assert got.tolist() == [0.0, 0.0] and err[0] > 0 and err[1] == 0
