@@ -333,3 +333,14 @@ def test_a_product_with_a_zero_of_unsure_sign_has_an_unsure_sign() -> None:
     expr = Binary("*", Call("max", (Name("A"), Name("Z"))), Name("Z"))
     got, err = _eltwise(expr, A=a, Z=zero)
     assert got.tolist() == [0.0, 0.0] and err[0] > 0 and err[1] == 0
+
+
+def test_functions_of_constant_expressions_fold_in_float64() -> None:
+    # tanh(1 / 0): integer 1 / 0 is 0; the function folds on a float64 (seed 5008963).
+    x = np.array([0.5, -2.0], np.float32)
+    got, _ = _eltwise(Binary("+", Name("X"), Call("tanh", (Binary("/", Lit(1), Lit(0)),))), X=x)
+    assert got.tolist() == (x + np.float32(np.tanh(0.0))).tolist()
+    got, _ = _eltwise(Binary("*", Name("X"), Call("exp", (Lit(1.0),))), X=x)
+    assert got.tolist() == (x * np.float32(np.exp(1.0))).tolist()
+    got, _ = _eltwise(Binary("+", Name("X"), Call("abs", (Lit(-3),))), X=x)
+    assert got.tolist() == (x + 3).tolist()
