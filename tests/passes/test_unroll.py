@@ -462,3 +462,21 @@ def test_ragged_vector_parts_round_alike():
     got = f(x, w)
     assert (got == got[:, :1]).all(), np.unique(got[0]).size
     np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-2)
+
+
+def test_ragged_vectors_with_constraints_are_not_split():
+    """A padded 3x3/2 max pool over 24 channels keeps one kernel: its narrower rest
+    could not be a register tile (its window may be empty) and would run scalar."""
+    src = """function (I[N, H, W, C]) -> (O) {
+        O[n, y, x, c : N, H / 2, W / 2, C] = >(I[n, 2 * y + ky - 1, 2 * x + kx - 1, c]), ky < 3, kx < 3;
+    }"""
+    rng = np.random.default_rng(11)
+    i = rng.standard_normal((1, 8, 8, 24)).astype(np.float32)
+    f = stripeml.compile(src, target="interp")
+    program = f.lower(i).program
+    result = run_pipeline(program, [Unroll(vector_width=16)]).program
+    assert [b.name for b in result.root.stmts if "_lanes" in b.name] == []
+    want = run(program, {"I": i})["O"]
+    np.testing.assert_array_equal(run(result, {"I": i})["O"], want)
+    got = CpuBackend(CpuOptions(threads=2, vector_width=16)).compile(result).run({"I": i})["O"]
+    np.testing.assert_array_equal(got, want)
