@@ -19,11 +19,18 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from .analysis.roofline import NO_WORK, Work, bound_kind, peak_fraction, program_work
+from .analysis.roofline import (
+    NO_WORK,
+    ProfileRow,
+    Work,
+    bound_kind,
+    peak_fraction,
+    program_work,
+)
 from .errors import InternalError, ShapeError, StripeError
 from .ir.dtypes import itemsize
 from .ir.nodes import Program, Refinement
@@ -38,73 +45,6 @@ from .tile.bind import Signature, bind, signature_of
 from .tile.check import check
 from .tile.lower import lower
 from .tile.parser import parse
-
-
-class _Timed(NamedTuple):
-    kernel: str
-    statement: str
-    seconds: float
-
-
-class ProfileRow(_Timed):
-    """One kernel of :meth:`Executable.profile`.
-
-    As a tuple it is still the ``(kernel, statement, seconds)`` triple that
-    ``profile`` always returned (so ``for name, stmt, secs in rows``,
-    ``row[2]`` and comparisons with triples keep working: a tuple of nine
-    would not unpack into three names); the roofline figures are attributes
-    after those three fields (and in :meth:`_asdict`):
-
-    * ``flops`` and ``bytes`` come from the kernel's IR
-      (:mod:`stripeml.analysis.roofline`): one FLOP per intrinsic per point
-      of its block's domain and one per aggregating store, ``ident``,
-      ``cast``, loads and copies free; the bytes of the program's root
-      buffers it reads plus those it writes, each buffer's touched box
-      counted once per direction (the compulsory DRAM traffic);
-    * ``gflops`` and ``gbps``: those over ``seconds``;
-    * ``peak_fraction``: the achieved share of the roofline bound
-      ``min(peak_gflops, dram_gbps * flops / bytes)``, which equals
-      ``max(gflops / peak_gflops, gbps / dram_gbps)`` (above 1 when the data
-      stayed in cache), and ``bound``: ``"compute"`` or ``"memory"``, which
-      ceiling that bound is.  Both ``None`` when the target's ceilings are
-      unknown (:func:`stripeml.runtime.peaks.target_peaks`).
-    """
-
-    flops: int
-    bytes: int
-    gflops: float
-    gbps: float
-    peak_fraction: float | None
-    bound: str | None
-
-    #: Every field, the triple's first.
-    FIELDS = ("kernel", "statement", "seconds", "flops", "bytes", "gflops", "gbps",
-              "peak_fraction", "bound")  # fmt: skip
-
-    def __new__(
-        cls,
-        kernel: str,
-        statement: str,
-        seconds: float,
-        flops: int = 0,
-        bytes: int = 0,
-        gflops: float = 0.0,
-        gbps: float = 0.0,
-        peak_fraction: float | None = None,
-        bound: str | None = None,
-    ) -> ProfileRow:
-        row = super().__new__(cls, kernel, statement, seconds)
-        row.flops, row.bytes, row.gflops, row.gbps = flops, bytes, gflops, gbps
-        row.peak_fraction, row.bound = peak_fraction, bound
-        return row
-
-    def _asdict(self) -> dict[str, Any]:
-        """Every field by name (the triple's and the roofline's)."""
-        return {name: getattr(self, name) for name in self.FIELDS}
-
-    def __repr__(self) -> str:
-        body = ", ".join(f"{k}={v!r}" for k, v in self._asdict().items())
-        return f"ProfileRow({body})"
 
 
 class Executable:
