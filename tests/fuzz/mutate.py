@@ -109,6 +109,15 @@ def mutate(text: str, rng: random.Random, kind: str) -> str:
     return text
 
 
+def _replace_one(text: str, rng: random.Random, pattern: str, choices) -> str:
+    """One match of ``pattern`` in ``text`` (drawn by ``rng``) replaced by one of ``choices``."""
+    spans = [m.span() for m in re.finditer(pattern, text)]
+    if not spans:
+        return text
+    a, b = rng.choice(spans)
+    return text[:a] + rng.choice(choices) + text[b:]
+
+
 class _Mutations:
     @staticmethod
     def char(text: str, rng: random.Random, kind: str) -> str:
@@ -147,19 +156,12 @@ class _Mutations:
     @staticmethod
     def number(text: str, rng: random.Random, kind: str) -> str:
         """A number replaced by a hostile one (huge, too many digits, out of range)."""
-        spans = [m.span() for m in re.finditer(r"\d+\.?\d*(?:[eE][+-]?\d+)?", text)]
-        if not spans:
-            return text
-        a, b = rng.choice(spans)
-        return text[:a] + rng.choice(NUMBERS) + text[b:]
+        return _replace_one(text, rng, r"\d+\.?\d*(?:[eE][+-]?\d+)?", NUMBERS)
 
     @staticmethod
     def name(text: str, rng: random.Random, kind: str) -> str:
-        spans = [m.span() for m in re.finditer(r"[A-Za-z_]\w*", text)]
-        if not spans:
-            return text
-        a, b = rng.choice(spans)
-        return text[:a] + rng.choice(NAMES) + text[b:]
+        """A name replaced by a hostile one."""
+        return _replace_one(text, rng, r"[A-Za-z_]\w*", NAMES)
 
     @staticmethod
     def splice(text: str, rng: random.Random, kind: str) -> str:
