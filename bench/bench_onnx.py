@@ -245,7 +245,12 @@ def set_names(p: argparse.ArgumentParser, arg: str) -> list[str]:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="resnet50", choices=LIGHT_NAMES)
+    p.add_argument(
+        "--model",
+        default="resnet50",
+        choices=[*LIGHT_NAMES, *models.REGISTRY],
+        help="a light zoo model, or (with --kernels) any model of the set",
+    )
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument(
@@ -268,8 +273,22 @@ def main() -> int:
     if args.kernels:
         import kernels  # bench/kernels.py, next to this script
 
-        kernels.report(args.model, load, feeds_for, as_json=args.json, runs=args.repeats)
+        if args.model in LIGHT_NAMES:
+            kernels.report(args.model, load, feeds_for, as_json=args.json, runs=args.repeats)
+        else:  # a model of the set: its own inputs (tokens and masks too)
+            built = models.build(args.model)
+            kernels.report(
+                args.model,
+                lambda _: built[0],
+                lambda _: built[1],
+                as_json=args.json,
+                runs=args.repeats,
+            )
         return 0
+    if args.model not in LIGHT_NAMES:
+        p.error(
+            f"--model {args.model}: without --kernels, a light zoo model; use --set for the set"
+        )
     import stripeml.onnx
 
     model = load(args.model)

@@ -188,6 +188,45 @@ def test_gather_constant_table_runtime_indices(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_gather_runtime_data_constant_indices(target):
+    """Constant indices in a progression (a scalar, a stride, a negative step,
+    negative indices) are imported as affine copies; others keep the gather."""
+    x = RNG.standard_normal((3, 6, 5)).astype(np.float32)
+    inits = {
+        "s": np.array(-2, dtype=np.int64),  # scalar: drops the axis
+        "p": np.array([1, 3, 5], dtype=np.int64),  # step 2
+        "q": np.array([-1, -2, 3], dtype=np.int32),  # 5, 4, 3: step -1
+        "r": np.array([0, 2, 1], dtype=np.int64),  # no progression
+        "u": np.array([4], dtype=np.int64),
+    }
+    nodes = [
+        helper.make_node("Gather", ["x", "s"], ["ys"], axis=1),
+        helper.make_node("Gather", ["x", "p"], ["yp"], axis=1),
+        helper.make_node("Gather", ["x", "q"], ["yq"], axis=-2),
+        helper.make_node("Gather", ["x", "r"], ["yr"], axis=0),
+        helper.make_node("Gather", ["x", "u"], ["yu"], axis=2),
+    ]
+    got = _run(target, nodes, {"x": x}, 13, inits, ["ys", "yp", "yq", "yr", "yu"])
+    want = [
+        x[:, 4],
+        x[:, [1, 3, 5]],
+        x[:, [5, 4, 3]],
+        x[[0, 2, 1]],
+        x[:, :, [4]],
+    ]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_gather_constant_index_out_of_range_is_the_nodes_error():
+    x = np.zeros((3, 4), dtype=np.float32)
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1, name="pick")
+    model = _model(node, {"x": x}, ["y"], 13, {"i": np.array([1, 4], dtype=np.int64)})
+    with pytest.raises(OnnxError, match=r"(?s)pick.*index 4 is out of range"):
+        stripeml.onnx.compile(model, target="interp")(x=x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_gather_elements_and_nd(target):
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
     i = RNG.integers(-4, 4, (3, 2, 5)).astype(np.int64)

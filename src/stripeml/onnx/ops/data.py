@@ -366,7 +366,38 @@ def gather(b: Builder, n: Node) -> list[Value | None]:
     e = empty(shape, x.dtype)
     if e is not None:
         return [e]
+    if i.is_const and i.rank <= 1:
+        step = _progression(n, np.asarray(i.const).reshape(-1), x.shape[ax])
+        if step is not None:  # a constant slice: an affine copy, which later passes can fuse
+            first, stride = step
+            xi = indices(x.rank)
+            out = xi[:ax] + (["g"] if i.rank else []) + xi[ax + 1 :]
+            xi[ax] = _aff("g", stride, first) if i.rank else str(first)
+            return [
+                b.contraction(
+                    f"{{out}}[{', '.join(out)} : {_sizes(shape)}] = =({b.ref(x)}[{', '.join(xi)}])",
+                    shape,
+                    x.dtype,
+                )
+            ]
     return [b.statement(f"{{out}} = gather({b.ref(x)}, {b.ref(i)}, {ax})", shape, x.dtype)]
+
+
+def _progression(n: Node, values: np.ndarray, dim: int) -> tuple[int, int] | None:
+    """``(first, step)`` when the constant indices (negative ones counted from
+    ``dim``) are ``first + step * g``; ``None`` for any other pattern.  An index
+    outside ``[-dim, dim)`` is the node's error."""
+    v = values.astype(np.int64)
+    bad = (v < -dim) | (v >= dim)
+    if bad.any():
+        raise n.error(f"index {int(v[bad][0])} is out of range for an axis of size {dim}")
+    v = np.where(v < 0, v + dim, v)
+    if v.size == 0:
+        return None
+    step = int(v[1] - v[0]) if v.size > 1 else 1
+    if not np.array_equal(v, v[0] + step * np.arange(v.size)):
+        return None
+    return int(v[0]), step
 
 
 def _wrap(i: str, dim: int | str) -> str:
