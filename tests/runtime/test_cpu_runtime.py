@@ -225,6 +225,48 @@ def test_chunks_per_thread(extent, work, threads, per_thread, chunks):
     assert all(lo < hi for lo, hi in zip(bounds, bounds[1:]))
 
 
+@pytest.mark.parametrize(
+    ("extent", "grain", "per_thread", "want"),
+    [
+        (32, 16, 4, [0, 16, 32]),  # two vectors: one each, never 4-lane chunks
+        (40, 16, 4, [0, 16, 32, 40]),  # the short last grain is a chunk of its own
+        (16, 16, 4, [0, 16]),  # one vector: no split
+        (100, 4, 1, [0, 48, 100]),
+    ],
+)
+def test_chunk_bounds_are_whole_grains(extent, grain, per_thread, want):
+    info = KernelInfo("k", "k", extent, True, 64 * cpu.MIN_WORK_PER_CHUNK, grain)
+    assert cpu.chunk_bounds(info, 2, per_thread=per_thread) == want
+
+
+def test_a_fused_reduction_split_by_channels_runs_in_whole_vectors():
+    """SiLU fused with a pooled sum (EfficientNet's squeeze-excite): the only
+    race-free index is the channel, which is also the vector index; the kernel
+    runs it innermost in lanes and the chunks are whole vectors."""
+    import stripeml
+
+    src = (
+        "function (A[1, 24, 20, 32], B[32]) -> (C, R) { T = A + B; C = T * sigmoid(T); "
+        "R[n, 0, 0, c : 1, 1, 1, 32] = +(C[n, y, x, c]); }"
+    )
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((1, 24, 20, 32)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    t = (a + b).astype(np.float64)
+    want_c = t / (1 + np.exp(-t))
+    fn = stripeml.compile(src, target=stripeml.targets.resolve("cpu", threads=2))
+    exe = fn.lower(a, b)
+    width = exe.function.target.vector_width
+    if width < 8:
+        pytest.skip("needs 8 or more f32 lanes")
+    assert f"<{width} x float>" in exe.code
+    (info,) = [s.kernel for s in exe._compiled.module.steps if s.kernel is not None]
+    assert info.grain == width
+    c, r = exe(a, b)
+    np.testing.assert_allclose(c, want_c, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(r, want_c.sum(axis=(1, 2), keepdims=True), rtol=2e-5, atol=1e-4)
+
+
 def test_min_chunk_work_option_lowers_the_threshold():
     info = KernelInfo("k", "k", 1000, True, 1 << 12)
     assert len(cpu.chunk_bounds(info, 4)) == 2  # one chunk by default

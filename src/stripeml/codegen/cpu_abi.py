@@ -41,6 +41,9 @@ class KernelInfo:
     parallel_extent: int  # iterations of the split index (>= 1)
     splittable: bool  # disjoint [start, end) ranges may run concurrently
     work: int  # estimated scalar operations, to decide whether threads pay off
+    grain: int = (
+        1  # chunk bounds are multiples of this (the lanes, when the split index is vectorised)
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,7 @@ class KernelBuilder:
         self.symbol = symbol
         self.vector_width = vector_width
         self.par: str | None = None
+        self.par_grain = 1  # the vector width when the split index runs in lanes
         used = list(kernel_buffers(kernel))
         self.used = used
         root_index = {r.into: i for i, r in enumerate(root.refs)}

@@ -57,12 +57,18 @@ class KernelEmitter(KernelBuilder):
         """Emit the kernel; its metadata for the runtime."""
         par = parallel_index(self.kernel)
         self.par = par
+        self.par_grain = 1
         self.emit_block(self.kernel, {}, self.root_binds, top=True)
         self.b.ret_void()
         self.alloca_builder.branch(self.fn.blocks[1])
         extent = self.kernel.idx(par).range if par else 1
         return KernelInfo(
-            self.symbol, self.kernel.name, extent, par is not None, work_estimate(self.kernel)
+            self.symbol,
+            self.kernel.name,
+            extent,
+            par is not None,
+            work_estimate(self.kernel),
+            self.par_grain,
         )
 
     # -- refinements -----------------------------------------------------------
@@ -119,7 +125,21 @@ class KernelEmitter(KernelBuilder):
                 self.emit_block(blk, env, dict(prefs), top, init=targets)
         order = loop_order(blk, binds, reg, self.par if top else None, vlast)
         if init is not None:
-            order = [n for n in order if needed_in_init(blk, n)]
+            written = {n for n, bd in binds.items() if bd.mode == "init"}
+            order = [n for n in order if needed_in_init(blk, n, written)]
+        elif (
+            reg is None
+            and self.vector_width > 1
+            and order
+            and not vectorizable(blk, binds, order[-1])
+        ):
+            # The thread split may have taken the vector index outermost (the only
+            # race-free index of an elementwise kernel fused with a reduction over
+            # pixels): run it innermost instead, each thread's chunk in lanes.
+            lanes = [n for n in order[:-1] if vectorizable(blk, binds, n)]
+            if lanes:
+                order.remove(lanes[-1])
+                order.append(lanes[-1])
         outer = order
         inner: list[str] = []
         if reg is not None:
@@ -129,6 +149,9 @@ class KernelEmitter(KernelBuilder):
             cand = (inner or outer)[-1:]
             if cand and vectorizable(blk, binds, cand[0]):
                 vidx = cand[0]
+
+        if top and vidx is not None and vidx == self.par:
+            self.par_grain = self.vector_width  # thread chunks of whole vectors, no scalar tails
 
         def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
             self.stmts(blk, env3, binds, init, lanes, vidx)

@@ -210,14 +210,19 @@ def needs_touched_flag(blk: Block, inner: list[str]) -> bool:
     return any(n in inner for c in blk.constraints for n in c.expr.names)
 
 
-def needed_in_init(blk: Block, name: str) -> bool:
-    """In the identity-writing copy, an index matters if it can change which elements are touched."""
+def needed_in_init(blk: Block, name: str, written: Collection[str] | None = None) -> bool:
+    """In the identity-writing copy, an index matters if it can change which elements
+    are touched: of the refs ``written`` (the views it initialises; default: every
+    output)."""
     if blk.sub_blocks:
         return True
     if any(name in c.expr.names for c in blk.constraints):
         return True
     return any(
-        r.dir in ("out", "inout") and any(name in a.names for a in r.access) for r in blk.refs
+        r.dir in ("out", "inout")
+        and (written is None or r.into in written)
+        and any(name in a.names for a in r.access)
+        for r in blk.refs
     )
 
 

@@ -162,16 +162,20 @@ def chunk_bounds(
 
     A kernel is split when at least two threads would each get ``min_work``
     operations; it is then cut into up to ``per_thread`` chunks per thread
-    (never more than its iterations), which threads claim one at a time.
+    (never more than its iterations), which threads claim one at a time.  Every
+    cut is a multiple of ``info.grain`` (a vectorised split index: whole vectors
+    per chunk, so no chunk runs a scalar tail the whole kernel would not).
     """
     extent = info.parallel_extent
     if not info.splittable or threads < 2:
         return [0, extent]
-    parts = min(threads, extent, info.work // max(1, min_work))
+    grain = max(1, info.grain)
+    steps = -(-extent // grain)  # whole grains (the last may be short)
+    parts = min(threads, steps, info.work // max(1, min_work))
     if parts < 2:
         return [0, extent]
-    chunks = min(extent, parts * max(1, per_thread))
-    return [extent * i // chunks for i in range(chunks + 1)]
+    chunks = min(steps, parts * max(1, per_thread))
+    return [min(extent, grain * (steps * i // chunks)) for i in range(chunks + 1)]
 
 
 class CpuCompiled:
@@ -283,7 +287,11 @@ class CpuCompiled:
                 elif target is None and buf.dense:
                     # Fresh results start at zero, as on the interpreter: elements a
                     # program never stores read 0 (calloc'd pages cost no more).
-                    results[name] = np.zeros(buf.info.sizes, buf.dtype)
+                    # 64-byte aligned, like the arena: threads splitting a small
+                    # result by whole vectors then never share a cache line.
+                    nbytes = int(np.prod(buf.info.sizes)) * np.dtype(buf.dtype).itemsize
+                    raw = _zeroed_arena(nbytes)
+                    results[name] = raw.view(buf.dtype).reshape(buf.info.sizes)
                     storage = results[name].reshape(-1)
                 else:
                     storage = buf.storage()
