@@ -1,0 +1,191 @@
+"""``alias_reshape``: a ``reshape`` between row-major buffers becomes an index remapping.
+
+``T = reshape(D)`` copies ``D``'s elements into ``T`` in row-major order.  When
+one shape *refines* the other (every dimension of the coarse shape is the
+product of consecutive dimensions of the fine one, in order: ``[128, 768]`` and
+``[128, 1, 3, 256]``, or ``[1, 128, 4, 64]`` and ``[128, 256]``), an element
+of the fine buffer at ``(a_0, ..., a_k)`` is the element of the coarse one at
+the merged position ``(sum a_i * w_i, ...)`` (``w_i``: the product of the fine
+sizes after ``i`` in its group), an affine map.  The fine buffer then leaves
+the program: every kernel view of it becomes a view of the coarse buffer at
+the merged access, and the copy is gone.  Which one is fine decides the
+direction: a split (``T`` fine) makes the consumers read ``D``; a merge (``D``
+fine) makes ``D``'s producers write ``T`` directly.  Reshapes that are neither
+(``[6, 4]`` to ``[4, 6]``) stay.
+
+Applies when, for the root special ``T = reshape(D)`` at statement ``k``:
+
+* both are root buffers of one dtype and location with row-major strides and
+  no offset, and the fine one is a temporary (``none``, not constant);
+* no statement before ``k`` touches ``T``, and none after ``k`` writes ``D``
+  or ``T`` (so the one buffer holds what both would);
+* every other statement using the fine buffer is a kernel whose views of it
+  are not refined further by nested blocks, each view's extent is contiguous
+  in every merged group (sizes ``1, ..., 1, s, full, ..., full``), or a
+  ``reshape`` special (which sees only the row-major order, so it may read
+  the coarse buffer instead).
+
+Run before ``fuse``: the kernels it rewrites are then plain leaves, and the
+consumers of a split read the producer's buffer, so ``fuse`` can join them.
+
+Requires: verified IR.  Guarantees: the same program results, verified IR,
+the same object when nothing applies, a fixed point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..ir.affine import Affine
+from ..ir.nodes import Block, Program, Refinement, Special, Statement, TensorShape
+from ..ir.reshape import Groups, refinement_groups
+from ._common import reads, writes
+from .registry import register
+
+
+@register
+@dataclass(frozen=True)
+class AliasReshape:
+    """Replace row-major ``reshape`` copies by merged accesses (no options)."""
+
+    name: ClassVar[str] = "alias_reshape"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        changed = True
+        while changed:
+            changed = False
+            for k, s in enumerate(root.stmts):
+                if isinstance(s, Special) and s.op == "reshape":
+                    new = _alias(root, k, s)
+                    if new is not None:
+                        root, changed = new, True
+                        break
+        return program if root is program.root else Program(root)
+
+
+def _row_major(shape: TensorShape) -> bool:
+    stride = 1
+    for n, st in zip(reversed(shape.sizes), reversed(shape.strides)):
+        if n > 1 and st != stride:
+            return False
+        stride *= n
+    return True
+
+
+def _merged_access(
+    access: Sequence[Affine], fine: Sequence[int], groups: Groups
+) -> tuple[Affine, ...]:
+    out = []
+    for group in groups:
+        total = Affine()
+        weight = 1
+        for d in reversed(group):
+            total = total + access[d] * weight
+            weight *= fine[d]
+        out.append(total)
+    return tuple(out)
+
+
+def _merged_sizes(
+    sizes: Sequence[int], fine: Sequence[int], groups: Groups
+) -> tuple[int, ...] | None:
+    """A view's extent per coarse dimension, ``None`` unless contiguous in each group."""
+    out = []
+    for group in groups:
+        first = next((i for i, d in enumerate(group) if sizes[d] > 1), None)
+        if first is None:
+            out.append(1)
+            continue
+        rest = group[first + 1 :]
+        if any(sizes[d] != fine[d] for d in rest):
+            return None
+        n = sizes[group[first]]
+        for d in rest:
+            n *= fine[d]
+        out.append(n)
+    return tuple(out)
+
+
+def _refined_below(block: Block, name: str) -> bool:
+    """Whether a block nested in ``block`` refines its view ``name``."""
+    return any(
+        isinstance(s, Block) and any(r.from_ == name for r in s.refs) for s in block.stmts
+    ) or any(isinstance(s, Special) and name in (*s.inputs, *s.outputs) for s in block.stmts)
+
+
+def _alias(root: Block, k: int, special: Special) -> Block | None:
+    if len(special.inputs) != 1 or len(special.outputs) != 1:
+        return None
+    (d,), (t,) = special.inputs, special.outputs
+    buffers = {r.into: r for r in root.refs}
+    rd, rt = buffers.get(d), buffers.get(t)
+    if rd is None or rt is None or d == t:
+        return None
+    if rd.shape.dtype != rt.shape.dtype or rd.location != rt.location:
+        return None
+    if rd.offset is not None or rt.offset is not None:
+        return None
+    if not (_row_major(rd.shape) and _row_major(rt.shape)):
+        return None
+    before, after = root.stmts[:k], root.stmts[k + 1 :]
+    if any(t in reads(s) or t in writes(s) for s in before):
+        return None
+    if any(d in writes(s) or t in writes(s) for s in after):
+        return None
+    groups = refinement_groups(rd.shape.sizes, rt.shape.sizes)
+    if groups is not None and _movable(rt):
+        gone, kept = rt, rd  # a split: T's readers read D
+    else:
+        groups = refinement_groups(rt.shape.sizes, rd.shape.sizes)
+        if groups is None or not _movable(rd):
+            return None
+        gone, kept = rd, rt  # a merge: D's writers (and readers) use T
+    stmts: list[Statement] = []
+    for i, s in enumerate(root.stmts):
+        if i == k:
+            continue
+        new = _retarget(s, gone, kept, groups)
+        if new is None:
+            return None
+        stmts.append(new)
+    refs = tuple(r for r in root.refs if r.into != gone.into)
+    return replace(root, refs=refs, stmts=tuple(stmts))
+
+
+def _movable(ref: Refinement) -> bool:
+    return ref.dir == "none" and not ref.const
+
+
+def _retarget(
+    stmt: Statement, gone: Refinement, kept: Refinement, groups: Groups
+) -> Statement | None:
+    """``stmt`` using ``kept`` wherever it used ``gone``; ``None`` when it cannot."""
+    name = gone.into
+    if isinstance(stmt, Special):
+        if name not in (*stmt.inputs, *stmt.outputs):
+            return stmt
+        if stmt.op != "reshape":
+            return None
+        return replace(
+            stmt,
+            inputs=tuple(kept.into if x == name else x for x in stmt.inputs),
+            outputs=tuple(kept.into if x == name else x for x in stmt.outputs),
+        )
+    if not isinstance(stmt, Block) or not any(r.from_ == name for r in stmt.refs):
+        return stmt
+    fine = gone.shape.sizes
+    refs: list[Refinement] = []
+    for r in stmt.refs:
+        if r.from_ != name:
+            refs.append(r)
+            continue
+        sizes = _merged_sizes(r.shape.sizes, fine, groups)
+        if sizes is None or _refined_below(stmt, r.into):
+            return None
+        shape = TensorShape(r.shape.dtype, sizes, kept.shape.strides)
+        access = _merged_access(r.access, fine, groups)
+        refs.append(replace(r, from_=kept.into, access=access, shape=shape))
+    return replace(stmt, refs=tuple(refs))
