@@ -183,6 +183,7 @@ class OnnxFunction:
             run_node(b, info, env, g.opset)
         outputs: list[tuple[str, Any]] = []
         out_names: list[str] = []
+        input_names = {v.name for v in input_index}  # a transpose's result may be one, relabelled
         for name in g.outputs:
             produced = env.get(name)
             if produced is None:
@@ -191,7 +192,7 @@ class OnnxFunction:
             if v.const is not None and not b.tile_name(v):
                 outputs.append(("const", v.const))
                 continue
-            if v.name in out_names or v in input_index or v.const is not None:
+            if v.name in out_names or v.name in input_names or v.const is not None:
                 # Tile outputs are distinct tensors that are not parameters.
                 v = b.eltwise(b.ref(v), v.shape, v.dtype)
             out_names.append(v.name)

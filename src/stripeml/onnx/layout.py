@@ -30,6 +30,16 @@ Layout-aware:
   and variadic ones when every non-constant operand has the same layout
   (constants are transposed when compiling).
 * ``Concat`` over channels.
+* ``Transpose``: no copy; the result is the same tensor with the composed
+  layout (any permutation, any rank).
+* ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze`` of a laid-out value:
+  a split of logical dimensions splits the physical ones (no copy, the layout
+  follows); a merge is a physical merge when the merged dimensions are
+  stored together and in order, else one copy into the order that makes it
+  one, when that leaves the result channels-last or plain (a channel shuffle:
+  one copy instead of three); anything else materialises the logical tensor.
+* ``MatMul`` with laid-out operands: the contraction reads them through
+  permuted indices (attention's transposed heads and keys are not copied).
 """
 
 from __future__ import annotations
@@ -39,10 +49,12 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..ir.reshape import refinement_groups
 from .builder import Builder, Node, Value
 from .graph import NodeInfo
 from .ops._util import literal
 from .ops.conv import affine, window
+from .ops.linalg import matmul_contraction
 from .ops.pool import divisor
 from .registry import OpDef
 
@@ -58,6 +70,9 @@ BINARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Equal",
     "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Clip",
 }  # fmt: skip
+
+
+RESHAPES = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 
 
 def physical(v: Value) -> Value:
@@ -92,6 +107,12 @@ def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
             return _concat(b, d, node)
         if op in UNARY or op in BINARY:
             return _eltwise(b, d, node)
+        if op == "Transpose":
+            return _transpose(node)
+        if op in RESHAPES:
+            return _reshape(b, d, node)
+        if op == "MatMul":
+            return _matmul(b, node)
     except _Fallback:
         return None
     return None
@@ -333,3 +354,109 @@ def fuse_conv_bn(nodes: list[NodeInfo], outputs: list[str]) -> list[NodeInfo]:
         )
         drop.add(j)
     return [merged.get(k, n) for k, n in enumerate(nodes) if k not in drop]
+
+
+# -- transposes, reshapes, matrix products ----------------------------------------------
+
+
+def _laid_out(name: str, shape: tuple[int, ...], dtype: np.dtype, layout: tuple[int, ...]) -> Value:
+    """The value of logical ``shape`` stored as the Tile tensor ``name`` in ``layout``."""
+    plain = layout == tuple(range(len(layout)))
+    return Value(name, shape, dtype, None, None if plain else layout)
+
+
+def _transpose(node: Node) -> list[Value | None]:
+    x = node.input(0)
+    _need(x.const is None and bool(x.name) and x.size > 0)
+    perm = [int(p) for p in node.attr("perm", None) or range(x.rank)[::-1]]
+    _need(sorted(perm) == list(range(x.rank)))  # else the op's own error
+    stored = x.layout or tuple(range(x.rank))
+    inv = np.argsort(perm)
+    layout = tuple(int(inv[d]) for d in stored)
+    return [_laid_out(x.name, tuple(x.shape[p] for p in perm), x.dtype, layout)]
+
+
+def _reshape(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
+    x = node.input(0)
+    _need(x.layout is not None and x.const is None and x.size > 0)
+    # The op itself on a stand-in constant (zero strides, no memory) gives the
+    # result's logical shape with every rule of the op (0, -1, axes ...).
+    probe = Value("", x.shape, x.dtype, np.broadcast_to(np.zeros((), x.dtype), x.shape))
+    outs = d.fn(b, replace(node, inputs=(probe, *node.inputs[1:])))
+    _need(len(outs) == 1)
+    out = _needed(outs[0])
+    _need(out.const is not None)
+    shape = out.shape
+    stored = _needed(x.layout)
+    split = refinement_groups(x.shape, shape)
+    if split is not None:  # each stored dimension splits into its group, in order
+        seq = [j for dim in stored for j in split[dim] if shape[j] > 1]
+        return [_stored_reshape(b, physical(x), shape, _order(seq, shape))]
+    merge = _needed(refinement_groups(shape, x.shape))
+    owner = {dim: j for j, group in enumerate(merge) for dim in group}
+    wanted = [dim for dim in stored if x.shape[dim] > 1]
+    runs: list[int] = []  # the result dimension of each stored run, in order
+    for dim in wanted:
+        if not runs or runs[-1] != owner[dim]:
+            runs.append(owner[dim])
+    if len(runs) != len(set(runs)) or any(
+        owner[a] == owner[c] and a > c for a, c in zip(wanted, wanted[1:])
+    ):
+        # Store it in the order that makes the merge a physical one, if that
+        # gives a layout the importer keeps (plain, or channels-last).
+        runs = list(dict.fromkeys(owner[dim] for dim in wanted))
+        _need(_order(runs, shape) in (tuple(range(len(shape))), NHWC))
+        dims = [dim for j in runs for dim in merge[j] if x.shape[dim] > 1]
+        x = _relaid(b, x, tuple(dims + [dim for dim in range(x.rank) if dim not in dims]))
+    return [_stored_reshape(b, physical(x), shape, _order(runs, shape))]
+
+
+def _order(seq: list[int], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A layout whose dimensions of more than one element come in the order
+    ``seq``: plain or channels-last when one is (size-1 dimensions go anywhere)."""
+    for cand in (tuple(range(len(shape))), NHWC):
+        if len(cand) == len(shape) and [j for j in cand if shape[j] > 1] == seq:
+            return cand
+    return tuple(seq + [j for j in range(len(shape)) if j not in seq])
+
+
+def _relaid(b: Builder, x: Value, layout: tuple[int, ...]) -> Value:
+    """``x`` copied into storage ``layout`` (one ``=`` contraction)."""
+    stored = _needed(x.layout)
+    idx = [f"i{k}" for k in range(x.rank)]
+    sizes = ", ".join(str(x.shape[dim]) for dim in layout)
+    out = ", ".join(idx[dim] for dim in layout)
+    src = ", ".join(idx[dim] for dim in stored)
+    copy = b.contraction(
+        f"{{out}}[{out} : {sizes}] = =({x.name}[{src}])",
+        tuple(x.shape[dim] for dim in layout),
+        x.dtype,
+    )
+    return _laid_out(copy.name, x.shape, x.dtype, layout)
+
+
+def _stored_reshape(
+    b: Builder, stored: Value, shape: tuple[int, ...], layout: tuple[int, ...]
+) -> Value:
+    """The value of logical ``shape`` in ``layout`` whose storage is ``stored``
+    re-read row-major (a Tile ``reshape``, which ``alias_reshape`` removes)."""
+    phys = tuple(shape[j] for j in layout)
+    if phys != stored.shape:
+        stored = b.statement(
+            f"{{out}} = reshape({stored.name}{''.join(f', {n}' for n in phys)})",
+            phys,
+            stored.dtype,
+        )
+    return _laid_out(stored.name, shape, stored.dtype, layout)
+
+
+def _matmul(b: Builder, node: Node) -> list[Value | None]:
+    x, y = node.input(0), node.input(1)
+    _need(x.layout is not None or y.layout is not None)
+    _need(x.dtype == y.dtype and x.dtype.kind in "fiu")
+    return [
+        matmul_contraction(
+            b, node, b.ref(physical(x)), x.shape, b.ref(physical(y)), y.shape, x.dtype,
+            x.layout, y.layout,
+        )
+    ]  # fmt: skip

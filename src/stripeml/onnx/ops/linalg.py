@@ -34,8 +34,12 @@ def matmul_contraction(
     bref: str,
     b_shape: tuple[int, ...],
     dtype: np.dtype,
+    a_layout: tuple[int, ...] | None = None,
+    b_layout: tuple[int, ...] | None = None,
 ) -> Value:
-    """NumPy ``matmul`` of the tensors named ``aref``/``bref`` as one contraction."""
+    """NumPy ``matmul`` of the tensors named ``aref``/``bref`` as one contraction
+    (``a_shape``, ``b_shape``: logical shapes; an operand with a layout is stored
+    as ``logical.transpose(layout)`` and read through permuted indices)."""
     if not a_shape or not b_shape:
         raise n.error("MatMul operands must have rank 1 or more")
     ka = a_shape[-1]
@@ -63,6 +67,10 @@ def matmul_contraction(
     if len(b_shape) >= 2:
         o_idx.append("j")
         o_shape.append(b_shape[-1])
+    if a_layout is not None:
+        a_idx = [a_idx[p] for p in a_layout]
+    if b_layout is not None:
+        b_idx = [b_idx[p] for p in b_layout]
     text = (
         f"{_out(o_idx, tuple(o_shape))} = "
         f"+({aref}[{', '.join(a_idx)}] * {bref}[{', '.join(b_idx)}])"
