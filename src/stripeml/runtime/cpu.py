@@ -241,6 +241,8 @@ class CpuCompiled:
         self._plans: dict[tuple[int, int, int, bool], list[tuple]] = {}
         self._bound_arrays: list[np.ndarray] = []
         self._spare_temps: list[list[np.ndarray]] = []
+        # Per set of temporaries (by id; the set is kept alive here): its pointer array.
+        self._frames: dict[int, tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p]]] = {}
         self._lock = threading.Lock()
         self._prime_lock = threading.Lock()
         self._primed = False
@@ -265,6 +267,11 @@ class CpuCompiled:
         temps = self._take_temps()
         spare = iter(temps)
         kept = self._kept_storages()
+        # The pointer array of this set of temporaries: their slots are filled
+        # once (a pointer costs microseconds, and a model has hundreds of
+        # temporaries); the parameters' slots are set on every call.
+        frame = self._frames.get(id(temps))
+        pointers = frame[1] if frame is not None else self._new_pointers()
         storages: list[np.ndarray] = []
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
@@ -302,10 +309,15 @@ class CpuCompiled:
                     copy_back.append((name, buf, storage))
             else:
                 storage = kept[len(storages)] if len(storages) in kept else next(spare)
+                if frame is None:
+                    pointers[len(storages)] = buf.pointer(storage)
+                storages.append(storage)
+                continue
+            pointers[len(storages)] = buf.pointer(storage)
             storages.append(storage)
-        pointers = (ctypes.c_void_p * max(1, len(storages)))(
-            *(b.pointer(s) for b, s in zip(self._buffers, storages))
-        )
+        if frame is None:
+            with self._lock:
+                self._frames[id(temps)] = (temps, pointers)
         try:
             if self._const_steps and not self._primed:
                 self._prime(pointers, storages)
@@ -333,6 +345,9 @@ class CpuCompiled:
             if b.offset is None:
                 out[b.location] = out.get(b.location, 0) + b.nbytes
         return out
+
+    def _new_pointers(self) -> ctypes.Array[ctypes.c_void_p]:
+        return (ctypes.c_void_p * max(1, len(self._buffers)))()
 
     def _take_temps(self) -> list[np.ndarray]:
         """Storage of the temporaries for one call: a spare set, or a fresh one."""
