@@ -83,6 +83,15 @@ def test_tile_options_and_no_packing():
     _check(MATMUL, [(8, 9), (9, 32)], lambda a, b: a @ b, vector_width=4, vectors=4, rows=2)
 
 
+def test_one_row_streams_its_panels_unpacked():
+    """A matrix-vector product: each panel meets one tile, so no packed copy;
+    with two rows the packed panel serves both."""
+    one = _check(MATMUL, [(1, 300), (300, 64)], lambda a, b: a @ b, vector_width=8, rows=4)
+    assert "cache_in" not in one.stages[-1][1]
+    four = _check(MATMUL, [(4, 300), (300, 64)], lambda a, b: a @ b, vector_width=8, rows=4)
+    assert "cache_in" in four.stages[-1][1]
+
+
 def test_reduction_blocks():
     result = _check(MATMUL, [(8, 64), (64, 32)], lambda a, b: a @ b, k_block=16)
     assert "k_o:4" in result.stages[-1][1]

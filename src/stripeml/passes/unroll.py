@@ -52,7 +52,9 @@ for 2 rows of a 1024x1024 W on a 2-core znver3).
 Packing: an input read along the vector index through a strided panel of at
 most ``pack_max_bytes`` is copied per panel into a dense ``none`` buffer
 (``#copy #cache_in``), so the register tile never walks a long row stride
-(0 turns packing off).  With a single panel the panel and tile levels merge,
+(0 turns packing off); not when the tile has no row index and every row
+candidate has one point (a matrix-vector product: each panel meets one
+tile, so a packed copy is written and read once).  With a single panel the panel and tile levels merge,
 so the tile rows stay the kernel's own (parallel) indices.  ``row_blocks``
 and ``k_block`` (both off by default) split the row index into outer blocks
 and the reduction into blocks (see docs/passes.md section 11).
@@ -231,6 +233,10 @@ class Unroll:
         vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
+        if u is None and all(ranges[n] == 1 for n in row_ok):
+            # One row (a matrix-vector product): each panel meets one tile, so a
+            # packed copy would be written and read once; stream the input instead.
+            return [replace(self, pack_max_bytes=0)._build(root, k, v, vec * w, u, red, None, laid)]
         return [self._build(root, k, v, vec * w, u, red, None, laid)]
 
     def _channel_rows(
