@@ -140,3 +140,27 @@ def test_interpreting_ir_with_a_huge_temporary_fails_fast() -> None:
     stripeml.ir.verify(program)
     with pytest.raises(ShapeError, match=r"buffer 'T': .*\(1\.0 TiB\)"):
         run(program, {"A": np.ones(4, np.float32)})
+
+
+def test_a_nested_allocation_too_big_for_memory_is_a_shape_error() -> None:
+    """A block's own allocation (one per point) counts too: 8 TiB of scratch is
+    refused before anything is allocated, naming the block and the allocation."""
+    from stripeml.runtime.interp import run
+
+    program = stripeml.ir.parse(
+        """block t [] #program (
+    in A f32(8):(1)
+    out C f32(8):(1)
+) {
+  block k [i:8] #kernel (
+      in A[i] f32(1):(1)
+      out C[i]:assign f32(1):(1)
+      none S f32(4, 2147483648000):(1, 1)
+  ) {
+    $a = load(A)
+    C = store($a)
+  }
+}"""
+    )
+    with pytest.raises(ShapeError, match=r"running block k needs .*\(allocation 'S' x \d+ points"):
+        run(program, {"A": np.zeros(8, np.float32)})

@@ -26,6 +26,7 @@ from ...ir.nodes import (
     Statement,
     Store,
 )
+from ..host import check_memory
 from .arena import block_storages
 from .fastpath import try_fast
 from .frame import Frame, Options, View, alloc_origin, constant, flat_offset, write
@@ -110,6 +111,14 @@ def _run_chunks(
         for v in views:
             base = points.eval(v.flat, extra=v.parent.base)
             refs[v.ref.into] = RefState(v.ref, v.parent.storage, base, v.sink)
+        if allocs:  # per point of the chunk: a mutated size may ask for terabytes
+            check_memory(
+                f"running block {block.name or '(unnamed)'}",
+                [
+                    (f"allocation {r.into!r} x {points.n} points", points.n * _alloc_bytes(r))
+                    for r in allocs
+                ],
+            )
         shared = block_storages(allocs, points.n) if opts.arena else {}
         for r in allocs:
             shape = r.shape
@@ -123,6 +132,10 @@ def _run_chunks(
             if opts.traffic is not None:
                 opts.traffic.place(storage, r.location)
         exec_stmts(block.stmts, Frame(points, refs), opts)
+
+
+def _alloc_bytes(r: Refinement) -> int:
+    return r.shape.extent * to_numpy(r.shape.dtype).itemsize
 
 
 def _count_special(s: Special, refs: dict[str, RefState], traffic: Traffic) -> None:
