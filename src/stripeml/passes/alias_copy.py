@@ -1,0 +1,239 @@
+"""``alias_copy``: a whole-buffer copy into part of another buffer becomes the
+producer writing there.
+
+A copy kernel ``Y[p + c] = X[p]`` over all of a root temporary ``X`` (a padded
+convolution's zero-haloed input made by ``halo``, one part of a
+concatenation) costs a pass over memory.  When nothing but the copy reads
+``X`` afterwards, the kernels that use ``X`` before it (its producer) can use
+``Y`` at the shifted position instead: every view of ``X`` becomes a view of
+``Y`` at ``access + c`` (its nested views take ``Y``'s strides), the copy goes,
+and so does ``X``.
+
+Applies to a root kernel, a leaf without constraints or allocations, whose
+only statements are ``$x = load(X)`` and ``Y = store($x)``, with:
+
+* ``X`` a root temporary read at exactly the kernel's indices over its whole
+  shape (index ``k`` of range ``X.sizes[k]`` for dimension ``k``);
+* ``Y`` a root temporary (``none``, not constant) of the same rank, dtype and
+  location, written through an ``assign`` view at ``index + constant`` per
+  dimension, in the same order;
+* ``X`` touched by no statement after the copy;
+* ``Y`` touched by no statement before the copy except writes whose bounding
+  boxes miss the copied region (the ``#fill`` kernels of the halo, the other
+  parts of a concatenation) and kernels that store only zeros (a
+  concatenation's zero fill: one after the first statement using ``X`` moves
+  before it, when nothing in between writes ``Y``); by none of the
+  statements that use ``X`` (so ``Y`` still holds, at the copy, what it would
+  have held);
+* every view of ``X`` a view of a root kernel, refined further only by views of
+  the same rank (nested blocks), and ``X`` not used by a special.
+
+Then ``Y``'s copied region holds ``X``'s values when the copy would have
+written them, and ``X``'s elements that nothing stored are ``Y``'s, zero like
+``X``'s (both are fresh temporaries, and nothing else wrote there before).
+
+Run after ``halo`` and ``alias_default``, before ``unroll``.
+
+Requires: verified IR.  Guarantees: the same program results, verified IR,
+the same object when nothing applies, a fixed point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..ir.affine import Affine
+from ..ir.nodes import Block, Constant, Load, Program, Refinement, Special, Statement, Store
+from ._common import box_interval, reads, writes
+from .registry import register
+
+Box = list[tuple[int, int]]  # per dimension, [lo, hi]
+
+
+@register
+@dataclass(frozen=True)
+class AliasCopy:
+    """Let a copied temporary's producer write the copy's destination (no options)."""
+
+    name: ClassVar[str] = "alias_copy"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        changed = True
+        while changed:
+            changed = False
+            for k, s in enumerate(root.stmts):
+                found = _copy(root, k, s)
+                if found is not None:
+                    new = _alias(root, k, *found)
+                    if new is not None:
+                        root, changed = new, True
+                        break
+        return program if root is program.root else Program(root)
+
+
+def _copy(
+    root: Block, k: int, s: Statement
+) -> tuple[Refinement, Refinement, tuple[int, ...]] | None:
+    """``(X's root ref, Y's root ref, offsets)`` when root statement ``k`` is a
+    copy this pass applies to (the copy's own shape, see the module docstring)."""
+    if not isinstance(s, Block) or s.constraints or s.sub_blocks or len(s.stmts) != 2:
+        return None
+    if len(s.refs) != 2 or any(i.affine is not None for i in s.idxs):
+        return None
+    src = next((r for r in s.refs if r.dir == "in"), None)
+    dst = next((r for r in s.refs if r.dir == "out"), None)
+    if src is None or dst is None or dst.agg not in ("", "assign"):
+        return None
+    load, store = s.stmts
+    if not (
+        isinstance(load, Load)
+        and isinstance(store, Store)
+        and load.ref == src.into
+        and store.ref == dst.into
+        and store.value == load.into
+    ):
+        return None
+    buffers = {r.into: r for r in root.refs}
+    rx, ry = buffers.get(src.from_), buffers.get(dst.from_)
+    if rx is None or ry is None or rx.into == ry.into:
+        return None
+    if rx.dir != "none" or ry.dir != "none" or rx.const or ry.const:
+        return None
+    if rx.shape.dtype != ry.shape.dtype or rx.location != ry.location:
+        return None
+    rank = len(rx.shape.sizes)
+    if len(ry.shape.sizes) != rank or len(s.idxs) != rank:
+        return None
+    if src.shape.sizes != (1,) * rank or dst.shape.sizes != (1,) * rank:
+        return None
+    offsets = []
+    for d, idx in enumerate(s.idxs):
+        if idx.range != rx.shape.sizes[d] or src.access[d] != Affine.index(idx.name):
+            return None
+        a = dst.access[d]
+        if a.coeffs != {idx.name: 1}:
+            return None
+        offsets.append(a.const)
+    return rx, ry, tuple(offsets)
+
+
+def _alias(
+    root: Block, k: int, rx: Refinement, ry: Refinement, offsets: tuple[int, ...]
+) -> Block | None:
+    x, y = rx.into, ry.into
+    before, after = root.stmts[:k], root.stmts[k + 1 :]
+    if any(x in reads(s) or x in writes(s) for s in after):
+        return None
+    region = [(c, c + n - 1) for c, n in zip(offsets, rx.shape.sizes)]
+    first = next(i for i, s in enumerate(before) if x in reads(s) or x in writes(s))
+    early: list[int] = []  # zero fills of the region to run before X's first use
+    for i, s in enumerate(before):
+        uses_x = x in reads(s) or x in writes(s)
+        if isinstance(s, Special) and (uses_x or y in reads(s) or y in writes(s)):
+            return None
+        if not isinstance(s, Block):
+            continue
+        if y in reads(s) or (uses_x and y in writes(s)):
+            return None
+        if y in writes(s) and not _misses(s, y, region):
+            # Zeros stored before X's elements are: what X's unstored elements
+            # hold.  A zero fill after X's first use moves before it, when no
+            # statement in between writes Y (a concatenation's first part).
+            if not _zero_fill(s):
+                return None
+            if i > first:
+                if any(y in writes(t) for t in before[first:i]):
+                    return None
+                early.append(i)
+    stmts: list[Statement] = [s for i, s in enumerate(before[:first])]
+    stmts += [before[i] for i in early]
+    for i, s in enumerate(before[first:], first):
+        if i in early:
+            continue
+        if isinstance(s, Block) and any(r.from_ == x for r in s.refs):
+            new = _retarget(s, x, ry, offsets)
+            if new is None:
+                return None
+            s = new
+        stmts.append(s)
+    refs = tuple(r for r in root.refs if r.into != x)
+    return replace(root, refs=refs, stmts=(*stmts, *after))
+
+
+def _zero_fill(kernel: Block) -> bool:
+    """A leaf kernel that only stores the constant 0."""
+    zeros = {c.into for c in kernel.stmts if isinstance(c, Constant) and c.value == 0}
+    return all(
+        isinstance(c, Constant) or (isinstance(c, Store) and c.value in zeros) for c in kernel.stmts
+    ) and all(r.dir == "out" for r in kernel.refs)
+
+
+def _misses(kernel: Block, y: str, region: Box) -> bool:
+    """Whether every view of ``y`` the kernel writes stays, on its index box,
+    outside ``region`` (in some dimension)."""
+    ranges = {i.name: i.range for i in kernel.idxs if i.affine is None}
+    if len(ranges) != len(kernel.idxs):
+        return False
+    for r in kernel.refs:
+        if r.from_ != y or r.dir == "in":
+            continue
+        for (lo, hi), a, n in zip(region, r.access, r.shape.sizes):
+            if any(name not in ranges for name in a.names):
+                return False
+            a_lo, a_hi = box_interval(a, ranges)
+            if a_hi + n - 1 < lo or a_lo > hi:
+                break
+        else:
+            return False
+    return True
+
+
+def _retarget(kernel: Block, x: str, ry: Refinement, offsets: tuple[int, ...]) -> Block | None:
+    """``kernel`` with its views of ``x`` made views of ``ry`` shifted by ``offsets``."""
+    strides = ry.shape.strides
+    refs: list[Refinement] = []
+    stmts = list(kernel.stmts)
+    for r in kernel.refs:
+        if r.from_ != x:
+            refs.append(r)
+            continue
+        access = tuple(a + c for a, c in zip(r.access, offsets))
+        refs.append(
+            replace(r, from_=ry.into, access=access, shape=replace(r.shape, strides=strides))
+        )
+        for i, s in enumerate(stmts):
+            if isinstance(s, Block):
+                nested = _restride(s, r.into, strides)
+                if nested is None:
+                    return None
+                stmts[i] = nested
+    return replace(kernel, refs=tuple(refs), stmts=tuple(stmts))
+
+
+def _restride(block: Block, name: str, strides: tuple[int, ...]) -> Block | None:
+    """``block`` with every view of ``name`` (and views of those, recursively)
+    taking ``strides``; ``None`` when one has another rank."""
+    if any(isinstance(s, Special) for s in block.stmts):
+        return None
+    refs: list[Refinement] = []
+    mine: list[str] = []
+    for r in block.refs:
+        if r.from_ == name:
+            if len(r.shape.strides) != len(strides):
+                return None
+            refs.append(replace(r, shape=replace(r.shape, strides=strides)))
+            mine.append(r.into)
+        else:
+            refs.append(r)
+    stmts: list[Statement] = []
+    for s in block.stmts:
+        if isinstance(s, Block):
+            for n in mine:
+                found = _restride(s, n, strides)
+                if found is None:
+                    return None
+                s = found
+        stmts.append(s)
+    return replace(block, refs=tuple(refs), stmts=tuple(stmts))

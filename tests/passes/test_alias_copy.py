@@ -1,0 +1,57 @@
+"""``alias_copy`` on whole programs through the CPU pipeline: results against
+NumPy, and the halo and concatenation copies that are gone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stripeml
+
+RNG = np.random.default_rng(8)
+
+
+def _dw3x3(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Depthwise 3x3, padding 1 (NHWC; ``k``: 3, 3, C), in NumPy."""
+    p = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    h, w = x.shape[1:3]
+    return sum(p[:, a : a + h, b : b + w] * k[a, b] for a in range(3) for b in range(3))
+
+
+CASES = {
+    "pointwise_then_depthwise": (
+        """function (A[1, 9, 10, 24], W[24, 32], K[3, 3, 32]) -> (O) {
+          P[n, y, x, co : 1, 9, 10, 32] = +(A[n, y, x, ci] * W[ci, co]);
+          Q = relu(P);
+          O[n, y, x, c : 1, 9, 10, 32] = +(Q[n, y + ky - 1, x + kx - 1, c] * K[ky, kx, c]);
+        }""",
+        [(1, 9, 10, 24), (24, 32), (3, 3, 32)],
+        lambda a, w, k: _dw3x3(np.maximum(a @ w, 0), k),
+    ),
+    "concat_of_two_branches": (
+        """function (A[1, 6, 6, 8], W[8, 16], V[8, 16]) -> (Y) {
+          P[n, y, x, co : 1, 6, 6, 16] = +(A[n, y, x, ci] * W[ci, co]);
+          Q[n, y, x, co : 1, 6, 6, 16] = +(A[n, y, x, ci] * V[ci, co]);
+          C[n, y, x, c : 1, 6, 6, 32] = =(P[n, y, x, c]);
+          D[n, y, x, c + 16 : 1, 6, 6, 32] = =(Q[n, y, x, c]), default C;
+          Y = tanh(D);
+        }""",
+        [(1, 6, 6, 8), (8, 16), (8, 16)],
+        lambda a, w, v: np.tanh(np.concatenate([a @ w, a @ v], axis=-1)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_results_without_the_copies(name: str, threads: int) -> None:
+    src, shapes, ref = CASES[name]
+    args = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    target = stripeml.targets.resolve("cpu", threads=threads)
+    exe = stripeml.compile(src, target=target).lower(*args)
+    np.testing.assert_allclose(
+        exe(*args), ref(*[a.astype(np.float64) for a in args]), rtol=1e-4, atol=1e-4
+    )
+    assert "#copy" not in exe.ir and "_halo_copy" not in exe.ir
+    if name == "concat_of_two_branches":  # both parts write the concatenation
+        assert exe.ir.count("= C[") >= 2
