@@ -32,6 +32,12 @@ Then ``Y``'s copied region holds ``X``'s values when the copy would have
 written them, and ``X``'s elements that nothing stored are ``Y``'s, zero like
 ``X``'s (both are fresh temporaries, and nothing else wrote there before).
 
+Last, a zero fill (``#fill``) of a temporary that nothing touched before it
+goes when no statement reads those zeros (later writes cover them first):
+the temporary starts at zero, and the runtime need not zero it either.  A
+concatenation's fill goes once its parts write it in place; a halo's border
+fills stay (the convolution reads them).
+
 Run after ``halo`` and ``alias_default``, before ``unroll``.
 
 Requires: verified IR.  Guarantees: the same program results, verified IR,
@@ -43,6 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.liveness import live_range
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Load, Program, Refinement, Special, Statement, Store
 from ._common import box_interval, reads, writes
@@ -70,7 +77,33 @@ class AliasCopy:
                     if new is not None:
                         root, changed = new, True
                         break
+        root = _drop_covered_zero_fills(root)
         return program if root is program.root else Program(root)
+
+
+def _drop_covered_zero_fills(root: Block) -> Block:
+    """``root`` without the zero fills of fresh temporaries whose zeros nothing
+    reads (later writes cover them first): a temporary starts at zero, and one
+    whose initial contents nothing reads need not be zeroed either (a
+    concatenation whose parts now write it in place).  Fills that something
+    reads through (a halo's border) stay: they are cheaper than zeroing the
+    whole buffer on every run."""
+    buffers = {r.into: r for r in root.refs}
+    k = 0
+    while k < len(root.stmts):
+        s = root.stmts[k]
+        targets = writes(s) if isinstance(s, Block) and "fill" in s.tags else set()
+        if len(targets) == 1 and _zero_fill(s):
+            (y,) = targets
+            ref = buffers.get(y)
+            fresh = not any(y in reads(t) or y in writes(t) for t in root.stmts[:k])
+            if ref is not None and ref.dir == "none" and not ref.const and fresh:
+                trial = replace(root, stmts=root.stmts[:k] + root.stmts[k + 1 :])
+                if live_range(trial, ref, ())[0] >= 0:
+                    root = trial
+                    continue
+        k += 1
+    return root
 
 
 def _copy(
