@@ -93,7 +93,7 @@ def _drop_covered_zero_fills(root: Block) -> Block:
     while k < len(root.stmts):
         s = root.stmts[k]
         targets = writes(s) if isinstance(s, Block) and "fill" in s.tags else set()
-        if len(targets) == 1 and _zero_fill(s):
+        if len(targets) == 1 and isinstance(s, Block) and _zero_fill(s):
             (y,) = targets
             ref = buffers.get(y)
             fresh = not any(y in reads(t) or y in writes(t) for t in root.stmts[:k])
