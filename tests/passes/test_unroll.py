@@ -220,6 +220,32 @@ def test_ragged_rows_split_into_two_kernels(m, rows):
     assert ("k0_C_rest" in result.stages[-1][1]) == bool(split)
 
 
+POINTWISE = """function (I[N, Y, X, CI], W[CI, CO]) -> (O) {
+    O[n, y, x, co : N, Y, X, CO] = +(I[n, y, x, ci] * W[ci, co]);
+}"""
+
+
+def test_ragged_rows_rest_tiles_along_another_row_index():
+    """13 x 13 pixels in 4-row tiles: the last column (13 pixels) is tiled along
+    the other pixel index in full tiles (12 rows, then the one pixel left), not
+    in 13 one-row tiles that would each read all the weights."""
+    ref = lambda i, w: np.einsum("nyxc,cd->nyxd", i, w)  # noqa: E731
+    result = _check(POINTWISE, [(1, 13, 13, 8), (8, 32)], ref, rows=4, vectors=2, max_rows=0)
+    text = result.stages[-1][1]
+    names = [s.name for s in result.program.root.stmts]
+    assert names == ["k0_O", "k0_O_rest", "k0_O_rest_rest"]
+    main, rest = result.program.root.stmts[:2]
+
+    def tile_rows(kernel):
+        (tile,) = [b for b in walk_blocks(kernel) if "register_tile" in b.tags]
+        return {i.name for i in tile.idxs if i.name in ("y_r", "x_r") and i.range == 4}
+
+    # the main part tiles one pixel index by 4, its rest (one value of that
+    # index) the other one, also by 4
+    assert len(tile_rows(main)) == 1 and len(tile_rows(rest)) == 1, text
+    assert tile_rows(main) != tile_rows(rest), text
+
+
 @pytest.mark.parametrize("m", [5, 6, 7, 13])
 @pytest.mark.parametrize("rows", [4, 6])
 def test_ragged_rows_with_epilogue(m, rows):
