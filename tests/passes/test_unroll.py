@@ -92,6 +92,28 @@ def test_one_row_streams_its_panels_unpacked():
     assert "cache_in" in four.stages[-1][1]
 
 
+MATMUL_BT = "function (A[M, K], B[N, K]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[n, k]); }"
+
+
+@pytest.mark.parametrize(("m", "n"), [(8, 64), (13, 197), (1, 48)])
+def test_transposed_operand_is_packed_with_the_vector_index_innermost(m, n):
+    """``A @ B.T`` (attention's scores): B is read across the vector index, so
+    its panels are packed with that index innermost (strides ``(1, 32)``) and
+    the product is still register-tiled; with one row nothing would pack it
+    (each panel meets one tile) and the kernel is left alone."""
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((m, 20)).astype(np.float32)
+    b = rng.standard_normal((n, 20)).astype(np.float32)
+    program = stripeml.compile(MATMUL_BT, target="interp").lower(a, b).program
+    result = run_pipeline(program, [Unroll(vector_width=16, rows=4, vectors=2)])
+    text = result.stages[-1][1]
+    if m == 1:
+        assert len(result.stages) == 1  # unchanged
+        return
+    assert "register_tile" in text and "none B_pack f32(32, 20):(1, 32)" in text, text
+    _check_cpu(result.program, {"A": a, "B": b}, "C", a @ b.T)
+
+
 def test_reduction_blocks():
     result = _check(MATMUL, [(8, 64), (64, 32)], lambda a, b: a @ b, k_block=16)
     assert "k_o:4" in result.stages[-1][1]

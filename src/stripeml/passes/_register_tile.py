@@ -153,15 +153,25 @@ def register_tiles(
         src, strides = r.into, r.shape.strides
         nbytes = itemsize(r.shape.dtype) * math.prod(s0)
         dense_view = TensorShape.dense(r.shape.dtype, tuple(s0)).strides == r.shape.strides
+        across = index_stride(r, v) not in (0, 1)  # read across v: must be packed
         if (
             r.dir == "in"
             and not merged
-            and not dense_view
+            and (not dense_view or across)
             and any(a.coeff(v) for a in r.access)
-            and nbytes <= pack_max_bytes
+            and (nbytes <= pack_max_bytes or across)
         ):
             buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
             dense = TensorShape.dense(r.shape.dtype, tuple(s0))
+            if across:  # dense with v's dimension innermost
+                dv = next(d for d, a in enumerate(r.access) if a.coeff(v))
+                order = [d for d in range(len(s0)) if d != dv] + [dv]
+                packed = [0] * len(s0)
+                step = 1
+                for d in reversed(order):
+                    packed[d] = step
+                    step *= s0[d]
+                dense = TensorShape(r.shape.dtype, tuple(s0), tuple(packed))
             refs0.append(Refinement("none", buf, dense, location="L2"))
             copies.append(
                 _copy_block(r.into, buf, r.shape, dense, tuple(s0), f"{k.name}_pack_{r.into}")

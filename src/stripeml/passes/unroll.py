@@ -62,6 +62,15 @@ so the tile rows stay the kernel's own (parallel) indices.  ``row_blocks``
 and ``k_block`` (both off by default) split the row index into outer blocks
 and the reduction into blocks (see docs/passes.md section 11).
 
+Transposed operands: when no index is unit-stride in every input but one is
+in the output and each input reads it at stride 0 or 1 or through exactly
+one dimension (``A @ B.T``: attention's scores read the keys across the
+vector index), that index is taken and the inputs read across it are packed
+per panel whatever ``pack_max_bytes`` says, dense with its dimension
+innermost, so the tile reads whole vectors; such a kernel needs at least two
+panels and more than one row (else nothing packs it), and a ragged split's
+rest keeps packing.
+
 Left alone: kernels with nested blocks, index offsets or allocations,
 several outputs or an ``assign`` output, no reduction index, no vector
 index (unit stride in the output, stride 0 or 1 in every input, not in a
@@ -176,6 +185,16 @@ class Unroll:
             n for n in addr
             if stride[n] == 1 and n not in in_cons and all(index_stride(r, n) in (0, 1) for r in ins)
         ]  # fmt: skip
+        transposed = False
+        if not vcands and self.pack_max_bytes > 0:
+            # An input read across the vector index (the keys of attention's
+            # Q @ K^T, a transposed view): its panels are packed with that index
+            # innermost, so the tile still reads whole vectors.
+            vcands = [
+                n for n in addr
+                if stride[n] == 1 and n not in in_cons and all(_packable(r, n) for r in ins)
+            ]  # fmt: skip
+            transposed = True
         if not vcands:
             return None
         v = vcands[-1]
@@ -198,7 +217,7 @@ class Unroll:
             n for n in addr
             if n != v and n not in in_cons and all(index_stride(r, n) == 0 for r in panel_ins)
         ]  # fmt: skip
-        if row is None and not row_ok and self.channel_rows:
+        if row is None and not row_ok and self.channel_rows and not transposed:
             shared = self._channel_rows(root, k, v, addr, in_cons, ins, red, laid)
             if shared is not None:
                 return shared
@@ -232,11 +251,16 @@ class Unroll:
                 return split
         u = rows_cands[-1] if rows_cands and self.rows > 1 else None
         # Without a row index, spend the accumulators on more vectors along v.
-        limit = self.vectors if u is not None else self.max_vectors
+        # (Not with an input to pack across the vector index: keep several panels.)
+        limit = self.vectors if u is not None or transposed else self.max_vectors
         rows = self.rows if u is not None else 1
         vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
+        if transposed and (
+            ranges[v] // (vec * w) < 2 or (u is None and all(ranges[n] == 1 for n in row_ok))
+        ):
+            return None  # one panel, or one row: nothing would pack the transposed input
         if u is None and all(ranges[n] == 1 for n in row_ok):
             # One row (a matrix-vector product): each panel meets one tile, so a
             # packed copy would be written and read once; stream the input instead.
@@ -338,6 +362,10 @@ class Unroll:
         second = rest._tile(
             laid.root if laid is not None else root, tail, None if other_rows else u, laid
         )
+        if second is None and rest.pack_max_bytes != self.pack_max_bytes:
+            # An input read across the vector index can only be tiled packed.
+            packed = replace(rest, pack_max_bytes=self.pack_max_bytes)
+            second = packed._tile(laid.root if laid is not None else root, tail, u, laid)
         if first is None or second is None:
             if laid is not None and state is not None:
                 laid.restore(state)
@@ -378,6 +406,15 @@ class Unroll:
             "row_blocks": self.row_blocks,
             "k_block": self.k_block,
         }
+
+
+def _packable(r: Refinement, v: str) -> bool:
+    """Whether ``r`` reads ``v`` at stride 0 or 1, or through exactly one dimension
+    with coefficient 1 (a panel can then be packed with that dimension innermost)."""
+    if index_stride(r, v) in (0, 1):
+        return True
+    dims = [a.coeff(v) for a in r.access if a.coeff(v)]
+    return dims == [1]
 
 
 def _vectors(cap: int, n: int, w: int) -> int:
