@@ -180,3 +180,40 @@ def test_without_a_pool_kernels_run_on_the_calling_thread(monkeypatch):
         "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }", "cpu"
     )
     np.testing.assert_allclose(f(a, a), a @ a, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_batch_runs_its_kernels_in_order_split_or_whole(add_index, workers):
+    """One native call runs a kernel split in 5 chunks, one called whole over 3000
+    points, and another split in 2: each point once per kernel that covers it,
+    one call per chunk."""
+    from stripeml.runtime.native_pool import Batch
+
+    p = pool(workers)
+    data = np.zeros(4097, np.int64)
+    five, two = _bounds(4096, 5), _bounds(1000, 2)
+    batch = Batch(
+        [
+            (add_index, 4096, five.ctypes.data, 5),
+            (add_index, 3000, 0, 0),
+            (add_index, 1000, two.ctypes.data, 2),
+        ]
+    )
+    for _ in range(50):
+        assert p.run_batch(batch, data.ctypes.data)
+    counts = np.ones(4096, np.int64) + (np.arange(4096) < 3000) + (np.arange(4096) < 1000)
+    np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * counts * 50)
+    assert data[4096] == 50 * (5 + 1 + 2)
+
+
+def test_a_busy_pool_declines_a_batch(add_index):
+    from stripeml.runtime.native_pool import Batch
+
+    p = pool(1)
+    data = np.zeros(4097, np.int64)
+    batch = Batch([(add_index, 100, 0, 0)])
+    with p._busy:  # another call holds the pool
+        assert not p.run_batch(batch, data.ctypes.data)
+    assert not data.any()
+    assert p.run_batch(batch, data.ctypes.data)
+    assert data[4096] == 1

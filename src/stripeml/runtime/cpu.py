@@ -16,6 +16,10 @@ its parallel index on the process's native thread pool
 (:mod:`.native_pool`: worker threads that live in native code and claim
 chunks with an atomic compare-and-swap; the calling thread claims chunks too,
 so a hand-off costs microseconds, not the 0.1-0.2 ms of a Python pool).
+With two or more threads, each run of consecutive kernels goes to native code
+in one call (:class:`.native_pool.Batch`: ``stripeml_pool_batch`` calls each
+kernel whole or splits it on the pool), so no Python runs between kernels;
+while profiling (``step_seconds``) the steps run one by one, timed.
 Root-level ``special`` statements run on the host (:func:`.host.run_root_special`:
 ``copy``/``reshape``/``gather`` as NumPy copies, others with the interpreter's
 implementations).
@@ -239,6 +243,7 @@ class CpuCompiled:
         self._addresses = {sym: loaded.address(sym) for sym in self._kernels}
         # The steps as run, per (threads, min_chunk_work, chunks_per_thread, constant).
         self._plans: dict[tuple[int, int, int, bool], list[tuple]] = {}
+        self._batch_plans: dict[tuple[int, int, int, bool], list] = {}
         self._bound_arrays: list[np.ndarray] = []
         self._spare_temps: list[list[np.ndarray]] = []
         # Per set of temporaries (by id; the set is kept alive here): its pointer array.
@@ -406,6 +411,18 @@ class CpuCompiled:
         ptrs = ctypes.addressof(pointers)
         pool: native_pool.NativePool | None = None  # fetched at the first split kernel
         fetched = False
+        if times is None and self.threads > 1:
+            # Runs of kernels go to native code in one call each (no Python
+            # between kernels); specials run here in between.
+            pool = native_pool.pool(self.threads - 1)
+            if pool is not None:
+                for part in self._batches(constant):
+                    if isinstance(part, native_pool.Batch):
+                        if not pool.run_batch(part, ptrs):
+                            self._run_plain(part.plan, pointers, storages)
+                    else:
+                        self._run_special(part, storages)
+                return
         for k, fn, addr, extent, bounds, special in plan:
             start = time.perf_counter() if times is not None else 0.0
             if special is not None:
@@ -422,6 +439,45 @@ class CpuCompiled:
                 info = step.kernel or step.copy
                 name = info.block_name if info is not None else f"special{k}"
                 times[name] = times.get(name, 0.0) + time.perf_counter() - start
+
+    def _batches(self, constant: bool) -> list:
+        """The plan as runs of kernels (:class:`native_pool.Batch`, each with its
+        ``plan`` steps) and the specials between them, computed once."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
+        found = self._batch_plans.get(key)
+        if found is not None:
+            return found
+        parts: list = []
+        run: list[tuple] = []
+
+        def close() -> None:
+            if run:
+                batch = native_pool.Batch(
+                    [
+                        (addr, extent, *(bounds if bounds is not None else (0, 0)))
+                        for _, _, addr, extent, bounds, _ in run
+                    ],
+                    list(run),
+                )
+                parts.append(batch)
+                run.clear()
+
+        for step in self._plan(constant):
+            if step[5] is not None:
+                close()
+                parts.append(step[5])
+            else:
+                run.append(step)
+        close()
+        self._batch_plans[key] = parts
+        return parts
+
+    def _run_plain(
+        self, plan: list[tuple], pointers: ctypes.Array[ctypes.c_void_p], storages: list
+    ) -> None:
+        """Kernel steps one by one on this thread (the pool is busy elsewhere)."""
+        for _, fn, _, extent, _, _ in plan:
+            fn(pointers, 0, extent)
 
     def _plan(self, constant: bool = False) -> list[tuple]:
         """Per step ``(position, fn, address, extent, (bounds address, chunks) or None,

@@ -262,10 +262,60 @@ yield:
 out:
   ret void
 }}
+
+; A run of kernels in order: kernel i is fns[i], split into chunks[i] chunks
+; at bounds[i] (an address of split points) on the pool, or with chunks[i] = 0
+; called once over [0, extents[i]) on this thread.
+define void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks) {{
+entry:
+  %fa = inttoptr i64 %fns to i64*
+  %ea = inttoptr i64 %extents to i64*
+  %ba = inttoptr i64 %bounds to i64*
+  %ca = inttoptr i64 %chunks to i64*
+  %pv = inttoptr i64 %ptrs to i8*
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %next ]
+  %more = icmp ult i64 %i, %steps
+  br i1 %more, label %body, label %done
+body:
+  %fip = getelementptr i64, i64* %fa, i64 %i
+  %fi = load i64, i64* %fip, align 8
+  %cip = getelementptr i64, i64* %ca, i64 %i
+  %n = load i64, i64* %cip, align 8
+  %serial = icmp eq i64 %n, 0
+  br i1 %serial, label %one, label %split
+one:
+  %eip = getelementptr i64, i64* %ea, i64 %i
+  %e = load i64, i64* %eip, align 8
+  %fn = inttoptr i64 %fi to void (i8*, i64, i64)*
+  call void %fn(i8* %pv, i64 0, i64 %e)
+  br label %next
+split:
+  %bip = getelementptr i64, i64* %ba, i64 %i
+  %b = load i64, i64* %bip, align 8
+  call void @stripeml_pool_run(i64* %st, i64 %fi, i64 %ptrs, i64 %b, i64 %n)
+  br label %next
+next:
+  %i1 = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}}
 """
 
 
 _WORKER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_BATCH = ctypes.CFUNCTYPE(
+    None,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
+)
 _RUN = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
 )
@@ -275,6 +325,21 @@ _RUN = ctypes.CFUNCTYPE(
 def _code(naps: bool = False) -> jit.LoadedObject:
     """The pool's machine code, compiled once per process (never freed: workers run it)."""
     return jit.load_object(jit.compile_ir(_ir(naps), count=False), count=False)
+
+
+class Batch:
+    """Consecutive kernels for :meth:`NativePool.run_batch`: per kernel its
+    address, extent, and split points (an address) with their chunk count (0:
+    one call over the whole extent).  The arrays stay alive with the batch."""
+
+    def __init__(self, kernels: list[tuple[int, int, int, int]], plan: list | None = None) -> None:
+        self.plan = plan or []  # the caller's own steps, to run them another way
+        table = np.array(kernels, np.int64).reshape(-1, 4)
+        self._columns = [np.ascontiguousarray(table[:, k]) for k in range(4)]
+        self.steps = len(kernels)
+        self.fns, self.extents, self.bounds, self.chunks = (
+            int(c.ctypes.data) for c in self._columns
+        )
 
 
 class NativePool:
@@ -290,6 +355,7 @@ class NativePool:
         self._state = np.zeros(_STATE_WORDS, np.int64)
         self._addr = self._state.ctypes.data
         self._run = _RUN(code.address("stripeml_pool_run"))
+        self._batch = _BATCH(code.address("stripeml_pool_batch"))
         self._wake = _WORKER(code.address("stripeml_pool_wake"))
         worker = _WORKER(code.address("stripeml_pool_worker"))
         self._busy = threading.Lock()
@@ -323,6 +389,19 @@ class NativePool:
         if not 0 < n <= MAX_CHUNKS:
             raise ValueError(f"a job has 1 to {MAX_CHUNKS} chunks, got {n}")
         return self.run_raw(fn, ptrs, bounds.ctypes.data, n)
+
+    def run_batch(self, batch: Batch, ptrs: int) -> bool:
+        """Run ``batch``'s kernels in order, each split or whole as it says, in one
+        native call; ``False`` (nothing run) when another call holds the pool."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            self._batch(
+                self._addr, batch.steps, batch.fns, ptrs, batch.extents, batch.bounds, batch.chunks
+            )
+        finally:
+            self._busy.release()
+        return True
 
     def run_raw(self, fn: int, ptrs: int, bounds: int, n: int) -> bool:
         """:meth:`run` with ``bounds`` the address of ``n + 1`` int64 split points
