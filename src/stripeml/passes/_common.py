@@ -55,6 +55,30 @@ def writes(stmt: Statement) -> set[str]:
     return set()
 
 
+def copy_views(s: Statement) -> tuple[Refinement, Refinement] | None:
+    """``(source view, destination view)`` when ``s`` is a leaf copy kernel: no
+    constraints, two views (an ``in`` and an ``assign`` ``out``), and exactly
+    ``$x = load(source)``, ``destination = store($x)``."""
+    if not isinstance(s, Block) or s.constraints or s.sub_blocks or len(s.stmts) != 2:
+        return None
+    if len(s.refs) != 2:
+        return None
+    src = next((r for r in s.refs if r.dir == "in"), None)
+    dst = next((r for r in s.refs if r.dir == "out"), None)
+    if src is None or dst is None or dst.agg not in ("", "assign"):
+        return None
+    load, store = s.stmts
+    if not (
+        isinstance(load, Load)
+        and isinstance(store, Store)
+        and load.ref == src.into
+        and store.ref == dst.into
+        and store.value == load.into
+    ):
+        return None
+    return src, dst
+
+
 def is_leaf(block: Block) -> bool:
     """A block whose statements are all scalar (no nested blocks, no specials)."""
     return not any(isinstance(s, (Block, Special)) for s in block.stmts)

@@ -51,8 +51,8 @@ from typing import ClassVar
 
 from ..analysis.liveness import live_range
 from ..ir.affine import Affine
-from ..ir.nodes import Block, Constant, Load, Program, Refinement, Special, Statement, Store
-from ._common import box_interval, reads, writes
+from ..ir.nodes import Block, Constant, Program, Refinement, Special, Statement, Store
+from ._common import box_interval, copy_views, reads, writes
 from .registry import register
 
 Box = list[tuple[int, int]]  # per dimension, [lo, hi]
@@ -111,23 +111,10 @@ def _copy(
 ) -> tuple[Refinement, Refinement, tuple[int, ...]] | None:
     """``(X's root ref, Y's root ref, offsets)`` when root statement ``k`` is a
     copy this pass applies to (the copy's own shape, see the module docstring)."""
-    if not isinstance(s, Block) or s.constraints or s.sub_blocks or len(s.stmts) != 2:
+    views = copy_views(s)
+    if views is None or not isinstance(s, Block) or any(i.affine is not None for i in s.idxs):
         return None
-    if len(s.refs) != 2 or any(i.affine is not None for i in s.idxs):
-        return None
-    src = next((r for r in s.refs if r.dir == "in"), None)
-    dst = next((r for r in s.refs if r.dir == "out"), None)
-    if src is None or dst is None or dst.agg not in ("", "assign"):
-        return None
-    load, store = s.stmts
-    if not (
-        isinstance(load, Load)
-        and isinstance(store, Store)
-        and load.ref == src.into
-        and store.ref == dst.into
-        and store.value == load.into
-    ):
-        return None
+    src, dst = views
     buffers = {r.into: r for r in root.refs}
     rx, ry = buffers.get(src.from_), buffers.get(dst.from_)
     if rx is None or ry is None or rx.into == ry.into:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..ir.affine import Affine
-from ..ir.nodes import Block, Load, Program, Refinement, Special, Statement, Store
-from ._common import reads, writes
+from ..ir.nodes import Block, Program, Refinement, Special, Statement
+from ._common import copy_views, reads, writes
 from .registry import register
 
 
@@ -55,23 +55,10 @@ def _copy_of_dead_default(root: Block, i: int) -> tuple[str, str] | None:
     """``(D, T)`` when root statement ``i`` is a whole-buffer copy of ``D`` into ``T``
     that can become an alias (see the module docstring)."""
     s = root.stmts[i]
-    if not isinstance(s, Block) or "fill" not in s.tags or s.constraints or s.sub_blocks:
+    views = copy_views(s)
+    if views is None or not isinstance(s, Block) or "fill" not in s.tags:
         return None
-    if len(s.refs) != 2 or len(s.stmts) != 2:
-        return None
-    src = next((r for r in s.refs if r.dir == "in"), None)
-    dst = next((r for r in s.refs if r.dir == "out"), None)
-    if src is None or dst is None or dst.agg not in ("", "assign"):
-        return None
-    load, store = s.stmts
-    if not (
-        isinstance(load, Load)
-        and isinstance(store, Store)
-        and load.ref == src.into
-        and store.ref == dst.into
-        and store.value == load.into
-    ):
-        return None
+    src, dst = views
     d, t = src.from_, dst.from_
     if not d or not t or d == t:
         return None
