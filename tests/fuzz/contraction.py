@@ -236,10 +236,10 @@ def _combine(combo: str, vals: list, errs: list[float], u: float) -> tuple[objec
     ea, eb = errs[0], errs[1]
     if combo == "*":
         v = a * b
-        return v, _scaled(a, eb) + _scaled(b, ea) + ea * eb + _rounding(u, v)
+        return v, _zero_sign(v, ea, eb, _scaled(a, eb) + _scaled(b, ea) + ea * eb + _rounding(u, v))
     if combo == "+":
         v = a + b
-        return v, ea + eb + _rounding(u, v)
+        return v, _zero_sign(v, ea, eb, ea + eb + _rounding(u, v))
     unsure = ea + eb > 0 and abs(a - b) <= ea + eb
     if combo == "==":
         return a == b, float(unsure)
@@ -247,6 +247,15 @@ def _combine(combo: str, vals: list, errs: list[float], u: float) -> tuple[objec
     if unsure:
         return (c if a == b else 0), ec + abs(c)
     return (c, ec) if a == b else (0, 0.0)
+
+
+def _zero_sign(v, ea: float, eb: float, err: float) -> float:
+    """``err``, at least :data:`SIGN_UNSURE` when a float result is zero and an
+    operand is inexact: its zero may carry either sign (``0 * x`` with ``x`` a
+    sum of zeros), as the elementwise rules in ``reference.py`` say too."""
+    if isinstance(v, (float, np.floating)) and v == 0 and (ea > 0 or eb > 0):
+        return max(err, SIGN_UNSURE)
+    return err
 
 
 def _nan_max(vals: list, pick) -> object:
@@ -285,6 +294,8 @@ def _aggregate(agg: str, pairs: list, dt: np.dtype, pos) -> tuple[object, float]
         for i, e in enumerate(errs):
             if e:
                 err += e * math.prod(abs(v) for j, v in enumerate(vals) if j != i)
+        if is_float(dt) and prod == 0 and any(errs):
+            err = max(err, SIGN_UNSURE)  # a factor's zero may carry either sign
         return prod, err
     pick = max if agg == ">" else min
     v = _nan_max(vals, pick)
