@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from ..ir.affine import Affine
 from ..ir.nodes import (
@@ -53,6 +53,21 @@ def writes(stmt: Statement) -> set[str]:
     if isinstance(stmt, Special):
         return set(stmt.outputs)
     return set()
+
+
+def rewrite_until_fixed(root: Block, at: Callable[[Block, int], Block | None]) -> Block:
+    """``root`` rewritten at its first statement ``k`` where ``at(root, k)`` gives a
+    new root, again and again until no statement gives one (``root`` itself when
+    none ever does).  Each rewrite must remove something, so this ends."""
+    changed = True
+    while changed:
+        changed = False
+        for k in range(len(root.stmts)):
+            new = at(root, k)
+            if new is not None:
+                root, changed = new, True
+                break
+    return root
 
 
 def copy_views(s: Statement) -> tuple[Refinement, Refinement] | None:

@@ -52,7 +52,7 @@ from typing import ClassVar
 from ..analysis.liveness import live_range
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Program, Refinement, Special, Statement, Store
-from ._common import box_interval, copy_views, reads, writes
+from ._common import box_interval, copy_views, reads, rewrite_until_fixed, writes
 from .registry import register
 
 Box = list[tuple[int, int]]  # per dimension, [lo, hi]
@@ -66,18 +66,11 @@ class AliasCopy:
     name: ClassVar[str] = "alias_copy"
 
     def run(self, program: Program) -> Program:
-        root = program.root
-        changed = True
-        while changed:
-            changed = False
-            for k, s in enumerate(root.stmts):
-                found = _copy(root, k, s)
-                if found is not None:
-                    new = _alias(root, k, *found)
-                    if new is not None:
-                        root, changed = new, True
-                        break
-        root = _drop_covered_zero_fills(root)
+        def at(root: Block, k: int) -> Block | None:
+            found = _copy(root, k, root.stmts[k])
+            return None if found is None else _alias(root, k, *found)
+
+        root = _drop_covered_zero_fills(rewrite_until_fixed(program.root, at))
         return program if root is program.root else Program(root)
 
 

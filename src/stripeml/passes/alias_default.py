@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program, Refinement, Special, Statement
-from ._common import copy_views, reads, writes
+from ._common import copy_views, reads, rewrite_until_fixed, writes
 from .registry import register
 
 
@@ -38,16 +38,11 @@ class AliasDefault:
     name: ClassVar[str] = "alias_default"
 
     def run(self, program: Program) -> Program:
-        root = program.root
-        changed = True
-        while changed:
-            changed = False
-            for i in range(len(root.stmts)):
-                pair = _copy_of_dead_default(root, i)
-                if pair is not None:
-                    root = _alias(root, i, *pair)
-                    changed = True
-                    break
+        def at(root: Block, i: int) -> Block | None:
+            pair = _copy_of_dead_default(root, i)
+            return None if pair is None else _alias(root, i, *pair)
+
+        root = rewrite_until_fixed(program.root, at)
         return program if root is program.root else Program(root)
 
 

@@ -41,7 +41,7 @@ from typing import ClassVar
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program, Refinement, Special, Statement, TensorShape
 from ..ir.reshape import Groups, refinement_groups
-from ._common import reads, writes
+from ._common import reads, rewrite_until_fixed, writes
 from .registry import register
 
 
@@ -53,16 +53,11 @@ class AliasReshape:
     name: ClassVar[str] = "alias_reshape"
 
     def run(self, program: Program) -> Program:
-        root = program.root
-        changed = True
-        while changed:
-            changed = False
-            for k, s in enumerate(root.stmts):
-                if isinstance(s, Special) and s.op == "reshape":
-                    new = _alias(root, k, s)
-                    if new is not None:
-                        root, changed = new, True
-                        break
+        def at(root: Block, k: int) -> Block | None:
+            s = root.stmts[k]
+            return _alias(root, k, s) if isinstance(s, Special) and s.op == "reshape" else None
+
+        root = rewrite_until_fixed(program.root, at)
         return program if root is program.root else Program(root)
 
 

@@ -419,7 +419,7 @@ class CpuCompiled:
                 for part in self._batches(constant):
                     if isinstance(part, native_pool.Batch):
                         if not pool.run_batch(part, ptrs):
-                            self._run_plain(part.plan, pointers, storages)
+                            self._run_plain(part.plan, pointers)
                     else:
                         self._run_special(part, storages)
                 return
@@ -472,9 +472,7 @@ class CpuCompiled:
         self._batch_plans[key] = parts
         return parts
 
-    def _run_plain(
-        self, plan: list[tuple], pointers: ctypes.Array[ctypes.c_void_p], storages: list
-    ) -> None:
+    def _run_plain(self, plan: list[tuple], pointers: ctypes.Array[ctypes.c_void_p]) -> None:
         """Kernel steps one by one on this thread (the pool is busy elsewhere)."""
         for _, fn, _, extent, _, _ in plan:
             fn(pointers, 0, extent)
