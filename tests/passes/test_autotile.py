@@ -64,7 +64,7 @@ PIPELINES: dict[str, Callable[[], list]] = {
         Thread(threads=3),
     ],
     "fused_then_tiled": lambda: [
-        Fuse(unit_stride_reductions_only=False),
+        Fuse(unit_stride_reductions_only=False, reused_inputs=True),
         Dce(),
         Autotile(memory_bytes=512, select="kernel,!fill"),
         Thread(),

@@ -60,7 +60,7 @@ PIPELINES: dict[str, Callable[[], list]] = {
         Place(),
     ],
     "cache_fused": lambda: [
-        Fuse(unit_stride_reductions_only=False),
+        Fuse(unit_stride_reductions_only=False, reused_inputs=True),
         Dce(),
         Cache(location="L1", select="fused", dirs="all"),
         Prune(),

@@ -109,7 +109,7 @@ def test_log_softmax_exp_stays_in_registers() -> None:
 def test_mlp_matmul_bias_relu_is_one_kernel() -> None:
     """With matmul-like fusion enabled, matmul + bias + relu is one kernel."""
     program, _ = lower_case(CASES_BY_NAME["mlp_10_statements"])
-    result = run_pipeline(program, [Fuse(unit_stride_reductions_only=False), Dce()]).program
+    result = run_pipeline(program, [Fuse(unit_stride_reductions_only=False, reused_inputs=True), Dce()]).program
     first = _kernels(result)[0]
     assert first.has_tags("kernel", "fused")
     (inner,) = first.sub_blocks
@@ -146,7 +146,7 @@ def test_small_programs_become_one_kernel(source: str, shapes: list) -> None:
     inputs = {p: rng.uniform(-1, 1, s).astype(np.float32) for p, s in zip(f.params, shapes)}
     program = f.lower(**inputs).program
     expected = run(program, inputs)
-    pipeline = [Fuse(unit_stride_reductions_only=False), Dce()]
+    pipeline = [Fuse(unit_stride_reductions_only=False, reused_inputs=True), Dce()]
     result = run_pipeline(program, pipeline, check=checker(inputs, expected)).program
     assert len(_kernels(result)) == 1
     if len(_kernels(program)) == 1:

@@ -59,6 +59,7 @@ def test_make_pass_builds_with_options() -> None:
         "into_contraction": bool,
         "contraction": bool,
         "unit_stride_reductions_only": bool,
+        "reused_inputs": bool,
     }
 
 

@@ -114,6 +114,35 @@ def test_transposed_operand_is_packed_with_the_vector_index_innermost(m, n):
     _check_cpu(result.program, {"A": a, "B": b}, "C", a @ b.T)
 
 
+SCORES = """function (Q[M, H, D], K[N, H, D]) -> (S) {
+    S[h, m, n : H, M, N] = +(Q[m, h, d] * K[n, h, d]);
+}"""
+ROW_MAX = "function (S[H, M, N]) -> (R) { R[h, m, 0 : H, M, 1] = >(S[h, m, n]); }"
+
+
+def test_multi_head_scores_pack_one_heads_panel():
+    """Attention's scores of several heads: the keys read across the vector index
+    depend on the head, so the head goes on the panel level and each packed copy is
+    one head's panel (32 keys x 8), not every head's (32 keys x 3 x 8)."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((12, 3, 8)).astype(np.float32)
+    k = rng.standard_normal((64, 3, 8)).astype(np.float32)
+    program = stripeml.compile(SCORES, target="interp").lower(q, k).program
+    result = run_pipeline(program, [Unroll(vector_width=16, rows=4, vectors=2)])
+    text = result.stages[-1][1]
+    assert "[h:3, n_o:2]" in text and "none K_pack f32(32, 1, 8):(1, 256, 32)" in text, text
+    _check_cpu(result.program, {"Q": q, "K": k}, "S", np.einsum("mhd,nhd->hmn", q, k))
+
+
+def test_row_maximum_is_not_register_tiled():
+    """A row maximum reads every input element once: packing its rows across the
+    vector index would only copy them; it is left for ``vectorize``."""
+    s = np.zeros((2, 64, 64), np.float32)
+    program = stripeml.compile(ROW_MAX, target="interp").lower(s).program
+    result = run_pipeline(program, [Unroll(vector_width=16, rows=4, vectors=2)])
+    assert len(result.stages) == 1, result.stages[-1][1]
+
+
 def test_reduction_blocks():
     result = _check(MATMUL, [(8, 64), (64, 32)], lambda a, b: a @ b, k_block=16)
     assert "k_o:4" in result.stages[-1][1]

@@ -318,7 +318,7 @@ def test_dce_keeps_used_specials_and_drops_dead_ones() -> None:
 def _every_pass() -> list:
     return [
         Fuse(),
-        Fuse(unit_stride_reductions_only=False),
+        Fuse(unit_stride_reductions_only=False, reused_inputs=True),
         Dce(),
         make_pass("halo"),
         make_pass("unroll", vector_width=4, rows=2, vectors=1),
@@ -343,7 +343,7 @@ PIPELINES = {
                                make_pass("autotile", memory_bytes=512, select="kernel"),
                                Cache(location="SRAM", select="tiled"), Localize(), Scalarize(),
                                Prune(), Pad(multiple=4), Place()],
-    "cache_fused": lambda: [Fuse(unit_stride_reductions_only=False), Dce(),
+    "cache_fused": lambda: [Fuse(unit_stride_reductions_only=False, reused_inputs=True), Dce(),
                             Cache(location="L1", select="fused", dirs="all"), Prune(),
                             Place(locations=("DRAM", "L1"), alignment=8)],
 }  # fmt: skip

@@ -107,7 +107,7 @@ class KernelEmitter(KernelBuilder):
                 emit_register_tile(self, blk, env, binds, *plan)
                 return
         scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
-        if scopes and init is None and deferred_scope(blk):
+        if scopes and init is None and deferred_scope(blk, scopes):
             scopes = []  # the child block is each element's scope (it stays "scope")
         reg = None
         vlast = None

@@ -180,16 +180,21 @@ def register_scope(blk: Block, scopes: Mapping[str, Affine]) -> str | None:
     return name if injective(offset, blk) else None
 
 
-def deferred_scope(blk: Block) -> bool:
-    """Whether ``blk``'s scopes may be left to its one statement, a block: when no
-    two points of ``blk`` write one element (every index race-free, decided by
-    :func:`~stripeml.analysis.dependence.race_free_indices`), each element is
-    aggregated by one instance of that block alone, which is then the scope (it
+def deferred_scope(blk: Block, scopes: Collection[str] = ()) -> bool:
+    """Whether ``blk``'s scopes may be left to the one statement that writes them, a
+    block: when no two points of ``blk`` write one element (every index race-free,
+    decided by :func:`~stripeml.analysis.dependence.race_free_indices`), each element
+    is aggregated by one instance of that block alone, which is then the scope (it
     writes the identity first, or keeps the element in a register), instead of
     ``blk`` writing the identity to every element in a separate pass first.  A
     ``#register_tile`` below a kernel of tiles (``unroll``) so starts from the
-    identity in registers."""
-    if len(blk.stmts) != 1 or not isinstance(blk.stmts[0], Block):
+    identity in registers.  The other statements must be blocks that neither read
+    nor write the views ``scopes`` (a packed panel's copy before the tiles)."""
+    subs = [s for s in blk.stmts if isinstance(s, Block)]
+    if not subs or len(subs) != len(blk.stmts):
+        return False
+    writers = [s for s in subs if any(r.from_ in scopes for r in s.refs)]
+    if len(writers) != 1 and not (len(subs) == 1 and not scopes):
         return False
     names = {i.name for i in blk.idxs if i.range > 1}
     return names <= set(race_free_indices(blk))

@@ -35,13 +35,15 @@ def register_tiles(
     row_blocks: int = 1,
     k_block: int = 0,
     flat: bool = False,
+    batch: tuple[str, ...] = (),
 ) -> Block:
     """``k`` tiled: panels of ``vt`` along ``v``; tile rows along ``u`` (``tile_rows``
     of them, or ``tile_rows // r2`` when ``u2 = (name, r2)`` adds a second row
     index, for a 2-D tile of pixels); ``red``: the reduction indices.  Options as
     :class:`~stripeml.passes.unroll.Unroll`'s (``pack_max_bytes``, ``row_blocks``,
     ``k_block``); ``flat``: two levels even with several panels (the panel index
-    beside the tile indices, no packing)."""
+    beside the tile indices, no packing); ``batch``: output indices that go on the
+    panel level with the vector index's panels (chosen here: see the end)."""
     ranges = {i.name: i.range for i in k.idxs}
     taken = set(ranges)
     vo, vr = fresh(f"{v}_o", taken), fresh(f"{v}_r", taken)
@@ -73,10 +75,10 @@ def register_tiles(
     ):
         ub = fresh(f"{u}_b", taken)
         mb = ranges[u] // nb
-    others = [n for n in ranges if n not in red and n not in (u, v, w2)]
+    others = [n for n in ranges if n not in red and n not in (u, v, w2) and n not in batch]
     # Three levels: panels of the vector index; tiles of the row index and the
     # other output indices; one register tile with the whole reduction.
-    lv0 = {v: Affine.index(vo, vt)}
+    lv0 = {v: Affine.index(vo, vt)} | {n: Affine.index(n) for n in batch}
     lv1 = {n: Affine.index(n) for n in others}
     lv2 = {v: Affine.index(vr)} | {n: Affine.index(n) for n in red}
     box1 = {n: ranges[n] for n in others}
@@ -111,7 +113,7 @@ def register_tiles(
     zero2 = {n: Affine() for n in ranges if n not in lv2}
     root_sizes = {x.into: x.shape.sizes for x in root.refs}
     tiled = {v: Affine.index(vo, vt) + Affine.index(vr)}
-    box0 = {vo: ranges[v] // vt}
+    box0 = {vo: ranges[v] // vt} | {n: ranges[n] for n in batch}
     if us is not None:
         tiled[us.name] = Affine.index(us.outer, rows) + Affine.index(us.inner)
         if ub is not None:
@@ -123,6 +125,7 @@ def register_tiles(
         tiled[ks.name] = Affine.index(ks.outer, k_block) + Affine.index(ks.inner)
         box0[ks.outer] = ranges[ks.name] // k_block
     refs0, refs1, refs2, copies = [], [], [], []
+    packed_deps: set[str] = set()  # the indices a packed input depends on
     # One panel only: the tile rows become the kernel's own (parallel) indices.
     merged = flat or (ranges[v] // vt == 1 and (u is not None or bool(others)))
     for r in k.refs:
@@ -176,6 +179,7 @@ def register_tiles(
             copies.append(
                 _copy_block(r.into, buf, r.shape, dense, tuple(s0), f"{k.name}_pack_{r.into}")
             )
+            packed_deps |= {n for n in others if any(a.coeff(n) for a in r.access)}
             src, strides = buf, dense.strides
         shape1 = TensorShape(r.shape.dtype, tuple(s1), strides)
         refs1.append(replace(r, from_=src, access=tuple(a1), shape=shape1))
@@ -231,9 +235,20 @@ def register_tiles(
         tags=frozenset({"tile"}),
         name=f"{k.name}_rows",
     )
+    if packed_deps and not batch:
+        # A packed input that depends on an index of the tile level (the head of
+        # a batched product: the keys of attention's Q @ K^T) would be packed for
+        # all of that index's points at once, a panel far larger than the one a
+        # tile reads (12 heads' keys).  That index goes on the panel level
+        # instead, so each copy is one head's panel, reused by every row tile.
+        moved = tuple(n for n in others if n in packed_deps)
+        return register_tiles(
+            root, k, v, vt, u, red, u2, tile_rows=tile_rows, pack_max_bytes=pack_max_bytes,
+            row_blocks=row_blocks, k_block=k_block, flat=flat, batch=moved,
+        )  # fmt: skip
     top_b = (Index(ub, nb),) if ub is not None else ()
     return Block(
-        idxs=(*top_b, Index(vo, ranges[v] // vt), *top_k),
+        idxs=(*top_b, *(k.idx(n) for n in batch), Index(vo, ranges[v] // vt), *top_k),
         refs=tuple(refs0),
         stmts=(*copies, middle),
         tags=frozenset(k.tags | {"tiled"}),

@@ -212,7 +212,10 @@ class Unroll:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
         # output channel ``16*cb + c``, selects panels instead: it stays outside.)
-        panel_ins = [r for r in ins if index_stride(r, v) == 1]
+        # (With a transposed input, every input that moves with ``v`` is a panel: a
+        # row index it depends on would not reuse its packed copy.  A row maximum
+        # ``M[i] = >(S[i, j])`` has none, and stays a vectorised row reduction.)
+        panel_ins = [r for r in ins if index_stride(r, v) == 1 or (transposed and _moves(r, v))]
         row_ok = [
             n for n in addr
             if n != v and n not in in_cons and all(index_stride(r, n) == 0 for r in panel_ins)
@@ -454,3 +457,8 @@ def _restrict(k: Block, u: str, start: int, count: int, name: str) -> Block:
         refs=tuple(replace(r, access=tuple(a.substitute(shift) for a in r.access)) for r in k.refs),
         name=name,
     )
+
+
+def _moves(r: Refinement, n: str) -> bool:
+    """Whether view ``r``'s access depends on index ``n``."""
+    return any(a.coeff(n) != 0 for a in r.access)
