@@ -53,6 +53,19 @@ def test_gather_out_of_range():
         run(p, {"X": np.zeros(5, np.float32), "I": np.array([0, 5])})
 
 
+def test_gather_out_of_range_on_the_cpu():
+    """The cpu's direct gather (into the result's buffer) checks indices the same way."""
+    from .helpers import run_cpu
+
+    p = special_program("gather", ("f32", (5,)), ("f32", (2,)), (("axis", 0),), ("i64", (2,)))
+    for bad in ([0, 5], [-6, 1]):
+        with pytest.raises(ExecutionError):
+            run_cpu(p, {"X": np.zeros(5, np.float32), "I": np.array(bad)})
+    got = run_cpu(p, {"X": np.arange(5, dtype=np.float32), "I": np.array([-1, 2])})
+    if got is not None:
+        np.testing.assert_array_equal(got["Y"], [4.0, 2.0])
+
+
 def test_specials_per_point_of_a_block():
     """``reshape`` and ``gather`` run once per point of the enclosing block."""
     x = rng.standard_normal((3, 6)).astype(np.float32)
