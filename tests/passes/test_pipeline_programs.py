@@ -109,7 +109,9 @@ def test_log_softmax_exp_stays_in_registers() -> None:
 def test_mlp_matmul_bias_relu_is_one_kernel() -> None:
     """With matmul-like fusion enabled, matmul + bias + relu is one kernel."""
     program, _ = lower_case(CASES_BY_NAME["mlp_10_statements"])
-    result = run_pipeline(program, [Fuse(unit_stride_reductions_only=False, reused_inputs=True), Dce()]).program
+    result = run_pipeline(
+        program, [Fuse(unit_stride_reductions_only=False, reused_inputs=True), Dce()]
+    ).program
     first = _kernels(result)[0]
     assert first.has_tags("kernel", "fused")
     (inner,) = first.sub_blocks

@@ -281,8 +281,13 @@ class KernelEmitter(KernelBuilder):
 
 def _overwritten_first(blk: Block, name: str) -> bool:
     """Whether ``blk``'s first statement assigns every element of its ``none`` buffer
-    ``name`` (a packed panel's copy), so zeroing it first would be wasted."""
+    ``name`` (a packed panel's copy), or the first statement that mentions it is a
+    block that writes all of it through one view (a ``nest``'s intermediates: an
+    assignment, or an aggregation whose scope is that block, which leaves no element
+    at its previous contents), so zeroing it first would be wasted."""
     buf = blk.ref(name)
+    if _written_whole_first(blk, name, buf.shape.sizes):
+        return True
     first = blk.stmts[0] if blk.stmts else None
     if not isinstance(first, Block) or first.constraints or first.sub_blocks:
         return False
@@ -307,3 +312,27 @@ def _overwritten_first(blk: Block, name: str) -> bool:
     stored = [st for st in first.stmts if isinstance(st, Store) and st.ref == w.into]
     dense = TensorShape.dense(buf.shape.dtype, buf.shape.sizes)
     return len(stored) == 1 and dense.strides == buf.shape.strides
+
+
+def _written_whole_first(blk: Block, name: str, sizes: tuple[int, ...]) -> bool:
+    """The second case of :func:`_overwritten_first` (decided with isl)."""
+    from ..analysis.coverage import writes_all
+
+    for st in blk.stmts:
+        if not isinstance(st, Block):
+            if name in _mentions(st):
+                return False
+            continue
+        views = [r for r in st.refs if r.from_ == name]
+        if not views:
+            continue
+        if len(views) != 1 or views[0].dir != "out" or st.constraints:
+            return False
+        return writes_all(st, views[0].into, sizes, (blk,))
+    return False
+
+
+def _mentions(st: object) -> set[str]:
+    return (
+        {getattr(st, "ref", "")} | set(getattr(st, "inputs", ())) | set(getattr(st, "outputs", ()))
+    )

@@ -188,14 +188,16 @@ def deferred_scope(blk: Block, scopes: Collection[str] = ()) -> bool:
     writes the identity first, or keeps the element in a register), instead of
     ``blk`` writing the identity to every element in a separate pass first.  A
     ``#register_tile`` below a kernel of tiles (``unroll``) so starts from the
-    identity in registers.  The other statements must be blocks that neither read
-    nor write the views ``scopes`` (a packed panel's copy before the tiles)."""
+    identity in registers.  Each view of ``scopes`` must be touched by one of the
+    statement blocks alone (the others: a packed panel's copy before the tiles;
+    the other kernels of a ``nest``)."""
     subs = [s for s in blk.stmts if isinstance(s, Block)]
     if not subs or len(subs) != len(blk.stmts):
         return False
-    writers = [s for s in subs if any(r.from_ in scopes for r in s.refs)]
-    if len(writers) != 1 and not (len(subs) == 1 and not scopes):
-        return False
+    if len(subs) > 1 or scopes:
+        for name in scopes:
+            if sum(any(r.from_ == name for r in s.refs) for s in subs) != 1:
+                return False
     names = {i.name for i in blk.idxs if i.range > 1}
     return names <= set(race_free_indices(blk))
 

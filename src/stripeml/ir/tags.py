@@ -163,6 +163,14 @@ TAGS: tuple[Tag, ...] = (
         "an elementwise consumer run on each finished register tile",
         set_by=("passes.epilogue",),
     ),
+    Tag(
+        "nest",
+        "a root kernel over row blocks whose statements are a chain of kernels, each "
+        "restricted to one block, the chain's intermediates allocations of the block "
+        "(attention's scores); later passes treat its statements as root kernels",
+        set_by=("passes.nest",),
+        read_by=("passes._common",),
+    ),
 )
 
 DECLARED: frozenset[str] = frozenset(s for t in TAGS for s in t.spellings)

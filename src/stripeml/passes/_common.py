@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from ..ir.affine import Affine
 from ..ir.nodes import (
@@ -19,6 +20,7 @@ from ..ir.nodes import (
     Intrinsic,
     Load,
     LoadIndex,
+    Program,
     Refinement,
     Special,
     Statement,
@@ -267,3 +269,18 @@ def box_interval(expr: Affine, ranges: Mapping[str, int]) -> tuple[int, int]:
         lo += min(0, top)
         hi += max(0, top)
     return lo, hi
+
+
+def inside_nests(program: Program, run: Callable[[Program], Program]) -> Program:
+    """``program`` with ``run`` applied to each ``#nest`` kernel's statements, the
+    nest standing in for the root (its views and allocations are the buffers)."""
+    stmts = []
+    for s in program.root.stmts:
+        if isinstance(s, Block) and "nest" in s.tags:
+            inner = run(Program(s)).root
+            if inner is not s:
+                s = replace(s, refs=inner.refs, stmts=inner.stmts)
+        stmts.append(s)
+    if all(a is b for a, b in zip(stmts, program.root.stmts)):
+        return program
+    return Program(program.root.with_stmts(tuple(stmts)))

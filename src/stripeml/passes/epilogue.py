@@ -63,7 +63,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh, reads, writes
+from ._common import fresh, inside_nests, reads, writes
 from .registry import check_selector, register
 
 
@@ -79,6 +79,10 @@ class Epilogue:
         check_selector(self)
 
     def run(self, program: Program) -> Program:
+        # The kernels of each ``nest`` too, the nest standing in for the root.
+        return inside_nests(self._run_root(program), self._run_root)
+
+    def _run_root(self, program: Program) -> Program:
         root = program.root
         stmts: list[Statement] = []
         dropped: set[str] = set()

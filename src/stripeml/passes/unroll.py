@@ -96,7 +96,7 @@ from typing import ClassVar
 from ..analysis.select import parse_selector
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program, Refinement, Statement
-from ._common import fresh, index_stride
+from ._common import fresh, index_stride, inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
 from .registry import check_non_negative, check_positive, check_selector, register
@@ -130,6 +130,10 @@ class Unroll:
     # by image, weight and output) take rows along a pixel index the weight does
     # not depend on (False: such kernels get one-pixel tiles, as before).
     channel_rows: bool = True
+    # Inside a ``nest`` (one row block at a time) a packed panel would be copied
+    # once per block: strided panels are read in place there unless this is set
+    # (inputs read across the vector index are always packed).
+    pack_in_nests: bool = False
     select: str = "contraction"
     name: ClassVar[str] = "unroll"
 
@@ -139,6 +143,17 @@ class Unroll:
         check_non_negative(self, "max_rows", "pack_max_bytes", "k_block")
 
     def run(self, program: Program) -> Program:
+        # The kernels of each ``nest`` too, the nest standing in for the root.
+        nested = (
+            self
+            if self.pack_in_nests or self.pack_max_bytes == 0
+            else (
+                replace(self, pack_max_bytes=1)  # no strided panel fits; transposed ones pack
+            )
+        )
+        return inside_nests(self._run_root(program), nested._run_root)
+
+    def _run_root(self, program: Program) -> Program:
         laid = PanelLayouts(program.root)
         stmts: list[Statement] = []
         changed = False

@@ -1,0 +1,574 @@
+"""``nest``: a chain of kernels that hands rows to the next runs as one kernel over row blocks.
+
+Attention, as the importer writes it, is a chain of root kernels whose
+intermediates are as large as the scores (heads x queries x keys)::
+
+    S = Q @ K^T (scaled, masked)   M = max_j S   E = exp(S - M), L = sum_j E
+    P = E / L                      O = P @ V     (then O's transpose)
+
+Each kernel reads an intermediate only at the rows (head, query) it writes, so
+the chain can run row block by row block: one outer kernel over blocks of rows
+whose statements are the chain's kernels restricted to one block, with the
+intermediates as allocations of the block (one row block of the scores, in L2)
+instead of root buffers that go to DRAM and back between kernels::
+
+    block nest [h_o:12, m_o:8] #kernel #nest (in Q[64*m_o, h_o, 0] (64, 1, 64), ...
+                                               none S f32(1, 64, 512) @L2, ...) {
+      block k0_S [h:1, m:64, n:512, d:64] ...   // every kernel as before, its rows
+      block k1_M [...] ...                      //   the block's: m over 64 points
+    }
+
+Later passes treat the nest's statements as root kernels (``unroll``
+register-tiles the two products inside it, ``epilogue`` and ``vectorize`` as
+everywhere; :func:`._common.inside_nests`); ``thread`` splits the outer block.
+
+**Chains.** Consecutive root ``#kernel`` leaf blocks (statements only, no
+specials, no index offsets) where each kernel after the first reads a buffer
+an earlier one writes.  *Intermediates* are root temporaries written in the
+chain (first touched by a write) that no statement after it reads and that
+are not results; the rest are external.  An external buffer the chain writes
+is not read in it.  The longest chain from each start that passes the rules
+below is taken, then the scan goes on after it.
+
+**Rows.** Row variables are dimensions of the largest intermediate, not its
+unit-stride one (the kernels' vector lanes run along it); each kernel
+has one index per row variable, and every access of an intermediate reads or
+writes the row dimensions exactly through those indices (coefficient 1, no
+offset, nowhere else in the access).  A kernel's row indices cover their whole
+range, are in no constraint and move every view it writes, so the points of
+one row block write only that block's rows: the blocks are independent.  The
+largest set of dimensions for which this holds is used.
+
+**Blocks.** The row variable with the most points is split into blocks of
+``R`` rows, the others into single rows: ``R`` is the largest divisor of its
+range for which one block's intermediates fit ``fraction`` of ``cache_bytes``
+(the target's L2) and the nest still has ``min_points`` blocks; with fewer than
+``min_rows`` rows per block (a prime range) the chain is left alone.  The chain is
+left alone when the intermediates fit that whole anyway (they stay in cache), or when the inputs re-read
+once per block from beyond the cache (a block's window of an input larger
+than the rest of ``cache_bytes``: a weight matrix re-read by every block of
+rows) cost more than the intermediates' bytes, each written and read once
+unnested.
+
+Requires: verified IR.  Guarantees: the same results (each kernel runs the
+same points, a row block at a time, and no value crosses row blocks), verified
+IR, the same object when nothing applies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import combinations
+from typing import ClassVar
+
+from ..ir.affine import Affine
+from ..ir.dtypes import itemsize
+from ..ir.nodes import (
+    Block,
+    Index,
+    Load,
+    Program,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+    TensorShape,
+)
+from ._common import box_interval, fresh, reads, single_index, writes
+from .registry import (
+    check_fraction,
+    check_non_negative,
+    check_positive,
+    check_selector,
+    register,
+)
+
+MAX_CHAIN = 12  # kernels in one nest at most (the chains of attention have 6)
+
+
+@register
+@dataclass(frozen=True)
+class Nest:
+    """Run chains of kernels that pass rows along as one kernel over row blocks."""
+
+    cache_bytes: int = 1 << 20  # the cache the intermediates of one block should stay in
+    fraction: float = 0.5  # of it, the rest for the inputs (a head's keys and values)
+    min_points: int = 4  # row blocks at least this many (the threads' work)
+    min_rows: int = 4  # rows per block at least this many (unroll's tile rows)
+    vector_width: int = 8  # the products' panels: unroll's vector_width x vectors
+    vectors: int = 2
+    select: str = "kernel"
+    name: ClassVar[str] = "nest"
+
+    def __post_init__(self) -> None:
+        check_selector(self)
+        check_positive(self, "min_points", "min_rows", "vector_width", "vectors")
+        check_non_negative(self, "cache_bytes")
+        check_fraction(self, "fraction")
+
+    @property
+    def max_bytes(self) -> int:
+        """One row block's intermediates at most this many bytes."""
+        return int(self.cache_bytes * self.fraction)
+
+    def run(self, program: Program) -> Program:
+        if self.max_bytes == 0:
+            return program
+        root = program.root
+        stmts = list(root.stmts)
+        out: list[Statement] = []
+        gone: set[str] = set()
+        added: list[Refinement] = []
+        i = 0
+        while i < len(stmts):
+            best = None
+            for j in range(i + 1, min(len(stmts), i + MAX_CHAIN)):
+                if not _leaf_kernel(stmts[j], self.select):
+                    break
+                plan = _plan(root, stmts, i, j, self)
+                if plan is not None:
+                    best = (j, plan)
+            if best is None:
+                out.append(stmts[i])
+                i += 1
+                continue
+            j, plan = best
+            taken = {s.name for s in stmts if isinstance(s, Block)}
+            chain, copies, temps = _laid_out(
+                root, list(stmts[i : j + 1]), plan, taken, self.vector_width * self.vectors
+            )
+            out.extend(copies)
+            added.extend(temps)
+            grown = replace(root, refs=(*root.refs, *temps))
+            out.append(_build(grown, chain, plan, taken | {c.name for c in copies}))
+            gone |= set(plan.inter)
+            i = j + 1
+        if not gone:
+            return program
+        refs = tuple(r for r in (*root.refs, *added) if r.into not in gone)
+        return Program(replace(root, refs=refs, stmts=tuple(out)))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    rows: tuple[int, ...]  # per row variable: its range
+    tile: tuple[int, ...]  # per row variable: rows per block
+    kidx: tuple[tuple[str, ...], ...]  # per kernel: its index of each row variable
+    inter: dict[str, tuple[int, ...]]  # intermediate -> its dimension of each row variable
+
+
+def _leaf_kernel(s: Statement, select: str) -> bool:
+    from ..analysis.select import parse_selector
+
+    return (
+        isinstance(s, Block)
+        and parse_selector(select)(s.tags)
+        and not s.sub_blocks
+        and not any(isinstance(x, Special) for x in s.stmts)
+        and all(i.affine is None for i in s.idxs)
+    )
+
+
+def _plan(root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest) -> _Plan | None:
+    """How to nest root statements ``i..j`` (all leaf kernels), or None."""
+    ks = [s for s in stmts[i : j + 1] if isinstance(s, Block)]
+    if len(ks) != j - i + 1 or not _leaf_kernel(ks[0], opt.select):
+        return None
+    bufs = {r.into: r for r in root.refs}
+    later: set[str] = set()
+    for s in stmts[j + 1 :]:
+        later |= reads(s) | writes(s)
+    before: set[str] = set()
+    for s in stmts[:i]:
+        before |= reads(s) | writes(s)
+    written = [writes(k) for k in ks]
+    read = [reads(k) for k in ks]
+    inter: list[str] = []
+    for n, k in enumerate(ks):
+        for r in k.refs:
+            b = r.from_
+            if r.dir == "in" or b in inter or b not in bufs or bufs[b].dir != "none":
+                continue
+            if b in later or b in before or any(b in rd for rd in read[:n]):
+                continue  # needed outside the chain, or read before it is written
+            if any(b in rd for rd in read[n + 1 :]):
+                inter.append(b)
+    if not inter:
+        return None
+    for n in range(1, len(ks)):  # connected: each kernel reads what an earlier one made
+        if not any(b in read[n] for w in written[:n] for b in w):
+            return None
+    for n, w in enumerate(written):
+        for b in w - set(inter):
+            if any(b in rd for rd in read) or any(
+                b in w2 for m, w2 in enumerate(written) if m != n
+            ):
+                return None  # an external result read, or written twice, in the chain
+    # Rows are dimensions of the largest intermediate (the scores, not their maximum),
+    # so its unit-stride dimension, where the kernels' vector lanes run, stays whole.
+    first = max(inter, key=lambda b: bufs[b].shape.elem_count)
+    writer = next(k for k in ks if first in writes(k))
+    view = next(r for r in writer.refs if r.from_ == first)
+    if not _reduces_an_intermediate(ks, inter):
+        return None  # nothing row-wise: a product's epilogue (unroll, epilogue) does better
+    shape = bufs[first].shape
+    # Not the unit-stride dimension: the kernels keep their vector lanes along it.
+    dims = [
+        d
+        for d, a in enumerate(view.access)
+        if shape.sizes[d] > 1 and shape.strides[d] != 1 and single_index(a)
+    ]
+    for size in range(len(dims), 0, -1):
+        for chosen in combinations(dims, size):
+            found = _unify(ks, bufs, inter, first, chosen)
+            if found is not None:
+                return _tiling(ks, bufs, inter, chosen, first, *found, opt)
+    return None
+
+
+_pure = single_index  # exactly one index, coefficient 1, no offset
+
+
+def _reduces_an_intermediate(ks: list[Block], inter: list[str]) -> bool:
+    """Whether some kernel of the chain reads an intermediate row-wise: sums it (or
+    takes its maximum) over an index its outputs do not have, or broadcasts it
+    along one they have (softmax's maximum and sum, a layer norm's mean, a product
+    with it).  A chain of pointwise steps after a product gains nothing from row
+    blocks: ``epilogue`` runs those on each register tile instead."""
+    for k in ks:
+        ranges = {x.name: x.range for x in k.idxs}
+        out_idx = {n for r in k.refs if r.dir != "in" for n in _names(r) if ranges[n] > 1}
+        for r in k.refs:
+            if r.dir == "in" and r.from_ in inter:
+                if {n for n in _names(r) if ranges[n] > 1} != out_idx:
+                    return True
+    return False
+
+
+def _unify(
+    ks: list[Block],
+    bufs: dict[str, Refinement],
+    inter: list[str],
+    first: str,
+    dims: tuple[int, ...],
+) -> tuple[list[tuple[str, ...]], dict[str, tuple[int, ...]]] | None:
+    """Each kernel's row indices and each intermediate's row dimensions, or None.
+    Known row dimensions spread from ``first`` through the kernels that view it to
+    the other intermediates they view, in as many sweeps as that takes."""
+    rows = [bufs[first].shape.sizes[d] for d in dims]
+    bdims: dict[str, tuple[int, ...]] = {first: dims}
+    kidx: list[tuple[str, ...] | None] = [None] * len(ks)
+    for _ in range(len(ks)):
+        for j, k in enumerate(ks):
+            if kidx[j] is None and any(r.from_ in bdims for r in k.refs):
+                names = _kernel_rows(k, inter, bdims, rows)
+                if names is None:
+                    return None
+                kidx[j] = names
+        if all(x is not None for x in kidx):
+            return [x for x in kidx if x is not None], bdims
+    return None
+
+
+def _kernel_rows(
+    k: Block, inter: list[str], bdims: dict[str, tuple[int, ...]], rows: list[int]
+) -> tuple[str, ...] | None:
+    """Kernel ``k``'s index of each row variable, from its views of intermediates
+    whose row dimensions are known (recording those of its other intermediates)."""
+    mine: list[str | None] = [None] * len(rows)
+    views = [r for r in k.refs if r.from_ in inter]
+    for r in views:
+        if r.from_ not in bdims:
+            continue
+        for v, d in enumerate(bdims[r.from_]):
+            n = _pure(r.access[d])
+            if n is None or mine[v] not in (None, n):
+                return None
+            mine[v] = n
+    if any(n is None for n in mine):
+        return None
+    names = tuple(n for n in mine if n is not None)
+    if len(set(names)) != len(names):
+        return None
+    ranges = {x.name: x.range for x in k.idxs}
+    cons = {n for c in k.constraints for n in c.expr.names}
+    if any(ranges[n] != rows[v] or n in cons for v, n in enumerate(names)):
+        return None
+    for r in k.refs:
+        if r.dir != "in" and any(not any(_pure(a) == n for a in r.access) for n in names):
+            return None  # a write that is not one row per row value: row blocks would meet
+    for r in views:
+        found = []
+        for n in names:
+            at = [d for d, a in enumerate(r.access) if a.coeff(n)]
+            if len(at) != 1 or _pure(r.access[at[0]]) != n:
+                return None
+            found.append(at[0])
+        if bdims.setdefault(r.from_, tuple(found)) != tuple(found):
+            return None
+    return names
+
+
+def _tiling(
+    ks: list[Block],
+    bufs: dict[str, Refinement],
+    inter: list[str],
+    dims: tuple[int, ...],
+    first: str,
+    kidx: list[tuple[str, ...]],
+    bdims: dict[str, tuple[int, ...]],
+    opt: Nest,
+) -> _Plan | None:
+    rows = tuple(bufs[first].shape.sizes[d] for d in dims)
+
+    def per_row(b: str) -> int:
+        shape = bufs[b].shape
+        rest = [s for d, s in enumerate(shape.sizes) if d not in bdims[b]]
+        return itemsize(shape.dtype) * math.prod(rest)
+
+    whole = sum(per_row(b) * math.prod(rows) for b in inter)
+    if whole <= opt.max_bytes:
+        return None  # the intermediates stay in cache as they are
+    big = max(range(len(rows)), key=lambda v: rows[v])
+    others = math.prod(r for v, r in enumerate(rows) if v != big)
+    for rb in sorted((d for d in range(1, rows[big] + 1) if rows[big] % d == 0), reverse=True):
+        local = sum(per_row(b) for b in inter) * rb
+        if local > opt.max_bytes or others * (rows[big] // rb) < opt.min_points:
+            continue
+        if rb < opt.min_rows:
+            return None  # blocks too thin for the products' register tiles (197 = 197 x 1)
+        tile = tuple(rb if v == big else 1 for v in range(len(rows)))
+        plan = _Plan(rows, tile, tuple(kidx), {b: bdims[b] for b in inter})
+        if not _in_bounds(ks, bufs, plan):
+            return None  # a view's hull leaves its buffer (accesses kept in by constraints)
+        if _rereads(ks, bufs, plan, opt.cache_bytes - opt.max_bytes) <= whole:
+            return plan
+        return None  # smaller blocks only re-read more
+    return None
+
+
+def _external_views(
+    k: Block, names: tuple[str, ...], plan: _Plan
+) -> list[tuple[Refinement, list[Affine], list[Affine], list[int]]]:
+    """Per external view of kernel ``k``: (view, outer offset, inner access, sizes)."""
+    ranges = {x.name: x.range for x in k.idxs}
+    for v, n in enumerate(names):
+        ranges[n] = plan.tile[v]
+    found = []
+    for r in k.refs:
+        if r.from_ in plan.inter:
+            continue
+        outer, inner, sizes = [], [], []
+        for a in r.access:
+            lin = a - a.const
+            o = Affine.constant(a.const)
+            for v, n in enumerate(names):
+                o = o + Affine.index(f"\0{v}", lin.coeff(n) * plan.tile[v])
+            lo, hi = box_interval(lin, ranges)
+            outer.append(o + Affine.constant(lo))
+            inner.append(lin - Affine.constant(lo))
+            sizes.append(hi - lo + 1)
+        found.append((r, outer, inner, sizes))
+    return found
+
+
+def _in_bounds(ks: list[Block], bufs: dict[str, Refinement], plan: _Plan) -> bool:
+    """Whether every external view of every row block lies inside its buffer."""
+    last = {f"\0{v}": r // t - 1 for v, (r, t) in enumerate(zip(plan.rows, plan.tile))}
+    for k, names in zip(ks, plan.kidx):
+        for r, off, _, sizes in _external_views(k, names, plan):
+            for o, size, limit in zip(off, sizes, bufs[r.from_].shape.sizes):
+                lo, hi = box_interval(o, {n: m + 1 for n, m in last.items()})
+                if lo < 0 or hi + size > limit:
+                    return False
+    return True
+
+
+def _rereads(ks: list[Block], bufs: dict[str, Refinement], plan: _Plan, cached: int) -> int:
+    """Bytes the external inputs are read beyond once, over all row blocks, from
+    beyond the cache: a block's window of at most ``cached`` bytes (one head's keys)
+    is taken to stay in the cache's other part from one block to the next."""
+    points = math.prod(r // t for r, t in zip(plan.rows, plan.tile))
+    total = 0
+    for k, names in zip(ks, plan.kidx):
+        for r, _, _, sizes in _external_views(k, names, plan):
+            if r.dir != "in":
+                continue
+            whole = math.prod(bufs[r.from_].shape.sizes)
+            if itemsize(r.shape.dtype) * math.prod(sizes) <= cached:
+                continue
+            total += itemsize(r.shape.dtype) * max(0, math.prod(sizes) * points - whole)
+    return total
+
+
+def _laid_out(
+    root: Block, ks: list[Statement], plan: _Plan, taken: set[str], panel: int
+) -> tuple[list[Statement], list[Block], list[Refinement]]:
+    """The chain reading its re-read panel inputs from copies laid out once, at the
+    root, in dense panels of ``panel`` points of the product's vector index.
+
+    An input of a product that every row block reads whole (it moves with no
+    blocked row index) and that moves with the output's unit-stride index ``v``
+    through one dimension ``d`` (the keys of ``Q @ K^T`` across it, the values of
+    ``P @ V`` along it) would be packed again in every block, or read in place
+    with a long row stride.  The copy ``L[d_b, ..., d_c]`` (``d = panel * d_b +
+    d_c``, the other dimensions between) makes each panel one dense run, and the
+    product's ``v`` is split the same way: ``unroll`` then reads the panels in
+    place, as it does a constant weight laid out in panels."""
+    bufs = {r.into: r for r in root.refs}
+    blocked = {n for names in plan.kidx for n, t in zip(names, plan.tile) if t > 1}
+    copies: list[Block] = []
+    temps: dict[tuple[str, int], Refinement] = {}
+    names = {r.into for r in root.refs}
+    out: list[Statement] = []
+    for k, rows in zip(ks, plan.kidx):
+        outs = [r for r in k.refs if r.dir == "out"] if isinstance(k, Block) else []
+        v = _unit_output_index(outs[0]) if len(outs) == 1 and "contraction" in k.tags else None
+        rng = {x.name: x.range for x in k.idxs} if isinstance(k, Block) else {}
+        if v is None or v in rows or rng[v] % panel or rng[v] // panel < 2:
+            out.append(k)
+            continue
+        laid = []
+        for r in k.refs:
+            d = _moves_once(r, v) if r.dir == "in" else None
+            if d is None or r.from_ in plan.inter or r.from_ not in bufs or blocked & _names(r):
+                continue
+            key = (r.from_, d)
+            if key not in temps:
+                src = bufs[r.from_]
+                sizes = src.shape.sizes
+                others = [x for x in range(len(sizes)) if x != d]
+                dims = (sizes[d] // panel, *(sizes[x] for x in others), panel)
+                into = fresh(f"{r.from_}_panels", names)
+                names.add(into)
+                temps[key] = Refinement("none", into, TensorShape.dense(src.shape.dtype, dims))
+                name = fresh(f"{k.name}_{r.from_}_panels", taken)
+                taken.add(name)
+                copies.append(_panel_copy(src, temps[key], d, panel, name))
+            laid.append((r, d, temps[key]))
+        if not laid:
+            out.append(k)
+            continue
+        vb, vc = fresh(f"{v}_b", set(rng)), fresh(f"{v}_c", set(rng))
+        split = {v: Affine.index(vb, panel) + Affine.index(vc)}
+        refs = []
+        for r in k.refs:
+            hit = next((x for x in laid if x[0] is r), None)
+            if hit is None:
+                refs.append(replace(r, access=tuple(a.substitute(split) for a in r.access)))
+                continue
+            _, d, t = hit
+            others = [a for x, a in enumerate(r.access) if x != d]
+            access = (Affine.index(vb), *others, Affine.index(vc))
+            one = TensorShape(r.shape.dtype, (1,) * len(access), t.shape.strides)
+            refs.append(replace(r, from_=t.into, access=access, shape=one))
+        idxs = []
+        for x in k.idxs:
+            idxs.extend([Index(vb, x.range // panel), Index(vc, panel)] if x.name == v else [x])
+        out.append(replace(k, idxs=tuple(idxs), refs=tuple(refs)))
+    return out, copies, list(temps.values())
+
+
+def _names(r: Refinement) -> set[str]:
+    return {n for a in r.access for n in a.names}
+
+
+def _unit_output_index(out: Refinement) -> str | None:
+    """The index that moves ``out`` by one element (the product's vector index)."""
+    for n in sorted(_names(out)):
+        if sum(a.coeff(n) * st for a, st in zip(out.access, out.shape.strides)) == 1:
+            return n
+    return None
+
+
+def _moves_once(r: Refinement, v: str) -> int | None:
+    """The one dimension through which ``r`` moves with ``v`` (exactly ``v`` there)."""
+    dims = [d for d, a in enumerate(r.access) if a.coeff(v)]
+    return dims[0] if len(dims) == 1 and _pure(r.access[dims[0]]) == v else None
+
+
+def _panel_copy(src: Refinement, dst: Refinement, d: int, panel: int, name: str) -> Block:
+    """Root kernel: ``dst[i_d // panel, other i..., i_d % panel] = src[i]``."""
+    rank = src.shape.rank
+    idx = [Index(f"i{x}", n) for x, n in enumerate(src.shape.sizes) if x != d]
+    idx += [Index("p_b", src.shape.sizes[d] // panel), Index("p_c", panel)]
+    at = [Affine.index(f"i{x}") for x in range(rank)]
+    at[d] = Affine.index("p_b", panel) + Affine.index("p_c")
+    to = (Affine.index("p_b"), *(at[x] for x in range(rank) if x != d), Affine.index("p_c"))
+    return Block(
+        idxs=tuple(idx),
+        refs=(
+            Refinement(
+                "in", src.into, TensorShape(src.shape.dtype, (1,) * rank, src.shape.strides),
+                src.into, tuple(at),
+            ),
+            Refinement(
+                "out", dst.into, TensorShape(dst.shape.dtype, (1,) * (rank + 1), dst.shape.strides),
+                dst.into, to, "assign",
+            ),
+        ),
+        stmts=(Load("$x", src.into), Store(dst.into, "$x")),
+        tags=frozenset({"kernel", "eltwise", "copy"}),
+        name=name,
+        comment=f"{dst.into} = {src.into} in panels of {panel} along dimension {d} (nest)",
+    )  # fmt: skip
+
+
+def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str]) -> Block:
+    bufs = {r.into: r for r in root.refs}
+    kernels = [k for k in ks if isinstance(k, Block)]
+    outer_names = []
+    used = set(taken) | {x.name for k in kernels for x in k.idxs}
+    for n in plan.kidx[0]:
+        name = fresh(f"rows_{n}", used)  # unroll names its own levels {n}_o, {n}_b
+        used.add(name)
+        outer_names.append(name)
+    to_outer = {f"\0{v}": Affine.index(n) for v, n in enumerate(outer_names)}
+    refs: list[Refinement] = []
+    seen: dict[tuple, str] = {}
+    names_used = {b for b in bufs}
+    local: dict[str, Refinement] = {}
+    for b, bd in plan.inter.items():
+        shape = bufs[b].shape
+        sizes = list(shape.sizes)
+        for v, d in enumerate(bd):
+            sizes[d] = plan.tile[v]
+        local[b] = Refinement(
+            "none", b, TensorShape.dense(shape.dtype, tuple(sizes)), location="L2"
+        )
+        refs.append(local[b])
+    new_kernels = []
+    for k, names in zip(kernels, plan.kidx):
+        krefs = {}
+        for r in k.refs:
+            if r.from_ in plan.inter:
+                strides = local[r.from_].shape.strides
+                krefs[r.into] = replace(r, shape=replace(r.shape, strides=strides))
+        for r, off, inner, sizes in _external_views(k, names, plan):
+            parent = bufs[r.from_]
+            offset = tuple(a.substitute(to_outer) for a in off)
+            key = (r.from_, r.dir, r.agg, offset, tuple(sizes))
+            if key not in seen:
+                name = (
+                    r.from_ if r.from_ not in {x.into for x in refs} else fresh(r.from_, names_used)
+                )
+                names_used.add(name)
+                seen[key] = name
+                shape = TensorShape(parent.shape.dtype, tuple(sizes), parent.shape.strides)
+                refs.append(Refinement(r.dir, name, shape, r.from_, offset, r.agg))
+            krefs[r.into] = replace(r, from_=seen[key], access=tuple(inner))
+        tile = dict(zip(names, plan.tile))
+        idxs = tuple(replace(x, range=tile.get(x.name, x.range)) for x in k.idxs)
+        new_kernels.append(replace(k, idxs=idxs, refs=tuple(krefs[r.into] for r in k.refs)))
+    idxs = tuple(Index(n, r // t) for n, r, t in zip(outer_names, plan.rows, plan.tile))
+    comment = "; ".join(k.comment for k in kernels if k.comment)
+    return Block(
+        idxs=idxs,
+        refs=tuple(refs),
+        stmts=tuple(new_kernels),
+        tags=frozenset({"kernel", "nest"}),
+        name=fresh(f"{kernels[0].name}_nest", taken),
+        comment=comment,
+    )

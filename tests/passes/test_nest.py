@@ -1,0 +1,248 @@
+"""``nest``: chains of kernels that hand rows along run as one kernel over row blocks.
+
+Results are checked against NumPy on the interpreter and on the CPU (1 and 2
+threads), never against the pass itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stripeml
+from stripeml.ir.nodes import Block
+from stripeml.passes.dce import Dce
+from stripeml.passes.epilogue import Epilogue
+from stripeml.passes.fuse import Fuse
+from stripeml.passes.manager import run_pipeline
+from stripeml.passes.nest import Nest
+from stripeml.passes.thread import Thread
+from stripeml.passes.unroll import Unroll
+from stripeml.passes.vectorize import Vectorize
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
+from stripeml.runtime.interp import run
+
+ATTENTION = """function (Q[H, M, D], K[H, N, D], V[H, N, E]) -> (O) {
+    S[h, m, n : H, M, N] = +(Q[h, m, d] * K[h, n, d]);
+    T = S * 0.125;
+    Mx[h, m, 0 : H, M, 1] = >(T[h, m, n]);
+    X = exp(T - Mx);
+    L[h, m, 0 : H, M, 1] = +(X[h, m, n]);
+    P = X / L;
+    O[h, m, e : H, M, E] = +(P[h, m, n] * V[h, n, e]);
+}"""
+
+# The importer's layout: keys and values [N, H, D], read across the heads' dimension.
+ATTENTION_NHD = (
+    ATTENTION.replace("K[H, N, D], V[H, N, E]", "K[N, H, D], V[N, H, E]")
+    .replace("K[h, n, d]", "K[n, h, d]")
+    .replace("V[h, n, e]", "V[n, h, e]")
+)
+
+
+def _attention(q, k, v, nhd=False):
+    if nhd:
+        k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)
+    s = np.einsum("hmd,hnd->hmn", q.astype(np.float64), k) * 0.125
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("hmn,hne->hme", p, v)
+
+
+def _inputs(h, m, n, d, nhd=False, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((h, m, d)).astype(np.float32)
+    shape = (n, h, d) if nhd else (h, n, d)
+    return (
+        q,
+        rng.standard_normal(shape).astype(np.float32),
+        rng.standard_normal(shape).astype(np.float32),
+    )
+
+
+def _pipeline(cache_bytes, width=8, fraction=0.125):
+    return [
+        Fuse(),
+        Dce(),
+        Nest(
+            cache_bytes=cache_bytes, fraction=fraction, min_points=2, min_rows=1, vector_width=width
+        ),
+        Unroll(vector_width=width),
+        Epilogue(),
+        Vectorize(width=width),
+        Thread(threads=2),
+    ]
+
+
+def _nests(program):
+    return [s for s in program.root.stmts if isinstance(s, Block) and "nest" in s.tags]
+
+
+def _check(program, inputs, want):
+    np.testing.assert_allclose(run(program, inputs)["O"], want, rtol=1e-4, atol=1e-5)
+    for threads in (1, 2):
+        got = (
+            CpuBackend(CpuOptions(threads=threads, vector_width=8, min_chunk_work=1))
+            .compile(program)
+            .run(inputs)["O"]
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("h", "m", "n", "d", "nhd"),
+    [(2, 32, 32, 8, False), (3, 24, 48, 16, True), (1, 13, 64, 8, False), (2, 64, 32, 8, True)],
+)
+def test_attention_becomes_one_nest(h, m, n, d, nhd):
+    """The whole chain, from the scores to the product with V, is one kernel over
+    blocks of (head, query) rows; its intermediates are the block's allocations."""
+    q, k, v = _inputs(h, m, n, d, nhd)
+    src = ATTENTION_NHD if nhd else ATTENTION
+    program = stripeml.compile(src, target="interp").lower(q, k, v).program
+    result = run_pipeline(program, _pipeline(cache_bytes=16384)).program
+    (nest,) = _nests(result)
+    assert len(nest.sub_blocks) == 5  # scores, max, exp + sum, division, product
+    local = {r.into for r in nest.refs if r.dir == "none"}
+    assert {"S", "X", "P"} <= local
+    assert not local & {r.into for r in result.root.refs}  # no longer root buffers
+    rows = {i.name: i.range for i in nest.idxs}
+    assert rows.get("rows_h", 1) == h and m % rows["rows_m"] == 0  # single heads, m blocks
+    _check(result, {"Q": q, "K": k, "V": v}, _attention(q, k, v, nhd))
+
+
+def test_reread_inputs_are_laid_out_in_panels_once():
+    """The keys, read whole by every block of queries and across the scores'
+    vector index, are copied once at the root into dense panels of the products'
+    vector tile; the product inside the nest reads them in place, unpacked."""
+    q, k, v = _inputs(2, 32, 64, 8, nhd=True)
+    program = stripeml.compile(ATTENTION_NHD, target="interp").lower(q, k, v).program
+    result = run_pipeline(program, _pipeline(cache_bytes=16384)).program
+    (nest,) = _nests(result)
+    panels = [r for r in result.root.refs if r.into.startswith("K_panels")]
+    assert len(panels) == 1 and panels[0].shape.sizes == (4, 2, 8, 16)  # 64 keys in 4 x 16
+    copies = [s for s in result.root.stmts if isinstance(s, Block) and "copy" in s.tags]
+    assert copies and result.root.stmts.index(copies[0]) < result.root.stmts.index(nest)
+    from stripeml.ir import format
+
+    assert "K_pack" not in format(result)  # nothing packs the keys per block
+    _check(result, {"Q": q, "K": k, "V": v}, _attention(q, k, v, nhd=True))
+
+
+def test_intermediates_that_fit_the_cache_are_left_alone():
+    q, k, v = _inputs(2, 16, 16, 8)
+    program = stripeml.compile(ATTENTION, target="interp").lower(q, k, v).program
+    fused = run_pipeline(program, [Fuse(), Dce()]).program
+    assert Nest(cache_bytes=1 << 20).run(fused) is fused
+
+
+def test_a_row_read_at_another_row_is_not_nested():
+    """``R = S^T`` reads the scores of query m at row n: rows would cross blocks."""
+    src = """function (Q[M, D], K[N, D]) -> (R) {
+        S[m, n : M, N] = +(Q[m, d] * K[n, d]);
+        T = exp(S);
+        R[n, m : N, M] = =(T[m, n]);
+    }"""
+    q, k, _ = _inputs(1, 32, 32, 8)
+    q, k = q[0], k[0]
+    program = stripeml.compile(src, target="interp").lower(q, k).program
+    fused = run_pipeline(program, [Fuse(), Dce()]).program
+    result = Nest(cache_bytes=1024, min_points=2).run(fused)
+    assert not _nests(result)
+
+
+def test_a_result_read_later_keeps_the_chain_apart():
+    """An intermediate that is a program result cannot become a block's allocation."""
+    src = """function (Q[M, D], K[N, D]) -> (S, Mx) {
+        S[m, n : M, N] = +(Q[m, d] * K[n, d]);
+        Mx[m, 0 : M, 1] = >(S[m, n]);
+    }"""
+    q, k, _ = _inputs(1, 32, 32, 8)
+    program = stripeml.compile(src, target="interp").lower(q[0], k[0]).program
+    fused = run_pipeline(program, [Fuse(), Dce()]).program
+    assert Nest(cache_bytes=1024, min_points=2).run(fused) is fused
+
+
+def test_a_weight_reread_from_beyond_the_cache_keeps_its_kernel():
+    """Rows then a product with a weight matrix larger than the cache: every block
+    of rows would read all of it again, more than nesting saves."""
+    src = """function (X[M, K], W[K, N]) -> (Y) {
+        A = exp(X);
+        Y[m, n : M, N] = +(A[m, k] * W[k, n]);
+    }"""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    program = stripeml.compile(src, target="interp").lower(x, w).program
+    fused = run_pipeline(program, [Fuse(), Dce()]).program
+    assert Nest(cache_bytes=8192, min_points=2).run(fused) is fused
+
+
+def test_the_cpu_target_nests_attention_and_agrees_with_numpy():
+    """With the bundled target (half of the machine's L2 per block)."""
+    q, k, v = _inputs(4, 256, 256, 32)
+    exe = stripeml.compile(ATTENTION, target="cpu").lower(q, k, v)
+    if "nest" not in [name for name, _ in exe.stages]:
+        pytest.skip("this machine's L2 holds the whole attention")
+    assert "#nest" in exe.ir
+    np.testing.assert_allclose(exe(q, k, v), _attention(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_options_are_checked():
+    from stripeml.errors import StripeError
+
+    with pytest.raises(StripeError):
+        Nest(fraction=1.5)
+    with pytest.raises(StripeError):
+        Nest(min_points=0)
+    assert (
+        Nest(cache_bytes=0).run(
+            stripeml.compile(ATTENTION, target="interp").lower(*_inputs(1, 4, 4, 2)).program
+        )
+        is not None
+    )
+
+
+def _small_cache_passes():
+    """The bundled CPU pipeline with a cache so small that ``nest`` takes any chain."""
+    from dataclasses import replace
+
+    from pipelines import cpu_passes
+
+    return [
+        replace(p, cache_bytes=64, min_points=2, min_rows=1) if isinstance(p, Nest) else p
+        for p in cpu_passes(vector_width=8)
+    ]
+
+
+def test_small_cache_pipeline_has_a_nest_pass():
+    assert any(isinstance(p, Nest) for p in _small_cache_passes())
+
+
+from hypothesis import HealthCheck, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from .helpers import assert_close, chain_inputs, checker  # noqa: E402
+from .test_random_chains import chains  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chain=chains(), n=st.integers(2, 4), m=st.integers(2, 6))
+def test_random_chains_nested_keep_their_results(chain, n: int, m: int) -> None:
+    """Random elementwise chains with row reductions (tests/passes/test_random_chains.py)
+    through the CPU pipeline with a tiny cache, every stage re-run on the
+    interpreter, then compiled for the CPU: the results of the unnested program."""
+    source, _ = chain
+    note(source)
+    inputs = chain_inputs(n, m)
+    program = stripeml.compile(source, target="interp").lower(**inputs).program
+    expected = run(program, inputs)
+    tol = {"rtol": 1e-5, "atol": 1e-6}
+    result = run_pipeline(program, _small_cache_passes(), check=checker(inputs, expected, **tol))
+    note(result.stages[-1][1])
+    for threads in (1, 2):
+        got = (
+            CpuBackend(CpuOptions(threads=threads, vector_width=8, min_chunk_work=1))
+            .compile(result.program)
+            .run(inputs)
+        )
+        assert_close(got, expected, f"cpu, {threads} threads", rtol=1e-4, atol=1e-5)
