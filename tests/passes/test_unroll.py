@@ -92,6 +92,19 @@ def test_one_row_streams_its_panels_unpacked():
     assert "cache_in" in four.stages[-1][1]
 
 
+def test_one_row_with_constant_weights_reads_them_laid_out_in_panels():
+    """A matrix-vector product with a constant matrix (a classifier at batch 1): no
+    per-call packing, but the weights are laid out once in dense panels, so the
+    tile streams each panel instead of reading rows a page apart."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((1, 300)).astype(np.float32)
+    w = rng.standard_normal((300, 256)).astype(np.float32)
+    f = stripeml.compile(MATMUL, target="cpu", constants={"B": w})
+    exe = f.lower(a)
+    assert "B_panels" in exe.ir and "cache_in" not in exe.ir
+    np.testing.assert_allclose(exe(a), a @ w, rtol=1e-4, atol=1e-4)
+
+
 MATMUL_BT = "function (A[M, K], B[N, K]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[n, k]); }"
 
 
