@@ -105,6 +105,21 @@ def test_one_row_with_constant_weights_reads_them_laid_out_in_panels():
     np.testing.assert_allclose(exe(a), a @ w, rtol=1e-4, atol=1e-4)
 
 
+def test_ragged_classifier_lays_out_the_whole_vector_prefix():
+    """1000 classes in 16 lanes: the first 992 columns of the constant matrix are laid
+    out in 31 panels, the last 8 read in place by the narrower part."""
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((1, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 1000)).astype(np.float32)
+    f = stripeml.compile(MATMUL, target="cpu", constants={"B": w})
+    exe = f.lower(a)
+    width = exe.function.target.vector_width
+    if width != 16:
+        pytest.skip("the panel count below is for 16 lanes")
+    assert "none B_panels f32(31, 64, 32)" in exe.ir, exe.ir
+    np.testing.assert_allclose(exe(a), a @ w, rtol=1e-4, atol=1e-4)
+
+
 MATMUL_BT = "function (A[M, K], B[N, K]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[n, k]); }"
 
 

@@ -88,7 +88,9 @@ class PanelLayouts:
         parent = params[r.from_]
         if index_stride(r, v) != 1 or r.access[-1] != Affine.index(v):
             return False
-        if any(a.coeff(v) for a in r.access[:-1]) or parent.shape.sizes[-1] != n:
+        # ``n`` may be a whole-vector prefix of the last dimension (the first 992 of
+        # 1000 classes, a ragged split's head): the layout's panels cover it.
+        if any(a.coeff(v) for a in r.access[:-1]) or parent.shape.sizes[-1] < n:
             return False
         return parent.shape.strides[-1] == 1
 
