@@ -68,15 +68,14 @@ from ..ir.dtypes import itemsize
 from ..ir.nodes import (
     Block,
     Index,
-    Load,
     Program,
     Refinement,
     Special,
     Statement,
-    Store,
     TensorShape,
 )
 from ._common import box_interval, fresh, reads, single_index, writes
+from ._nest_panels import access_names, laid_out
 from .registry import (
     check_fraction,
     check_non_negative,
@@ -136,8 +135,12 @@ class Nest:
                 continue
             j, plan = best
             taken = {s.name for s in stmts if isinstance(s, Block)}
-            chain, copies, temps = _laid_out(
-                root, list(stmts[i : j + 1]), plan, taken, self.vector_width * self.vectors
+            chain, copies, temps = laid_out(
+                root,
+                [s for s in stmts[i : j + 1] if isinstance(s, Block)],
+                plan,
+                taken,
+                self.vector_width * self.vectors,
             )
             out.extend(copies)
             added.extend(temps)
@@ -239,10 +242,10 @@ def _reduces_an_intermediate(ks: list[Block], inter: list[str]) -> bool:
     blocks: ``epilogue`` runs those on each register tile instead."""
     for k in ks:
         ranges = {x.name: x.range for x in k.idxs}
-        out_idx = {n for r in k.refs if r.dir != "in" for n in _names(r) if ranges[n] > 1}
+        out_idx = {n for r in k.refs if r.dir != "in" for n in access_names(r) if ranges[n] > 1}
         for r in k.refs:
             if r.dir == "in" and r.from_ in inter:
-                if {n for n in _names(r) if ranges[n] > 1} != out_idx:
+                if {n for n in access_names(r) if ranges[n] > 1} != out_idx:
                     return True
     return False
 
@@ -401,119 +404,6 @@ def _rereads(ks: list[Block], bufs: dict[str, Refinement], plan: _Plan, cached: 
                 continue
             total += itemsize(r.shape.dtype) * max(0, math.prod(sizes) * points - whole)
     return total
-
-
-def _laid_out(
-    root: Block, ks: list[Statement], plan: _Plan, taken: set[str], panel: int
-) -> tuple[list[Statement], list[Block], list[Refinement]]:
-    """The chain reading its re-read panel inputs from copies laid out once, at the
-    root, in dense panels of ``panel`` points of the product's vector index.
-
-    An input of a product that every row block reads whole (it moves with no
-    blocked row index) and that moves with the output's unit-stride index ``v``
-    through one dimension ``d`` (the keys of ``Q @ K^T`` across it, the values of
-    ``P @ V`` along it) would be packed again in every block, or read in place
-    with a long row stride.  The copy ``L[d_b, ..., d_c]`` (``d = panel * d_b +
-    d_c``, the other dimensions between) makes each panel one dense run, and the
-    product's ``v`` is split the same way: ``unroll`` then reads the panels in
-    place, as it does a constant weight laid out in panels."""
-    bufs = {r.into: r for r in root.refs}
-    blocked = {n for names in plan.kidx for n, t in zip(names, plan.tile) if t > 1}
-    copies: list[Block] = []
-    temps: dict[tuple[str, int], Refinement] = {}
-    names = {r.into for r in root.refs}
-    out: list[Statement] = []
-    for k, rows in zip(ks, plan.kidx):
-        outs = [r for r in k.refs if r.dir == "out"] if isinstance(k, Block) else []
-        v = _unit_output_index(outs[0]) if len(outs) == 1 and "contraction" in k.tags else None
-        rng = {x.name: x.range for x in k.idxs} if isinstance(k, Block) else {}
-        if v is None or v in rows or rng[v] % panel or rng[v] // panel < 2:
-            out.append(k)
-            continue
-        laid = []
-        for r in k.refs:
-            d = _moves_once(r, v) if r.dir == "in" else None
-            if d is None or r.from_ in plan.inter or r.from_ not in bufs or blocked & _names(r):
-                continue
-            key = (r.from_, d)
-            if key not in temps:
-                src = bufs[r.from_]
-                sizes = src.shape.sizes
-                others = [x for x in range(len(sizes)) if x != d]
-                dims = (sizes[d] // panel, *(sizes[x] for x in others), panel)
-                into = fresh(f"{r.from_}_panels", names)
-                names.add(into)
-                temps[key] = Refinement("none", into, TensorShape.dense(src.shape.dtype, dims))
-                name = fresh(f"{k.name}_{r.from_}_panels", taken)
-                taken.add(name)
-                copies.append(_panel_copy(src, temps[key], d, panel, name))
-            laid.append((r, d, temps[key]))
-        if not laid:
-            out.append(k)
-            continue
-        vb, vc = fresh(f"{v}_b", set(rng)), fresh(f"{v}_c", set(rng))
-        split = {v: Affine.index(vb, panel) + Affine.index(vc)}
-        refs = []
-        for r in k.refs:
-            hit = next((x for x in laid if x[0] is r), None)
-            if hit is None:
-                refs.append(replace(r, access=tuple(a.substitute(split) for a in r.access)))
-                continue
-            _, d, t = hit
-            others = [a for x, a in enumerate(r.access) if x != d]
-            access = (Affine.index(vb), *others, Affine.index(vc))
-            one = TensorShape(r.shape.dtype, (1,) * len(access), t.shape.strides)
-            refs.append(replace(r, from_=t.into, access=access, shape=one))
-        idxs = []
-        for x in k.idxs:
-            idxs.extend([Index(vb, x.range // panel), Index(vc, panel)] if x.name == v else [x])
-        out.append(replace(k, idxs=tuple(idxs), refs=tuple(refs)))
-    return out, copies, list(temps.values())
-
-
-def _names(r: Refinement) -> set[str]:
-    return {n for a in r.access for n in a.names}
-
-
-def _unit_output_index(out: Refinement) -> str | None:
-    """The index that moves ``out`` by one element (the product's vector index)."""
-    for n in sorted(_names(out)):
-        if sum(a.coeff(n) * st for a, st in zip(out.access, out.shape.strides)) == 1:
-            return n
-    return None
-
-
-def _moves_once(r: Refinement, v: str) -> int | None:
-    """The one dimension through which ``r`` moves with ``v`` (exactly ``v`` there)."""
-    dims = [d for d, a in enumerate(r.access) if a.coeff(v)]
-    return dims[0] if len(dims) == 1 and _pure(r.access[dims[0]]) == v else None
-
-
-def _panel_copy(src: Refinement, dst: Refinement, d: int, panel: int, name: str) -> Block:
-    """Root kernel: ``dst[i_d // panel, other i..., i_d % panel] = src[i]``."""
-    rank = src.shape.rank
-    idx = [Index(f"i{x}", n) for x, n in enumerate(src.shape.sizes) if x != d]
-    idx += [Index("p_b", src.shape.sizes[d] // panel), Index("p_c", panel)]
-    at = [Affine.index(f"i{x}") for x in range(rank)]
-    at[d] = Affine.index("p_b", panel) + Affine.index("p_c")
-    to = (Affine.index("p_b"), *(at[x] for x in range(rank) if x != d), Affine.index("p_c"))
-    return Block(
-        idxs=tuple(idx),
-        refs=(
-            Refinement(
-                "in", src.into, TensorShape(src.shape.dtype, (1,) * rank, src.shape.strides),
-                src.into, tuple(at),
-            ),
-            Refinement(
-                "out", dst.into, TensorShape(dst.shape.dtype, (1,) * (rank + 1), dst.shape.strides),
-                dst.into, to, "assign",
-            ),
-        ),
-        stmts=(Load("$x", src.into), Store(dst.into, "$x")),
-        tags=frozenset({"kernel", "eltwise", "copy"}),
-        name=name,
-        comment=f"{dst.into} = {src.into} in panels of {panel} along dimension {d} (nest)",
-    )  # fmt: skip
 
 
 def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str]) -> Block:

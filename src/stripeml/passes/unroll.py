@@ -359,7 +359,10 @@ class Unroll:
             if blocked is not None:
                 k, v = blocked
                 root = laid.root
-        return register_tiles(root, k, v, vt, u, red, u2, flat=flat, **self._nest_options())
+        return register_tiles(
+            root, k, v, vt, u, red, u2, flat=flat, tile_rows=self.rows,
+            pack_max_bytes=self.pack_max_bytes, row_blocks=self.row_blocks, k_block=self.k_block,
+        )  # fmt: skip
 
     def _split(
         self,
@@ -426,15 +429,6 @@ class Unroll:
             rest = replace(self, vector_width=lanes, vectors=1, pack_max_bytes=0)
             second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
         return first + second
-
-    def _nest_options(self) -> dict[str, int]:
-        """This pass's options as ``register_tiles`` takes them."""
-        return {
-            "tile_rows": self.rows,
-            "pack_max_bytes": self.pack_max_bytes,
-            "row_blocks": self.row_blocks,
-            "k_block": self.k_block,
-        }
 
 
 def _packable(r: Refinement, v: str) -> bool:

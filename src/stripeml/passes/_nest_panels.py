@@ -1,0 +1,135 @@
+"""The ``nest`` pass's panel layouts: inputs every row block re-reads, laid out once.
+
+See :func:`laid_out` and ``docs/passes.md`` section 18.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..ir.affine import Affine
+from ..ir.nodes import Block, Index, Load, Refinement, Store, TensorShape
+from ._common import fresh, single_index
+
+if TYPE_CHECKING:
+    from .nest import _Plan
+
+
+def laid_out(
+    root: Block, ks: list[Block], plan: _Plan, taken: set[str], panel: int
+) -> tuple[list[Block], list[Block], list[Refinement]]:
+    """The chain reading its re-read panel inputs from copies laid out once, at the
+    root, in dense panels of ``panel`` points of the product's vector index.
+
+    An input of a product that every row block reads whole (it moves with no
+    blocked row index) and that moves with the output's unit-stride index ``v``
+    through one dimension ``d`` (the keys of ``Q @ K^T`` across it, the values of
+    ``P @ V`` along it) would be packed again in every block, or read in place
+    with a long row stride.  The copy ``L[d_b, ..., d_c]`` (``d = panel * d_b +
+    d_c``, the other dimensions between) makes each panel one dense run, and the
+    product's ``v`` is split the same way: ``unroll`` then reads the panels in
+    place, as it does a constant weight laid out in panels."""
+    bufs = {r.into: r for r in root.refs}
+    blocked = {n for names in plan.kidx for n, t in zip(names, plan.tile) if t > 1}
+    copies: list[Block] = []
+    temps: dict[tuple[str, int], Refinement] = {}
+    names = {r.into for r in root.refs}
+    out: list[Block] = []
+    for k, rows in zip(ks, plan.kidx):
+        outs = [r for r in k.refs if r.dir == "out"]
+        v = _unit_output_index(outs[0]) if len(outs) == 1 and "contraction" in k.tags else None
+        rng = {x.name: x.range for x in k.idxs}
+        if v is None or v in rows or rng[v] % panel or rng[v] // panel < 2:
+            out.append(k)
+            continue
+        laid = []
+        for r in k.refs:
+            d = _moves_once(r, v) if r.dir == "in" else None
+            if (
+                d is None
+                or r.from_ in plan.inter
+                or r.from_ not in bufs
+                or blocked & access_names(r)
+            ):
+                continue
+            key = (r.from_, d)
+            if key not in temps:
+                src = bufs[r.from_]
+                sizes = src.shape.sizes
+                others = [x for x in range(len(sizes)) if x != d]
+                dims = (sizes[d] // panel, *(sizes[x] for x in others), panel)
+                into = fresh(f"{r.from_}_panels", names)
+                names.add(into)
+                temps[key] = Refinement("none", into, TensorShape.dense(src.shape.dtype, dims))
+                name = fresh(f"{k.name}_{r.from_}_panels", taken)
+                taken.add(name)
+                copies.append(_panel_copy(src, temps[key], d, panel, name))
+            laid.append((r, d, temps[key]))
+        if not laid:
+            out.append(k)
+            continue
+        vb, vc = fresh(f"{v}_b", set(rng)), fresh(f"{v}_c", set(rng))
+        split = {v: Affine.index(vb, panel) + Affine.index(vc)}
+        refs = []
+        for r in k.refs:
+            hit = next((x for x in laid if x[0] is r), None)
+            if hit is None:
+                refs.append(replace(r, access=tuple(a.substitute(split) for a in r.access)))
+                continue
+            _, d, t = hit
+            kept = [a for x, a in enumerate(r.access) if x != d]
+            access = (Affine.index(vb), *kept, Affine.index(vc))
+            one = TensorShape(r.shape.dtype, (1,) * len(access), t.shape.strides)
+            refs.append(replace(r, from_=t.into, access=access, shape=one))
+        idxs: list[Index] = []
+        for x in k.idxs:
+            idxs.extend([Index(vb, x.range // panel), Index(vc, panel)] if x.name == v else [x])
+        out.append(replace(k, idxs=tuple(idxs), refs=tuple(refs)))
+    return out, copies, list(temps.values())
+
+
+def access_names(r: Refinement) -> set[str]:
+    """The index names in the view's access."""
+    return {n for a in r.access for n in a.names}
+
+
+def _unit_output_index(out: Refinement) -> str | None:
+    """The index that moves ``out`` by one element (the product's vector index)."""
+    for n in sorted(access_names(out)):
+        if sum(a.coeff(n) * st for a, st in zip(out.access, out.shape.strides)) == 1:
+            return n
+    return None
+
+
+def _moves_once(r: Refinement, v: str) -> int | None:
+    """The one dimension through which ``r`` moves with ``v`` (exactly ``v`` there)."""
+    dims = [d for d, a in enumerate(r.access) if a.coeff(v)]
+    return dims[0] if len(dims) == 1 and single_index(r.access[dims[0]]) == v else None
+
+
+def _panel_copy(src: Refinement, dst: Refinement, d: int, panel: int, name: str) -> Block:
+    """Root kernel: ``dst[i_d // panel, other i..., i_d % panel] = src[i]``."""
+    rank = src.shape.rank
+    idx = [Index(f"i{x}", n) for x, n in enumerate(src.shape.sizes) if x != d]
+    idx += [Index("p_b", src.shape.sizes[d] // panel), Index("p_c", panel)]
+    at = [Affine.index(f"i{x}") for x in range(rank)]
+    at[d] = Affine.index("p_b", panel) + Affine.index("p_c")
+    to = (Affine.index("p_b"), *(at[x] for x in range(rank) if x != d), Affine.index("p_c"))
+    return Block(
+        idxs=tuple(idx),
+        refs=(
+            Refinement(
+                "in", src.into, TensorShape(src.shape.dtype, (1,) * rank, src.shape.strides),
+                src.into, tuple(at),
+            ),
+            Refinement(
+                "out", dst.into, TensorShape(dst.shape.dtype, (1,) * (rank + 1), dst.shape.strides),
+                dst.into, to, "assign",
+            ),
+        ),
+        stmts=(Load("$x", src.into), Store(dst.into, "$x")),
+        tags=frozenset({"kernel", "eltwise", "copy"}),
+        name=name,
+        comment=f"{dst.into} = {src.into} in panels of {panel} along dimension {d} (nest)",
+    )  # fmt: skip
