@@ -194,10 +194,9 @@ def deferred_scope(blk: Block, scopes: Collection[str] = ()) -> bool:
     subs = [s for s in blk.stmts if isinstance(s, Block)]
     if not subs or len(subs) != len(blk.stmts):
         return False
-    if len(subs) > 1 or scopes:
-        for name in scopes:
-            if sum(any(r.from_ == name for r in s.refs) for s in subs) != 1:
-                return False
+    for name in scopes:
+        if sum(any(r.from_ == name for r in s.refs) for s in subs) != 1:
+            return False
     names = {i.name for i in blk.idxs if i.range > 1}
     return names <= set(race_free_indices(blk))
 
