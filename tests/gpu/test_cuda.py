@@ -11,6 +11,8 @@ import pytest
 import stripeml
 from stripeml.errors import StripeError
 
+from .attention import ATTENTION, attention_reference
+
 pytest.importorskip("cuda.bindings.nvrtc", reason="the cuda extra is not installed")
 
 from programs import CASES, Case  # noqa: E402
@@ -80,3 +82,24 @@ def test_missing_nvrtc_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(builtins, "__import__", fake)
     with pytest.raises(StripeError, match=r"stripeml\[cuda\]"):
         cuda._nvrtc()
+
+
+def test_attention_nests_into_shared_memory() -> None:
+    """``nest`` on the CUDA target: one kernel per block of (head, query) rows,
+    the block's scores in ``__shared__`` memory within the block's 48 KiB; it
+    compiles to PTX here, and with a GPU it matches NumPy."""
+    rng = np.random.default_rng(3)
+    shapes = [(12, 128, 64), (128, 12, 64), (128, 12, 64)]
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    exe = stripeml.compile(ATTENTION, target="cuda").lower(q, k, v)
+    (nest,) = [s for s in exe.program.root.stmts if "nest" in getattr(s, "tags", ())]
+    assert {r.location for r in nest.refs if r.dir == "none"} == {"SHARED"}
+    (kernel,) = [
+        s.kernel
+        for s in exe._compiled.module.steps
+        if s.kernel is not None and s.kernel.block_name == nest.name
+    ]
+    assert kernel.mapping == "tiled" and 0 < kernel.shared_bytes <= 48 * 1024
+    assert f".entry {kernel.symbol}(" in exe._compiled.ptx
+    if HAVE_GPU:
+        np.testing.assert_allclose(exe(q, k, v), attention_reference(q, k, v), rtol=1e-4, atol=1e-5)

@@ -12,6 +12,8 @@ import pytest
 import stripeml
 from stripeml.errors import StripeError
 
+from .attention import ATTENTION, attention_reference
+
 pytest.importorskip("pyopencl", reason="the opencl extra is not installed")
 
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
@@ -131,3 +133,25 @@ def test_constants_are_uploaded_with_every_call() -> None:
     for _ in range(2):
         a = rng.standard_normal((8, 32)).astype(np.float32)
         np.testing.assert_allclose(f(a), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["opencl_pocl", "opencl"])
+@pytest.mark.parametrize("shape", [(4, 128, 128, 32), (3, 60, 96, 16)], ids=str)
+def test_attention_runs_as_one_work_group_per_row_block(target: str, shape) -> None:
+    """``nest`` on a GPU target: the chain from the scores to the product with V
+    is one kernel, a work-group per block of (head, query) rows, with the
+    block's scores in local memory; no intermediate is a global buffer."""
+    h, m, n, d = shape
+    q, k, v = _f32(h, m, d), _f32(n, h, d), _f32(n, h, d)
+    exe = stripeml.compile(ATTENTION, target=target).lower(q, k, v)
+    assert "nest" in [name for name, _ in exe.stages]
+    program = exe.program
+    (nest,) = [s for s in program.root.stmts if "nest" in getattr(s, "tags", ())]
+    local = {r.into for r in nest.refs if r.dir == "none"}
+    assert {"S", "X", "P"} <= local
+    assert {r.location for r in nest.refs if r.dir == "none"} == {"SHARED"}
+    assert not local & {r.into for r in program.root.refs}
+    steps = [s.kernel for s in exe._compiled.module.steps if s.kernel is not None]
+    (kernel,) = [k for k in steps if k.block_name == nest.name]
+    assert kernel.mapping == "tiled" and 0 < kernel.shared_bytes <= 32 * 1024
+    np.testing.assert_allclose(exe(q, k, v), attention_reference(q, k, v), rtol=1e-4, atol=1e-5)

@@ -55,7 +55,9 @@ BAD = [
     ("nest", "min_points = 0", "min_points", "must be positive"),
     ("nest", "min_rows = 0", "min_rows", "must be positive"),
     ("nest", "vector_width = 0", "vector_width", "must be positive"),
-    ("nest", 'select = "kernell"', "select", "'kernell' is not a tag"),
+    ("nest", 'location = "SRAM", select = "kernell"', "select", "'kernell' is not a tag"),
+    ("nest", 'location = "L2"', "location", "no memory named 'L2' (the target has DRAM, SRAM"),
+    ("nest", 'location = "DRAM,SRAM"', "location", "must be one location name"),
     ("place", "alignment = 0", "alignment", "must be positive"),
     ("place", 'locations = ["DRAM", "L2"]', "locations", "no memory named 'L2'"),
     ("thread", "threads = 0", "threads", "must be positive"),
@@ -98,6 +100,7 @@ GOOD = [
     ("unroll", "max_rows = 0, pack_max_bytes = 0, k_block = 0"),
     ("vectorize", 'width = 1, select = "kernel,!fill|copy"'),
     ("epilogue", 'select = "*"'),
+    ("nest", 'location = "SRAM", panels = false, min_rows = 1, fraction = 1.0'),
 ]
 
 

@@ -9,7 +9,8 @@ Pure questions about Stripe blocks, kept apart from the printing in
   write what another reads, so each point of their box gets its own
   work-item and every other index runs as a loop inside it.  Aggregations
   then never cross work-items: no atomics.
-* ``tiled``: a ``#tiled`` kernel (after ``autotile``) whose statements are
+* ``tiled``: a ``#tiled`` kernel (after ``autotile``) or a ``#nest`` (a
+  chain of kernels over row blocks, after ``nest``) whose statements are
   leaf blocks (``cache``'s copies, the ``#tile`` compute): its race-free
   indices pick the work-group, its other indices run as loops that the whole
   group takes together, each leaf block's race-free indices are spread over
@@ -86,7 +87,7 @@ def plan_tiled(
     kernel: Block, parallel: tuple[str, ...], max_group_size: int, strip: int = 0
 ) -> KernelPlan | None:
     """The tiled mapping of a ``#tiled`` kernel, or ``None`` when it does not apply."""
-    if "tiled" not in kernel.tags or not kernel.stmts:
+    if not {"tiled", "nest"} & kernel.tags or not kernel.stmts:
         return None
     leaves = []
     for s in kernel.stmts:

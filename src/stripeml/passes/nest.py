@@ -50,6 +50,12 @@ than the rest of ``cache_bytes``: a weight matrix re-read by every block of
 rows) cost more than the intermediates' bytes, each written and read once
 unnested.
 
+**Where.** The block's intermediates are allocations in ``location`` (``L2``;
+``SHARED`` on the GPU targets, where the code generators run a nest as one
+work-group per row block, each kernel of the chain a leaf of the tiled
+mapping).  ``panels`` (on) lays re-read inputs out for ``unroll``
+(:func:`._nest_panels.laid_out`); targets with no ``unroll`` turn it off.
+
 Requires: verified IR.  Guarantees: the same results (each kernel runs the
 same points, a row block at a time, and no value crosses row blocks), verified
 IR, the same object when nothing applies.
@@ -63,6 +69,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import ClassVar
 
+from ..errors import OptionError
 from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
 from ..ir.nodes import (
@@ -78,6 +85,7 @@ from ._common import box_interval, fresh, reads, single_index, writes
 from ._nest_panels import access_names, laid_out
 from .registry import (
     check_fraction,
+    check_location_names,
     check_non_negative,
     check_positive,
     check_selector,
@@ -99,6 +107,8 @@ class Nest:
     vector_width: int = 8  # the products' panels: unroll's vector_width x vectors
     vectors: int = 2
     select: str = "kernel"
+    panels: bool = True  # lay re-read inputs out in the products' vector panels once
+    location: str = "L2"  # where a block's intermediates live (a GPU's group memory: SHARED)
     name: ClassVar[str] = "nest"
 
     def __post_init__(self) -> None:
@@ -106,6 +116,11 @@ class Nest:
         check_positive(self, "min_points", "min_rows", "vector_width", "vectors")
         check_non_negative(self, "cache_bytes")
         check_fraction(self, "fraction")
+        if len(check_location_names(self, "location")) != 1 or "," in self.location:
+            raise OptionError(
+                "location",
+                f"pass 'nest': option 'location' must be one location name, got {self.location!r}",
+            )
 
     @property
     def max_bytes(self) -> int:
@@ -135,17 +150,17 @@ class Nest:
                 continue
             j, plan = best
             taken = {s.name for s in stmts if isinstance(s, Block)}
-            chain, copies, temps = laid_out(
-                root,
-                [s for s in stmts[i : j + 1] if isinstance(s, Block)],
-                plan,
-                taken,
-                self.vector_width * self.vectors,
-            )
+            chain = [s for s in stmts[i : j + 1] if isinstance(s, Block)]
+            copies: list[Block] = []
+            temps: list[Refinement] = []
+            if self.panels:
+                chain, copies, temps = laid_out(
+                    root, chain, plan, taken, self.vector_width * self.vectors
+                )
             out.extend(copies)
             added.extend(temps)
             grown = replace(root, refs=(*root.refs, *temps))
-            out.append(_build(grown, chain, plan, taken | {c.name for c in copies}))
+            out.append(_build(grown, chain, plan, taken | {c.name for c in copies}, self))
             gone |= set(plan.inter)
             i = j + 1
         if not gone:
@@ -406,7 +421,7 @@ def _rereads(ks: list[Block], bufs: dict[str, Refinement], plan: _Plan, cached: 
     return total
 
 
-def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str]) -> Block:
+def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str], opt: Nest) -> Block:
     bufs = {r.into: r for r in root.refs}
     kernels = [k for k in ks if isinstance(k, Block)]
     outer_names = []
@@ -426,7 +441,7 @@ def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str]) -
         for v, d in enumerate(bd):
             sizes[d] = plan.tile[v]
         local[b] = Refinement(
-            "none", b, TensorShape.dense(shape.dtype, tuple(sizes)), location="L2"
+            "none", b, TensorShape.dense(shape.dtype, tuple(sizes)), location=opt.location
         )
         refs.append(local[b])
     new_kernels = []
