@@ -7,6 +7,7 @@ Run::
     .venv/bin/python bench/bench_cpu.py --target interp --quick --small   # smoke test
     .venv/bin/python bench/bench_cpu.py --cases matmul_256,softmax_rows
     .venv/bin/python bench/bench_cpu.py --list
+    .venv/bin/python bench/bench_cpu.py --cases conv --torch-process   # PyTorch in its own process
 
 One JSON line per case (fields as in ``bench/run.py``, plus):
 
@@ -19,6 +20,10 @@ One JSON line per case (fields as in ``bench/run.py``, plus):
     cache folder, then in a second fresh process sharing that folder.
 ``ratio_vs_numpy``, ``ratio_vs_torch``
     baseline seconds / stripeml seconds (above 1: stripeml is faster).
+``torch_process``
+    with ``--torch-process``: PyTorch ran in a worker process of its own
+    (``bench/torch_process.py``), its blocks interleaved with the others'
+    (``torch_version``; ``torch_error`` when it could not run).
 ``ok``, ``max_err``
     each result against idiomatic NumPy without ``out=`` (allclose with
     ``rtol=1e-3``, ``atol=1e-4 * max|reference|``); ``max_err`` is
@@ -89,6 +94,9 @@ if __name__ == "__main__":
     _reexec_without_blas_overrides()
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_process import TorchProcess, serve  # noqa: E402
 
 F32 = np.float32
 EPS = 1e-5
@@ -431,7 +439,9 @@ SLOW_CALL_S = 0.25  # a call this long needs no warm-up between blocks
 SETTLE_S = 0.2
 
 
-def time_blocks(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, list[float]]:
+def time_blocks(
+    fns: dict[str, Callable[[], Any] | TorchProcess], budget: Budget
+) -> dict[str, list[float]]:
     """Seconds of each call of each function, timed in alternating blocks.
 
     Each contender gets an equal share of the budget.  Calls of one contender
@@ -440,13 +450,14 @@ def time_blocks(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, 
     ten to twenty times slower), and the blocks alternate over a few passes so
     that drift on a noisy machine hits every contender alike.  A slow
     contender gets ``min_repeats`` calls and no warm-up between its blocks.
+    A :class:`TorchProcess` times its blocks in its own process.
     """
     share = budget.seconds / max(len(fns), 1)
     per_pass: dict[str, int] = {}
     slow: set[str] = set()
     for name, fn in fns.items():
         time.sleep(SETTLE_S)
-        estimate = max(_warm_up(fn), 1e-9)
+        estimate = max(fn.warm_up() if isinstance(fn, TorchProcess) else _warm_up(fn), 1e-9)
         repeats = max(budget.min_repeats, min(budget.max_repeats, int(share / estimate)))
         per_pass[name] = -(-repeats // budget.passes)
         if estimate > SLOW_CALL_S:
@@ -455,6 +466,9 @@ def time_blocks(fns: dict[str, Callable[[], Any]], budget: Budget) -> dict[str, 
     for _ in range(budget.passes):
         for name, fn in fns.items():
             time.sleep(SETTLE_S)
+            if isinstance(fn, TorchProcess):  # the worker times its own block
+                times[name].extend(fn.block(per_pass[name], warm=name not in slow))
+                continue
             if name not in slow:
                 _warm_up(fn)
             for _ in range(per_pass[name]):
@@ -606,8 +620,13 @@ def compile_in_fresh_processes(target: str) -> dict[str, Any]:
 
 
 # -- one case --------------------------------------------------------------------------
-def run_case(case: Case, target: str, threads: int, torch: Any, budget: Budget) -> dict:
-    """Measure one case; return its JSON record (``_failed`` marks a failure to report)."""
+def run_case(
+    case: Case, target: str, threads: int, torch: Any, budget: Budget, torch_process: bool = False
+) -> dict:
+    """Measure one case; return its JSON record (``_failed`` marks a failure to report).
+
+    ``torch_process``: PyTorch runs in a worker process of its own
+    (:mod:`torch_process`), ``torch`` is unused."""
     import stripeml
     from stripeml.api import Executable
 
@@ -615,8 +634,15 @@ def run_case(case: Case, target: str, threads: int, torch: Any, budget: Budget) 
     inputs = case.inputs(np.random.default_rng(0))
     ref = case.reference(*inputs).astype(F32)
     impls: dict[str, Impl] = {"numpy": case.numpy(*inputs)}
-    if torch is not None:
+    if torch is not None and not torch_process:
         impls["torch"] = case.torch(torch, *inputs)
+    worker: TorchProcess | None = None
+    worker_error = None
+    if torch_process:
+        try:
+            worker = TorchProcess(os.path.abspath(__file__), case.name, threads)
+        except RuntimeError as exc:
+            worker_error = str(exc)
 
     record: dict[str, Any] = {
         "bench": "cpu",
@@ -659,7 +685,20 @@ def run_case(case: Case, target: str, threads: int, torch: Any, budget: Budget) 
             del impls[name]
         failed |= ok[name] is False
 
-    times = time_blocks({k: v.fn for k, v in impls.items()}, budget)
+    contenders: dict[str, Callable[[], Any] | TorchProcess] = {k: v.fn for k, v in impls.items()}
+    if worker is not None:
+        try:
+            ok["torch"], max_err["torch"] = check(worker.result(), ref)
+        except RuntimeError as exc:
+            ok["torch"], max_err["torch"], worker_error = False, None, str(exc)
+        failed |= ok["torch"] is False
+        if ok["torch"] is not False:
+            contenders["torch"] = worker
+    try:
+        times = time_blocks(contenders, budget)
+    finally:
+        if worker is not None:
+            worker.close()
     medians = {k: statistics.median(ts) for k, ts in times.items()}
     repeats = {k: len(ts) for k, ts in times.items()}
     stripeml_s = medians.get("stripeml")
@@ -675,7 +714,13 @@ def run_case(case: Case, target: str, threads: int, torch: Any, budget: Budget) 
         ok=ok,
         max_err=max_err,
         out={"stripeml": api_out} | {k: v.out for k, v in impls.items() if k != "stripeml"},
+        torch_process=torch_process,
     )
+    if worker is not None:
+        record["torch_version"] = worker.version
+        record["out"]["torch"] = worker.out
+    if worker_error is not None:
+        record["torch_error"] = worker_error
     if error is not None:
         record["error"] = error
     record["_failed"] = failed
@@ -714,11 +759,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", help="comma-separated case names (substrings match)")
     ap.add_argument("--budget", type=float, help="seconds of timed rounds per case")
     ap.add_argument("--list", action="store_true", help="print the case names and exit")
+    ap.add_argument(
+        "--torch-process",
+        action="store_true",
+        help="time PyTorch in a process of its own (blocks still interleaved)",
+    )
     ap.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--torch-worker", metavar="CASE", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.compile_probe:
         return compile_probe(args.target)
+    if args.torch_worker:
+        case = next((c for c in CASES if c.name == args.torch_worker), None)
+        if case is None:
+            print(json.dumps({"error": f"unknown case {args.torch_worker!r}"}), flush=True)
+            return 2
+        inputs = case.inputs(np.random.default_rng(0))
+        return serve(lambda t: case.torch(t, *inputs), _warm_up, args.threads or cpu_threads())
     cases = select(CASES, args.cases, args.small)
     if args.list:
         for c in CASES:
@@ -729,7 +788,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget is not None:
         budget.seconds = args.budget
     threads = cpu_threads()
-    torch = load_torch(threads)
+    torch = None if args.torch_process else load_torch(threads)
     env_unset = json.loads(os.environ.pop(_UNSET_NOTE, "{}"))
     common = {
         "numpy_blas": numpy_blas(),
@@ -743,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for case in cases:
             with torch.inference_mode() if torch is not None else contextlib.nullcontext():
-                record = run_case(case, args.target, threads, torch, budget)
+                record = run_case(case, args.target, threads, torch, budget, args.torch_process)
             failed |= record.pop("_failed")
             if case.name == COMPILE_PROBE_CASE:
                 record.update(compile_in_fresh_processes(args.target))
