@@ -777,6 +777,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"error": f"unknown case {args.torch_worker!r}"}), flush=True)
             return 2
         inputs = case.inputs(np.random.default_rng(0))
+        case.reference(*inputs)  # the parent's allocator state (see torch_process)
         return serve(lambda t: case.torch(t, *inputs), _warm_up, args.threads or cpu_threads())
     cases = select(CASES, args.cases, args.small)
     if args.list:
