@@ -370,3 +370,45 @@ def test_end_to_end_with_the_code_generator():
     f = stripeml.compile(src, target="cpu")
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
     assert "define" in f.lower(a, b).code
+
+
+def test_inputs_seen_before_take_the_fast_path_only_while_they_are_the_same():
+    """The runtime remembers the last C-contiguous array of each input (a
+    model's weights); every way that array or its successor can differ still
+    gives NumPy's answer, or the shape error; so does the runtime called
+    directly, past the executable's own checks."""
+    import stripeml
+
+    src = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 5)).astype(np.float32)
+    exe = stripeml.compile(src, target="cpu").lower(a, b)
+    np.testing.assert_allclose(exe(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    b[...] = rng.standard_normal((6, 5))  # the same array, new values
+    np.testing.assert_allclose(exe(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    b2 = rng.standard_normal((6, 5)).astype(np.float32)  # another array
+    np.testing.assert_allclose(exe(a, b2), a @ b2, rtol=1e-5, atol=1e-5)
+    bt = np.asfortranarray(b2)  # same shape, other strides
+    np.testing.assert_allclose(exe(a, bt), a @ b2, rtol=1e-5, atol=1e-5)
+    flat = b2.reshape(-1)  # a view: the base keeps its pointer
+    np.testing.assert_allclose(exe(a, b2), a @ b2, rtol=1e-5, atol=1e-5)
+    assert flat.base is b2
+    b2.shape = (5, 6)  # the same object, another shape
+    with pytest.raises(ShapeError, match="built for"):
+        exe(a, b2)
+    b2.shape = (6, 5)
+    with pytest.raises(ShapeError, match="built for"):
+        exe(a, b2.view(np.int32))  # same memory, another dtype
+    c = b2.copy()
+    del b2, flat, bt
+    np.testing.assert_allclose(exe(a, c), a @ c, rtol=1e-5, atol=1e-5)
+    run = exe._compiled.run
+    np.testing.assert_allclose(run({"A": a, "B": c})["C"], a @ c, rtol=1e-5, atol=1e-5)
+    c.shape = (5, 6)
+    with pytest.raises(ShapeError, match="shape"):
+        run({"A": a, "B": c})
+    c.shape = (6, 5)
+    with pytest.raises(ShapeError, match="dtype"):
+        run({"A": a, "B": c.view(np.int32)})
+    np.testing.assert_allclose(run({"A": a, "B": c})["C"], a @ c, rtol=1e-5, atol=1e-5)

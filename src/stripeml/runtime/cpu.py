@@ -43,6 +43,7 @@ import ctypes
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -216,6 +217,14 @@ class CpuCompiled:
             refs = program.root.refs
         self._program = program
         self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
+        # Per buffer, the last C-contiguous input array passed as it was (a
+        # model's weights, the same arrays at every call): a weak reference,
+        # its shape, dtype and strides, and its pointer, so that the next call
+        # with the same array skips the checks and the pointer lookup
+        # (microseconds each; a model has a hundred weights).  NumPy arrays
+        # cannot change their data pointer while views of them exist, and a
+        # change of shape, dtype or strides takes the slow path again.
+        self._seen: list[tuple | None] = [None] * len(self._buffers)
         # Steps computing from constant parameters alone run once, at the first call;
         # the temporaries they write are kept (shared by every call) from then on.
         const = constness(program) if program is not None else None
@@ -280,12 +289,33 @@ class CpuCompiled:
         storages: list[np.ndarray] = []
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
-        for buf in self._buffers:
+        seen = self._seen
+        for slot, buf in enumerate(self._buffers):
             kind, name = buf.info.kind, buf.info.name
             if kind == "in":
-                arr = checked(buf, inputs[name], "input")
+                value = inputs[name]
+                hit = seen[slot]
+                if (
+                    hit is not None
+                    and hit[0]() is value
+                    and value.shape == hit[1]
+                    and value.dtype is hit[2]
+                    and value.strides == hit[3]
+                ):
+                    pointers[len(storages)] = hit[4]
+                    storages.append(value.reshape(-1))
+                    continue
+                arr = checked(buf, value, "input")
                 if buf.dense:
                     storage = np.ascontiguousarray(arr).reshape(-1)
+                    if arr is value and arr.flags.c_contiguous:
+                        seen[slot] = (
+                            weakref.ref(arr),
+                            arr.shape,
+                            arr.dtype,
+                            arr.strides,
+                            buf.pointer(storage),
+                        )
                 else:
                     storage = buf.storage()
                     buf.logical(storage)[...] = arr
