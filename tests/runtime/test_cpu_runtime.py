@@ -412,3 +412,18 @@ def test_inputs_seen_before_take_the_fast_path_only_while_they_are_the_same():
     with pytest.raises(ShapeError, match="dtype"):
         run({"A": a, "B": c.view(np.int32)})
     np.testing.assert_allclose(run({"A": a, "B": c})["C"], a @ c, rtol=1e-5, atol=1e-5)
+    # Held after two calls: NumPy refuses to move its data (resize), so the
+    # remembered pointer stays true.
+    np.testing.assert_allclose(run({"A": a, "B": c})["C"], a @ c, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="resize"):
+        c.resize((60, 50))
+    # An array passed once is not kept alive.
+    import gc
+    import weakref
+
+    once = rng.standard_normal((6, 5)).astype(np.float32)
+    np.testing.assert_allclose(run({"A": a, "B": once})["C"], a @ once, rtol=1e-5, atol=1e-5)
+    gone = weakref.ref(once)
+    del once
+    gc.collect()
+    assert gone() is None

@@ -217,14 +217,16 @@ class CpuCompiled:
             refs = program.root.refs
         self._program = program
         self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
-        # Per buffer, the last C-contiguous input array passed as it was (a
-        # model's weights, the same arrays at every call): a weak reference,
-        # its shape, dtype and strides, and its pointer, so that the next call
-        # with the same array skips the checks and the pointer lookup
-        # (microseconds each; a model has a hundred weights).  NumPy arrays
-        # cannot change their data pointer while views of them exist, and a
-        # change of shape, dtype or strides takes the slow path again.
+        # Per input buffer, the C-contiguous array of the last call, passed as
+        # it was (see docs/cpu-backend.md, "Inputs seen before"): first a weak
+        # reference (``_once``); when the next call passes the same array again (a model's
+        # weights, at every call), the array, its shape, dtype, strides, 1-D
+        # view and pointer, and later calls with it skip the checks and the
+        # pointer lookup.  The view held keeps NumPy from resizing the array
+        # (its data cannot move), and a change of shape, dtype or strides
+        # takes the checked path.  A different array replaces the entry.
         self._seen: list[tuple | None] = [None] * len(self._buffers)
+        self._once: list[weakref.ref | None] = [None] * len(self._buffers)
         # Steps computing from constant parameters alone run once, at the first call;
         # the temporaries they write are kept (shared by every call) from then on.
         const = constness(program) if program is not None else None
@@ -289,7 +291,7 @@ class CpuCompiled:
         storages: list[np.ndarray] = []
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
-        seen = self._seen
+        seen, once = self._seen, self._once
         for slot, buf in enumerate(self._buffers):
             kind, name = buf.info.kind, buf.info.name
             if kind == "in":
@@ -297,25 +299,31 @@ class CpuCompiled:
                 hit = seen[slot]
                 if (
                     hit is not None
-                    and hit[0]() is value
+                    and hit[0] is value
                     and value.shape == hit[1]
                     and value.dtype is hit[2]
                     and value.strides == hit[3]
                 ):
                     pointers[len(storages)] = hit[4]
-                    storages.append(value.reshape(-1))
+                    storages.append(hit[5])
                     continue
                 arr = checked(buf, value, "input")
                 if buf.dense:
                     storage = np.ascontiguousarray(arr).reshape(-1)
+                    seen[slot] = None
                     if arr is value and arr.flags.c_contiguous:
-                        seen[slot] = (
-                            weakref.ref(arr),
-                            arr.shape,
-                            arr.dtype,
-                            arr.strides,
-                            buf.pointer(storage),
-                        )
+                        first = once[slot]
+                        if first is not None and first() is arr:
+                            seen[slot] = (
+                                arr,
+                                arr.shape,
+                                arr.dtype,
+                                arr.strides,
+                                buf.pointer(storage),
+                                storage,
+                            )
+                        else:
+                            once[slot] = weakref.ref(arr)
                 else:
                     storage = buf.storage()
                     buf.logical(storage)[...] = arr
