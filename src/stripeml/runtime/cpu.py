@@ -43,7 +43,6 @@ import ctypes
 import os
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -56,7 +55,14 @@ from ..ir.nodes import Program, Refinement, Special
 from ..ir.printer import format as format_ir
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, native_pool
-from .host import RootBuffer, check_names, checked, run_host_copy, run_root_special
+from .host import (
+    RootBuffer,
+    SeenInputs,
+    check_names,
+    checked,
+    run_host_copy,
+    run_root_special,
+)
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
@@ -217,16 +223,7 @@ class CpuCompiled:
             refs = program.root.refs
         self._program = program
         self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
-        # Per input buffer, the C-contiguous array of the last call, passed as
-        # it was (see docs/cpu-backend.md, "Inputs seen before"): first a weak
-        # reference (``_once``); when the next call passes the same array again (a model's
-        # weights, at every call), the array, its shape, dtype, strides, 1-D
-        # view and pointer, and later calls with it skip the checks and the
-        # pointer lookup.  The view held keeps NumPy from resizing the array
-        # (its data cannot move), and a change of shape, dtype or strides
-        # takes the checked path.  A different array replaces the entry.
-        self._seen: list[tuple | None] = [None] * len(self._buffers)
-        self._once: list[weakref.ref | None] = [None] * len(self._buffers)
+        self._seen = SeenInputs(len(self._buffers))  # a model's weights, call after call
         self._in_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "in")
         self._out_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "out")
         # Steps computing from constant parameters alone run once, at the first call;
@@ -293,39 +290,20 @@ class CpuCompiled:
         storages: list[np.ndarray] = []
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
-        seen, once = self._seen, self._once
+        seen = self._seen
         for slot, buf in enumerate(self._buffers):
             kind, name = buf.info.kind, buf.info.name
             if kind == "in":
                 value = inputs[name]
-                hit = seen[slot]
-                if (
-                    hit is not None
-                    and hit[0] is value
-                    and value.shape == hit[1]
-                    and value.dtype is hit[2]
-                    and value.strides == hit[3]
-                ):
-                    pointers[len(storages)] = hit[4]
-                    storages.append(hit[5])
+                hit = seen.get(slot, value)
+                if hit is not None:
+                    pointers[len(storages)] = hit[0]
+                    storages.append(hit[1])
                     continue
                 arr = checked(buf, value, "input")
                 if buf.dense:
                     storage = np.ascontiguousarray(arr).reshape(-1)
-                    seen[slot] = None
-                    if arr is value and arr.flags.c_contiguous:
-                        first = once[slot]
-                        if first is not None and first() is arr:
-                            seen[slot] = (
-                                arr,
-                                arr.shape,
-                                arr.dtype,
-                                arr.strides,
-                                buf.pointer(storage),
-                                storage,
-                            )
-                        else:
-                            once[slot] = weakref.ref(arr)
+                    seen.put(slot, value, arr, storage, buf.pointer)
                 else:
                     storage = buf.storage()
                     buf.logical(storage)[...] = arr
