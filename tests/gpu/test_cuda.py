@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import stripeml
+from attention import ATTENTION_NHD as ATTENTION
+from attention import attention_reference
 from stripeml.errors import StripeError
-
-from .attention import ATTENTION, attention_reference
 
 pytest.importorskip("cuda.bindings.nvrtc", reason="the cuda extra is not installed")
 
@@ -102,4 +102,6 @@ def test_attention_nests_into_shared_memory() -> None:
     assert kernel.mapping == "tiled" and 0 < kernel.shared_bytes <= 48 * 1024
     assert f".entry {kernel.symbol}(" in exe._compiled.ptx
     if HAVE_GPU:
-        np.testing.assert_allclose(exe(q, k, v), attention_reference(q, k, v), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            exe(q, k, v), attention_reference(q, k, v, nhd=True), rtol=1e-4, atol=1e-5
+        )

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import stripeml
+from attention import ATTENTION_NHD as ATTENTION
+from attention import attention_reference
 from stripeml.errors import StripeError
-
-from .attention import ATTENTION, attention_reference
 
 pytest.importorskip("pyopencl", reason="the opencl extra is not installed")
 
@@ -154,4 +154,6 @@ def test_attention_runs_as_one_work_group_per_row_block(target: str, shape) -> N
     steps = [s.kernel for s in exe._compiled.module.steps if s.kernel is not None]
     (kernel,) = [k for k in steps if k.block_name == nest.name]
     assert kernel.mapping == "tiled" and 0 < kernel.shared_bytes <= 32 * 1024
-    np.testing.assert_allclose(exe(q, k, v), attention_reference(q, k, v), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        exe(q, k, v), attention_reference(q, k, v, nhd=True), rtol=1e-4, atol=1e-5
+    )

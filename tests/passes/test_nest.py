@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import stripeml
+from attention import ATTENTION, ATTENTION_NHD
+from attention import attention_reference as _attention
 from stripeml.ir.nodes import Block
 from stripeml.passes.dce import Dce
 from stripeml.passes.epilogue import Epilogue
@@ -21,32 +23,6 @@ from stripeml.passes.unroll import Unroll
 from stripeml.passes.vectorize import Vectorize
 from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
-
-ATTENTION = """function (Q[H, M, D], K[H, N, D], V[H, N, E]) -> (O) {
-    S[h, m, n : H, M, N] = +(Q[h, m, d] * K[h, n, d]);
-    T = S * 0.125;
-    Mx[h, m, 0 : H, M, 1] = >(T[h, m, n]);
-    X = exp(T - Mx);
-    L[h, m, 0 : H, M, 1] = +(X[h, m, n]);
-    P = X / L;
-    O[h, m, e : H, M, E] = +(P[h, m, n] * V[h, n, e]);
-}"""
-
-# The importer's layout: keys and values [N, H, D], read across the heads' dimension.
-ATTENTION_NHD = (
-    ATTENTION.replace("K[H, N, D], V[H, N, E]", "K[N, H, D], V[N, H, E]")
-    .replace("K[h, n, d]", "K[n, h, d]")
-    .replace("V[h, n, e]", "V[n, h, e]")
-)
-
-
-def _attention(q, k, v, nhd=False):
-    if nhd:
-        k, v = k.transpose(1, 0, 2), v.transpose(1, 0, 2)
-    s = np.einsum("hmd,hnd->hmn", q.astype(np.float64), k) * 0.125
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    return np.einsum("hmn,hne->hme", p, v)
 
 
 def _inputs(h, m, n, d, nhd=False, seed=0):
