@@ -155,3 +155,70 @@ def test_unroll_tiles_rows_after_halo():
     assert "y_r:4" in result.stages[-1][1]
     out = CpuBackend(CpuOptions(threads=2, vector_width=8)).compile(result.program).run(inputs)["O"]
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+POOL = """function (I[N, H, W, C]) -> (O) {
+    O[n, y, x, c : N, (H + 1) / 2, (W + 1) / 2, C] = %s(I[n, 2*y + ky - 1, 2*x + kx - 1, c]),
+        ky < 3, kx < 3;
+}"""
+
+
+def _pool_numpy(i: np.ndarray, agg: str) -> np.ndarray:
+    """3x3, stride 2, pad 1 max (or min) pooling in NumPy: the padding never wins."""
+    f = np.fmax if agg == "max" else np.fmin  # the window always has a real value
+    ho, wo = (i.shape[1] + 1) // 2, (i.shape[2] + 1) // 2
+    out = None
+    for a in range(3):
+        for b in range(3):
+            ys = [2 * y + a - 1 for y in range(ho)]
+            xs = [2 * x + b - 1 for x in range(wo)]
+            ok = np.array([[0 <= y < i.shape[1] and 0 <= x < i.shape[2] for x in xs] for y in ys])
+            yc, xc = np.clip(ys, 0, i.shape[1] - 1), np.clip(xs, 0, i.shape[2] - 1)
+            tap = i[:, yc][:, :, xc]
+            tap = np.where(ok[None, :, :, None], tap, np.nan if i.dtype.kind == "f" else tap)
+            if i.dtype.kind != "f":
+                fill = np.iinfo(i.dtype).min if agg == "max" else np.iinfo(i.dtype).max
+                tap = np.where(ok[None, :, :, None], tap, fill)
+            out = tap if out is None else f(out, tap)
+    return out
+
+
+@pytest.mark.parametrize("agg", ["max", "min"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int32"])
+def test_padded_pooling_reads_a_halo_of_the_identity(agg, dtype):
+    """A padded max (min) pool: the halo holds -inf (+inf; the type's least or
+    greatest value for integers), the identity of the aggregation, so the results
+    are exactly those of the constrained kernel, nan and infinities included."""
+    rng = np.random.default_rng(1)
+    i = (rng.standard_normal((1, 9, 8, 24)) * 40).astype(dtype)
+    if dtype == "float32":
+        i[0, 0, 0, 0], i[0, 4, 3, 5], i[0, 8, 7, 2] = np.nan, -np.inf, np.inf
+    src = POOL % (">" if agg == "max" else "<")
+    program = stripeml.compile(src, target="interp").lower(i).program
+    new = Halo().run(program)
+    assert new is not program
+    fills = [s for s in new.root.stmts if isinstance(s, Block) and "fill" in s.tags]
+    (value,) = {s.stmts[0].value for s in fills}
+    if dtype == "float32":
+        assert value == (-np.inf if agg == "max" else np.inf)
+    else:
+        assert value == (np.iinfo(dtype).min if agg == "max" else np.iinfo(dtype).max)
+    want = _pool_numpy(i, agg)
+    want[0, 0, 0, 0] = np.nan if dtype == "float32" else want[0, 0, 0, 0]  # nan propagates
+    np.testing.assert_array_equal(run(new, {"I": i})["O"], want)
+    exe = stripeml.compile(src, target="cpu").lower(i)
+    assert "_halo" in exe.ir and "#register_tile" in exe.ir
+    np.testing.assert_array_equal(exe(i), want)
+
+
+def test_a_maximum_of_products_keeps_its_constraints():
+    """``>(I * K)`` would store ``-inf * K`` at a padding point (``+inf`` for a
+    negative weight): only a pool that stores the load itself takes the halo."""
+    src = """function (I[H, C], K[KY, C]) -> (O) {
+        O[y, c : (H + 1) / 2, C] = >(I[2*y + ky - 1, c] * K[ky, c]), ky < 3;
+    }"""
+    i = np.arange(30, dtype=np.float32).reshape(10, 3)
+    k = -np.ones((3, 3), np.float32)
+    program = stripeml.compile(src, target="interp").lower(i, k).program
+    assert any(isinstance(b, Block) and b.constraints for b in program.root.stmts)
+    assert Halo().run(program) is program

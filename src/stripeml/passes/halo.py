@@ -1,4 +1,4 @@
-"""``halo``: pad an input with zeros so a padded convolution loses its constraints.
+"""``halo``: pad an input with zeros so a padded convolution (or pool) loses its constraints.
 
 Lowering a padded convolution
 ``O[x : X] = +(I[x + kx - 1] * K[kx])`` gives a kernel whose constraints
@@ -9,8 +9,8 @@ selected root kernel this pass inserts, before the kernel:
 * a root temporary ``I_halo`` (``none``) of the padded shape: per dimension
   ``size + low + high``, dense strides, where ``low``/``high`` are how far the
   access leaves the buffer below / above on the kernel's index box;
-* fill kernels (``#kernel #eltwise #fill``) storing zero to its halo, one slab
-  per padded side;
+* fill kernels (``#kernel #eltwise #fill``) storing zero (for a pool, the
+  aggregation's identity) to its halo, one slab per padded side;
 * a copy kernel (``#kernel #eltwise #copy``) storing ``I`` into its interior
   (``I_halo[i + low] = I[i]``);
 
@@ -22,7 +22,8 @@ otherwise the kernel is left alone):
 
 * the kernel is a root leaf block tagged ``select``, without index offsets,
   with constraints, and with exactly one output: an ``out`` view with
-  aggregation ``add`` (the scope sums what it stores);
+  aggregation ``add`` (the scope sums what it stores), or ``max``/``min``
+  (a pool: see below);
 * removing the constraints makes exactly one view leave its parent's bounds,
   an ``in`` view ``P`` of a root buffer the kernel does not write (every other
   view stays in bounds on all of ``B``);
@@ -45,6 +46,13 @@ otherwise the kernel is left alone):
   leaves it unchanged, so the results are otherwise bit-identical;
 * the padded buffer has at most ``max_bytes`` bytes.
 
+A padded max (min) pool, ``O[y] = >(I[2*y + ky - 1]), ky < 3``, qualifies on
+the same terms when the kernel stores the load of ``P`` itself and nothing
+else: its halo holds the aggregation's identity (``-inf``/``+inf``; an
+integer type's least/greatest value; ``False``/``True``), which the
+aggregation starts from anyway, so the new points change no result (NaN
+included: ``max`` propagates it).
+
 Options: ``select`` (a tag selector of the kernels to consider, default
 ``contraction``), ``max_bytes`` (largest padded buffer), ``assume_finite``.
 
@@ -61,10 +69,11 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import islpy as isl
+import numpy as np
 
 from ..analysis.select import parse_selector
 from ..ir.affine import Affine
-from ..ir.dtypes import is_float, is_int, itemsize
+from ..ir.dtypes import is_float, is_int, itemsize, to_numpy
 from ..ir.isl import (
     affine_range,
     block_domain,
@@ -138,7 +147,7 @@ class Halo:
         if not all(_scalar(s) for s in k.stmts):
             return None
         outs = [r for r in k.refs if r.dir in ("out", "inout")]
-        if len(outs) != 1 or outs[0].dir != "out" or outs[0].agg != "add":
+        if len(outs) != 1 or outs[0].dir != "out" or outs[0].agg not in ("add", "max", "min"):
             return None
         out = outs[0]
         parents = {r.into: r for r in root_refs}
@@ -168,7 +177,9 @@ class Halo:
         # Every output element stored on the box was stored before.
         if not _image(box, out.access).is_subset(_image(domain, out.access)):
             return None
-        if not self._product_of_load(k, p, out):
+        if out.agg == "add" and not self._product_of_load(k, p, out):
+            return None
+        if out.agg != "add" and not _stores_load(k, p, out):
             return None
         # Padding per dimension: how far the access leaves the parent on the box.
         lows, highs = [], []
@@ -185,7 +196,8 @@ class Halo:
         dense = TensorShape.dense(dtype, sizes)
         name = fresh(f"{p.from_}_halo", {r.into for r in root_refs})
         halo_ref = Refinement("none", name, dense)
-        fills, copy = _fill_and_copy(k.name, parent, name, dense, lows)
+        fill = _identity(out.agg, dtype)
+        fills, copy = _fill_and_copy(k.name, parent, name, dense, lows, fill)
         new_p = replace(
             p,
             from_=name,
@@ -221,6 +233,32 @@ class Halo:
         return isinstance(other, Constant) and math.isfinite(float(other.value))
 
 
+def _identity(agg: str, dtype: str) -> int | float | bool:
+    """What a padding point stores: the aggregation's identity (0 for a sum of
+    products with a zero; -inf, or the type's least value, for a maximum)."""
+    if agg == "add":
+        return 0.0 if is_float(dtype) else 0
+    if dtype == "bool":
+        return agg == "min"
+    if is_float(dtype):
+        return -math.inf if agg == "max" else math.inf
+    info = np.iinfo(to_numpy(dtype))
+    return int(info.min) if agg == "max" else int(info.max)
+
+
+def _stores_load(k: Block, p: Refinement, out: Refinement) -> bool:
+    """The kernel stores ``load(P)`` itself, and only that, to its ``max``/``min``
+    output (a max pool): a padding point then stores the aggregation's identity."""
+    loads = [s for s in k.stmts if isinstance(s, Load) and s.ref == p.into]
+    stores = [s for s in k.stmts if isinstance(s, Store)]
+    return (
+        len(loads) == 1
+        and len(stores) == 1
+        and stores[0].ref == out.into
+        and stores[0].value == loads[0].into
+    )
+
+
 def _scalar(s: Statement) -> bool:
     return isinstance(s, (Load, Store, Constant, Intrinsic, LoadIndex))
 
@@ -251,12 +289,18 @@ def _image(domain: isl.BasicSet, access: tuple[Affine, ...]) -> isl.Set:
 
 
 def _fill_and_copy(
-    kname: str, src: Refinement, dst: str, dense: TensorShape, lows: list[int]
+    kname: str,
+    src: Refinement,
+    dst: str,
+    dense: TensorShape,
+    lows: list[int],
+    fill: int | float | bool,
 ) -> tuple[tuple[Block, ...], Block]:
-    """Kernels storing zero to the halo of ``dst`` and ``src`` to its interior at ``lows``."""
+    """Kernels storing ``fill`` to the halo of ``dst`` and ``src`` to its interior at ``lows``."""
     dtype = dense.dtype
     one = (1,) * len(dense.sizes)
-    zero: int | float = 0.0 if is_float(dtype) else 0
+    zero = fill
+    value = "$zero" if fill == 0 else "$pad"  # a pool's identity: -inf, +inf, ...
     # Zero only the halo: per padded dimension a low and a high slab (full extent
     # in the other dimensions; corners are written twice, by different kernels).
     fills = []
@@ -276,7 +320,7 @@ def _fill_and_copy(
                             "out", dst, TensorShape(dtype, one, dense.strides), dst, acc, "assign"
                         ),
                     ),
-                    stmts=(Constant("$zero", zero, dtype), Store(dst, "$zero")),
+                    stmts=(Constant(value, zero, dtype), Store(dst, value)),
                     tags=frozenset({"kernel", "eltwise", "fill"}),
                     name=f"{kname}_{dst}_fill{d}{side}",
                 )
