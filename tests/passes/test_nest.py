@@ -12,7 +12,7 @@ import pytest
 import stripeml
 from attention import ATTENTION, ATTENTION_NHD
 from attention import attention_reference as _attention
-from stripeml.ir.nodes import Block
+from stripeml.ir.nodes import Block, Program
 from stripeml.passes.dce import Dce
 from stripeml.passes.epilogue import Epilogue
 from stripeml.passes.fuse import Fuse
@@ -161,6 +161,119 @@ def test_the_cpu_target_nests_attention_and_agrees_with_numpy():
         pytest.skip("this machine's L2 holds the whole attention")
     assert "#nest" in exe.ir
     np.testing.assert_allclose(exe(q, k, v), _attention(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+# A depthwise 3x3 convolution (a valid one: its input already padded, as the
+# ``halo`` pass leaves it), bias and ReLU, then a pointwise one and its bias: a
+# MobileNet block's second half.  The 1x1 kernel reads its input at ``y + ky``
+# with ``ky`` over one point, which is the row ``y``.
+DW_PW = """function (X[N, HP, WP, C], K[KY, KX, C], B[C], W[KY1, KX1, C, CO], B2[CO]) -> (O) {
+    D[n, y, x, c : N, HP - 2, WP - 2, C] = +(X[n, y + ky, x + kx, c] * K[ky, kx, c]);
+    A = relu(D + B);
+    P[n, y, x, co : N, HP - 2, WP - 2, CO] = +(A[n, y + ky, x + kx, c] * W[ky, kx, c, co]);
+    O = P + B2;
+}"""
+
+
+def _dw_pw_inputs(h=16, w=12, c=24, co=16, seed=3):
+    rng = np.random.default_rng(seed)
+    f = np.float32
+    return {
+        "X": rng.standard_normal((1, h + 2, w + 2, c)).astype(f),
+        "K": rng.standard_normal((3, 3, c)).astype(f),
+        "B": rng.standard_normal(c).astype(f),
+        "W": rng.standard_normal((1, 1, c, co)).astype(f),
+        "B2": rng.standard_normal(co).astype(f),
+    }
+
+
+def _dw_pw_reference(a):
+    x, h, w = a["X"].astype(np.float64), a["X"].shape[1] - 2, a["X"].shape[2] - 2
+    d = sum(x[:, i : i + h, j : j + w, :] * a["K"][i, j] for i in range(3) for j in range(3))
+    act = np.maximum(d + a["B"], 0)
+    return np.einsum("nyxc,co->nyxo", act, a["W"][0, 0]) + a["B2"]
+
+
+def test_depthwise_then_pointwise_runs_by_whole_image_rows():
+    """The depthwise output (its bias and ReLU fused in, A) is a block's allocation of a few whole image rows
+    (``x`` kept whole for the register tiles along it); the pointwise kernel reads it
+    there.  The blocks share evenly between two threads (8 of 2 rows, not 16 of 1
+    or a prime count)."""
+    a = _dw_pw_inputs()
+    program = stripeml.compile(DW_PW, target="interp").lower(**a).program
+    passes = [
+        Fuse(),
+        Dce(),
+        Nest(cache_bytes=16384, fraction=0.25, min_points=4, min_rows=4, threads=2),
+        Unroll(vector_width=8),
+        Epilogue(),
+        Vectorize(width=8),
+        Thread(threads=2),
+    ]
+    result = run_pipeline(program, passes).program
+    (nest,) = _nests(result)
+    (d,) = [r for r in nest.refs if r.dir == "none"]
+    assert d.into == "A" and d.shape.sizes == (1, 2, 12, 24)  # 2 rows of 12 pixels, 24 channels
+    assert [(i.name, i.range) for i in nest.idxs] == [("rows_y", 8)]
+    assert not {"A", "D"} & {r.into for r in result.root.refs}
+    np.testing.assert_allclose(run(result, a)["O"], _dw_pw_reference(a), rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        got = (
+            CpuBackend(CpuOptions(threads=threads, vector_width=8, min_chunk_work=1))
+            .compile(result)
+            .run(a)["O"]
+        )
+        np.testing.assert_allclose(got, _dw_pw_reference(a), rtol=1e-4, atol=1e-4)
+
+
+# Then a pointwise expansion whose bias and ReLU the ``halo`` pass writes into
+# the zero-haloed input of a padded depthwise convolution: that write is at an
+# offset (row y + 1), so the chain cannot take the bias; the expansion stays out
+# of the chain with it.
+DW_PW_EXPAND = """function (X[N, HP, WP, C], K[KY, KX, C], B[C], W[KY1, KX1, C, CO], B2[CO],
+                            W3[KY1, KX1, CO, C], B3[C], K2[KY, KX, C]) -> (R) {
+    D[n, y, x, c : N, HP - 2, WP - 2, C] = +(X[n, y + ky, x + kx, c] * K[ky, kx, c]);
+    A = relu(D + B);
+    P[n, y, x, co : N, HP - 2, WP - 2, CO] = +(A[n, y + ky, x + kx, c] * W[ky, kx, c, co]);
+    O = P + B2;
+    F[n, y, x, c : N, HP - 2, WP - 2, C] = +(O[n, y + ky, x + kx, co] * W3[ky, kx, co, c]);
+    G = relu(F + B3);
+    R[n, y, x, c : N, HP - 2, WP - 2, C] = +(G[n, y + ky - 1, x + kx - 1, c] * K2[ky, kx, c]);
+}"""
+
+
+def test_a_chain_does_not_end_between_a_product_and_its_bias():
+    """The chain ends after the first block's bias, not after the expansion: the
+    expansion's bias and ReLU stay in its register tiles (``epilogue``)."""
+    a = _dw_pw_inputs()
+    rng = np.random.default_rng(4)
+    a["W3"] = rng.standard_normal((1, 1, 16, 24)).astype(np.float32)
+    a["B3"] = rng.standard_normal(24).astype(np.float32)
+    a["K2"] = rng.standard_normal((3, 3, 24)).astype(np.float32)
+    program = stripeml.compile(DW_PW_EXPAND, target="interp").lower(**a).program
+    from dataclasses import replace
+
+    from pipelines import cpu_passes
+
+    passes = [
+        replace(p, cache_bytes=16384, fraction=0.25, threads=2) if isinstance(p, Nest) else p
+        for p in cpu_passes(vector_width=8)
+    ]
+    result = run_pipeline(program, passes).program
+    (nest,) = _nests(result)
+    assert [b.name for b in nest.sub_blocks if "contraction" in b.tags][-1].endswith("_P")
+    roots = [s for s in result.root.stmts if isinstance(s, Block)]
+    expand = next(s for s in roots if s.name.endswith("_F"))
+    from stripeml.ir import format
+
+    assert "_G_epilogue" in format(Program(expand))  # bias and ReLU on its register tiles
+    assert not any(s.name.endswith("_G") for s in roots)
+    g = np.maximum(np.einsum("nyxo,oc->nyxc", _dw_pw_reference(a), a["W3"][0, 0]) + a["B3"], 0)
+    g = np.pad(g, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    h, w = g.shape[1] - 2, g.shape[2] - 2
+    want = sum(g[:, i : i + h, j : j + w] * a["K2"][i, j] for i in range(3) for j in range(3))
+    got = CpuBackend(CpuOptions(threads=2, vector_width=8)).compile(result).run(a)["R"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
 def test_options_are_checked():

@@ -54,6 +54,7 @@ BAD = [
     ("nest", "cache_bytes = -1", "cache_bytes", "must be 0 or more"),
     ("nest", "min_points = 0", "min_points", "must be positive"),
     ("nest", "min_rows = 0", "min_rows", "must be positive"),
+    ("nest", "threads = 0", "threads", "must be positive"),
     ("nest", "vector_width = 0", "vector_width", "must be positive"),
     ("nest", 'location = "SRAM", select = "kernell"', "select", "'kernell' is not a tag"),
     ("nest", 'location = "L2"', "location", "no memory named 'L2' (the target has DRAM, SRAM"),

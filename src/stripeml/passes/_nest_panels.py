@@ -13,11 +13,11 @@ from ..ir.nodes import Block, Index, Load, Refinement, Store, TensorShape
 from ._common import fresh, single_index
 
 if TYPE_CHECKING:
-    from .nest import _Plan
+    from ._nest_blocks import Plan
 
 
 def laid_out(
-    root: Block, ks: list[Block], plan: _Plan, taken: set[str], panel: int
+    root: Block, ks: list[Block], plan: Plan, taken: set[str], panel: int
 ) -> tuple[list[Block], list[Block], list[Refinement]]:
     """The chain reading its re-read panel inputs from copies laid out once, at the
     root, in dense panels of ``panel`` points of the product's vector index.

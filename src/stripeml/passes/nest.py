@@ -18,8 +18,14 @@ instead of root buffers that go to DRAM and back between kernels::
       block k1_M [...] ...                      //   the block's: m over 64 points
     }
 
+The same holds for the second half of a MobileNet block: a depthwise
+convolution (its bias and activation) hands pixel rows to the pointwise
+projection, which reads them only at the pixels it writes; and for
+squeeze-excite's scaling before the projection.  The depthwise output is then
+a few whole image rows in L2.
+
 Later passes treat the nest's statements as root kernels (``unroll``
-register-tiles the two products inside it, ``epilogue`` and ``vectorize`` as
+register-tiles the products inside it, ``epilogue`` and ``vectorize`` as
 everywhere; :func:`._common.inside_nests`); ``thread`` splits the outer block.
 
 **Chains.** Consecutive root ``#kernel`` leaf blocks (statements only, no
@@ -28,22 +34,36 @@ an earlier one writes.  *Intermediates* are root temporaries written in the
 chain (first touched by a write) that no statement after it reads and that
 are not results; the rest are external.  An external buffer the chain writes
 is not read in it.  The longest chain from each start that passes the rules
-below is taken, then the scan goes on after it.
+below is taken, then the scan goes on after it.  A chain does not end with a
+product whose result the next kernel, an elementwise one, reads: that kernel
+(a bias and activation written into the next convolution's zero halo, at an
+offset no chain can take) would be left outside the nest, where ``epilogue``
+could not run it on the product's register tiles.
 
 **Rows.** Row variables are dimensions of the largest intermediate, not its
 unit-stride one (the kernels' vector lanes run along it); each kernel
 has one index per row variable, and every access of an intermediate reads or
 writes the row dimensions exactly through those indices (coefficient 1, no
-offset, nowhere else in the access).  A kernel's row indices cover their whole
+offset, nowhere else in the access; an index over one point, a 1x1
+convolution's ``ky`` in ``y + ky``, counts as 0).  A kernel's row indices cover their whole
 range, are in no constraint and move every view it writes, so the points of
 one row block write only that block's rows: the blocks are independent.  The
 largest set of dimensions for which this holds is used.
 
-**Blocks.** The row variable with the most points is split into blocks of
-``R`` rows, the others into single rows: ``R`` is the largest divisor of its
-range for which one block's intermediates fit ``fraction`` of ``cache_bytes``
-(the target's L2) and the nest still has ``min_points`` blocks; with fewer than
-``min_rows`` rows per block (a prime range) the chain is left alone.  The chain is
+**Blocks.** A block is contiguous in the largest intermediate: in the
+layout's order, the row variables inside one are whole, that one is split
+into blocks of ``R`` rows, and those outside it into single rows (one head's
+queries; a few whole pixel rows of an image, so the register tiles along a
+row keep their length).  ``R`` is the largest divisor of its range for which
+one block's intermediates fit ``fraction`` of ``cache_bytes`` (the target's
+L2) and the nest still has ``min_points`` blocks, a multiple of ``threads``
+unless there are 8 per thread or more (7 blocks on 2 threads leave one
+thread waiting for the other's fourth); of the variables to split, the one
+that gives the largest block is taken.  An intermediate that a product
+writes and only the elementwise kernel after it reads is not counted:
+``epilogue`` applies that kernel to the product's tiles, and it is never
+stored.  Fewer than ``min_rows`` rows along the innermost row variable (a
+prime range: 197 = 197 x 1) are too thin for the products' register tiles.  The chain is
 left alone when the intermediates fit that whole anyway (they stay in cache), or when the inputs re-read
 once per block from beyond the cache (a block's window of an input larger
 than the rest of ``cache_bytes``: a weight matrix re-read by every block of
@@ -63,7 +83,6 @@ IR, the same object when nothing applies.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
@@ -71,7 +90,6 @@ from typing import ClassVar
 
 from ..errors import OptionError
 from ..ir.affine import Affine
-from ..ir.dtypes import itemsize
 from ..ir.nodes import (
     Block,
     Index,
@@ -81,7 +99,8 @@ from ..ir.nodes import (
     Statement,
     TensorShape,
 )
-from ._common import box_interval, fresh, reads, single_index, writes
+from ._common import fresh, reads, single_index, writes
+from ._nest_blocks import Plan, external_views, product_of, tiling
 from ._nest_panels import access_names, laid_out
 from .registry import (
     check_fraction,
@@ -104,6 +123,7 @@ class Nest:
     fraction: float = 0.5  # of it, the rest for the inputs (a head's keys and values)
     min_points: int = 4  # row blocks at least this many (the threads' work)
     min_rows: int = 4  # rows per block at least this many (unroll's tile rows)
+    threads: int = 1  # the blocks shared evenly among this many threads where they can be
     vector_width: int = 8  # the products' panels: unroll's vector_width x vectors
     vectors: int = 2
     select: str = "kernel"
@@ -113,7 +133,7 @@ class Nest:
 
     def __post_init__(self) -> None:
         check_selector(self)
-        check_positive(self, "min_points", "min_rows", "vector_width", "vectors")
+        check_positive(self, "min_points", "min_rows", "threads", "vector_width", "vectors")
         check_non_negative(self, "cache_bytes")
         check_fraction(self, "fraction")
         if len(check_location_names(self, "location")) != 1 or "," in self.location:
@@ -142,7 +162,7 @@ class Nest:
                 if not _leaf_kernel(stmts[j], self.select):
                     break
                 plan = _plan(root, stmts, i, j, self)
-                if plan is not None:
+                if plan is not None and not _splits_epilogue(stmts, j):
                     best = (j, plan)
             if best is None:
                 out.append(stmts[i])
@@ -169,14 +189,6 @@ class Nest:
         return Program(replace(root, refs=refs, stmts=tuple(out)))
 
 
-@dataclass(frozen=True)
-class _Plan:
-    rows: tuple[int, ...]  # per row variable: its range
-    tile: tuple[int, ...]  # per row variable: rows per block
-    kidx: tuple[tuple[str, ...], ...]  # per kernel: its index of each row variable
-    inter: dict[str, tuple[int, ...]]  # intermediate -> its dimension of each row variable
-
-
 def _leaf_kernel(s: Statement, select: str) -> bool:
     from ..analysis.select import parse_selector
 
@@ -189,11 +201,25 @@ def _leaf_kernel(s: Statement, select: str) -> bool:
     )
 
 
-def _plan(root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest) -> _Plan | None:
+def _splits_epilogue(stmts: Sequence[Statement], j: int) -> bool:
+    """Whether a chain ending at ``j`` would leave the elementwise kernel after it (a
+    product's bias and activation) outside: ``epilogue`` fuses those into the
+    product's register tiles only when both are at the same level."""
+    if j + 1 >= len(stmts):
+        return False
+    last, nxt = stmts[j], stmts[j + 1]
+    if not isinstance(last, Block) or not isinstance(nxt, Block) or "eltwise" not in nxt.tags:
+        return False
+    product = product_of(last)
+    return product is not None and product in reads(nxt)
+
+
+def _plan(root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest) -> Plan | None:
     """How to nest root statements ``i..j`` (all leaf kernels), or None."""
     ks = [s for s in stmts[i : j + 1] if isinstance(s, Block)]
     if len(ks) != j - i + 1 or not _leaf_kernel(ks[0], opt.select):
         return None
+    ks = [_squeezed(k) for k in ks]
     bufs = {r.into: r for r in root.refs}
     later: set[str] = set()
     for s in stmts[j + 1 :]:
@@ -242,11 +268,21 @@ def _plan(root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest) ->
         for chosen in combinations(dims, size):
             found = _unify(ks, bufs, inter, first, chosen)
             if found is not None:
-                return _tiling(ks, bufs, inter, chosen, first, *found, opt)
+                return tiling(ks, bufs, inter, chosen, first, *found, opt)
     return None
 
 
 _pure = single_index  # exactly one index, coefficient 1, no offset
+
+
+def _squeezed(k: Block) -> Block:
+    """``k`` with its one-point indices (a 1x1 convolution's ``ky``, ``kx``) read as 0
+    in its views, for the row analysis only: ``y + ky`` is then the row ``y``."""
+    one = {x.name: Affine.constant(0) for x in k.idxs if x.range == 1}
+    if not one:
+        return k
+    refs = tuple(replace(r, access=tuple(a.substitute(one) for a in r.access)) for r in k.refs)
+    return replace(k, refs=refs)
 
 
 def _reduces_an_intermediate(ks: list[Block], inter: list[str]) -> bool:
@@ -329,99 +365,7 @@ def _kernel_rows(
     return names
 
 
-def _tiling(
-    ks: list[Block],
-    bufs: dict[str, Refinement],
-    inter: list[str],
-    dims: tuple[int, ...],
-    first: str,
-    kidx: list[tuple[str, ...]],
-    bdims: dict[str, tuple[int, ...]],
-    opt: Nest,
-) -> _Plan | None:
-    rows = tuple(bufs[first].shape.sizes[d] for d in dims)
-
-    def per_row(b: str) -> int:
-        shape = bufs[b].shape
-        rest = [s for d, s in enumerate(shape.sizes) if d not in bdims[b]]
-        return itemsize(shape.dtype) * math.prod(rest)
-
-    whole = sum(per_row(b) * math.prod(rows) for b in inter)
-    if whole <= opt.max_bytes:
-        return None  # the intermediates stay in cache as they are
-    big = max(range(len(rows)), key=lambda v: rows[v])
-    others = math.prod(r for v, r in enumerate(rows) if v != big)
-    for rb in sorted((d for d in range(1, rows[big] + 1) if rows[big] % d == 0), reverse=True):
-        local = sum(per_row(b) for b in inter) * rb
-        if local > opt.max_bytes or others * (rows[big] // rb) < opt.min_points:
-            continue
-        if rb < opt.min_rows:
-            return None  # blocks too thin for the products' register tiles (197 = 197 x 1)
-        tile = tuple(rb if v == big else 1 for v in range(len(rows)))
-        plan = _Plan(rows, tile, tuple(kidx), {b: bdims[b] for b in inter})
-        if not _in_bounds(ks, bufs, plan):
-            return None  # a view's hull leaves its buffer (accesses kept in by constraints)
-        if _rereads(ks, bufs, plan, opt.cache_bytes - opt.max_bytes) <= whole:
-            return plan
-        return None  # smaller blocks only re-read more
-    return None
-
-
-def _external_views(
-    k: Block, names: tuple[str, ...], plan: _Plan
-) -> list[tuple[Refinement, list[Affine], list[Affine], list[int]]]:
-    """Per external view of kernel ``k``: (view, outer offset, inner access, sizes)."""
-    ranges = {x.name: x.range for x in k.idxs}
-    for v, n in enumerate(names):
-        ranges[n] = plan.tile[v]
-    found = []
-    for r in k.refs:
-        if r.from_ in plan.inter:
-            continue
-        outer, inner, sizes = [], [], []
-        for a in r.access:
-            lin = a - a.const
-            o = Affine.constant(a.const)
-            for v, n in enumerate(names):
-                o = o + Affine.index(f"\0{v}", lin.coeff(n) * plan.tile[v])
-            lo, hi = box_interval(lin, ranges)
-            outer.append(o + Affine.constant(lo))
-            inner.append(lin - Affine.constant(lo))
-            sizes.append(hi - lo + 1)
-        found.append((r, outer, inner, sizes))
-    return found
-
-
-def _in_bounds(ks: list[Block], bufs: dict[str, Refinement], plan: _Plan) -> bool:
-    """Whether every external view of every row block lies inside its buffer."""
-    last = {f"\0{v}": r // t - 1 for v, (r, t) in enumerate(zip(plan.rows, plan.tile))}
-    for k, names in zip(ks, plan.kidx):
-        for r, off, _, sizes in _external_views(k, names, plan):
-            for o, size, limit in zip(off, sizes, bufs[r.from_].shape.sizes):
-                lo, hi = box_interval(o, {n: m + 1 for n, m in last.items()})
-                if lo < 0 or hi + size > limit:
-                    return False
-    return True
-
-
-def _rereads(ks: list[Block], bufs: dict[str, Refinement], plan: _Plan, cached: int) -> int:
-    """Bytes the external inputs are read beyond once, over all row blocks, from
-    beyond the cache: a block's window of at most ``cached`` bytes (one head's keys)
-    is taken to stay in the cache's other part from one block to the next."""
-    points = math.prod(r // t for r, t in zip(plan.rows, plan.tile))
-    total = 0
-    for k, names in zip(ks, plan.kidx):
-        for r, _, _, sizes in _external_views(k, names, plan):
-            if r.dir != "in":
-                continue
-            whole = math.prod(bufs[r.from_].shape.sizes)
-            if itemsize(r.shape.dtype) * math.prod(sizes) <= cached:
-                continue
-            total += itemsize(r.shape.dtype) * max(0, math.prod(sizes) * points - whole)
-    return total
-
-
-def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str], opt: Nest) -> Block:
+def _build(root: Block, ks: Sequence[Statement], plan: Plan, taken: set[str], opt: Nest) -> Block:
     bufs = {r.into: r for r in root.refs}
     kernels = [k for k in ks if isinstance(k, Block)]
     outer_names = []
@@ -430,7 +374,11 @@ def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str], o
         name = fresh(f"rows_{n}", used)  # unroll names its own levels {n}_o, {n}_b
         used.add(name)
         outer_names.append(name)
-    to_outer = {f"\0{v}": Affine.index(n) for v, n in enumerate(outer_names)}
+    single = {v for v, (r, t) in enumerate(zip(plan.rows, plan.tile)) if r == t}
+    to_outer = {
+        f"\0{v}": Affine.constant(0) if v in single else Affine.index(n)
+        for v, n in enumerate(outer_names)
+    }
     refs: list[Refinement] = []
     seen: dict[tuple, str] = {}
     names_used = {b for b in bufs}
@@ -451,7 +399,7 @@ def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str], o
             if r.from_ in plan.inter:
                 strides = local[r.from_].shape.strides
                 krefs[r.into] = replace(r, shape=replace(r.shape, strides=strides))
-        for r, off, inner, sizes in _external_views(k, names, plan):
+        for r, off, inner, sizes in external_views(k, names, plan):
             parent = bufs[r.from_]
             offset = tuple(a.substitute(to_outer) for a in off)
             key = (r.from_, r.dir, r.agg, offset, tuple(sizes))
@@ -467,7 +415,11 @@ def _build(root: Block, ks: Sequence[Statement], plan: _Plan, taken: set[str], o
         tile = dict(zip(names, plan.tile))
         idxs = tuple(replace(x, range=tile.get(x.name, x.range)) for x in k.idxs)
         new_kernels.append(replace(k, idxs=idxs, refs=tuple(krefs[r.into] for r in k.refs)))
-    idxs = tuple(Index(n, r // t) for n, r, t in zip(outer_names, plan.rows, plan.tile))
+    idxs = tuple(
+        Index(n, r // t)
+        for v, (n, r, t) in enumerate(zip(outer_names, plan.rows, plan.tile))
+        if v not in single
+    )
     comment = "; ".join(k.comment for k in kernels if k.comment)
     return Block(
         idxs=idxs,

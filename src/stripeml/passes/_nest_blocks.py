@@ -1,0 +1,167 @@
+"""The ``nest`` pass's row blocks: how many rows a block takes, and whether the
+inputs it re-reads cost more than its intermediates save.
+
+See ``passes/nest.py`` (the rules, **Blocks**) and ``docs/passes.md`` section 18.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..ir.affine import Affine
+from ..ir.dtypes import itemsize
+from ..ir.nodes import Block, Refinement
+from ._common import box_interval, reads, writes
+
+if TYPE_CHECKING:
+    from .nest import Nest
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: tuple[int, ...]  # per row variable: its range
+    tile: tuple[int, ...]  # per row variable: rows per block
+    kidx: tuple[tuple[str, ...], ...]  # per kernel: its index of each row variable
+    inter: dict[str, tuple[int, ...]]  # intermediate -> its dimension of each row variable
+
+
+def tiling(
+    ks: list[Block],
+    bufs: dict[str, Refinement],
+    inter: list[str],
+    dims: tuple[int, ...],
+    first: str,
+    kidx: list[tuple[str, ...]],
+    bdims: dict[str, tuple[int, ...]],
+    opt: Nest,
+) -> Plan | None:
+    """The row blocks of a chain whose rows are ``dims`` of ``first``, or None when
+    its intermediates fit the cache as they are or its re-read inputs cost more."""
+    rows = tuple(bufs[first].shape.sizes[d] for d in dims)
+
+    def per_row(b: str) -> int:
+        shape = bufs[b].shape
+        rest = [s for d, s in enumerate(shape.sizes) if d not in bdims[b]]
+        return itemsize(shape.dtype) * math.prod(rest)
+
+    stored = [b for b in inter if not _into_epilogue(ks, b)]
+    whole = sum(per_row(b) * math.prod(rows) for b in stored)
+    if whole <= opt.max_bytes:
+        return None  # the intermediates stay in cache as they are
+    one_row = sum(per_row(b) for b in stored)
+    strides = bufs[first].shape.strides
+    order = sorted(range(len(rows)), key=lambda v: -strides[dims[v]])  # outermost first
+    for tile in _blocks(rows, order, one_row, opt):
+        plan = Plan(rows, tile, tuple(kidx), {b: bdims[b] for b in inter})
+        if not _in_bounds(ks, bufs, plan):
+            continue  # a view's hull leaves its buffer (accesses kept in by constraints)
+        if _rereads(ks, bufs, plan, opt.cache_bytes - opt.max_bytes) <= whole:
+            return plan
+        return None  # smaller blocks only re-read more
+    return None
+
+
+def product_of(k: Block) -> str | None:
+    """The buffer ``k`` sums into, when ``k`` is a kernel ``unroll`` may register-tile
+    and ``epilogue`` then extend: an unfused contraction with one output, a sum."""
+    outs = [r for r in k.refs if r.dir != "in"]
+    if "contraction" not in k.tags or "fused" in k.tags or len(outs) != 1:
+        return None
+    return outs[0].from_ if outs[0].agg == "add" else None
+
+
+def _into_epilogue(ks: list[Block], b: str) -> bool:
+    """Whether intermediate ``b`` is a product's result that only the next kernel,
+    an elementwise one, reads: ``epilogue`` applies that kernel to the product's
+    register tiles, so ``b`` is never stored and takes no room in a block."""
+    for n, k in enumerate(ks[:-1]):
+        if b in writes(k):
+            readers = [m for m, other in enumerate(ks) if b in reads(other)]
+            return product_of(k) == b and readers == [n + 1] and "eltwise" in ks[n + 1].tags
+    return False
+
+
+def _blocks(
+    rows: tuple[int, ...], order: list[int], one_row: int, opt: Nest
+) -> list[tuple[int, ...]]:
+    """Row blocks to try, largest first: the rows inside one row variable (in the
+    layout's order, ``order`` outermost first) are whole, that one is split into
+    blocks of ``R`` rows (the largest divisor that fits), the rows outside it
+    single.  A block is contiguous in the largest intermediate: whole pixel rows
+    of an image, one head's queries.  Fewer than ``min_rows`` rows along the
+    innermost row variable (a prime range: 197 = 197 x 1) are too thin for the
+    products' register tiles."""
+    found = []
+    for pos, v in enumerate(order):
+        inner = math.prod(rows[u] for u in order[pos + 1 :])
+        outer = math.prod(rows[u] for u in order[:pos])
+        for rb in sorted((d for d in range(1, rows[v] + 1) if rows[v] % d == 0), reverse=True):
+            points = outer * (rows[v] // rb)
+            if one_row * rb * inner > opt.max_bytes or points < opt.min_points:
+                continue
+            if points % opt.threads and points < 8 * opt.threads and rb > 1:
+                continue  # 7 blocks on 2 threads: one waits for the other's fourth
+            if (rb if pos == len(order) - 1 else rows[order[-1]]) >= opt.min_rows:
+                tile = [1] * len(rows)
+                for u in order[pos + 1 :]:
+                    tile[u] = rows[u]
+                tile[v] = rb
+                found.append((rb * inner, tuple(tile)))
+            break
+    return [t for _, t in sorted(found, key=lambda x: -x[0])]
+
+
+def external_views(
+    k: Block, names: tuple[str, ...], plan: Plan
+) -> list[tuple[Refinement, list[Affine], list[Affine], list[int]]]:
+    """Per external view of kernel ``k``: (view, outer offset, inner access, sizes)."""
+    ranges = {x.name: x.range for x in k.idxs}
+    for v, n in enumerate(names):
+        ranges[n] = plan.tile[v]
+    found = []
+    for r in k.refs:
+        if r.from_ in plan.inter:
+            continue
+        outer, inner, sizes = [], [], []
+        for a in r.access:
+            lin = a - a.const
+            o = Affine.constant(a.const)
+            for v, n in enumerate(names):
+                o = o + Affine.index(f"\0{v}", lin.coeff(n) * plan.tile[v])
+            lo, hi = box_interval(lin, ranges)
+            outer.append(o + Affine.constant(lo))
+            inner.append(lin - Affine.constant(lo))
+            sizes.append(hi - lo + 1)
+        found.append((r, outer, inner, sizes))
+    return found
+
+
+def _in_bounds(ks: list[Block], bufs: dict[str, Refinement], plan: Plan) -> bool:
+    """Whether every external view of every row block lies inside its buffer."""
+    last = {f"\0{v}": r // t - 1 for v, (r, t) in enumerate(zip(plan.rows, plan.tile))}
+    for k, names in zip(ks, plan.kidx):
+        for r, off, _, sizes in external_views(k, names, plan):
+            for o, size, limit in zip(off, sizes, bufs[r.from_].shape.sizes):
+                lo, hi = box_interval(o, {n: m + 1 for n, m in last.items()})
+                if lo < 0 or hi + size > limit:
+                    return False
+    return True
+
+
+def _rereads(ks: list[Block], bufs: dict[str, Refinement], plan: Plan, cached: int) -> int:
+    """Bytes the external inputs are read beyond once, over all row blocks, from
+    beyond the cache: a block's window of at most ``cached`` bytes (one head's keys)
+    is taken to stay in the cache's other part from one block to the next."""
+    points = math.prod(r // t for r, t in zip(plan.rows, plan.tile))
+    total = 0
+    for k, names in zip(ks, plan.kidx):
+        for r, _, _, sizes in external_views(k, names, plan):
+            if r.dir != "in":
+                continue
+            whole = math.prod(bufs[r.from_].shape.sizes)
+            if itemsize(r.shape.dtype) * math.prod(sizes) <= cached:
+                continue
+            total += itemsize(r.shape.dtype) * max(0, math.prod(sizes) * points - whole)
+    return total
