@@ -328,7 +328,10 @@ class Generator:
             return e
         info = np.iinfo(other)
         if "weak_literal_range" not in self.exclude and self.chance(0.15):
-            return Lit(int(info.max) + 1 if self.chance(0.5) else int(info.min) - 1)
+            v = int(info.max) + 1 if self.chance(0.5) else int(info.min) - 1
+            if not -(2**63) <= v < 2**64:  # no 64-bit literal at all (int64's min - 1):
+                v = int(info.min) - 1 if v >= 2**64 else int(info.max) + 1  # the other side
+            return Lit(v)
         return e if info.min <= e.value <= info.max else Lit(2)
 
     def _arith(self, depth: int) -> tuple[Expr, str]:
