@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stripeml
-from stripeml.ir.nodes import Program, walk_blocks
+from stripeml.ir.nodes import Block, Program, walk_blocks
 from stripeml.passes.epilogue import Epilogue
 from stripeml.passes.halo import Halo
 from stripeml.passes.manager import run_pipeline
@@ -323,6 +323,28 @@ def test_ragged_rows_rest_tiles_along_another_row_index():
     # index) the other one, also by 4
     assert len(tile_rows(main)) == 1 and len(tile_rows(rest)) == 1, text
     assert tile_rows(main) != tile_rows(rest), text
+
+
+def test_ragged_rests_read_the_heads_weight_panels():
+    """Constant weights laid out in panels for the main part: both remainders (the
+    last column, then the corner pixel) read those panels, in cache, not the plain
+    weights that no other kernel reads (SqueezeNet's 13 x 13 corners: 71 us each
+    for 590 KB of cold weights)."""
+    rng = np.random.default_rng(5)
+    i = rng.standard_normal((1, 13, 13, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    f = stripeml.compile(POINTWISE, target="interp", constants={"W": w})
+    program = f.lower(i).program
+    result = run_pipeline(
+        program, [Unroll(vector_width=8, rows=4, vectors=2, max_rows=0, max_vectors=8)]
+    ).program
+    kernels = {s.name: s for s in result.root.stmts if isinstance(s, Block)}
+    assert {"k0_O", "k0_O_rest", "k0_O_rest_rest"} <= set(kernels)
+    for name in ("k0_O", "k0_O_rest", "k0_O_rest_rest"):
+        sources = {r.from_ for r in kernels[name].refs if r.dir == "in"}
+        assert "W" not in sources and any(s.startswith("W_panels") for s in sources), name
+    want = np.einsum("nyxc,cd->nyxd", i, w)
+    _check_cpu(result, {"I": i, "W": w}, "O", want)
 
 
 @pytest.mark.parametrize("m", [5, 6, 7, 13])

@@ -81,6 +81,16 @@ class PanelLayouts:
         cons = tuple(replace(x, expr=x.expr.substitute(split)) for x in k.constraints)
         return replace(k, idxs=tuple(idxs), refs=tuple(refs), constraints=cons), c
 
+    def widths(self, k: Block) -> list[int]:
+        """The panel widths already laid out for an input ``k`` reads along one of its
+        indices (a ragged split's remainder reading the head's panels, in cache)."""
+        params = {r.into: r for r in self.root.refs if r.const}
+        found = set()
+        for i in k.idxs:
+            names = {r.from_ for r in k.refs if self._fits(r, i.name, i.range, params)}
+            found |= {vt for name, vt in self.made if name in names and i.range % vt == 0}
+        return sorted(found)
+
     @staticmethod
     def _fits(r: Refinement, v: str, n: int, params: dict[str, Refinement]) -> bool:
         if r.dir != "in" or r.from_ not in params or not r.access:
