@@ -242,6 +242,21 @@ DW_PW_EXPAND = """function (X[N, HP, WP, C], K[KY, KX, C], B[C], W[KY1, KX1, C, 
 }"""
 
 
+def test_without_unit_taps_a_pointwise_convolution_stays_out():
+    """``unit_taps = false`` (the GPU targets): ``y + ky`` is not row ``y``, so the
+    1x1 convolution cannot join the chain, and the depthwise part alone has no
+    row-wise read: nothing nests."""
+    a = _dw_pw_inputs()
+    program = stripeml.compile(DW_PW, target="interp").lower(**a).program
+    fused = run_pipeline(program, [Fuse(), Dce()]).program
+    on = Nest(cache_bytes=16384, fraction=0.25, min_points=4, min_rows=4)
+    assert len(_nests(on.run(fused))) == 1
+    assert (
+        Nest(cache_bytes=16384, fraction=0.25, min_points=4, min_rows=4, unit_taps=False).run(fused)
+        is fused
+    )
+
+
 def test_a_chain_does_not_end_between_a_product_and_its_bias():
     """The chain ends after the first block's bias, not after the expansion: the
     expansion's bias and ReLU stay in its register tiles (``epilogue``)."""

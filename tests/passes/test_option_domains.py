@@ -101,7 +101,7 @@ GOOD = [
     ("unroll", "max_rows = 0, pack_max_bytes = 0, k_block = 0"),
     ("vectorize", 'width = 1, select = "kernel,!fill|copy"'),
     ("epilogue", 'select = "*"'),
-    ("nest", 'location = "SRAM", panels = false, min_rows = 1, fraction = 1.0'),
+    ("nest", 'location = "SRAM", panels = false, min_rows = 1, fraction = 1.0, unit_taps = false'),
 ]
 
 
