@@ -157,3 +157,20 @@ def test_attention_runs_as_one_work_group_per_row_block(target: str, shape) -> N
     np.testing.assert_allclose(
         exe(q, k, v), attention_reference(q, k, v, nhd=True), rtol=1e-4, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("target", ["opencl_pocl", "opencl"])
+@pytest.mark.parametrize("n", [1, 2, 3, 16])
+@pytest.mark.parametrize("fn", ["exp", "sigmoid", "tanh"])
+def test_remainder_by_zero_is_nan_through_transcendentals(target: str, n: int, fn: str) -> None:
+    """``A % 0.0`` is NaN (NumPy's remainder), and so is ``exp`` of it.  PoCL folded
+    ``fmod(a, 0.0)`` to a constant NaN and ``exp`` of that constant to finite
+    garbage (6.2e17 for one or two work-items), which a zero-divisor branch that
+    computes its NaN at run time avoids (fuzzer seed 9500000246)."""
+    a = _f32(n)
+    src = f"function (A[N]) -> (T) {{ T = {fn}(A % 0.0); }}"
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, {"sigmoid": "exp"}.get(fn, fn))(np.remainder(a, np.float32(0)))
+    assert np.isnan(want).all()
+    got = stripeml.compile(src, target=target)(a)
+    assert np.isnan(got).all(), got

@@ -252,12 +252,16 @@ class CStyle:
         t = self.ctype(dt)
         if kind in ("div", "mod") and dtypes.is_float(dt):
             # NumPy's remainder: fmod, moved into the divisor's sign; a zero remainder is
-            # a zero with the divisor's sign (fmod's zero has the dividend's).
+            # a zero with the divisor's sign (fmod's zero has the dividend's).  A zero
+            # divisor answers (a * b) / b, NaN computed at run time: PoCL folds fmod(a,
+            # 0.0) to a constant NaN, and exp of that constant to finite garbage
+            # (exp(A % 0.0): 6.2e17 for one or two work-items; a literal NaN, always).
             name = f"sm_fmod_{dt}"
             fmod = self.math_name("fmod", dt)
             copysign = self.math_name("copysign", dt)
             body = (
-                f"{fq} {t} {name}({t} a, {t} b) {{ {t} r = {fmod}(a, b); "
+                f"{fq} {t} {name}({t} a, {t} b) {{ if (b == 0) return (a * b) / b; "
+                f"{t} r = {fmod}(a, b); "
                 f"if (r == 0) return {copysign}({self.literal(dt, 0.0)}, b); "
                 f"return ((r < 0) != (b < 0)) ? r + b : r; }}"
             )
