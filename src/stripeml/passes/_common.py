@@ -10,10 +10,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from ..ir.affine import Affine
+from ..ir.dtypes import is_float, to_numpy
 from ..ir.nodes import (
     Block,
     Constant,
@@ -284,3 +288,17 @@ def inside_nests(program: Program, run: Callable[[Program], Program]) -> Program
     if all(a is b for a, b in zip(stmts, program.root.stmts)):
         return program
     return Program(program.root.with_stmts(tuple(stmts)))
+
+
+def agg_identity(agg: str, dtype: str) -> int | float | bool:
+    """The neutral element of aggregation ``agg`` as a constant of ``dtype`` (a cache's
+    starting value; the halo of a padded max pool: ``-inf``, or the type's least)."""
+    if dtype == "bool":
+        return {"add": False, "mul": True, "max": False, "min": True}[agg]
+    if agg in ("add", "mul"):
+        value = 0 if agg == "add" else 1
+        return float(value) if is_float(dtype) else value
+    if is_float(dtype):
+        return -math.inf if agg == "max" else math.inf
+    info = np.iinfo(to_numpy(dtype))
+    return int(info.min) if agg == "max" else int(info.max)

@@ -51,12 +51,9 @@ object when nothing was cached, a fixed point.  New buffers have no
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
-
-import numpy as np
 
 from ..analysis.access import Access, touched, touched_union, uses
 from ..analysis.coverage import covers
@@ -65,7 +62,6 @@ from ..analysis.memory import allocation_bytes
 from ..analysis.select import parse_selector
 from ..errors import OptionError
 from ..ir.affine import Affine
-from ..ir.dtypes import is_float, to_numpy
 from ..ir.nodes import (
     Block,
     Constant,
@@ -77,7 +73,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh, fresh_names
+from ._common import agg_identity, fresh, fresh_names
 from ._rewrite import map_blocks, retarget
 from .registry import check_location_names, check_non_negative, check_selector, register
 
@@ -228,19 +224,6 @@ def _covered_in_scope(found: list[Access], view: Refinement, nest: tuple[Block, 
     return touched(box, around).is_subset(touched_union(seen, around, len(origin)))
 
 
-def _identity(agg: str, dtype: str) -> int | float | bool:
-    """The neutral element of ``agg`` as a constant of ``dtype``."""
-    if dtype == "bool":
-        return {"add": False, "mul": True, "max": False, "min": True}[agg]
-    if agg in ("add", "mul"):
-        value = 0 if agg == "add" else 1
-        return float(value) if is_float(dtype) else value
-    if is_float(dtype):
-        return -math.inf if agg == "max" else math.inf
-    info = np.iinfo(to_numpy(dtype))
-    return int(info.min) if agg == "max" else int(info.max)
-
-
 def _init_block(view: Refinement, cname: str, strides: tuple[int, ...], taken: set[str]) -> Block:
     """Fill the cache ``cname`` of output ``view`` with its aggregation's identity."""
     idxs, access = _copy_indices(view.shape.sizes, taken)
@@ -251,7 +234,10 @@ def _init_block(view: Refinement, cname: str, strides: tuple[int, ...], taken: s
         refs=(
             Refinement("out", cname, TensorShape(dtype, ones, strides), cname, access, "assign"),
         ),
-        stmts=(Constant(f"${cname}", _identity(view.agg, dtype), dtype), Store(cname, f"${cname}")),
+        stmts=(
+            Constant(f"${cname}", agg_identity(view.agg, dtype), dtype),
+            Store(cname, f"${cname}"),
+        ),
         tags=frozenset({"cache_init"}),
         name=f"{view.into}_cache_init",
     )

@@ -69,11 +69,10 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import islpy as isl
-import numpy as np
 
 from ..analysis.select import parse_selector
 from ..ir.affine import Affine
-from ..ir.dtypes import is_float, is_int, itemsize, to_numpy
+from ..ir.dtypes import is_float, is_int, itemsize
 from ..ir.isl import (
     affine_range,
     block_domain,
@@ -95,7 +94,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh
+from ._common import agg_identity, fresh
 from .registry import check_non_negative, check_selector, register
 
 
@@ -196,7 +195,7 @@ class Halo:
         dense = TensorShape.dense(dtype, sizes)
         name = fresh(f"{p.from_}_halo", {r.into for r in root_refs})
         halo_ref = Refinement("none", name, dense)
-        fill = _identity(out.agg, dtype)
+        fill = agg_identity(out.agg, dtype)  # 0 for the sum of products
         fills, copy = _fill_and_copy(k.name, parent, name, dense, lows, fill)
         new_p = replace(
             p,
@@ -231,19 +230,6 @@ class Halo:
             return True
         other = defs.get(next(x for x in mul.inputs if x != pv))
         return isinstance(other, Constant) and math.isfinite(float(other.value))
-
-
-def _identity(agg: str, dtype: str) -> int | float | bool:
-    """What a padding point stores: the aggregation's identity (0 for a sum of
-    products with a zero; -inf, or the type's least value, for a maximum)."""
-    if agg == "add":
-        return 0.0 if is_float(dtype) else 0
-    if dtype == "bool":
-        return agg == "min"
-    if is_float(dtype):
-        return -math.inf if agg == "max" else math.inf
-    info = np.iinfo(to_numpy(dtype))
-    return int(info.min) if agg == "max" else int(info.max)
 
 
 def _stores_load(k: Block, p: Refinement, out: Refinement) -> bool:
