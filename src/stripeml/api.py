@@ -36,6 +36,7 @@ from .ir.dtypes import itemsize
 from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
 from .passes.manager import PipelineResult, run_pipeline
+from .phases import phase
 from .runtime.backend import Backend, Compiled, backend_for
 from .runtime.host import check_memory, out_of_memory, separate_outputs
 from .targets import Target, resolve
@@ -331,8 +332,9 @@ class Function:
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
         self.source = source
         self.name = name
-        self.ast: ast.Function = parse(source)
-        check(self.ast)
+        with phase("tile parse + check"):
+            self.ast: ast.Function = parse(source)
+            check(self.ast)
         self.target: Target = target_for(target, threads)
         self.backend: Backend = backend_for(self.target)
         every = tuple(p.name for p in self.ast.params)
@@ -408,8 +410,9 @@ class Function:
 
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
-        binding = bind(self.ast, self._every_signature(sig))
-        program = lower(self.ast, binding, self.name, frozenset(self.constants))
+        with phase("bind + lower"):
+            binding = bind(self.ast, self._every_signature(sig))
+            program = lower(self.ast, binding, self.name, frozenset(self.constants))
         return run_pipeline(program, self.target.passes)
 
     def _every_signature(self, sig: Signature) -> Signature:
@@ -442,10 +445,12 @@ class Function:
         from .ir.parser import parse as parse_ir
         from .runtime.kernel_cache import ProgramCache
 
-        text = ProgramCache(self.backend.cache_dir).get(key)
+        with phase("cache read"):
+            text = ProgramCache(self.backend.cache_dir).get(key)
         if text is None:
             return None
-        program = parse_ir(text)
+        with phase("parse IR"):
+            program = parse_ir(text)
         return Executable(self, program, None, self._compile(program), [], ir=text)
 
     def _to_disk(self, sig: Signature, text: str) -> None:
@@ -453,7 +458,8 @@ class Function:
         if key is not None:
             from .runtime.kernel_cache import ProgramCache
 
-            ProgramCache(self.backend.cache_dir).put(key, text)
+            with phase("cache write"):
+                ProgramCache(self.backend.cache_dir).put(key, text)
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable:
         """Specialise for these inputs' shapes and dtypes without running."""

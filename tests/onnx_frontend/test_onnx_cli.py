@@ -55,3 +55,34 @@ def test_missing_file(tmp_path, capsys):
     # says for every command (this test said 1, the bug issue 12 reported).
     assert main(["onnx", str(tmp_path / "absent.onnx")]) == 2
     assert "no such ONNX model" in capsys.readouterr().err
+
+
+def _phase_rows(out: str) -> dict[str, float]:
+    """``{phase: milliseconds}`` from the ``phases`` table ``--timing`` prints."""
+    rows = {}
+    for line in out.split("phases   (", 1)[1].splitlines()[1:]:
+        if not line.startswith("  "):
+            break
+        name = line.strip().split("  ")[0]
+        rows[name] = float(line.split(" ms")[0].split()[-1])
+    return rows
+
+
+def test_timing_lists_the_compile_phases(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "cache"))
+    path = _model(tmp_path / "m.onnx")
+    assert main(["onnx", path, "--timing", "--input", "x=4x3"]) == 0
+    rows = _phase_rows(capsys.readouterr().out)
+    # a cold cache: every phase of the route from ONNX to machine code ran
+    for name in ("onnx read", "onnx import", "bind + lower", "verify", "pass fuse", "codegen"):
+        assert name in rows, (name, rows)
+    for name in ("llvm optimise", "llvm emit", "load", "first run"):
+        assert name in rows, (name, rows)
+    # the rows add up to the total, which is no more than the wall time printed
+    total = rows.pop("total")
+    assert abs(sum(rows.values()) - total) < 0.05 * total + 0.5
+    # a warm cache: the program and its object code are read, nothing is optimised
+    assert main(["onnx", path, "--timing", "--input", "x=4x3"]) == 0
+    warm = _phase_rows(capsys.readouterr().out)
+    assert "cache read" in warm and "load" in warm
+    assert "verify" not in warm and "pass fuse" not in warm and "codegen" not in warm

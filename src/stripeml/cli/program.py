@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import stripeml
+from stripeml import phases
 
 from .common import (
     PROG,
@@ -85,14 +86,18 @@ def cmd_ir(args: argparse.Namespace) -> int:
     specs = input_specs(path, args.input)
     shown = display_name(args.file, path)
     try:
-        with doing(f"compiling {shown}"):
-            f = stripeml.compile(source, target=args.target, name=function_name(path))
-        if args.report:  # the interpreter runs the program: it needs real inputs
-            arrays, _ = ordered_arrays(f, specs, args.seed)
-        else:  # lowering looks at shapes and dtypes only: no data
-            arrays = shape_only_arrays(ordered_specs(f, specs))
-        with doing(f"compiling {shown}"):
-            exe = f.lower(*arrays)
+        compile_ = stripeml.compile  # imports the compiler: not part of the profile
+        with phases.recording() as profile:
+            start = time.perf_counter()
+            with doing(f"compiling {shown}"):
+                f = compile_(source, target=args.target, name=function_name(path))
+            if args.report:  # the interpreter runs the program: it needs real inputs
+                arrays, _ = ordered_arrays(f, specs, args.seed)
+            else:  # lowering looks at shapes and dtypes only: no data
+                arrays = shape_only_arrays(ordered_specs(f, specs))
+            with doing(f"compiling {shown}"):
+                exe = f.lower(*arrays)
+            wall = time.perf_counter() - start
         report = ""
         if args.report:
             with doing(f"running {shown} for --report"):
@@ -114,6 +119,9 @@ def cmd_ir(args: argparse.Namespace) -> int:
         sections.append(exe.ir.rstrip())
     if args.timing:
         sections.append(_comment(f"===== pass timings ({args.target}) =====\n{_timings(exe)}"))
+        sections.append(
+            _comment(f"===== compile phases ({args.target}) =====\n{profile.table(wall)}")
+        )
     if args.report:
         sections.append(report)
     print("\n\n".join(sections))
@@ -191,7 +199,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_program_args(ir)
     ir.add_argument("--stages", action="store_true", help="print the IR after every pass")
     ir.add_argument("--code", action="store_true", help="print the generated backend source")
-    ir.add_argument("--timing", action="store_true", help="print the time each pass took")
+    ir.add_argument(
+        "--timing",
+        action="store_true",
+        help="print the time each pass took, and the compile's time per phase",
+    )
     ir.add_argument(
         "--report",
         action="store_true",

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import phases
 from ..errors import InternalError, StripeError
 
 DEFAULT_DIM = 1  # for symbolic dimensions (batch) not given with --input
@@ -67,6 +68,12 @@ def add_parser(
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --check")
     p.add_argument(
         "--bench", type=positive_int, default=0, metavar="N", help="time N runs (and onnxruntime's)"
+    )
+    p.add_argument(
+        "--timing",
+        action="store_true",
+        help="print the time of each phase: import, fold, lower, each pass, verify, codegen, "
+        "LLVM optimise and emit, load, the first run",
     )
     p.set_defaults(handler=run_command, parser=p)
     return p
@@ -168,13 +175,15 @@ def run_command(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.model):
         parser.error(f"no such ONNX model: {args.model}")
     try:
-        start = time.perf_counter()
-        progress(f"loading {args.model}")
-        fn = onnx_compile(args.model, target=args.target, progress=progress)
-        _check_inputs(parser, fn, shapes)
-        arrays = make_inputs(fn, shapes, args.random, args.seed)
-        outs = fn.run(arrays)
-        first = time.perf_counter() - start
+        with phases.recording() as profile:
+            start = time.perf_counter()
+            progress(f"loading {args.model}")
+            fn = onnx_compile(args.model, target=args.target, progress=progress)
+            _check_inputs(parser, fn, shapes)
+            arrays = make_inputs(fn, shapes, args.random, args.seed)
+            with phases.phase("first run"):
+                outs = fn.run(arrays)
+            first = time.perf_counter() - start
     except InternalError:
         raise  # a bug (or memory running out): the command line reports it
     except StripeError as e:
@@ -190,6 +199,9 @@ def run_command(args: argparse.Namespace) -> int:
             f"sum {float(np.sum(value, dtype=np.float64)):.6g}"
         )
     print(f"time     import + compile + first run {first:.2f} s")
+    if args.timing:
+        print("phases   (wall time of each, less the phases nested in it)")
+        print("\n".join(f"  {line}" for line in profile.table(first).splitlines()))
     status = 0
     session = None
     if args.check or args.bench:

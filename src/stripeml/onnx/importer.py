@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ShapeError, StripeError
+from ..phases import phase
 from .builder import BadShape, Builder, Node, OnnxError, Value
 from .graph import Graph, NodeInfo
 from .layout import dispatch, fuse_conv_bn
@@ -76,9 +77,10 @@ class OnnxFunction:
     ):
         from .. import api
 
-        model, source = read_model(model)
-        self.model = model
-        self.graph = Graph(model, source)
+        with phase("onnx read"):
+            model, source = read_model(model)
+            self.model = model
+            self.graph = Graph(model, source)
         bad = self.graph.unsupported()
         if bad:
             first = bad[0]
@@ -87,7 +89,8 @@ class OnnxFunction:
                 f"unsupported operator(s) {', '.join(ops)} "
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
-        self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
+        with phase("onnx read"):
+            self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
         self.target = target
         # Resolved once, here at the API boundary (``threads``, else the variable
         # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
@@ -151,7 +154,8 @@ class OnnxFunction:
         key = self._key(arrays)
         spec = self._cache.get(key)
         if spec is None:
-            spec = self._build(arrays)
+            with phase("onnx import"):
+                spec = self._build(arrays)
             self._cache[key] = spec
         return spec
 
@@ -290,7 +294,8 @@ def _write(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     else written into ``b``."""
     present = [v for v in node.inputs if v is not None]
     if d.foldable and all(v.const is not None for v in present):
-        return fold(d, node)
+        with phase("onnx fold", whole=True):
+            return fold(d, node)
     b.comment(f"{node.op_type} {node.name}".rstrip())
     laid_out = dispatch(b, d, node)
     if laid_out is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..ir.nodes import Program
 from ..ir.printer import format as format_ir
 from ..ir.verifier import verify
+from ..phases import phase
 from .registry import Pass
 
 
@@ -34,18 +35,23 @@ def run_pipeline(
 ) -> PipelineResult:
     """Run ``passes`` in order; the first stage is ``("lower", text)``."""
     verified: dict = {}
-    verify(program, verified)
-    stages = [("lower", format_ir(program))]
+    with phase("verify"):
+        verify(program, verified)
+    with phase("print IR"):
+        stages = [("lower", format_ir(program))]
     timings: list[tuple[str, float]] = []
     for p in passes:
         start = time.perf_counter()
-        new = p.run(program)
+        with phase(f"pass {p.name}"):
+            new = p.run(program)
         timings.append((p.name, time.perf_counter() - start))
         if new is program:
             continue
-        verify(new, verified)
+        with phase("verify"):
+            verify(new, verified)
         if check is not None:
             check(p.name, new)
-        stages.append((p.name, format_ir(new)))
+        with phase("print IR"):
+            stages.append((p.name, format_ir(new)))
         program = new
     return PipelineResult(program, stages, timings)

@@ -53,6 +53,7 @@ from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule, HostCopy, KernelInfo
 from ..ir.nodes import Program, Refinement, Special
 from ..ir.printer import format as format_ir
+from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, native_pool
 from .host import (
@@ -147,15 +148,20 @@ class CpuBackend:
         """Object code from the disk cache, or generated, optimised and stored."""
         o = self.options
         cache = KernelCache(o.cache_dir)
-        key = cache_key(format_ir(program), self.describe())
-        entry = cache.get(key)
+        with phase("cache read"):
+            key = cache_key(format_ir(program), self.describe())
+            entry = cache.get(key)
         if entry is None:
-            module = generate_module(program, o.vector_width, o.fma)
+            with phase("codegen"):
+                module = generate_module(program, o.vector_width, o.fma)
             entry = Entry(jit.compile_ir(module.llvm_ir), module)
-            cache.put(key, entry)
+            with phase("cache write"):
+                cache.put(key, entry)
+        with phase("load"):
+            loaded = jit.load_object(entry.object_code)
         return CpuCompiled(
             entry.module,
-            jit.load_object(entry.object_code),
+            loaded,
             o.threads,
             program=program,
             min_chunk_work=o.min_chunk_work,

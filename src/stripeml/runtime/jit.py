@@ -45,6 +45,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ..errors import InternalError
+from ..phases import phase
 from ..targets.host import detect_cpu
 
 #: How many times each LLVM step ran in this process (tests read it).
@@ -119,7 +120,7 @@ def target_machine() -> llvm.TargetMachine:
 def parse(ir_text: str, count: bool = True) -> llvm.ModuleRef:
     """Parse and verify LLVM IR for the host; LLVM's message becomes an InternalError."""
     tm = target_machine()
-    with _LOCK:
+    with _LOCK, phase("llvm parse"):
         STATS["parse"] += count
         try:
             module = llvm.parse_assembly(ir_text)
@@ -135,7 +136,7 @@ def optimize(ir_text: str, count: bool = True) -> llvm.ModuleRef:
     """Parse ``ir_text`` and run the O3 pipeline (loop + SLP vectorisation) on it."""
     module = parse(ir_text, count)
     tm = target_machine()
-    with _LOCK:
+    with _LOCK, phase("llvm optimise"):
         STATS["optimize"] += count
         pto = llvm.create_pipeline_tuning_options(speed_level=_OPT_LEVEL)
         pto.loop_vectorization = True
@@ -150,7 +151,7 @@ def optimize(ir_text: str, count: bool = True) -> llvm.ModuleRef:
 def emit_object(module: llvm.ModuleRef, count: bool = True) -> bytes:
     """Native object code (ELF on Linux) for an optimised module."""
     tm = target_machine()
-    with _LOCK:
+    with _LOCK, phase("llvm emit"):
         STATS["emit"] += count
         return bytes(tm.emit_object(module))
 
