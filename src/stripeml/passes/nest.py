@@ -160,13 +160,14 @@ class Nest:
         out: list[Statement] = []
         gone: set[str] = set()
         added: list[Refinement] = []
+        seen = _Seen(root, stmts, self.unit_taps)
         i = 0
         while i < len(stmts):
             best = None
             for j in range(i + 1, min(len(stmts), i + MAX_CHAIN)):
                 if not _leaf_kernel(stmts[j], self.select):
                     break
-                plan = _plan(root, stmts, i, j, self)
+                plan = _plan(root, stmts, i, j, self, seen)
                 if plan is not None and not _splits_epilogue(stmts, j):
                     best = (j, plan)
             if best is None:
@@ -194,6 +195,28 @@ class Nest:
         return Program(replace(root, refs=refs, stmts=tuple(out)))
 
 
+class _Seen:
+    """What ``_plan`` asks of the root's statements, worked out once per run: the
+    first and last statement touching each buffer, and each kernel as the row
+    analysis sees it (one-point indices read as 0 with ``unit_taps``)."""
+
+    def __init__(self, root: Block, stmts: Sequence[Statement], unit_taps: bool) -> None:
+        self.bufs = {r.into: r for r in root.refs}
+        self.first: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+        for n, st in enumerate(stmts):
+            for b in reads(st) | writes(st):
+                self.first.setdefault(b, n)
+                self.last[b] = n
+        self.kernels = [
+            _squeezed(st) if unit_taps and isinstance(st, Block) else st for st in stmts
+        ]
+
+    def outside(self, b: str, i: int, j: int) -> bool:
+        """Whether a statement before ``i`` or after ``j`` touches ``b``."""
+        return self.first.get(b, i) < i or self.last.get(b, j) > j
+
+
 def _leaf_kernel(s: Statement, select: str) -> bool:
     from ..analysis.select import parse_selector
 
@@ -219,20 +242,16 @@ def _splits_epilogue(stmts: Sequence[Statement], j: int) -> bool:
     return product is not None and product in reads(nxt)
 
 
-def _plan(root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest) -> Plan | None:
+def _plan(
+    root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen
+) -> Plan | None:
     """How to nest root statements ``i..j`` (all leaf kernels), or None."""
-    ks = [s for s in stmts[i : j + 1] if isinstance(s, Block)]
-    if len(ks) != j - i + 1 or not _leaf_kernel(ks[0], opt.select):
+    if not all(isinstance(s, Block) for s in stmts[i : j + 1]):
         return None
-    if opt.unit_taps:
-        ks = [_squeezed(k) for k in ks]
-    bufs = {r.into: r for r in root.refs}
-    later: set[str] = set()
-    for s in stmts[j + 1 :]:
-        later |= reads(s) | writes(s)
-    before: set[str] = set()
-    for s in stmts[:i]:
-        before |= reads(s) | writes(s)
+    if not _leaf_kernel(stmts[i], opt.select):
+        return None
+    ks = [k for k in seen.kernels[i : j + 1] if isinstance(k, Block)]
+    bufs = seen.bufs
     written = [writes(k) for k in ks]
     read = [reads(k) for k in ks]
     inter: list[str] = []
@@ -241,7 +260,7 @@ def _plan(root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest) ->
             b = r.from_
             if r.dir == "in" or b in inter or b not in bufs or bufs[b].dir != "none":
                 continue
-            if b in later or b in before or any(b in rd for rd in read[:n]):
+            if seen.outside(b, i, j) or any(b in rd for rd in read[:n]):
                 continue  # needed outside the chain, or read before it is written
             if any(b in rd for rd in read[n + 1 :]):
                 inter.append(b)
