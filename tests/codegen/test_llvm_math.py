@@ -412,11 +412,13 @@ def test_scalar_loop_is_vectorised() -> None:
     features = llvm.get_host_cpu_features().flatten()
     if "+avx2" not in features:
         pytest.skip("host without AVX2")
-    lanes = 16 if "+avx512f" in features else 8  # LLVM widens to the widest vector unit
+    # LLVM widens to 8 lanes with AVX2; with AVX-512 to 16, or to 8 where the CPU
+    # prefers 256-bit vectors (its cost model's choice, e.g. some Zen 4 hosts).
+    widths = ("<8 x float>", "<16 x float>") if "+avx512f" in features else ("<8 x float>",)
     for name in ("exp", "tanh", "log", "sin"):
         _, llmod = compile_module(build_module(name, np.float32, 0, 1))
         body = str(llmod.get_function("kernel"))
-        assert f"<{lanes} x float>" in body, name
+        assert any(w in body for w in widths), name
         callees = re.findall(r"call [^@]*@([\w.\"]+)", body)
         assert all(c.strip('"').startswith("llvm.") for c in callees), (name, callees)
 

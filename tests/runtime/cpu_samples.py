@@ -196,7 +196,9 @@ class FakeGenerator:
         self.steps = steps
         self.calls = 0
 
-    def __call__(self, program: Program, vector_width: int, fma: bool = False) -> CpuModule:
+    def __call__(
+        self, program: Program, vector_width: int, fma: bool = False, known: object = None
+    ) -> CpuModule:
         self.calls += 1
         buffers = tuple(
             BufferInfo(r.into, r.shape.dtype, r.shape.sizes, r.shape.strides, r.dir)

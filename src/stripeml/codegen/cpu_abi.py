@@ -1,7 +1,9 @@
 """The contract between the CPU code generator and the CPU runtime.
 
-The generator turns a Stripe program into one LLVM module with one function
-per root-level kernel block, plus this metadata.  Every kernel function has
+The generator turns a Stripe program into LLVM: one function per root-level
+kernel block, a wrapper in one small module that calls the kernel's body,
+compiled in a module of its own and shared by kernels equal up to names
+(:class:`Body`), plus this metadata.  Every kernel function has
 the C signature::
 
     void kernel(void **buffers, int64_t start, int64_t end);
@@ -95,7 +97,32 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class Body:
+    """The compiled function of one distinct kernel, ``symbol(buffer pointers...,
+    start, end)``, shared by every root kernel with the same canonical form
+    (:mod:`.canonical`).  ``llvm_ir``: its module on its own, or ``None`` when
+    the caller said it has this body compiled already.  ``info``: what the
+    runtime needs to split it (its ``symbol`` is the body's).  ``opt``: the
+    LLVM optimisation level it deserves (see :func:`.llvm.body_opt_level`)."""
+
+    symbol: str
+    llvm_ir: str | None
+    info: KernelInfo
+    opt: int = 3
+
+
+@dataclass(frozen=True, slots=True)
 class CpuModule:
+    """The program's code: ``llvm_ir`` holds one ABI function per kernel step
+    (``steps[i].kernel.symbol``); with ``bodies`` those functions are small
+    wrappers that load their buffers' pointers and call a body compiled in its
+    own module (one per distinct kernel), else the whole code."""
+
     llvm_ir: str
     buffers: tuple[BufferInfo, ...]
     steps: tuple[Step, ...]
+    bodies: tuple[Body, ...] = ()
+
+    def all_ir(self) -> str:
+        """The wrappers' module, then each body's generated here (what ``exe.code`` shows)."""
+        return "\n".join([self.llvm_ir, *(b.llvm_ir for b in self.bodies if b.llvm_ir)])

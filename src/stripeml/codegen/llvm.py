@@ -17,37 +17,60 @@ of the code generator:
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Callable
+from dataclasses import replace
 
 import llvmlite.ir as ir
 
 from ..analysis.constness import constness
 from ..errors import StripeError
 from ..ir.nodes import Block, Load, Program, Special, Statement, Store
-from .cpu_abi import CpuModule, HostCopy, Step, root_buffers
+from .canonical import CanonicalKernel, canonical_kernel
+from .cpu_abi import Body, CpuModule, HostCopy, KernelInfo, Step, root_buffers
+from .llvm_builder import emit_wrapper
 from .llvm_kernel import KernelEmitter
+from .llvm_types import I64, PTR
 from .plan import kernel_symbol
+
+#: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
+Known = Callable[[str], KernelInfo | None]
 
 
 def generate(
-    program: Program, *, vector_width: int = 8, triple: str = "", fma: bool = False
+    program: Program,
+    *,
+    vector_width: int = 8,
+    triple: str = "",
+    fma: bool = False,
+    known: Known | None = None,
 ) -> CpuModule:
-    """Generate the LLVM module and the metadata the CPU runtime needs.
+    """Generate the LLVM code and the metadata the CPU runtime needs.
+
+    Each root kernel becomes a wrapper in the module ``llvm_ir`` and a body of
+    its own (``bodies``), generated from the kernel's canonical form
+    (:func:`.canonical.canonical_kernel`) and named after it, so kernels equal
+    up to names share one body.  A body ``known`` reports is not generated
+    again (its ``llvm_ir`` is ``None``).
 
     ``fma``: float multiplies and the additions they feed carry LLVM's
     ``contract`` flag, so LLVM may fuse them into one FMA (one rounding instead
     of two; results may differ from the interpreter in the last bits).
     """
-    module = ir.Module(name=program.root.name or "stripeml")
     if not triple:
         import llvmlite.binding as llvm
 
         triple = llvm.get_process_triple()
-    module.triple = triple
+    glue = ir.Module(name=program.root.name or "stripeml")
+    glue.triple = triple
     root = program.root
+    slot = {r.into: i for i, r in enumerate(root.refs)}
     buffers = root_buffers(root)
     constant = constness(program).statements
     steps: list[Step] = []
+    bodies: dict[str, Body] = {}
+    declared: dict[str, ir.Function] = {}
     for n, stmt in enumerate(root.stmts):
         copy = host_copy(root, stmt) if n in constant else None
         if isinstance(stmt, Special):
@@ -55,15 +78,56 @@ def generate(
         elif copy is not None:
             steps.append(Step(copy=copy))
         elif isinstance(stmt, Block):
-            symbol = kernel_symbol(n, stmt)
-            info = KernelEmitter(module, root, stmt, symbol, vector_width, fma).run()
-            steps.append(Step(kernel=info))
+            canon = canonical_kernel(root, stmt)
+            symbol = body_symbol(canon.text)
+            body = bodies.get(symbol)
+            if body is None:
+                info = known(symbol) if known is not None else None
+                if info is not None:
+                    body = Body(symbol, None, info, body_opt_level(stmt))
+                else:
+                    body = _body(canon, symbol, vector_width, triple, fma)
+                bodies[symbol] = body
+            fn = declared.get(symbol)
+            if fn is None:
+                params = [PTR] * len(canon.buffers) + [I64, I64]
+                fn = declared[symbol] = ir.Function(
+                    glue, ir.FunctionType(ir.VoidType(), params), symbol
+                )
+            wrapper = kernel_symbol(n, stmt)
+            emit_wrapper(glue, wrapper, fn, [slot[name] for name in canon.buffers])
+            steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
+    return CpuModule(str(glue), buffers, tuple(steps), tuple(bodies.values()))
+
+
+def body_symbol(canonical_text: str) -> str:
+    """The symbol of the body generated from a canonical kernel's text: a hash of
+    it, so equal kernels (and only those) share a name."""
+    return "sk_" + hashlib.sha256(canonical_text.encode()).hexdigest()[:32]
+
+
+def body_opt_level(kernel: Block) -> int:
+    """The LLVM pipeline a kernel's body gets: O3 (loop and SLP vectorisation,
+    unrolling), except copies, which only move data and whose loops the code
+    generator vectorises itself.  Measured (docs/performance.md, "Compile
+    time"): copies at O1 ran no slower (ShuffleNet 0.97x), elementwise kernels
+    at O1 did (SqueezeNet 1.10x, ResNet-50 1.02x), so they keep O3."""
+    return 1 if "copy" in kernel.tags else 3
+
+
+def _body(canon: CanonicalKernel, symbol: str, vector_width: int, triple: str, fma: bool) -> Body:
+    module = ir.Module(name=symbol)
+    module.triple = triple
+    root = canon.program.root
+    info = KernelEmitter(
+        module, root, canon.kernel, symbol, vector_width, fma, body_only=True
+    ).run()
     text = str(module)
     if re.search(r"[\s<(]half[\s>,)]", text) and not _native_half(triple):
         raise StripeError("cpu: float16 needs the F16C conversions on x86 (this host lacks them)")
-    return CpuModule(text, buffers, tuple(steps))
+    return Body(symbol, text, info, body_opt_level(canon.kernel))
 
 
 def host_copy(root: Block, k: Statement) -> HostCopy | None:

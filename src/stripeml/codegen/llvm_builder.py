@@ -25,13 +25,30 @@ from .llvm_types import F32, I1, I8, I64, PTR, lanes_of, mem_type, reg_type, vec
 from .plan import bound_terms, kernel_buffers, place_constraints
 
 
+def emit_wrapper(module: ir.Module, symbol: str, body: ir.Function, slots: list[int]) -> None:
+    """The ABI function ``symbol(void **buffers, start, end)``: loads
+    ``buffers[slots[i]]`` for each parameter of ``body`` and calls it."""
+    wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), symbol)
+    wb = ir.IRBuilder(wrapper.append_basic_block("entry"))
+    bufs, start, end = wrapper.args
+    ptrs = []
+    for slot in slots:
+        at = wb.gep(bufs, [ir.Constant(I64, slot)], source_etype=PTR)
+        ptrs.append(wb.load(at, typ=PTR))
+    wb.call(body, [*ptrs, start, end])
+    wb.ret_void()
+
+
 class KernelBuilder:
     """The function of root kernel ``kernel`` in ``module``, named ``symbol``.
 
     The ABI wrapper loads the buffer pointers and calls a body whose pointer
     parameters are ``noalias`` (each root buffer appears once).  ``par`` (set
     by the caller before emitting) is the kernel's thread-split index, whose
-    loop runs only ``[start, end)``.
+    loop runs only ``[start, end)``.  With ``body_only`` there is no wrapper:
+    the body itself is the external function ``symbol``, its parameters the
+    buffers in :func:`.plan.kernel_buffers` order, then ``start`` and ``end``
+    (a wrapper elsewhere calls it; see :func:`.llvm.generate`).
     """
 
     def __init__(
@@ -42,6 +59,7 @@ class KernelBuilder:
         symbol: str,
         vector_width: int,
         fma: bool = False,
+        body_only: bool = False,
     ):
         self.module = module
         self.fma = fma
@@ -53,23 +71,17 @@ class KernelBuilder:
         self.par_grain = 1  # the vector width when the split index runs in lanes
         used = list(kernel_buffers(kernel))
         self.used = used
-        root_index = {r.into: i for i, r in enumerate(root.refs)}
-        wrapper_ty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
-        self.wrapper = ir.Function(module, wrapper_ty, symbol)
         body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(used) + [I64, I64])
-        self.fn = ir.Function(module, body_ty, symbol + ".body")
-        self.fn.linkage = "internal"
-        self.fn.attributes.add("alwaysinline")
+        if body_only:
+            self.fn = ir.Function(module, body_ty, symbol)
+        else:
+            self.fn = ir.Function(module, body_ty, symbol + ".body")
+            self.fn.linkage = "internal"
+            self.fn.attributes.add("alwaysinline")
+            root_index = {r.into: i for i, r in enumerate(root.refs)}
+            emit_wrapper(module, symbol, self.fn, [root_index[name] for name in used])
         for a in self.fn.args[: len(used)]:
             a.add_attribute("noalias")
-        wb = ir.IRBuilder(self.wrapper.append_basic_block("entry"))
-        bufs, start, end = self.wrapper.args
-        ptrs = []
-        for name in used:
-            slot = wb.gep(bufs, [ir.Constant(I64, root_index[name])], source_etype=PTR)
-            ptrs.append(wb.load(slot, typ=PTR))
-        wb.call(self.fn, [*ptrs, start, end])
-        wb.ret_void()
         self.entry = self.fn.append_basic_block("entry")
         self.alloca_builder = ir.IRBuilder(self.entry)
         first = self.fn.append_basic_block("start")

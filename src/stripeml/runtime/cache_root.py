@@ -25,7 +25,7 @@ from pathlib import Path
 KEY_FILE = "key"
 KEY_BYTES = 32
 #: The entry folders under the root and the suffix of their entry files.
-FOLDERS = {"cpu": ".kernel", "programs": ".stripe"}
+FOLDERS = {"cpu": ".kernel", "bodies": ".body", "programs": ".stripe"}
 _WARNED: set[tuple[str, str]] = set()  # (root, what) already reported by this process
 
 

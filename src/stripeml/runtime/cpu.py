@@ -7,8 +7,13 @@
 2. on a disk-cache hit, the stored object code is linked straight into an
    MCJIT engine: no code generation, no LLVM parsing or optimisation;
 3. on a miss, :func:`generate_module` (the code generator) builds the LLVM IR
-   and its metadata (:mod:`stripeml.codegen.cpu_abi`), :mod:`.jit` optimises
-   it at O3 and emits an object, and the cache stores both.
+   and its metadata (:mod:`stripeml.codegen.cpu_abi`): one body per distinct
+   kernel (kernels equal up to names share one, :mod:`stripeml.codegen.canonical`)
+   and a module of wrappers, one per kernel step, that call them.  Bodies
+   already in the cache's ``bodies/`` folder (from any program) are not
+   generated again; the others are optimised (O3, copies O1) and emitted on
+   every core (:mod:`.llvm_pool`), and the cache stores each body and the
+   program's entry (the wrappers' object and the bodies it links).
 
 :class:`CpuCompiled` runs the steps in order.  A kernel whose metadata says it
 is ``splittable`` and whose ``work`` is worth it runs as contiguous chunks of
@@ -44,18 +49,18 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..analysis.constness import constness
-from ..codegen.cpu_abi import CpuModule, HostCopy, KernelInfo
-from ..ir.nodes import Program, Refinement, Special
+from ..codegen.cpu_abi import CpuModule, HostCopy, KernelInfo, Step
+from ..ir.nodes import Block, Program, Refinement, Special
 from ..ir.printer import format as format_ir
 from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
-from . import jit, native_pool
+from . import jit, llvm_pool, native_pool
 from .host import (
     RootBuffer,
     SeenInputs,
@@ -67,6 +72,7 @@ from .host import (
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
+    from ..codegen.llvm import Known
     from ..targets import Target
 
 #: Scalar operations a thread must get before a kernel is split.  With the
@@ -85,11 +91,14 @@ MIN_WORK_PER_CHUNK = 1 << 20
 CHUNKS_PER_THREAD = 4
 
 
-def generate_module(program: Program, vector_width: int, fma: bool = False) -> CpuModule:
-    """The code generator (imported lazily; tests replace this function)."""
+def generate_module(
+    program: Program, vector_width: int, fma: bool = False, known: Known | None = None
+) -> CpuModule:
+    """The code generator (imported lazily; tests replace this function).
+    ``known``: finds the bodies compiled before (they are not generated again)."""
     from ..codegen.llvm import generate
 
-    return generate(program, vector_width=vector_width, fma=fma)
+    return generate(program, vector_width=vector_width, fma=fma, known=known)
 
 
 @dataclass(frozen=True)
@@ -145,20 +154,24 @@ class CpuBackend:
         return f"cpu vector_width={o.vector_width} fma={o.fma}; {jit.target_description()}"
 
     def compile(self, program: Program) -> CpuCompiled:
-        """Object code from the disk cache, or generated, optimised and stored."""
+        """Object code from the disk cache, or generated, optimised and stored.
+
+        Two levels of cache: the program's entry (its wrappers' object and
+        metadata, naming the bodies it links) and one entry per distinct kernel
+        body (``bodies/``), shared by every program that has that kernel."""
         o = self.options
         cache = KernelCache(o.cache_dir)
+        body_cache = KernelCache(o.cache_dir, BODY_FOLDER)
+        described = self.describe()
         with phase("cache read"):
-            key = cache_key(format_ir(program), self.describe())
+            key = cache_key(format_ir(program), described)
             entry = cache.get(key)
-        if entry is None:
-            with phase("codegen"):
-                module = generate_module(program, o.vector_width, o.fma)
-            entry = Entry(jit.compile_ir(module.llvm_ir), module)
-            with phase("cache write"):
-                cache.put(key, entry)
+            bodies = _cached_bodies(body_cache, entry, described) if entry is not None else None
+        if entry is None or bodies is None:
+            entry, bodies = self._generate(program, cache, key, body_cache, described)
+        code = entry.module.llvm_ir + "".join(f"\n{b.module.llvm_ir}" for b in bodies)
         with phase("load"):
-            loaded = jit.load_object(entry.object_code)
+            loaded = jit.load_object([entry.object_code, *(b.object_code for b in bodies)])
         return CpuCompiled(
             entry.module,
             loaded,
@@ -166,7 +179,68 @@ class CpuBackend:
             program=program,
             min_chunk_work=o.min_chunk_work,
             chunks_per_thread=o.chunks_per_thread,
+            code=code,
         )
+
+    def _generate(
+        self,
+        program: Program,
+        cache: KernelCache,
+        key: str,
+        body_cache: KernelCache,
+        described: str,
+    ) -> tuple[Entry, list[Entry]]:
+        """Generate the program's code, compile the bodies not in ``body_cache``
+        (on every core, :mod:`.llvm_pool`) and store what was made."""
+        o = self.options
+        found: dict[str, Entry] = {}
+
+        def known(symbol: str) -> KernelInfo | None:
+            body = body_cache.get(_body_key(symbol, described))
+            if body is None or len(body.module.steps) != 1 or body.module.steps[0].kernel is None:
+                return None
+            found[symbol] = body
+            return body.module.steps[0].kernel
+
+        kernels = sum(1 for s in program.root.stmts if isinstance(s, Block))
+        llvm_pool.prestart(kernels)
+        with phase("codegen"):
+            module = generate_module(program, o.vector_width, o.fma, known=known)
+        todo = [b for b in module.bodies if b.llvm_ir is not None]
+        jobs = [(b.llvm_ir or "", b.opt) for b in todo] + [(module.llvm_ir, GLUE_OPT_LEVEL)]
+        objects = llvm_pool.compile_modules(jobs)
+        with phase("cache write"):
+            for body, obj in zip(todo, objects):
+                made = Entry(obj, CpuModule(body.llvm_ir or "", (), (Step(kernel=body.info),)))
+                body_cache.put(_body_key(body.symbol, described), made)
+                found[body.symbol] = made
+            listed = tuple(replace(b, llvm_ir=None) for b in module.bodies)
+            entry = Entry(objects[-1], replace(module, bodies=listed))
+            cache.put(key, entry)
+        return entry, [found[b.symbol] for b in module.bodies]
+
+
+#: The kernel bodies' folder in the cache root (beside ``cpu/``, the programs').
+BODY_FOLDER = "bodies"
+#: The wrappers' module only loads pointers and calls: O0 (12 ms for ResNet-50's 122
+#: wrappers, O1 78 ms; a wrapper runs a handful of instructions per chunk either way).
+GLUE_OPT_LEVEL = 0
+
+
+def _body_key(symbol: str, described: str) -> str:
+    """The disk-cache key of a kernel body (its symbol hashes its canonical text)."""
+    return cache_key(f"body {symbol}", described)
+
+
+def _cached_bodies(cache: KernelCache, entry: Entry, described: str) -> list[Entry] | None:
+    """The bodies ``entry`` links, from the cache; None if any is missing."""
+    out = []
+    for body in entry.module.bodies:
+        found = cache.get(_body_key(body.symbol, described))
+        if found is None:
+            return None
+        out.append(found)
+    return out
 
 
 def chunk_bounds(
@@ -215,9 +289,10 @@ class CpuCompiled:
         program: Program | None = None,
         min_chunk_work: int = MIN_WORK_PER_CHUNK,
         chunks_per_thread: int = CHUNKS_PER_THREAD,
+        code: str | None = None,
     ) -> None:
         self.module = module
-        self.code = module.llvm_ir
+        self.code = module.llvm_ir if code is None else code
         self.threads = threads
         self.min_chunk_work = min_chunk_work
         self.chunks_per_thread = chunks_per_thread

@@ -36,9 +36,9 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 import llvmlite
@@ -47,6 +47,7 @@ import llvmlite.binding as llvm
 from ..errors import InternalError
 from ..phases import phase
 from ..targets.host import detect_cpu
+from . import llvm_worker
 
 #: How many times each LLVM step ran in this process (tests read it).
 STATS: Counter[str] = Counter()
@@ -97,83 +98,78 @@ def target_description() -> str:
     )
 
 
-def _new_target_machine() -> llvm.TargetMachine:
+def _new_target_machine(opt: int = _OPT_LEVEL) -> llvm.TargetMachine:
     h = host()
-    target = llvm.Target.from_triple(h.triple)
-    return target.create_target_machine(
-        cpu=h.cpu,
-        features=h.features,
-        opt=_OPT_LEVEL,
-        reloc=_RELOC,
-        codemodel=_CODEMODEL,
-        jit=True,
-    )
+    return llvm_worker.machine(h.triple, h.cpu, h.features, opt, _RELOC, _CODEMODEL)
 
 
-@lru_cache(maxsize=1)
-def target_machine() -> llvm.TargetMachine:
-    """The process-wide host target machine used to optimise and emit modules."""
+def machine_settings() -> tuple[str, str, str, str, str]:
+    """``(triple, cpu, features, reloc, codemodel)``: what a helper process
+    (:mod:`.llvm_pool`) needs to emit the objects this process would."""
+    h = host()
+    return (h.triple, h.cpu, h.features, _RELOC, _CODEMODEL)
+
+
+@cache
+def target_machine(opt: int = _OPT_LEVEL) -> llvm.TargetMachine:
+    """The process-wide host target machine that optimises and emits the modules
+    of optimisation level ``opt``."""
     with _LOCK:
-        return _new_target_machine()
+        return _new_target_machine(opt)
 
 
-def parse(ir_text: str, count: bool = True) -> llvm.ModuleRef:
+def parse(ir_text: str, count: bool = True, opt: int = _OPT_LEVEL) -> llvm.ModuleRef:
     """Parse and verify LLVM IR for the host; LLVM's message becomes an InternalError."""
-    tm = target_machine()
+    tm = target_machine(opt)
     with _LOCK, phase("llvm parse"):
         STATS["parse"] += count
         try:
-            module = llvm.parse_assembly(ir_text)
-            module.verify()
+            return llvm_worker.parse(ir_text, tm)
         except RuntimeError as exc:
             raise InternalError(f"the generated LLVM IR is invalid: {exc}") from exc
-        module.triple = tm.triple
-        module.data_layout = str(tm.target_data)
-        return module
 
 
-def optimize(ir_text: str, count: bool = True) -> llvm.ModuleRef:
-    """Parse ``ir_text`` and run the O3 pipeline (loop + SLP vectorisation) on it."""
-    module = parse(ir_text, count)
-    tm = target_machine()
+def optimize(ir_text: str, count: bool = True, opt: int = _OPT_LEVEL) -> llvm.ModuleRef:
+    """Parse ``ir_text`` and run the ``O<opt>`` pipeline (loop + SLP vectorisation
+    from O2) on it."""
+    module = parse(ir_text, count, opt)
+    tm = target_machine(opt)
     with _LOCK, phase("llvm optimise"):
         STATS["optimize"] += count
-        pto = llvm.create_pipeline_tuning_options(speed_level=_OPT_LEVEL)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_interleaving = True
-        pto.loop_unrolling = True
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(module, pb)
+        llvm_worker.optimise(module, tm, opt)
     return module
 
 
-def emit_object(module: llvm.ModuleRef, count: bool = True) -> bytes:
+def emit_object(module: llvm.ModuleRef, count: bool = True, opt: int = _OPT_LEVEL) -> bytes:
     """Native object code (ELF on Linux) for an optimised module."""
-    tm = target_machine()
+    tm = target_machine(opt)
     with _LOCK, phase("llvm emit"):
         STATS["emit"] += count
-        return bytes(tm.emit_object(module))
+        return llvm_worker.emit(module, tm)
 
 
-def compile_ir(ir_text: str, count: bool = True) -> bytes:
-    """``emit_object(optimize(ir_text))``."""
-    return emit_object(optimize(ir_text, count), count)
+def compile_ir(ir_text: str, count: bool = True, opt: int = _OPT_LEVEL) -> bytes:
+    """``emit_object(optimize(ir_text))`` at optimisation level ``opt``."""
+    return emit_object(optimize(ir_text, count, opt), count, opt)
 
 
 class LoadedObject:
-    """Object code linked into its own MCJIT engine; frees the code when collected."""
+    """Object code linked into its own MCJIT engine; frees the code when collected.
+    ``object_code`` is one object or several, linked together (a wrapper in
+    one may call a body in another)."""
 
-    def __init__(self, object_code: bytes, count: bool = True) -> None:
+    def __init__(self, object_code: bytes | Sequence[bytes], count: bool = True) -> None:
+        objects = [object_code] if isinstance(object_code, bytes) else list(object_code)
         with _LOCK:
             STATS["load"] += count
             # MCJIT needs a module to start from; an empty one with the host triple.
             empty = llvm.parse_assembly("")
             empty.triple = host().triple
             self._engine = llvm.create_mcjit_compiler(empty, _new_target_machine())
-            self._object_code = object_code  # keep the bytes alive as long as the engine
-            self._object = llvm.ObjectFileRef.from_data(object_code)
-            self._engine.add_object_file(self._object)
+            self._object_code = objects  # keep the bytes alive as long as the engine
+            self._objects = [llvm.ObjectFileRef.from_data(o) for o in objects]
+            for obj in self._objects:
+                self._engine.add_object_file(obj)
             self._engine.finalize_object()
 
     def address(self, symbol: str) -> int:
@@ -189,6 +185,6 @@ class LoadedObject:
         return KERNEL_TYPE(self.address(symbol))
 
 
-def load_object(object_code: bytes, count: bool = True) -> LoadedObject:
+def load_object(object_code: bytes | Sequence[bytes], count: bool = True) -> LoadedObject:
     """Link ``object_code`` into a fresh engine (no parsing, no optimisation)."""
     return LoadedObject(object_code, count)

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..codegen.cpu_abi import BufferInfo, CpuModule, HostCopy, KernelInfo, Step
+from ..codegen.cpu_abi import Body, BufferInfo, CpuModule, HostCopy, KernelInfo, Step
 from ..ir.nodes import Special
 from ..ir.parser import parse
 from ..ir.printer import format_stmt
@@ -61,8 +61,9 @@ __all__ = [  # default_cache_dir is re-exported: callers found it here first
 
 MAGIC = b"STRPMLK\0"
 PROGRAM_MAGIC = b"STRPMLP\0"
+#: 3: a program's entry names the kernel bodies it links (``bodies/``);
 #: 2: entries authenticated with an HMAC (1 carried a plain sha256).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _META_LEN = struct.Struct("<Q")
 
 
@@ -119,9 +120,11 @@ def cache_key(program_text: str, options: str) -> str:
 class KernelCache:
     """``get``/``put`` of :class:`Entry` by key under one root; never raises on I/O."""
 
-    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str] | None = None, folder: str = "cpu"
+    ) -> None:
         self.root = CacheRoot(directory)
-        self.entries = EntryFolder(self.root, "cpu", MAGIC, FORMAT_VERSION, "kernel cache")
+        self.entries = EntryFolder(self.root, folder, MAGIC, FORMAT_VERSION, "kernel cache")
         self.directory = self.entries.directory
 
     def path(self, key: str) -> Path:
@@ -178,6 +181,9 @@ def _module_to_json(module: CpuModule) -> dict:
         "llvm_ir": module.llvm_ir,
         "buffers": [asdict(b) for b in module.buffers],
         "steps": [_step_to_json(s) for s in module.steps],
+        "bodies": [
+            {"symbol": b.symbol, "opt": b.opt, "info": asdict(b.info)} for b in module.bodies
+        ],
     }
 
 
@@ -205,7 +211,11 @@ def _module_from_json(meta: dict) -> CpuModule:
             steps.append(Step(copy=HostCopy(**{**c, **tuples})))
         else:
             steps.append(Step(special=_parse_special(s["special"])))
-    return CpuModule(meta["llvm_ir"], buffers, tuple(steps))
+    bodies = tuple(
+        Body(b["symbol"], None, KernelInfo(**b["info"]), int(b["opt"]))
+        for b in meta.get("bodies", ())
+    )
+    return CpuModule(meta["llvm_ir"], buffers, tuple(steps), bodies)
 
 
 def _parse_special(text: str) -> Special:

@@ -1,0 +1,125 @@
+"""A root kernel in canonical form: the key that decides whether two kernels can
+share one compiled function.
+
+Layers of a model repeat kernels that differ only in names: the buffers they
+read and write (``T18`` in one layer, ``T24`` in the next), their views'
+and scalars' names, block names and comments.  None of those changes the
+machine code, so :func:`canonical_kernel` renames them all, in order of first
+appearance:
+
+* the root buffers the kernel refines (its parameters, in the order of
+  :func:`.plan.kernel_buffers`) become ``b0``, ``b1`` ... in a root block that
+  holds only them, with their dtype, sizes and strides.  Whether a root buffer
+  is a parameter, a result or a temporary, its arena offset, location and
+  ``const`` mark are the runtime's business, not the kernel's: the code
+  generator reads a root buffer's dtype only (the kernel's views carry their
+  own shapes), so those are set to one value (``none``, no offset);
+* every refinement of the kernel and its nested blocks becomes ``r0``,
+  ``r1`` ..., every scalar ``s0``, ``s1`` ..., the kernel ``k`` and the
+  blocks inside it ``k1``, ``k2`` ...; comments are dropped.
+
+Index names, tags, shapes, accesses, constraints, constants and every other
+field are kept as they are: kernels that differ in any of them get different
+keys (a kernel whose indices are named differently only misses a chance to
+share).  The code generated from the canonical kernel is therefore the code of
+every kernel with the same :attr:`CanonicalKernel.text`, up to the names of
+its buffers, which the caller passes in :attr:`CanonicalKernel.buffers`
+order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Program,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+)
+from ..ir.printer import format as format_ir
+from .plan import kernel_buffers
+
+__all__ = ["CanonicalKernel", "canonical_kernel"]
+
+
+@dataclass(frozen=True, slots=True)
+class CanonicalKernel:
+    """``program``: a root holding the renamed buffers and the renamed kernel;
+    ``buffers``: the original root buffer names, ``b0`` first; ``text``: the
+    program's Stripe text, what compiled code is keyed on."""
+
+    program: Program
+    buffers: tuple[str, ...]
+    text: str
+
+    @property
+    def kernel(self) -> Block:
+        stmt = self.program.root.stmts[0]
+        assert isinstance(stmt, Block)
+        return stmt
+
+
+class _Renamer:
+    def __init__(self) -> None:
+        self.refs = 0
+        self.scalars = 0
+        self.blocks = 0
+
+    def block(self, blk: Block, outer: dict[str, str], top: bool) -> Block:
+        names: dict[str, str] = {}  # this block's refinements
+        refs = []
+        for r in blk.refs:
+            new = f"r{self.refs}"
+            self.refs += 1
+            source = outer.get(r.from_, r.from_) if r.from_ else ""
+            refs.append(replace(r, into=new, from_=source))
+            names[r.into] = new
+        scope = {**outer, **names}
+        scalars: dict[str, str] = {}
+        stmts = tuple(self.stmt(s, scope, scalars) for s in blk.stmts)
+        name = "k" if top else f"k{self.blocks}"
+        return replace(blk, refs=tuple(refs), stmts=stmts, name=name, comment="")
+
+    def scalar(self, name: str, scalars: dict[str, str]) -> str:
+        new = scalars.get(name)
+        if new is None:
+            new = scalars[name] = f"s{self.scalars}"
+            self.scalars += 1
+        return new
+
+    def stmt(self, s: Statement, refs: dict[str, str], scalars: dict[str, str]) -> Statement:
+        if isinstance(s, Block):
+            self.blocks += 1
+            return self.block(s, refs, top=False)
+        if isinstance(s, Load):
+            return replace(s, into=self.scalar(s.into, scalars), ref=refs.get(s.ref, s.ref))
+        if isinstance(s, Store):
+            return replace(s, ref=refs.get(s.ref, s.ref), value=self.scalar(s.value, scalars))
+        if isinstance(s, LoadIndex | Constant):
+            return replace(s, into=self.scalar(s.into, scalars))
+        if isinstance(s, Intrinsic):
+            inputs = tuple(self.scalar(x, scalars) for x in s.inputs)
+            return replace(s, inputs=inputs, into=self.scalar(s.into, scalars))
+        if isinstance(s, Special):
+            inputs = tuple(refs.get(x, x) for x in s.inputs)
+            outputs = tuple(refs.get(x, x) for x in s.outputs)
+            return replace(s, inputs=inputs, outputs=outputs)
+        raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
+    """``kernel`` (a root statement of ``root``) with every name that does not
+    change its code replaced by a canonical one (see the module docstring)."""
+    used = kernel_buffers(kernel)
+    params = {name: f"b{n}" for n, name in enumerate(used)}
+    buffers = tuple(Refinement("none", params[name], root.ref(name).shape) for name in used)
+    renamed = _Renamer().block(kernel, params, top=True)
+    mini = Program(replace(root, refs=buffers, stmts=(renamed,), name="canonical", comment=""))
+    return CanonicalKernel(mini, used, format_ir(mini))

@@ -1,0 +1,201 @@
+"""Compile many LLVM modules on every core: this process and helper processes.
+
+llvmlite holds one lock around every call into LLVM, so the only way to
+compile two modules at once is a second process.  :func:`compile_modules`
+hands a program's modules (its kernels' bodies, its wrappers) out one at a
+time, largest first, to this thread and to each helper (:mod:`.llvm_worker`,
+a script that imports only llvmlite), and returns the objects in the order
+given.  Both sides make an object with the same functions and target machine
+settings, so the bytes do not depend on who compiled a module; a test checks
+it.
+
+Helpers: ``$STRIPEML_COMPILE_WORKERS`` of them (default: one less than the
+CPUs this process may use, at most 7; ``0`` compiles everything here).  They
+start the first time a program has at least :data:`MIN_PARALLEL` modules to
+compile (about 50 ms, while the code generator runs: :func:`prestart`), live
+as long as the process and exit when it does (their input closes).  A helper
+that fails to start, dies or answers nonsense is dropped with one warning and
+its modules are compiled here; bad IR is an :class:`InternalError` either way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InternalError
+from ..phases import phase
+from . import jit, llvm_worker
+
+__all__ = ["MIN_PARALLEL", "WORKERS_VARIABLE", "compile_modules", "prestart", "worker_count"]
+
+#: The environment variable that sets the number of helper processes.
+WORKERS_VARIABLE = "STRIPEML_COMPILE_WORKERS"
+#: Fewer modules than this are compiled here, without helpers.
+MIN_PARALLEL = 4
+_MAX_WORKERS = 7
+
+
+def worker_count() -> int:
+    """How many helpers to use (``$STRIPEML_COMPILE_WORKERS``, else CPUs - 1)."""
+    text = os.environ.get(WORKERS_VARIABLE, "").strip()
+    if text:
+        try:
+            return max(0, min(int(text), 64))
+        except ValueError:
+            warnings.warn(
+                f"{WORKERS_VARIABLE}={text!r} is not a number: compiling without helpers",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(0, min(cpus - 1, _MAX_WORKERS))
+
+
+class _Helper:
+    """One helper process and the pipes to it."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(llvm_worker.__file__))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.inp, self.out = self.proc.stdin, self.proc.stdout
+        self.busy = threading.Lock()  # one caller at a time: a program compiling
+        llvm_worker._write(self.inp, jit.machine_settings())
+
+    def compile(self, text: str, opt: int) -> tuple[bool, Any]:
+        llvm_worker._write(self.inp, (text, opt))
+        reply = llvm_worker._read(self.out)
+        if not (isinstance(reply, tuple) and len(reply) == 2):
+            raise OSError(f"the helper answered {type(reply).__name__}")
+        return reply
+
+    def close(self) -> None:
+        """Close its input (it exits) and reap it."""
+        for stream in (self.inp, self.out):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _STARTED:
+        helpers = list(_HELPERS)
+        _HELPERS.clear()
+    for helper in helpers:
+        helper.close()
+
+
+_HELPERS: list[_Helper] = []
+_STARTED = threading.Lock()
+_WARNED = False
+
+
+def prestart(modules: int) -> None:
+    """Start the helpers now if ``modules`` modules are about to be compiled and
+    they are not running yet (they start while the caller generates code)."""
+    if modules >= MIN_PARALLEL:
+        _helpers()
+
+
+def _helpers() -> list[_Helper]:
+    with _STARTED:
+        want = worker_count() if sys.executable else 0
+        while len(_HELPERS) < want:
+            try:
+                _HELPERS.append(_Helper())
+            except OSError as exc:
+                _drop(None, f"cannot start a helper process ({exc})")
+                break
+        return list(_HELPERS)
+
+
+def _drop(helper: _Helper | None, why: str) -> None:
+    global _WARNED
+    if helper is not None:
+        helper.close()
+        with _STARTED:
+            if helper in _HELPERS:
+                _HELPERS.remove(helper)
+    if not _WARNED:
+        _WARNED = True
+        warnings.warn(f"LLVM compiles in this process only: {why}", RuntimeWarning, stacklevel=4)
+
+
+def compile_modules(modules: Sequence[tuple[str, int]]) -> list[bytes]:
+    """The object code of each ``(LLVM IR text, opt level)``, in order."""
+    results: list[bytes | None] = [None] * len(modules)
+    errors: list[str] = []
+    order = sorted(range(len(modules)), key=lambda k: -len(modules[k][0]))
+    lock = threading.Lock()
+
+    def take() -> int | None:
+        with lock:
+            return order.pop(0) if order and not errors else None
+
+    def feed(helper: _Helper) -> None:
+        while (k := take()) is not None:
+            text, opt = modules[k]
+            try:
+                ok, value = helper.compile(text, opt)
+            except (OSError, EOFError, ValueError, TypeError) as exc:
+                with lock:
+                    order.insert(0, k)  # this thread compiles it instead
+                _drop(helper, f"a helper process failed ({exc})")
+                return
+            if ok and isinstance(value, bytes):
+                results[k] = value
+            else:
+                with lock:
+                    errors.append(str(value))
+
+    helpers = _helpers() if len(modules) >= MIN_PARALLEL else []
+    helpers = [h for h in helpers if h.busy.acquire(blocking=False)]  # others: another compile's
+    threads = [threading.Thread(target=feed, args=(h,), daemon=True) for h in helpers]
+    try:
+        with phase("llvm (helpers)"):
+            for t in threads:
+                t.start()
+        while (k := take()) is not None:
+            text, opt = modules[k]
+            try:
+                results[k] = jit.compile_ir(text, opt=opt)
+            except InternalError as exc:
+                with lock:
+                    errors.append(str(exc).removeprefix("the generated LLVM IR is invalid: "))
+    finally:
+        with phase("llvm (waiting for helpers)"):
+            for t in threads:
+                t.join()
+        for h in helpers:
+            h.busy.release()
+    while (k := take()) is not None:  # a helper dropped out after this thread finished
+        text, opt = modules[k]
+        results[k] = jit.compile_ir(text, opt=opt)
+    if errors:
+        raise InternalError(f"the generated LLVM IR is invalid: {errors[0]}")
+    assert all(r is not None for r in results)
+    return [r for r in results if r is not None]
