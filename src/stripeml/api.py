@@ -47,6 +47,24 @@ from .tile.check import check
 from .tile.lower import lower
 from .tile.parser import parse
 
+#: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
+#: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
+VERIFY_VARIABLE = "STRIPEML_VERIFY"
+
+
+def verify_all() -> bool:
+    """Whether ``$STRIPEML_VERIFY`` asks for the full verification after every pass
+    (``all``); other values than ``all`` and ``changed`` (the default) are an error."""
+    value = os.environ.get(VERIFY_VARIABLE, "").strip().lower()
+    if value in ("", "changed"):
+        return False
+    if value == "all":
+        return True
+    raise StripeError(
+        f"{VERIFY_VARIABLE}={value!r}: expected 'all' (verify the whole program after "
+        "every pass) or 'changed' (the default: what each pass changed)"
+    )
+
 
 class Executable:
     """A program specialised for one signature on one target."""
@@ -413,7 +431,7 @@ class Function:
         with phase("bind + lower"):
             binding = bind(self.ast, self._every_signature(sig))
             program = lower(self.ast, binding, self.name, frozenset(self.constants))
-        return run_pipeline(program, self.target.passes)
+        return run_pipeline(program, self.target.passes, verify_all=verify_all())
 
     def _every_signature(self, sig: Signature) -> Signature:
         """``sig`` (of the parameters a call passes) with the constants' in place."""

@@ -426,9 +426,12 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
     for k, stmt in enumerate(block.stmts):
         if isinstance(stmt, Block):
             if seen is not None:
-                # A kernel's validity depends only on itself and the root's refs;
-                # nodes are immutable, so an unchanged pair was verified before.
-                key = (id(stmt), id(block.refs))
+                # A kernel's validity depends only on itself and what its rules read
+                # of the refinements it names in the root (direction, shape,
+                # aggregation); nodes are immutable, so a kernel seen before with the
+                # same facts was verified before (a pass that only placed or added
+                # other buffers re-verifies nothing).
+                key = (id(stmt), _parent_facts(stmt, scope))
                 if key in seen:
                     continue
             label = stmt.name or f"<{k}>"
@@ -453,6 +456,15 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
     for rule in TAG_RULES:
         for message in rule(block, scope):
             raise _fail(scope.where, message)
+
+
+def _parent_facts(block: Block, parent: Scope) -> tuple:
+    """What the rules of ``block`` (a child of ``parent``) read of the refinements it names."""
+    facts = []
+    for r in block.refs:
+        p = parent.ref(r.from_) if r.from_ else None
+        facts.append((r.from_, None) if p is None else (r.from_, p.dir, p.shape, p.agg))
+    return tuple(facts)
 
 
 def verify(program: Program, seen: dict | None = None) -> None:
