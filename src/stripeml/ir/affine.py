@@ -15,6 +15,46 @@ import numpy as np
 AffineLike = Union["Affine", int]
 
 
+def _make(terms: tuple[tuple[str, int], ...], const: int) -> Affine:
+    """An Affine from terms already sorted, unique and non-zero (not checked: the
+    arithmetic below keeps them so, and skips ``__post_init__``'s check, the
+    compiler's hottest few lines)."""
+    a = object.__new__(Affine)
+    object.__setattr__(a, "terms", terms)
+    object.__setattr__(a, "const", const)
+    return a
+
+
+def _merge(
+    x: tuple[tuple[str, int], ...], y: tuple[tuple[str, int], ...], sign: int
+) -> tuple[tuple[str, int], ...]:
+    """The terms of ``x + sign * y`` (both sorted by name), zero coefficients dropped."""
+    if not y:
+        return x
+    if not x:
+        return y if sign == 1 else tuple((n, -c) for n, c in y)
+    out = []
+    i = j = 0
+    while i < len(x) and j < len(y):
+        nx, cx = x[i]
+        ny, cy = y[j]
+        if nx == ny:
+            c = cx + sign * cy
+            if c:
+                out.append((nx, c))
+            i += 1
+            j += 1
+        elif nx < ny:
+            out.append(x[i])
+            i += 1
+        else:
+            out.append((ny, sign * cy))
+            j += 1
+    out.extend(x[i:])
+    out.extend((n, sign * c) for n, c in y[j:])
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Affine:
     """``const + sum(c * name for name, c in terms)`` with integer coefficients."""
@@ -30,15 +70,15 @@ class Affine:
     # -- construction -------------------------------------------------
     @staticmethod
     def index(name: str, coeff: int = 1) -> Affine:
-        return Affine(((name, coeff),) if coeff else (), 0)
+        return _make(((name, int(coeff)),) if coeff else (), 0)
 
     @staticmethod
     def constant(value: int) -> Affine:
-        return Affine((), int(value))
+        return _make((), int(value))
 
     @staticmethod
     def build(coeffs: Mapping[str, int], const: int = 0) -> Affine:
-        return Affine(tuple(sorted((n, int(c)) for n, c in coeffs.items() if c)), int(const))
+        return _make(tuple(sorted((n, int(c)) for n, c in coeffs.items() if c)), int(const))
 
     @staticmethod
     def lift(value: AffineLike) -> Affine:
@@ -65,19 +105,23 @@ class Affine:
 
     # -- arithmetic -----------------------------------------------------
     def __add__(self, other: AffineLike) -> Affine:
-        other = Affine.lift(other)
-        coeffs = self.coeffs
-        for n, c in other.terms:
-            coeffs[n] = coeffs.get(n, 0) + c
-        return Affine.build(coeffs, self.const + other.const)
+        if isinstance(other, Affine):
+            return _make(_merge(self.terms, other.terms, 1), self.const + other.const)
+        if isinstance(other, bool) or not isinstance(other, (int, np.integer)):
+            return NotImplemented
+        return _make(self.terms, self.const + int(other)) if other else self
 
     __radd__ = __add__
 
     def __neg__(self) -> Affine:
-        return Affine(tuple((n, -c) for n, c in self.terms), -self.const)
+        return _make(tuple((n, -c) for n, c in self.terms), -self.const)
 
     def __sub__(self, other: AffineLike) -> Affine:
-        return self + (-Affine.lift(other))
+        if isinstance(other, Affine):
+            return _make(_merge(self.terms, other.terms, -1), self.const - other.const)
+        if isinstance(other, bool) or not isinstance(other, (int, np.integer)):
+            return NotImplemented
+        return _make(self.terms, self.const - int(other)) if other else self
 
     def __rsub__(self, other: AffineLike) -> Affine:
         return Affine.lift(other) - self
@@ -87,17 +131,28 @@ class Affine:
             return NotImplemented
         k = int(k)
         if k == 0:
-            return Affine()
-        return Affine(tuple((n, c * k) for n, c in self.terms), self.const * k)
+            return _make((), 0)
+        if k == 1:
+            return self
+        return _make(tuple((n, c * k) for n, c in self.terms), self.const * k)
 
     __rmul__ = __mul__
 
     def substitute(self, mapping: Mapping[str, AffineLike]) -> Affine:
         """Replace indices by affines (names not in ``mapping`` stay)."""
-        out = Affine.constant(self.const)
+        if not any(n in mapping for n, _ in self.terms):
+            return self
+        coeffs: dict[str, int] = {}
+        const = self.const
         for n, c in self.terms:
-            out = out + (Affine.lift(mapping[n]) * c if n in mapping else Affine.index(n, c))
-        return out
+            if n in mapping:
+                value = Affine.lift(mapping[n])
+                const += value.const * c
+                for m, d in value.terms:
+                    coeffs[m] = coeffs.get(m, 0) + d * c
+            else:
+                coeffs[n] = coeffs.get(n, 0) + c
+        return Affine.build(coeffs, const)
 
     def rename(self, mapping: Mapping[str, str]) -> Affine:
         coeffs: dict[str, int] = {}

@@ -36,9 +36,12 @@ def tiling(
     kidx: list[tuple[str, ...]],
     bdims: dict[str, tuple[int, ...]],
     opt: Nest,
+    memo: dict | None = None,
 ) -> Plan | None:
     """The row blocks of a chain whose rows are ``dims`` of ``first``, or None when
-    its intermediates fit the cache as they are or its re-read inputs cost more."""
+    its intermediates fit the cache as they are or its re-read inputs cost more.
+    ``memo`` (kept by the caller across the chains it tries, whose kernels it
+    keeps alive) remembers each kernel's external views per row block."""
     rows = tuple(bufs[first].shape.sizes[d] for d in dims)
 
     def per_row(b: str) -> int:
@@ -55,9 +58,10 @@ def tiling(
     order = sorted(range(len(rows)), key=lambda v: -strides[dims[v]])  # outermost first
     for tile in _blocks(rows, order, one_row, opt):
         plan = Plan(rows, tile, tuple(kidx), {b: bdims[b] for b in inter})
-        if not _in_bounds(ks, bufs, plan):
+        views = [_views(k, names, plan, memo) for k, names in zip(ks, plan.kidx)]
+        if not _in_bounds(views, bufs, plan):
             continue  # a view's hull leaves its buffer (accesses kept in by constraints)
-        if _rereads(ks, bufs, plan, opt.cache_bytes - opt.max_bytes) <= whole:
+        if _rereads(views, bufs, plan, opt.cache_bytes - opt.max_bytes) <= whole:
             return plan
         return None  # smaller blocks only re-read more
     return None
@@ -138,11 +142,26 @@ def external_views(
     return found
 
 
-def _in_bounds(ks: list[Block], bufs: dict[str, Refinement], plan: Plan) -> bool:
+Views = list[tuple[Refinement, list[Affine], list[Affine], list[int]]]
+
+
+def _views(k: Block, names: tuple[str, ...], plan: Plan, memo: dict | None) -> Views:
+    """``external_views(k, names, plan)``, remembered in ``memo`` (by the kernel's
+    identity and what of the plan the views depend on)."""
+    if memo is None:
+        return external_views(k, names, plan)
+    key = (id(k), names, plan.tile, frozenset(plan.inter))
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = external_views(k, names, plan)
+    return found
+
+
+def _in_bounds(views: list[Views], bufs: dict[str, Refinement], plan: Plan) -> bool:
     """Whether every external view of every row block lies inside its buffer."""
     last = {f"\0{v}": r // t - 1 for v, (r, t) in enumerate(zip(plan.rows, plan.tile))}
-    for k, names in zip(ks, plan.kidx):
-        for r, off, _, sizes in external_views(k, names, plan):
+    for found in views:
+        for r, off, _, sizes in found:
             for o, size, limit in zip(off, sizes, bufs[r.from_].shape.sizes):
                 lo, hi = box_interval(o, {n: m + 1 for n, m in last.items()})
                 if lo < 0 or hi + size > limit:
@@ -150,14 +169,14 @@ def _in_bounds(ks: list[Block], bufs: dict[str, Refinement], plan: Plan) -> bool
     return True
 
 
-def _rereads(ks: list[Block], bufs: dict[str, Refinement], plan: Plan, cached: int) -> int:
+def _rereads(views: list[Views], bufs: dict[str, Refinement], plan: Plan, cached: int) -> int:
     """Bytes the external inputs are read beyond once, over all row blocks, from
     beyond the cache: a block's window of at most ``cached`` bytes (one head's keys)
     is taken to stay in the cache's other part from one block to the next."""
     points = math.prod(r // t for r, t in zip(plan.rows, plan.tile))
     total = 0
-    for k, names in zip(ks, plan.kidx):
-        for r, _, _, sizes in external_views(k, names, plan):
+    for found in views:
+        for r, _, _, sizes in found:
             if r.dir != "in":
                 continue
             whole = math.prod(bufs[r.from_].shape.sizes)

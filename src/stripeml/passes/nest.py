@@ -164,12 +164,18 @@ class Nest:
         i = 0
         while i < len(stmts):
             best = None
-            for j in range(i + 1, min(len(stmts), i + MAX_CHAIN)):
-                if not _leaf_kernel(stmts[j], self.select):
-                    break
+            last = i  # the chain may reach the first statement that is no leaf kernel
+            while last + 1 < min(len(stmts), i + MAX_CHAIN) and _leaf_kernel(
+                stmts[last + 1], self.select
+            ):
+                last += 1
+            for j in range(last, i, -1):  # the longest chain that nests
+                if _splits_epilogue(stmts, j):
+                    continue
                 plan = _plan(root, stmts, i, j, self, seen)
-                if plan is not None and not _splits_epilogue(stmts, j):
+                if plan is not None:
                     best = (j, plan)
+                    break
             if best is None:
                 out.append(stmts[i])
                 i += 1
@@ -208,6 +214,7 @@ class _Seen:
             for b in reads(st) | writes(st):
                 self.first.setdefault(b, n)
                 self.last[b] = n
+        self.views: dict = {}  # _nest_blocks.tiling's memo (the kernels above stay alive)
         self.kernels = [
             _squeezed(st) if unit_taps and isinstance(st, Block) else st for st in stmts
         ]
@@ -293,7 +300,7 @@ def _plan(
         for chosen in combinations(dims, size):
             found = _unify(ks, bufs, inter, first, chosen)
             if found is not None:
-                return tiling(ks, bufs, inter, chosen, first, *found, opt)
+                return tiling(ks, bufs, inter, chosen, first, *found, opt, seen.views)
     return None
 
 
