@@ -1,6 +1,34 @@
-"""How long the front of the compiler takes on a 10-statement Tile program.
+"""How long stripeml takes to compile: whole models in fresh processes (cold and
+warm disk cache, beside onnxruntime's session creation), and the front of the
+compiler on a 10-statement Tile program.
 
-Cases (JSON lines, fields as documented in ``bench/run.py``):
+Model cases (each run in a fresh process; ``stripeml_s`` is the compile and the
+first run, after Python imported stripeml and onnx; ``import_s`` that import;
+``phases`` the compile profile of ``stripeml.phases``, in seconds; ``load`` the
+1-minute load average when the case ran):
+
+``model_cold``
+    ``stripeml.onnx.compile(model)`` and one run with an empty disk cache.
+    ``baselines.onnxruntime``: creating an ``InferenceSession`` and its first
+    run, in a fresh process too.
+``model_warm``
+    the same with the disk cache the cold run left.
+``model_second_shape``
+    a model with a symbolic sequence length (``bert_base_seq``), compiled and
+    run at sequence 128, then at 64, in one process with an empty cache:
+    ``stripeml_s`` is the second compile, ``first_s`` the first, ``ratio``
+    second / first.
+
+    python bench/bench_compile.py                       # all cases
+    python bench/bench_compile.py --models zoo_resnet50 # only these models
+    python bench/bench_compile.py --no-tile             # models only
+
+Models: the light ResNet-50 and SqueezeNet of the ``onnx`` package, BERT-base
+(12 x 768, sequence 128) and GPT-2 small (sequence 128) from ``bench/models.py``
+(those need torch and transformers the first time, ``make bench-deps``; without
+them they are skipped, said on stderr).
+
+Tile-program cases (JSON lines, fields as documented in ``bench/run.py``):
 
 ``compile``
     ``stripeml.compile(source)``: parse and check, before any shape is bound.
@@ -16,11 +44,17 @@ There is no baseline: NumPy has nothing to compile.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -72,7 +106,7 @@ def record(case: str, seconds: float, target: str | None) -> str:
     )
 
 
-def main() -> int:
+def tile_cases() -> None:
     rng = np.random.default_rng(0)
     m, k, n = SIZES["M"], SIZES["K"], SIZES["N"]
     inputs = [
@@ -93,6 +127,182 @@ def main() -> int:
 
     f = stripeml.compile(SOURCE, target=TARGET)
     print(record("lower_cached", median_seconds(lambda: f.lower(*inputs)), TARGET))
+
+
+# ---- whole models, each in a fresh process -----------------------------------------------
+
+HERE = Path(__file__).resolve().parent
+MODELS = ("zoo_resnet50", "zoo_squeezenet", "bert_base_128", "gpt2_128")
+SECOND_SHAPE = "bert_base_seq"
+
+
+def _child(args: list[str], cache: str | None = None) -> dict:
+    """Run this script with ``args`` in a fresh process; its JSON answer."""
+    env = dict(os.environ)
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(name, None)
+    if cache is not None:
+        env["STRIPEML_CACHE_DIR"] = cache
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=HERE.parent,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _load_model(name: str):
+    sys.path.insert(0, str(HERE))
+    from models import build
+
+    return build(name)
+
+
+def child_stripeml(name: str, seqs: list[int]) -> dict:
+    """Compile and run ``name`` once per sequence length (or once, at its own shape)."""
+    start = time.perf_counter()
+    import onnx  # noqa: F401 - imported before the clock, as a user's process has it
+
+    import stripeml.onnx
+    from stripeml import phases
+
+    import_s = time.perf_counter() - start
+    model, feeds = _load_model(name)
+    times, profiles = [], []
+    fn = None
+    for seq in seqs or [0]:
+        given = {k: v[:, :seq] for k, v in feeds.items()} if seq else feeds
+        with phases.recording() as rec:
+            t0 = time.perf_counter()
+            if fn is None:
+                fn = stripeml.onnx.compile(model, target="cpu")
+            with phases.phase("first run"):
+                fn(**given)
+            times.append(time.perf_counter() - t0)
+        profiles.append({n: round(s, 4) for n, s, _ in rec.rows()})
+    return {"import_s": import_s, "times": times, "phases": profiles}
+
+
+def child_ort(name: str) -> dict:
+    """onnxruntime: import, then session creation and the first run."""
+    start = time.perf_counter()
+    import onnxruntime as ort
+
+    import_s = time.perf_counter() - start
+    model, feeds = _load_model(name)
+    data = model.SerializeToString()
+    t0 = time.perf_counter()
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    return {"import_s": import_s, "times": [time.perf_counter() - t0]}
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def _available(name: str) -> bool:
+    needs_torch = not name.startswith("zoo_")
+    if needs_torch and importlib.util.find_spec("torch") is None:
+        sys.path.insert(0, str(HERE))
+        from models import CACHE
+
+        if not (CACHE / f"{name}.onnx").exists():
+            print(
+                f"{name}: skipped (needs torch and transformers: make bench-deps)", file=sys.stderr
+            )
+            return False
+    return True
+
+
+def model_record(case: str, name: str, seconds: float, baselines: dict, **extra: object) -> str:
+    return json.dumps(
+        {
+            "bench": "compile",
+            "case": case,
+            "model": name,
+            "sizes": {},
+            "threads": None,
+            "target": "cpu",
+            "repeats": 1,
+            "stripeml_s": seconds,
+            "baselines": baselines,
+            "load": round(_load(), 2),
+            **extra,
+        }
+    )
+
+
+def model_cases(names: list[str]) -> None:
+    for name in names:
+        if not _available(name):
+            continue
+        with tempfile.TemporaryDirectory(prefix="stripeml-bench-cache-") as cache:
+            ort = _child(["--child-ort", name])
+            cold = _child(["--child", name], cache)
+            warm = _child(["--child", name], cache)
+        base = {"onnxruntime": ort["times"][0]}
+        for case, got in (("model_cold", cold), ("model_warm", warm)):
+            print(
+                model_record(
+                    case,
+                    name,
+                    got["times"][0],
+                    base,
+                    import_s=round(got["import_s"], 3),
+                    phases=got["phases"][0],
+                ),
+                flush=True,
+            )
+
+
+def second_shape_case() -> None:
+    if not _available(SECOND_SHAPE):
+        return
+    with tempfile.TemporaryDirectory(prefix="stripeml-bench-cache-") as cache:
+        got = _child(["--child", SECOND_SHAPE, "--seqs", "128,64"], cache)
+    first, second = got["times"]
+    print(
+        model_record(
+            "model_second_shape",
+            SECOND_SHAPE,
+            second,
+            {},
+            first_s=first,
+            ratio=round(second / first, 3),
+            phases=got["phases"][1],
+        ),
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join([*MODELS, SECOND_SHAPE]))
+    parser.add_argument("--no-tile", action="store_true", help="skip the Tile-program cases")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-ort", help=argparse.SUPPRESS)
+    parser.add_argument("--seqs", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        seqs = [int(x) for x in args.seqs.split(",") if x]
+        print(json.dumps(child_stripeml(args.child, seqs)))
+        return 0
+    if args.child_ort:
+        print(json.dumps(child_ort(args.child_ort)))
+        return 0
+    if not args.no_tile:
+        tile_cases()
+    names = [n for n in args.models.split(",") if n]
+    model_cases([n for n in names if n != SECOND_SHAPE])
+    if SECOND_SHAPE in names:
+        second_shape_case()
     return 0
 
 

@@ -51,6 +51,7 @@ class Entry:
     about: str
     params: dict[str, Any] = field(default_factory=dict)
     make: Callable[..., Any] | None = None  # (**params) -> (module, {input: tensor}); None: zoo
+    dynamic: dict[int, str] = field(default_factory=dict)  # input axis -> symbolic name
 
     def build(self, cache: Path | None = None) -> tuple[Any, dict[str, np.ndarray]]:
         """The model and its inputs; a PyTorch entry's export is cached in ``cache``
@@ -105,7 +106,14 @@ def _versions() -> dict[str, str]:
 
 def _key(entry: Entry) -> str:
     return json.dumps(
-        {"params": entry.params, "opset": OPSET, "seed": SEED, **_versions()}, sort_keys=True
+        {
+            "params": entry.params,
+            "dynamic": {str(k): v for k, v in entry.dynamic.items()},
+            "opset": OPSET,
+            "seed": SEED,
+            **_versions(),
+        },
+        sort_keys=True,
     )
 
 
@@ -151,6 +159,7 @@ def export(entry: Entry, onnx_path: Path, npz_path: Path) -> None:
             str(tmp),
             input_names=list(inputs),
             output_names=["output"],
+            dynamic_axes={n: dict(entry.dynamic) for n in inputs} if entry.dynamic else None,
             opset_version=OPSET,
             dynamo=False,
         )
@@ -443,6 +452,14 @@ REGISTRY: dict[str, Entry] = {
         ),  # fmt: skip
         Entry(
             "bert_base_512", "transformer", "BERT-base (768 x 12), sequence 512", {"seq": 512}, bert
+        ),  # fmt: skip
+        Entry(
+            "bert_base_seq",
+            "transformer",
+            "BERT-base (768 x 12), any sequence length (exported at 128)",
+            {"seq": 128},
+            bert,
+            {1: "sequence"},
         ),  # fmt: skip
         Entry(
             "gpt2_128", "transformer", "GPT-2 small (768 x 12), sequence 128", {"seq": 128}, gpt2

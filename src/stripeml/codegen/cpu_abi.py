@@ -67,33 +67,11 @@ def root_buffers(root: Block) -> tuple[BufferInfo, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class HostCopy:
-    """A root kernel that only copies, run by the runtime as one strided copy.
-
-    Element ``p`` of the index box ``ranges`` moves from ``src`` (a root buffer)
-    at ``src_offset + sum(p * src_strides)`` to ``dst`` at ``dst_offset +
-    sum(p * dst_strides)``, offsets and strides in elements of the buffers'
-    storage (from element 0 of each), every stride >= 0.
-    """
-
-    block_name: str
-    src: str
-    dst: str
-    ranges: tuple[int, ...]
-    src_offset: int
-    src_strides: tuple[int, ...]
-    dst_offset: int
-    dst_strides: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Step:
-    """One root statement in order: a compiled kernel, a special, or a copy the
-    runtime does (constant copies: run once, not worth compiling)."""
+    """One root statement in order: a compiled kernel or a special."""
 
     kernel: KernelInfo | None = None
     special: Special | None = None
-    copy: HostCopy | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,10 @@ from dataclasses import replace
 
 import llvmlite.ir as ir
 
-from ..analysis.constness import constness
 from ..errors import StripeError
-from ..ir.nodes import Block, Load, Program, Special, Statement, Store
+from ..ir.nodes import Block, Program, Special
 from .canonical import CanonicalKernel, canonical_kernel
-from .cpu_abi import Body, CpuModule, HostCopy, KernelInfo, Step, root_buffers
+from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import emit_wrapper
 from .llvm_kernel import KernelEmitter
 from .llvm_types import I64, PTR
@@ -67,16 +66,12 @@ def generate(
     root = program.root
     slot = {r.into: i for i, r in enumerate(root.refs)}
     buffers = root_buffers(root)
-    constant = constness(program).statements
     steps: list[Step] = []
     bodies: dict[str, Body] = {}
     declared: dict[str, ir.Function] = {}
     for n, stmt in enumerate(root.stmts):
-        copy = host_copy(root, stmt) if n in constant else None
         if isinstance(stmt, Special):
             steps.append(Step(special=stmt))
-        elif copy is not None:
-            steps.append(Step(copy=copy))
         elif isinstance(stmt, Block):
             canon = canonical_kernel(root, stmt)
             symbol = body_symbol(canon.text)
@@ -128,45 +123,6 @@ def _body(canon: CanonicalKernel, symbol: str, vector_width: int, triple: str, f
     if re.search(r"[\s<(]half[\s>,)]", text) and not _native_half(triple):
         raise StripeError("cpu: float16 needs the F16C conversions on x86 (this host lacks them)")
     return Body(symbol, text, info, body_opt_level(canon.kernel))
-
-
-def host_copy(root: Block, k: Statement) -> HostCopy | None:
-    """``k`` as a strided copy when it is a leaf kernel over a box that loads one
-    element of one root buffer and stores it unchanged into another, with
-    non-negative index coefficients; else ``None``.
-
-    Only constant kernels are handed to the runtime so (they run once, so
-    machine code for them would cost more to make than it saves).
-    """
-    if not isinstance(k, Block) or k.constraints or k.sub_blocks:
-        return None
-    if any(i.affine is not None or i.range < 1 for i in k.idxs) or len(k.refs) != 2:
-        return None
-    src = next((r for r in k.refs if r.dir == "in"), None)
-    dst = next((r for r in k.refs if r.dir == "out" and r.agg == "assign"), None)
-    if src is None or dst is None or src.shape.dtype != dst.shape.dtype:
-        return None
-    if len(k.stmts) != 2:
-        return None
-    load, store = k.stmts
-    if not (isinstance(load, Load) and isinstance(store, Store)):
-        return None
-    if load.ref != src.into or store.ref != dst.into or store.value != load.into:
-        return None
-    names = [i.name for i in k.idxs]
-    parts = []
-    for view in (src, dst):
-        if view.shape.elem_count != 1:
-            return None
-        strides = root.ref(view.from_).shape.strides
-        offset = sum(a.const * st for a, st in zip(view.access, strides))
-        steps = [sum(a.coeff(n) * st for a, st in zip(view.access, strides)) for n in names]
-        if offset < 0 or any(s < 0 for s in steps):
-            return None
-        parts.append((view.from_, offset, tuple(steps)))
-    (s_name, s_off, s_st), (d_name, d_off, d_st) = parts
-    ranges = tuple(i.range for i in k.idxs)
-    return HostCopy(k.name, s_name, d_name, ranges, s_off, s_st, d_off, d_st)
 
 
 def _native_half(triple: str) -> bool:

@@ -8,6 +8,7 @@ compiling (:meth:`Graph.static_inputs`) and which operators are unsupported.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,11 +110,26 @@ class Graph:
         return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
 
 
+#: Element types whose raw little-endian bytes NumPy reads as they are.
+_PLAIN = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8",
+          "uint16", "uint32", "uint64")  # fmt: skip
+
+
 def _array(onnx: Any, t: Any, where: str) -> np.ndarray:
-    """A tensor's value (its declared shape and stored data checked to agree)."""
-    problem = tensor_problem(onnx, t)
+    """A tensor's value (its declared shape and stored data checked to agree).  Raw
+    data of a plain numeric type on a little-endian host is read in place (one copy
+    out of the protobuf, read-only), not through ``numpy_helper``'s copies."""
+    raw = t.raw_data if t.HasField("raw_data") else None
+    problem = tensor_problem(onnx, t, raw)
     if problem is not None:
         raise OnnxError(f"{where}: {problem}")
+    if raw is not None and sys.byteorder == "little" and not t.external_data:
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        except Exception:  # noqa: BLE001 - element types NumPy has no plain dtype for
+            dtype = None
+        if dtype is not None and dtype.name in _PLAIN:
+            return np.frombuffer(raw, dtype).reshape(tuple(int(d) for d in t.dims))
     try:
         return np.asarray(onnx.numpy_helper.to_array(t))
     except Exception as exc:  # noqa: BLE001 - whatever numpy_helper finds wrong in the data

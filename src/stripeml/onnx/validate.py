@@ -159,14 +159,18 @@ def _initializers(onnx: Any, g: Any, fail: Fail) -> set[str]:
         if t.name in names:
             raise fail(f"{where} is declared twice")
         names.add(t.name)
-        problem = tensor_problem(onnx, t)
+        # the stored data is checked where it is read (graph._array): reading a
+        # protobuf's raw bytes copies them, and a model's weights are most of it
+        problem = tensor_problem(onnx, t, data=False)
         if problem is not None:
             raise fail(f"{where}: {problem}")
     return names
 
 
-def tensor_problem(onnx: Any, t: Any) -> str | None:
-    """What is wrong with a ``TensorProto``'s declared shape and stored data, or ``None``."""
+def tensor_problem(onnx: Any, t: Any, raw: bytes | None = None, data: bool = True) -> str | None:
+    """What is wrong with a ``TensorProto``'s declared shape and stored data, or ``None``.
+    ``raw``: its ``raw_data``, when the caller read it already; ``data=False``
+    checks the declaration only."""
     bad = bad_dims(t)
     if bad is not None:
         return bad
@@ -174,10 +178,13 @@ def tensor_problem(onnx: Any, t: Any) -> str | None:
         return "no element type"
     count = element_count(t)
     shape = tuple(int(d) for d in t.dims)
-    if t.HasField("raw_data"):
+    if not data:
+        return None
+    if raw is not None or t.HasField("raw_data"):
+        have = len(raw if raw is not None else t.raw_data)
         want = expected_bytes(onnx, t)
-        if want is not None and len(t.raw_data) != want:
-            return f"holds {len(t.raw_data)} bytes, but shape {shape} needs {want}"
+        if want is not None and have != want:
+            return f"holds {have} bytes, but shape {shape} needs {want}"
         return None
     try:
         field = onnx.helper.tensor_dtype_to_field(t.data_type)

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..analysis.constness import constness
-from ..codegen.cpu_abi import CpuModule, HostCopy, KernelInfo, Step
+from ..codegen.cpu_abi import CpuModule, KernelInfo, Step
 from ..ir.nodes import Block, Program, Refinement, Special
 from ..ir.printer import format as format_ir
 from ..phases import phase
@@ -66,7 +66,6 @@ from .host import (
     SeenInputs,
     check_names,
     checked,
-    run_host_copy,
     run_root_special,
 )
 from .kernel_cache import Entry, KernelCache, cache_key
@@ -537,7 +536,7 @@ class CpuCompiled:
                     fn(pointers, 0, extent)
             if times is not None:
                 step = self.module.steps[k]
-                info = step.kernel or step.copy
+                info = step.kernel
                 name = info.block_name if info is not None else f"special{k}"
                 times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
@@ -592,7 +591,7 @@ class CpuCompiled:
                 continue
             info = step.kernel
             if info is None:  # run by the host: a special, or a copy kernel
-                plan.append((k, None, 0, 0, None, step.special or step.copy))
+                plan.append((k, None, 0, 0, None, step.special))
                 continue
             cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
             bounds = None
@@ -605,11 +604,8 @@ class CpuCompiled:
         self._plans[key] = plan
         return plan
 
-    def _run_special(self, special: Special | HostCopy, storages: list[np.ndarray]) -> None:
-        if isinstance(special, HostCopy):
-            run_host_copy(special, self._buffers, storages)
-        else:
-            run_root_special(special, self._buffers, storages)
+    def _run_special(self, special: Special, storages: list[np.ndarray]) -> None:
+        run_root_special(special, self._buffers, storages)
 
 
 def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:

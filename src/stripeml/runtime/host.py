@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen.cpu_abi import BufferInfo, HostCopy
+from ..codegen.cpu_abi import BufferInfo
 from ..errors import ShapeError, format_bytes
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Refinement, Special, TensorShape
@@ -197,28 +197,6 @@ def checked(buf: RootBuffer, value: object, what: str) -> np.ndarray:
             f"{what} {buf.info.name!r}: shape {arr.shape} does not match {buf.info.sizes}"
         )
     return arr
-
-
-def run_host_copy(
-    copy: HostCopy, buffers: Sequence[RootBuffer], storages: Sequence[np.ndarray]
-) -> None:
-    """A copy kernel the code generator left to the host: one strided ``copyto``."""
-    where = {b.info.name: (b, s) for b, s in zip(buffers, storages)}
-    views = []
-    for name, offset, strides in (
-        (copy.src, copy.src_offset, copy.src_strides),
-        (copy.dst, copy.dst_offset, copy.dst_strides),
-    ):
-        buf, storage = where[name]
-        item = storage.itemsize
-        views.append(
-            np.lib.stride_tricks.as_strided(
-                storage[buf.origin + offset :],
-                shape=copy.ranges,
-                strides=tuple(st * item for st in strides),
-            )
-        )
-    np.copyto(views[1], views[0])
 
 
 def run_root_special(

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..codegen.cpu_abi import Body, BufferInfo, CpuModule, HostCopy, KernelInfo, Step
+from ..codegen.cpu_abi import Body, BufferInfo, CpuModule, KernelInfo, Step
 from ..ir.nodes import Special
 from ..ir.parser import parse
 from ..ir.printer import format_stmt
@@ -190,8 +190,6 @@ def _module_to_json(module: CpuModule) -> dict:
 def _step_to_json(step: Step) -> dict:
     if step.kernel is not None:
         return {"kernel": asdict(step.kernel)}
-    if step.copy is not None:
-        return {"copy": asdict(step.copy)}
     assert step.special is not None  # a step runs a kernel, a copy or a special
     return {"special": format_stmt(step.special)}
 
@@ -205,10 +203,6 @@ def _module_from_json(meta: dict) -> CpuModule:
     for s in meta["steps"]:
         if "kernel" in s:
             steps.append(Step(kernel=KernelInfo(**s["kernel"])))
-        elif "copy" in s:
-            c = s["copy"]
-            tuples = {k: tuple(v) for k, v in c.items() if isinstance(v, list)}
-            steps.append(Step(copy=HostCopy(**{**c, **tuples})))
         else:
             steps.append(Step(special=_parse_special(s["special"])))
     bodies = tuple(
