@@ -73,17 +73,17 @@ class Executable:
         self,
         fn: Function,
         program: Program,
-        stages: list[tuple[str, str]] | None,
+        stages: PipelineResult | None,
         compiled: Compiled,
         timings: list[tuple[str, float]] | None = None,
         ir: str | None = None,
     ):
         self.function = fn
         self.program = program
-        self._stages = stages
+        self._stages = stages  # their texts are printed when first asked for
         self._timings = list(timings or [])
         self._compiled = compiled
-        self.ir = ir if ir is not None else stages[-1][1] if stages else format_ir(program)
+        self.ir = ir if ir is not None else format_ir(program)
         self.output_specs = tuple(
             (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
         )
@@ -96,10 +96,9 @@ class Executable:
         program.  After a warm start from the disk cache the pipeline is re-run
         (without compiling) the first time this is read."""
         if self._stages is None:
-            result = self.function._optimise(self.signature)
-            self._stages = result.stages
-            self._timings = result.timings
-        return self._stages
+            self._stages = self.function._optimise(self.signature)
+            self._timings = self._stages.timings
+        return self._stages.stages
 
     @property
     def timings(self) -> list[tuple[str, float]]:
@@ -409,7 +408,7 @@ class Function:
                 if exe is None:
                     result = self._optimise(sig)
                     compiled = self._compile(result.program)
-                    exe = Executable(self, result.program, result.stages, compiled, result.timings)
+                    exe = Executable(self, result.program, result, compiled, result.timings)
                     self._to_disk(sig, exe.ir)
             self._cache[sig] = exe
         return exe

@@ -1,4 +1,4 @@
-"""Kernels equal up to names share one compiled body (codegen/canonical.py), across
+"""Kernels equal up to names share one compiled body (analysis/canonical.py), across
 layers of one program and, through the disk cache's ``bodies/`` folder, across programs.
 
 Results are checked against NumPy; the body counts come from the generated module.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import stripeml
-from stripeml.codegen.canonical import canonical_kernel
+from stripeml.analysis.canonical import canonical_kernel
 from stripeml.codegen.llvm import generate
 from stripeml.ir.nodes import Block
 from stripeml.runtime import jit

@@ -78,7 +78,7 @@ class Step:
 class Body:
     """The compiled function of one distinct kernel, ``symbol(buffer pointers...,
     start, end)``, shared by every root kernel with the same canonical form
-    (:mod:`.canonical`).  ``llvm_ir``: its module on its own, or ``None`` when
+    (:mod:`stripeml.analysis.canonical`).  ``llvm_ir``: its module on its own, or ``None`` when
     the caller said it has this body compiled already.  ``info``: what the
     runtime needs to split it (its ``symbol`` is the body's).  ``opt``: the
     LLVM optimisation level it deserves (see :func:`.llvm.body_opt_level`)."""

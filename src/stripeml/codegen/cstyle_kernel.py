@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..analysis.canonical import kernel_buffers
 from ..errors import StripeError
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Special, Store
@@ -36,7 +37,6 @@ from .gpu_tiled import emit_tiled
 from .plan import (
     bound_terms,
     init_targets,
-    kernel_buffers,
     needed_in_init,
     needs_touched_flag,
     place_constraints,

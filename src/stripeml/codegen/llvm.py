@@ -24,9 +24,9 @@ from dataclasses import replace
 
 import llvmlite.ir as ir
 
+from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
 from ..ir.nodes import Block, Program, Special
-from .canonical import CanonicalKernel, canonical_kernel
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import emit_wrapper
 from .llvm_kernel import KernelEmitter
@@ -49,7 +49,7 @@ def generate(
 
     Each root kernel becomes a wrapper in the module ``llvm_ir`` and a body of
     its own (``bodies``), generated from the kernel's canonical form
-    (:func:`.canonical.canonical_kernel`) and named after it, so kernels equal
+    (:func:`stripeml.analysis.canonical.canonical_kernel`) and named after it, so kernels equal
     up to names share one body.  A body ``known`` reports is not generated
     again (its ``llvm_ir`` is ``None``).
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
+from ..analysis.canonical import kernel_buffers
 from ..errors import StripeError
 from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
@@ -22,7 +23,7 @@ from ..ir.nodes import Block
 from .llvm_ops import call_intrinsic
 from .llvm_plan import Bind
 from .llvm_types import F32, I1, I8, I64, PTR, lanes_of, mem_type, reg_type, vec
-from .plan import bound_terms, kernel_buffers, place_constraints
+from .plan import bound_terms, place_constraints
 
 
 def emit_wrapper(module: ir.Module, symbol: str, body: ir.Function, slots: list[int]) -> None:
@@ -47,7 +48,7 @@ class KernelBuilder:
     by the caller before emitting) is the kernel's thread-split index, whose
     loop runs only ``[start, end)``.  With ``body_only`` there is no wrapper:
     the body itself is the external function ``symbol``, its parameters the
-    buffers in :func:`.plan.kernel_buffers` order, then ``start`` and ``end``
+    buffers in :func:`stripeml.analysis.canonical.kernel_buffers` order, then ``start`` and ``end``
     (a wrapper elsewhere calls it; see :func:`.llvm.generate`).
     """
 

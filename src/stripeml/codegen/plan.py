@@ -5,7 +5,7 @@ The LLVM generator (:mod:`.llvm_kernel`) and the C-style GPU generators
 decisions they share, pure questions about blocks (no printing, no LLVM):
 
 * **names**: :func:`sanitize`, :func:`kernel_symbol`, and the root buffers a
-  kernel takes as parameters (:func:`kernel_buffers`);
+  kernel takes as parameters (:func:`stripeml.analysis.canonical.kernel_buffers`);
 * **refinements** (:func:`views`): where a view starts in the underlying
   memory (:func:`view_offset`) and how generated code treats it, its *mode*
   (:func:`ref_mode`, the modes listed in :data:`MODES`);
@@ -64,15 +64,6 @@ def sanitize(name: str) -> str:
 def kernel_symbol(position: int, kernel: Block) -> str:
     """The function name of the kernel that is root statement number ``position``."""
     return f"k{position}_{sanitize(kernel.name)}"
-
-
-def kernel_buffers(kernel: Block) -> tuple[str, ...]:
-    """The root buffers ``kernel`` refines, in first-use order: its parameters."""
-    used: list[str] = []
-    for r in kernel.refs:
-        if r.from_ and r.from_ not in used:
-            used.append(r.from_)
-    return tuple(used)
 
 
 def index_names(blk: Block) -> set[str]:

@@ -226,6 +226,18 @@ def format_block(block: Block, indent: int = 0) -> str:
     return "\n".join(lines)
 
 
+#: The program printed last and its text: the compiler prints a program's final
+#: form more than once (the executable's ``ir``, the kernel cache's key), and
+#: nodes are immutable, so the same object has the same text.
+_LAST: tuple[Program, str] | None = None
+
+
 def format(program: Program) -> str:  # noqa: A001 - the pinned public name
     """The program as Stripe IR text (ends with a newline)."""
-    return format_block(program.root) + "\n"
+    global _LAST
+    last = _LAST
+    if last is not None and last[0] is program:
+        return last[1]
+    text = format_block(program.root) + "\n"
+    _LAST = (program, text)
+    return text

@@ -5,9 +5,10 @@ the program is verified: by default incrementally (a root kernel verified
 before, unchanged and seeing the same root buffers, is not verified again, so
 the program that leaves the pipeline is proven valid, bounds included, without
 re-proving what no pass touched), or, with ``verify_all``, the whole program
-after every pass (``STRIPEML_VERIFY=all``, read by :mod:`stripeml.api`); its text is recorded in the stages only when the pass
-changed it (an identity check on the immutable IR), and the time each pass took
-is kept.  With ``check`` set, the interpreter re-runs the program after each
+after every pass (``STRIPEML_VERIFY=all``, read by :mod:`stripeml.api`).  The
+program is recorded as a stage only when the pass changed it (an identity
+check on the immutable IR; the stages' texts are printed when first asked
+for), and the time each pass took is kept.  With ``check`` set, the interpreter re-runs the program after each
 pass and compares with the unoptimised result (semantic preservation).
 """
 
@@ -26,9 +27,22 @@ from .registry import Pass
 
 @dataclass
 class PipelineResult:
+    """The final program, each stage's program (``lower``, then every pass that
+    changed it) and each pass's time.  The stages' texts are printed when first
+    asked for (most compiles never look at them)."""
+
     program: Program
-    stages: list[tuple[str, str]]
+    programs: list[tuple[str, Program]]
     timings: list[tuple[str, float]] = field(default_factory=list)
+    _texts: list[tuple[str, str]] | None = field(default=None, repr=False)
+
+    @property
+    def stages(self) -> list[tuple[str, str]]:
+        """``[(stage, IR text)]``."""
+        if self._texts is None:
+            with phase("print IR"):
+                self._texts = [(name, format_ir(p)) for name, p in self.programs]
+        return self._texts
 
 
 def run_pipeline(
@@ -46,8 +60,7 @@ def run_pipeline(
 
     with phase("verify"):
         verify(program, verified())
-    with phase("print IR"):
-        stages = [("lower", format_ir(program))]
+    stages: list[tuple[str, Program]] = [("lower", program)]
     timings: list[tuple[str, float]] = []
     for p in passes:
         start = time.perf_counter()
@@ -60,7 +73,6 @@ def run_pipeline(
             verify(new, verified())
         if check is not None:
             check(p.name, new)
-        with phase("print IR"):
-            stages.append((p.name, format_ir(new)))
+        stages.append((p.name, new))
         program = new
     return PipelineResult(program, stages, timings)

@@ -19,7 +19,9 @@ nothing else.  A kernel with no race-free index of 2 or more values, or a
 Requires: verified IR.  Guarantees: the same results and verified IR (only
 the index order and a tag change), the same object when nothing is marked, a
 fixed point (marked kernels are skipped), and for every ``#thread`` kernel a
-race-free first index.
+race-free first index.  Kernels equal up to names (a model's repeated layers,
+:mod:`stripeml.analysis.canonical`) are decided once: the choice depends on the
+kernel alone, and the canonical form keeps its index names.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..analysis.access import accesses
+from ..analysis.canonical import canonical_kernel
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import parse_selector
 from ..ir.dtypes import itemsize
@@ -60,9 +63,13 @@ class Thread:
             return program
         wanted = parse_selector(self.select)
         stmts: list[Statement] = []
+        chosen: dict[str, str | None] = {}  # canonical form -> index: a model's layers repeat
         for s in program.root.stmts:
             if isinstance(s, Block) and wanted(s.tags) and "thread" not in s.tags:
-                index = choose_thread_index(s, self.threads)
+                key = canonical_kernel(program.root, s).text
+                if key not in chosen:
+                    chosen[key] = choose_thread_index(s, self.threads)
+                index = chosen[key]
                 if index is not None:
                     s = mark_threaded(s, index)
             stmts.append(s)

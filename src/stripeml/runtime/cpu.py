@@ -8,7 +8,7 @@
    MCJIT engine: no code generation, no LLVM parsing or optimisation;
 3. on a miss, :func:`generate_module` (the code generator) builds the LLVM IR
    and its metadata (:mod:`stripeml.codegen.cpu_abi`): one body per distinct
-   kernel (kernels equal up to names share one, :mod:`stripeml.codegen.canonical`)
+   kernel (kernels equal up to names share one, :mod:`stripeml.analysis.canonical`)
    and a module of wrappers, one per kernel step, that call them.  Bodies
    already in the cache's ``bodies/`` folder (from any program) are not
    generated again; the others are optimised (O3, copies O1) and emitted on

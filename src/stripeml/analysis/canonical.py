@@ -8,7 +8,7 @@ machine code, so :func:`canonical_kernel` renames them all, in order of first
 appearance:
 
 * the root buffers the kernel refines (its parameters, in the order of
-  :func:`.plan.kernel_buffers`) become ``b0``, ``b1`` ... in a root block that
+  :func:`kernel_buffers`) become ``b0``, ``b1`` ... in a root block that
   holds only them, with their dtype, sizes and strides.  Whether a root buffer
   is a parameter, a result or a temporary, its arena offset, location and
   ``const`` mark are the runtime's business, not the kernel's: the code
@@ -44,9 +44,17 @@ from ..ir.nodes import (
     Store,
 )
 from ..ir.printer import format as format_ir
-from .plan import kernel_buffers
 
-__all__ = ["CanonicalKernel", "canonical_kernel"]
+__all__ = ["CanonicalKernel", "canonical_kernel", "kernel_buffers"]
+
+
+def kernel_buffers(kernel: Block) -> tuple[str, ...]:
+    """The root buffers ``kernel`` refines, in first-use order: its parameters."""
+    used: list[str] = []
+    for r in kernel.refs:
+        if r.from_ and r.from_ not in used:
+            used.append(r.from_)
+    return tuple(used)
 
 
 @dataclass(frozen=True, slots=True)
