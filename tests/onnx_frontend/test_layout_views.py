@@ -149,3 +149,16 @@ def test_shape_ops_of_channels_last_values(target):
     model = _graph(nodes, {"x": [1, 4, 4, 5]}, ["f", "u", "r"], inits)
     x = RNG.standard_normal((1, 4, 4, 5)).astype(np.float32)
     _check(model, {"x": x}, target)
+
+
+@pytest.mark.parametrize(
+    "shape", [(8, 3, 3, 3), (16, 1, 3, 3), (200, 70, 1, 1), (5, 7, 1, 3), (6, 1, 1, 1), (130, 4, 2, 5)]
+)
+def test_weights_laid_out_channels_last_in_blocks(shape):
+    """The blocked copy of convolution weights is NumPy's transpose, contiguous."""
+    from stripeml.onnx.layout import _channels_last
+
+    w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got = _channels_last(w)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(got, w.transpose(2, 3, 1, 0))
