@@ -39,6 +39,7 @@ from .passes.manager import PipelineResult, run_pipeline
 from .phases import phase
 from .runtime.backend import Backend, Compiled, backend_for
 from .runtime.host import check_memory, out_of_memory, separate_outputs
+from .runtime.memo import SignatureCache
 from .targets import Target, resolve
 from .targets.loader import check_threads
 from .tile import ast
@@ -359,7 +360,8 @@ class Function:
         #: The parameters a call passes (those not bound as constants), in order.
         self.params: tuple[str, ...] = tuple(p for p in every if p not in self.constants)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
-        self._cache: dict[Signature, Executable] = {}
+        # compiled signatures, most recently used last, bounded in bytes (runtime/memo.py)
+        self._cache: SignatureCache[Executable] = SignatureCache(_footprint)
 
     def __repr__(self) -> str:
         return f"<stripeml.Function {self.name}({', '.join(self.params)}) -> ({', '.join(self.outputs)}) target={self.target.name!r}>"
@@ -410,7 +412,7 @@ class Function:
                     compiled = self._compile(result.program)
                     exe = Executable(self, result.program, result, compiled, result.timings)
                     self._to_disk(sig, exe.ir)
-            self._cache[sig] = exe
+            self._cache.put(sig, exe)
         return exe
 
     def _compile(self, program: Program) -> Compiled:
@@ -515,6 +517,12 @@ def compile(  # noqa: A001
     The arrays are copied, so later changes to them do not reach the function.
     """
     return Function(source, target, name, constants, threads)
+
+
+def _footprint(exe: Executable) -> int:
+    """What an executable is counted at in memory: the bytes of its program's
+    temporaries and results (an upper bound of its arena and constant layouts)."""
+    return sum(_nbytes(r) for r in exe.program.root.refs if r.dir != "in")
 
 
 def _bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str, np.ndarray]:

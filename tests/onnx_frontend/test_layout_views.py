@@ -152,7 +152,8 @@ def test_shape_ops_of_channels_last_values(target):
 
 
 @pytest.mark.parametrize(
-    "shape", [(8, 3, 3, 3), (16, 1, 3, 3), (200, 70, 1, 1), (5, 7, 1, 3), (6, 1, 1, 1), (130, 4, 2, 5)]
+    "shape",
+    [(8, 3, 3, 3), (16, 1, 3, 3), (200, 70, 1, 1), (5, 7, 1, 3), (6, 1, 1, 1), (130, 4, 2, 5)],
 )
 def test_weights_laid_out_channels_last_in_blocks(shape):
     """The blocked copy of convolution weights is NumPy's transpose, contiguous."""

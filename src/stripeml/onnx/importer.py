@@ -99,7 +99,8 @@ class OnnxFunction:
         self.input_names = [i.name for i in self.graph.inputs]
         self.output_names = list(self.graph.outputs)
         self._static = self.graph.static_inputs()
-        self._cache: dict[_Key, Specialised] = {}
+        # one program per input shape, most recently used last, bounded in bytes
+        self._cache: api.SignatureCache[Specialised] = api.SignatureCache(_spec_footprint)
 
     def __repr__(self) -> str:
         return (
@@ -156,7 +157,7 @@ class OnnxFunction:
         if spec is None:
             with phase("onnx import"):
                 spec = self._build(arrays)
-            self._cache[key] = spec
+            self._cache.put(key, spec)
         return spec
 
     def _say(self, text: str) -> None:
@@ -250,6 +251,12 @@ class OnnxFunction:
     def source(self, *args: Any, **kwargs: Any) -> str:
         """The generated Tile program for these inputs."""
         return self.specialise(self._arrays(args, kwargs)).source
+
+
+def _spec_footprint(spec: Specialised) -> int:
+    """A specialised model counts what its compiled signatures count."""
+    fn = spec.function
+    return 0 if fn is None else fn._cache.nbytes
 
 
 def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> None:
