@@ -197,7 +197,7 @@ class FakeGenerator:
         self.calls = 0
 
     def __call__(
-        self, program: Program, vector_width: int, fma: bool = False, known: object = None
+        self, program: Program, vector_width: int, fma: bool = False, **_: object
     ) -> CpuModule:
         self.calls += 1
         buffers = tuple(

@@ -44,6 +44,7 @@ def generate(
     triple: str = "",
     fma: bool = False,
     known: Known | None = None,
+    on_body: Callable[[Body], None] | None = None,
 ) -> CpuModule:
     """Generate the LLVM code and the metadata the CPU runtime needs.
 
@@ -51,7 +52,8 @@ def generate(
     its own (``bodies``), generated from the kernel's canonical form
     (:func:`stripeml.analysis.canonical.canonical_kernel`) and named after it, so kernels equal
     up to names share one body.  A body ``known`` reports is not generated
-    again (its ``llvm_ir`` is ``None``).
+    again (its ``llvm_ir`` is ``None``); ``on_body`` is told of each body as soon
+    as it is generated (the runtime starts compiling it while the rest are).
 
     ``fma``: float multiplies and the additions they feed carry LLVM's
     ``contract`` flag, so LLVM may fuse them into one FMA (one rounding instead
@@ -82,6 +84,8 @@ def generate(
                     body = Body(symbol, None, info, body_opt_level(stmt))
                 else:
                     body = _body(canon, symbol, vector_width, triple, fma)
+                    if on_body is not None:
+                        on_body(body)
                 bodies[symbol] = body
             fn = declared.get(symbol)
             if fn is None:

@@ -48,14 +48,14 @@ import ctypes
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..analysis.constness import constness
-from ..codegen.cpu_abi import CpuModule, KernelInfo, Step
+from ..codegen.cpu_abi import Body, CpuModule, KernelInfo, Step
 from ..ir.nodes import Block, Program, Refinement, Special
 from ..ir.printer import format as format_ir
 from ..phases import phase
@@ -91,13 +91,18 @@ CHUNKS_PER_THREAD = 4
 
 
 def generate_module(
-    program: Program, vector_width: int, fma: bool = False, known: Known | None = None
+    program: Program,
+    vector_width: int,
+    fma: bool = False,
+    known: Known | None = None,
+    on_body: Callable[[Body], None] | None = None,
 ) -> CpuModule:
     """The code generator (imported lazily; tests replace this function).
-    ``known``: finds the bodies compiled before (they are not generated again)."""
+    ``known``: finds the bodies compiled before (they are not generated again);
+    ``on_body``: told of each body as it is generated."""
     from ..codegen.llvm import generate
 
-    return generate(program, vector_width=vector_width, fma=fma, known=known)
+    return generate(program, vector_width=vector_width, fma=fma, known=known, on_body=on_body)
 
 
 @dataclass(frozen=True)
@@ -202,19 +207,28 @@ class CpuBackend:
             return body.module.steps[0].kernel
 
         kernels = sum(1 for s in program.root.stmts if isinstance(s, Block))
-        llvm_pool.prestart(kernels)
-        with phase("codegen"):
-            module = generate_module(program, o.vector_width, o.fma, known=known)
-        todo = [b for b in module.bodies if b.llvm_ir is not None]
-        jobs = [(b.llvm_ir or "", b.opt) for b in todo] + [(module.llvm_ir, GLUE_OPT_LEVEL)]
-        objects = llvm_pool.compile_modules(jobs)
+        at: dict[str, int] = {}  # body symbol -> its place in the stream
+        with llvm_pool.Stream(kernels) as stream:  # bodies compile as they are generated
+
+            def made(body: Body) -> None:
+                at[body.symbol] = stream.submit(body.llvm_ir or "", body.opt)
+
+            with phase("codegen"):
+                module = generate_module(program, o.vector_width, o.fma, known=known, on_body=made)
+            todo = [b for b in module.bodies if b.llvm_ir is not None]
+            for b in todo:
+                if b.symbol not in at:  # a generator that does not report its bodies
+                    made(b)
+            glue = stream.submit(module.llvm_ir, GLUE_OPT_LEVEL)
+            objects = stream.finish()
         with phase("cache write"):
-            for body, obj in zip(todo, objects):
-                made = Entry(obj, CpuModule(body.llvm_ir or "", (), (Step(kernel=body.info),)))
-                body_cache.put(_body_key(body.symbol, described), made)
-                found[body.symbol] = made
+            for body in todo:
+                obj = objects[at[body.symbol]]
+                stored = Entry(obj, CpuModule(body.llvm_ir or "", (), (Step(kernel=body.info),)))
+                body_cache.put(_body_key(body.symbol, described), stored)
+                found[body.symbol] = stored
             listed = tuple(replace(b, llvm_ir=None) for b in module.bodies)
-            entry = Entry(objects[-1], replace(module, bodies=listed))
+            entry = Entry(objects[glue], replace(module, bodies=listed))
             cache.put(key, entry)
         return entry, [found[b.symbol] for b in module.bodies]
 

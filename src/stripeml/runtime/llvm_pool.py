@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,14 @@ from ..errors import InternalError
 from ..phases import phase
 from . import jit, llvm_worker
 
-__all__ = ["MIN_PARALLEL", "WORKERS_VARIABLE", "compile_modules", "prestart", "worker_count"]
+__all__ = [
+    "MIN_PARALLEL",
+    "WORKERS_VARIABLE",
+    "Stream",
+    "compile_modules",
+    "prestart",
+    "worker_count",
+]
 
 #: The environment variable that sets the number of helper processes.
 WORKERS_VARIABLE = "STRIPEML_COMPILE_WORKERS"
@@ -145,57 +153,114 @@ def _drop(helper: _Helper | None, why: str) -> None:
         warnings.warn(f"LLVM compiles in this process only: {why}", RuntimeWarning, stacklevel=4)
 
 
-def compile_modules(modules: Sequence[tuple[str, int]]) -> list[bytes]:
-    """The object code of each ``(LLVM IR text, opt level)``, in order."""
-    results: list[bytes | None] = [None] * len(modules)
-    errors: list[str] = []
-    order = sorted(range(len(modules)), key=lambda k: -len(modules[k][0]))
-    lock = threading.Lock()
+class Stream:
+    """Modules compiled as they are made: :meth:`submit` hands each to the helpers
+    at once (they compile while the caller generates the next), :meth:`finish`
+    compiles here what no helper took and returns every object in submission
+    order.  Use it as a context manager, so an error on the way stops the
+    helpers' threads and frees them for the next program."""
 
-    def take() -> int | None:
-        with lock:
-            return order.pop(0) if order and not errors else None
+    def __init__(self, expected: int) -> None:
+        self._modules: list[tuple[str, int]] = []
+        self._results: list[bytes | None] = []
+        self._pending: deque[int] = deque()
+        self._errors: list[str] = []
+        self._closed = False
+        self._cond = threading.Condition()
+        helpers = _helpers() if expected >= MIN_PARALLEL else []
+        self._helpers = [h for h in helpers if h.busy.acquire(blocking=False)]  # others: busy
+        self._threads = [
+            threading.Thread(target=self._feed, args=(h,), daemon=True) for h in self._helpers
+        ]
+        for t in self._threads:
+            t.start()
 
-    def feed(helper: _Helper) -> None:
-        while (k := take()) is not None:
-            text, opt = modules[k]
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        if kind is not None:  # the caller failed: stop handing out modules
+            with self._cond:
+                self._errors.append("abandoned")
+        self._close()
+
+    def submit(self, text: str, opt: int) -> int:
+        """Queue a module; its position in :meth:`finish`'s list."""
+        with self._cond:
+            k = len(self._modules)
+            self._modules.append((text, opt))
+            self._results.append(None)
+            self._pending.append(k)
+            self._cond.notify()
+            return k
+
+    def _take(self, wait: bool) -> int | None:
+        with self._cond:
+            while True:
+                if self._errors:
+                    return None
+                if self._pending:
+                    return self._pending.popleft()
+                if self._closed or not wait:
+                    return None
+                self._cond.wait()
+
+    def _feed(self, helper: _Helper) -> None:
+        while (k := self._take(wait=True)) is not None:
+            text, opt = self._modules[k]
             try:
                 ok, value = helper.compile(text, opt)
             except (OSError, EOFError, ValueError, TypeError) as exc:
-                with lock:
-                    order.insert(0, k)  # this thread compiles it instead
+                with self._cond:
+                    self._pending.appendleft(k)  # another thread compiles it instead
+                    self._cond.notify_all()
                 _drop(helper, f"a helper process failed ({exc})")
                 return
             if ok and isinstance(value, bytes):
-                results[k] = value
+                self._results[k] = value
             else:
-                with lock:
-                    errors.append(str(value))
+                with self._cond:
+                    self._errors.append(str(value))
 
-    helpers = _helpers() if len(modules) >= MIN_PARALLEL else []
-    helpers = [h for h in helpers if h.busy.acquire(blocking=False)]  # others: another compile's
-    threads = [threading.Thread(target=feed, args=(h,), daemon=True) for h in helpers]
-    try:
-        with phase("llvm (helpers)"):
-            for t in threads:
-                t.start()
-        while (k := take()) is not None:
-            text, opt = modules[k]
+    def _here(self) -> None:
+        while (k := self._take(wait=False)) is not None:
+            text, opt = self._modules[k]
             try:
-                results[k] = jit.compile_ir(text, opt=opt)
+                self._results[k] = jit.compile_ir(text, opt=opt)
             except InternalError as exc:
-                with lock:
-                    errors.append(str(exc).removeprefix("the generated LLVM IR is invalid: "))
-    finally:
-        with phase("llvm (waiting for helpers)"):
-            for t in threads:
-                t.join()
-        for h in helpers:
-            h.busy.release()
-    while (k := take()) is not None:  # a helper dropped out after this thread finished
-        text, opt = modules[k]
-        results[k] = jit.compile_ir(text, opt=opt)
-    if errors:
-        raise InternalError(f"the generated LLVM IR is invalid: {errors[0]}")
-    assert all(r is not None for r in results)
-    return [r for r in results if r is not None]
+                with self._cond:
+                    self._errors.append(str(exc).removeprefix("the generated LLVM IR is invalid: "))
+
+    def _close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        try:
+            self._here()
+        finally:
+            with phase("llvm (waiting for helpers)"):
+                for t in self._threads:
+                    t.join()
+            for h in self._helpers:
+                h.busy.release()
+        self._here()  # what a helper gave back after this thread had finished
+
+    def finish(self) -> list[bytes]:
+        """Every submitted module's object, in submission order."""
+        self._close()
+        if self._errors:
+            raise InternalError(f"the generated LLVM IR is invalid: {self._errors[0]}")
+        assert all(r is not None for r in self._results)
+        return [r for r in self._results if r is not None]
+
+
+def compile_modules(modules: Sequence[tuple[str, int]]) -> list[bytes]:
+    """The object code of each ``(LLVM IR text, opt level)``, in order (handed out
+    largest first)."""
+    order = sorted(range(len(modules)), key=lambda k: -len(modules[k][0]))
+    with Stream(len(modules)) as stream:
+        at = {k: stream.submit(*modules[k]) for k in order}
+        objects = stream.finish()
+    return [objects[at[k]] for k in range(len(modules))]
