@@ -411,7 +411,7 @@ class Function:
                     result = self._optimise(sig)
                     compiled = self._compile(result.program)
                     exe = Executable(self, result.program, result, compiled, result.timings)
-                    self._to_disk(sig, exe.ir)
+                    self._to_disk(sig, exe)
             self._cache.put(sig, exe)
         return exe
 
@@ -462,23 +462,27 @@ class Function:
         if key is None:
             return None
         from .ir.parser import parse as parse_ir
+        from .ir.printer import remember
         from .runtime.kernel_cache import ProgramCache
 
         with phase("cache read"):
-            text = ProgramCache(self.backend.cache_dir).get(key)
-        if text is None:
+            found = ProgramCache(self.backend.cache_dir).get_program(key)
+        if found is None:
             return None
-        with phase("parse IR"):
-            program = parse_ir(text)
+        text, program = found
+        if program is None:
+            with phase("parse IR"):
+                program = parse_ir(text)
+        remember(program, text)
         return Executable(self, program, None, self._compile(program), [], ir=text)
 
-    def _to_disk(self, sig: Signature, text: str) -> None:
+    def _to_disk(self, sig: Signature, exe: Executable) -> None:
         key = self._disk_key(sig)
         if key is not None:
             from .runtime.kernel_cache import ProgramCache
 
             with phase("cache write"):
-                ProgramCache(self.backend.cache_dir).put(key, text)
+                ProgramCache(self.backend.cache_dir).put(key, exe.ir, exe.program)
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable:
         """Specialise for these inputs' shapes and dtypes without running."""

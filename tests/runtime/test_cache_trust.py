@@ -223,3 +223,50 @@ def test_every_byte_of_an_entry_is_covered_by_its_tag(tmp_path):
         flipped = bytearray(data)
         flipped[at] ^= 0x01
         assert not authentic(key, KEY, bytes(flipped)), at
+
+
+def test_a_program_comes_back_with_its_text(tmp_path):
+    import stripeml
+
+    exe = stripeml.compile("function (A[N]) -> (B) { B = exp(A) + 1; }", target="interp").lower(
+        np.zeros(5, np.float32)
+    )
+    assert ProgramCache(tmp_path).put(KEY, exe.ir, exe.program)
+    text, program = ProgramCache(tmp_path).get_program(KEY)
+    assert text == exe.ir and program == exe.program
+    assert ProgramCache(tmp_path).get(KEY) == exe.ir
+    assert ProgramCache(tmp_path).put(KEY, "text only")
+    assert ProgramCache(tmp_path).get_program(KEY) == ("text only", None)
+
+
+class _Touch:
+    """What a pickle must never do from a cache entry: call anything (here: create
+    the file ``path``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
+
+
+@pytest.mark.parametrize("kind", ["call", "not a program"])
+def test_an_authentic_entry_unpickles_ir_nodes_only(tmp_path, kind):
+    """Even an entry with a good tag (written by a broken or hostile stripeml with the
+    key) cannot make the program cache run or return anything but a program."""
+    import pickle
+    import struct
+
+    from stripeml.runtime.cache_store import pack
+    from stripeml.runtime.kernel_cache import FORMAT_VERSION, PROGRAM_MAGIC
+
+    marker = tmp_path / "ran"
+    payload = _Touch(marker) if kind == "call" else {"not": "a program"}
+    programs = ProgramCache(tmp_path)
+    text = b"block [] #program () {\n}\n"
+    data = struct.pack("<Q", len(text)) + text + pickle.dumps(payload)
+    assert programs.entries.store(KEY, pack(PROGRAM_MAGIC, FORMAT_VERSION, data))
+    got, messages = _caught(lambda: ProgramCache(tmp_path).get_program(KEY))
+    assert got is None and any("is not an IR node" in m or "not a program" in m for m in messages)
+    assert not programs.entries.path(KEY).exists()  # removed: the next compile rewrites it
+    assert not marker.exists()  # nothing was called

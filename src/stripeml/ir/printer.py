@@ -232,6 +232,13 @@ def format_block(block: Block, indent: int = 0) -> str:
 _LAST: tuple[Program, str] | None = None
 
 
+def remember(program: Program, text: str) -> None:
+    """Say that ``text`` is ``program``'s text (a program read back with its text
+    from a cache), so printing it again costs nothing."""
+    global _LAST
+    _LAST = (program, text)
+
+
 def format(program: Program) -> str:  # noqa: A001 - the pinned public name
     """The program as Stripe IR text (ends with a newline)."""
     global _LAST
