@@ -24,8 +24,9 @@ from pathlib import Path
 
 KEY_FILE = "key"
 KEY_BYTES = 32
-#: The entry folders under the root and the suffix of their entry files.
-FOLDERS = {"cpu": ".kernel", "bodies": ".body", "programs": ".stripe"}
+#: The entry folders under the root and the suffix of their entry files (runtime/:
+#: the native thread pool's own object code).
+FOLDERS = {"cpu": ".kernel", "bodies": ".body", "programs": ".stripe", "runtime": ".kernel"}
 _WARNED: set[tuple[str, str]] = set()  # (root, what) already reported by this process
 
 
