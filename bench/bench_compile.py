@@ -137,7 +137,8 @@ SECOND_SHAPE = "bert_base_seq"
 
 
 def _child(args: list[str], cache: str | None = None) -> dict:
-    """Run this script with ``args`` in a fresh process; its JSON answer."""
+    """Run this script with ``args`` in a fresh process; its JSON answer (the
+    stripeml it imports is the one on ``$PYTHONPATH``, else the installed one)."""
     env = dict(os.environ)
     # as a user's process: no OpenBLAS overrides, and Python's bytecode cached (an
     # installed package has its .pyc files; PYTHONDONTWRITEBYTECODE would make every
@@ -168,10 +169,16 @@ def _load_model(name: str):
 def child_stripeml(name: str, seqs: list[int]) -> dict:
     """Compile and run ``name`` once per sequence length (or once, at its own shape)."""
     start = time.perf_counter()
+    import contextlib
+
     import onnx  # noqa: F401 - imported before the clock, as a user's process has it
 
     import stripeml.onnx
-    from stripeml import phases
+
+    try:
+        from stripeml import phases
+    except ImportError:  # a stripeml from before the compile profile (comparisons)
+        phases = None
 
     import_s = time.perf_counter() - start
     model, feeds = _load_model(name)
@@ -179,14 +186,16 @@ def child_stripeml(name: str, seqs: list[int]) -> dict:
     fn = None
     for seq in seqs or [0]:
         given = {k: v[:, :seq] for k, v in feeds.items()} if seq else feeds
-        with phases.recording() as rec:
+        rec = phases.recording() if phases is not None else contextlib.nullcontext()
+        with rec as profile:
             t0 = time.perf_counter()
             if fn is None:
                 fn = stripeml.onnx.compile(model, target="cpu")
-            with phases.phase("first run"):
+            with phases.phase("first run") if phases is not None else contextlib.nullcontext():
                 fn(**given)
             times.append(time.perf_counter() - t0)
-        profiles.append({n: round(s, 4) for n, s, _ in rec.rows()})
+        rows = profile.rows() if profile is not None else []
+        profiles.append({n: round(s, 4) for n, s, _ in rows})
     return {"import_s": import_s, "times": times, "phases": profiles}
 
 
