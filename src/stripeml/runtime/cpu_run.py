@@ -1,0 +1,422 @@
+"""Running a program the CPU backend compiled: :class:`CpuCompiled` runs the steps
+in order, splitting kernels over the native thread pool (:mod:`.native_pool`);
+see :mod:`.cpu` for the whole backend (its module docstring describes threads,
+temporaries and constant statements)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..analysis.constness import constness
+from ..codegen.cpu_abi import CpuModule, KernelInfo
+from ..ir.nodes import Program, Refinement, Special
+from . import jit, native_pool
+from .host import (
+    RootBuffer,
+    SeenInputs,
+    check_names,
+    checked,
+    run_root_special,
+)
+
+if TYPE_CHECKING:
+    pass
+
+#: Scalar operations a thread must get before a kernel is split.  With the
+#: Python pool this replaced, a hand-off cost 0.1-0.2 ms (about 1M operations on
+#: one core); the native pool's costs about 5 us, and on a 2-core znver3
+#: SqueezeNet and ResNet-50 measured the same with 16k, 64k and 1M here (the
+#: kernels below 1M operations are memory-bound copies and pools), so the
+#: threshold stayed.  ``CpuOptions(min_chunk_work=...)`` overrides it (tests force splits).
+MIN_WORK_PER_CHUNK = 1 << 20
+
+#: Chunks per thread of a split kernel.  Threads claim chunks one at a time, so
+#: a thread that starts late (a worker waking from sleep, or descheduled on a
+#: busy machine) takes fewer of them instead of delaying the kernel by a whole
+#: share.  On a quiet 2-core VM, 1 and 4 measured the same (ResNet-50 and
+#: SqueezeNet, 60 paired runs each: median ratio 1.003 and 0.996).
+CHUNKS_PER_THREAD = 4
+
+
+def chunk_bounds(
+    info: KernelInfo,
+    threads: int,
+    min_work: int = MIN_WORK_PER_CHUNK,
+    per_thread: int = 1,
+) -> list[int]:
+    """Split points of ``[0, parallel_extent)``: one chunk unless splitting pays.
+
+    A kernel is split when at least two threads would each get ``min_work``
+    operations; it is then cut into up to ``per_thread`` chunks per thread
+    (never more than its iterations), which threads claim one at a time.  Every
+    cut is a multiple of ``info.grain`` (a vectorised split index: whole vectors
+    per chunk, so no chunk runs a scalar tail the whole kernel would not).
+    """
+    extent = info.parallel_extent
+    if not info.splittable or threads < 2:
+        return [0, extent]
+    grain = max(1, info.grain)
+    steps = -(-extent // grain)  # whole grains (the last may be short)
+    parts = min(threads, steps, info.work // max(1, min_work))
+    if parts < 2:
+        return [0, extent]
+    chunks = min(steps, parts * max(1, per_thread))
+    return [min(extent, grain * (steps * i // chunks)) for i in range(chunks + 1)]
+
+
+class CpuCompiled:
+    """A program compiled for the host: native kernels plus the steps that run them.
+
+    ``code`` is the LLVM IR as the generator produced it (before optimisation);
+    it comes from the disk cache on a warm start.  The MCJIT engine that owns
+    the kernels' machine code lives as long as this object.
+
+    ``program``: the Stripe program the module was generated from (its root
+    refinements, in ``module.buffers`` order); the placed temporaries' offsets
+    come from it.  Without it every temporary gets its own array.
+    """
+
+    def __init__(
+        self,
+        module: CpuModule,
+        loaded: jit.LoadedObject,
+        threads: int,
+        program: Program | None = None,
+        min_chunk_work: int = MIN_WORK_PER_CHUNK,
+        chunks_per_thread: int = CHUNKS_PER_THREAD,
+        code: str | None = None,
+    ) -> None:
+        self.module = module
+        self.code = module.llvm_ir if code is None else code
+        self.threads = threads
+        self.min_chunk_work = min_chunk_work
+        self.chunks_per_thread = chunks_per_thread
+        self._loaded = loaded  # keeps the executable memory alive
+        refs: tuple[Refinement | None, ...] = (None,) * len(module.buffers)
+        if program is not None and [r.into for r in program.root.refs] == [
+            b.name for b in module.buffers
+        ]:
+            refs = program.root.refs
+        self._program = program
+        self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
+        self._seen = SeenInputs(len(self._buffers))  # a model's weights, call after call
+        self._in_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "in")
+        self._out_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "out")
+        # Steps computing from constant parameters alone run once, at the first call;
+        # the temporaries they write are kept (shared by every call) from then on.
+        const = constness(program) if program is not None else None
+        self._const_steps = const.statements if const is not None else frozenset()
+        kept = const.temporaries if const is not None else frozenset()
+        self._kept = {k: b for k, b in enumerate(self._buffers) if b.info.name in kept}
+        self._kept_storage: dict[int, np.ndarray] | None = None
+        self._temps = tuple(
+            b for b in self._buffers if b.info.kind not in ("in", "out") and b.info.name not in kept
+        )
+        arenas: dict[str, int] = {}
+        for b in self._temps:
+            if b.offset is not None:
+                arenas[b.location] = max(arenas.get(b.location, 0), b.offset + b.nbytes)
+        #: Bytes of each location's arena (the placed temporaries), per concurrent call.
+        self.arena_bytes: dict[str, int] = arenas
+        # Positions in ``self._temps`` of the temporaries zeroed again before a reuse
+        # (computed at the first reuse: most compiled programs never need it).
+        self._rezero: tuple[int, ...] | None = None
+        self._kernels = {
+            s.kernel.symbol: loaded.kernel(s.kernel.symbol)
+            for s in module.steps
+            if s.kernel is not None
+        }
+        self._addresses = {sym: loaded.address(sym) for sym in self._kernels}
+        # The steps as run, per (threads, min_chunk_work, chunks_per_thread, constant).
+        self._plans: dict[tuple[int, int, int, bool], list[tuple]] = {}
+        self._batch_plans: dict[tuple[int, int, int, bool], list] = {}
+        self._bound_arrays: list[np.ndarray] = []
+        self._spare_temps: list[list[np.ndarray]] = []
+        # Per set of temporaries (by id; the set is kept alive here): its pointer array.
+        self._frames: dict[int, tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p]]] = {}
+        self._lock = threading.Lock()
+        self._prime_lock = threading.Lock()
+        self._primed = False
+        # When a dict, each run adds every step's wall time under its block name.
+        self.step_seconds: dict[str, float] | None = None
+
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run on ``inputs`` (exact dtype and shape per ``in`` buffer) and return the outputs.
+
+        ``outputs`` may provide arrays for (some of) the results: they are
+        written in place and returned.  Program temporaries are reused across
+        calls (fresh pages are slow to touch): placed ones are views of one
+        arena per location, one set per concurrent call (see the module
+        docstring).  Output arrays must not alias inputs.
+        """
+        outputs = dict(outputs or {})
+        self._check_names(inputs, outputs)
+        temps = self._take_temps()
+        spare = iter(temps)
+        kept = self._kept_storages()
+        # The pointer array of this set of temporaries: their slots are filled
+        # once (a pointer costs microseconds, and a model has hundreds of
+        # temporaries); the parameters' slots are set on every call.
+        frame = self._frames.get(id(temps))
+        pointers = frame[1] if frame is not None else self._new_pointers()
+        storages: list[np.ndarray] = []
+        results: dict[str, np.ndarray] = {}
+        copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
+        seen = self._seen
+        for slot, buf in enumerate(self._buffers):
+            kind, name = buf.info.kind, buf.info.name
+            if kind == "in":
+                value = inputs[name]
+                hit = seen.get(slot, value)
+                if hit is not None:
+                    pointers[len(storages)] = hit[0]
+                    storages.append(hit[1])
+                    continue
+                arr = checked(buf, value, "input")
+                if buf.dense:
+                    storage = np.ascontiguousarray(arr).reshape(-1)
+                    seen.put(slot, value, arr, storage, buf.pointer)
+                else:
+                    storage = buf.storage()
+                    buf.logical(storage)[...] = arr
+            elif kind == "out":
+                target = outputs.get(name)
+                if target is not None:
+                    target = checked(buf, target, "output")
+                if target is not None and buf.dense and _writable_c(target):
+                    storage = target.reshape(-1)
+                    results[name] = target
+                elif target is None and buf.dense:
+                    # Fresh results start at zero, as on the interpreter: elements a
+                    # program never stores read 0 (calloc'd pages cost no more).
+                    # 64-byte aligned, like the arena: threads splitting a small
+                    # result by whole vectors then never share a cache line.
+                    nbytes = int(np.prod(buf.info.sizes)) * np.dtype(buf.dtype).itemsize
+                    raw = _zeroed_arena(nbytes)
+                    results[name] = raw.view(buf.dtype).reshape(buf.info.sizes)
+                    storage = results[name].reshape(-1)
+                else:
+                    storage = buf.storage()
+                    if target is not None:
+                        # Elements the program never stores keep the caller's values.
+                        buf.logical(storage)[...] = target
+                        results[name] = target
+                    copy_back.append((name, buf, storage))
+            else:
+                storage = kept[len(storages)] if len(storages) in kept else next(spare)
+                if frame is None:
+                    pointers[len(storages)] = buf.pointer(storage)
+                storages.append(storage)
+                continue
+            pointers[len(storages)] = buf.pointer(storage)
+            storages.append(storage)
+        if frame is None:
+            with self._lock:
+                self._frames[id(temps)] = (temps, pointers)
+        try:
+            if self._const_steps and not self._primed:
+                self._prime(pointers, storages)
+            self._run_steps(pointers, storages)
+        finally:
+            self._give_back_temps(temps)
+        for name, buf, storage in copy_back:
+            if name in results:
+                results[name][...] = buf.logical(storage)
+            else:
+                results[name] = np.array(buf.logical(storage), order="C")  # own memory
+        return {b.info.name: results[b.info.name] for b in self._buffers if b.info.kind == "out"}
+
+    # -- helpers -------------------------------------------------------------
+
+    def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
+        if inputs.keys() == self._in_names and outputs.keys() <= self._out_names:
+            return  # exactly the inputs, known outputs: nothing to report
+        check_names(self._buffers, inputs, outputs)
+
+    @property
+    def temp_bytes(self) -> dict[str, int]:
+        """Bytes of temporaries one call needs per location: the arena plus the
+        temporaries without an offset (``analysis.memory.peak_bytes`` of the root)."""
+        out = dict(self.arena_bytes)
+        for b in self._temps:
+            if b.offset is None:
+                out[b.location] = out.get(b.location, 0) + b.nbytes
+        return out
+
+    def _new_pointers(self) -> ctypes.Array[ctypes.c_void_p]:
+        return (ctypes.c_void_p * max(1, len(self._buffers)))()
+
+    def _take_temps(self) -> list[np.ndarray]:
+        """Storage of the temporaries for one call: a spare set, or a fresh one."""
+        with self._lock:
+            spare = self._spare_temps.pop() if self._spare_temps else None
+            if spare is not None and self._rezero is None:
+                self._rezero = self._initial_reads()
+        if spare is not None:
+            for k in self._rezero or ():
+                spare[k].fill(0)
+            return spare
+        arenas = {loc: _zeroed_arena(n) for loc, n in self.arena_bytes.items()}
+        return [
+            b.storage() if b.offset is None else b.view(arenas[b.location]) for b in self._temps
+        ]
+
+    def _initial_reads(self) -> tuple[int, ...]:
+        """Positions of the temporaries whose initial (zero) contents may be read."""
+        if not self._temps:
+            return ()
+        if self._program is None:  # nothing to analyse: keep the values of the last call
+            return ()
+        from ..analysis.liveness import initial_reads
+
+        names = initial_reads(self._program)
+        return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
+
+    def _give_back_temps(self, temps: list[np.ndarray]) -> None:
+        with self._lock:
+            self._spare_temps.append(temps)
+
+    def _kept_storages(self) -> dict[int, np.ndarray]:
+        """Storage of the constant temporaries (buffer position -> array), made once."""
+        if self._kept_storage is None:
+            with self._lock:
+                if self._kept_storage is None:
+                    self._kept_storage = {k: b.storage() for k, b in self._kept.items()}
+        return self._kept_storage
+
+    def _prime(self, pointers: ctypes.Array[ctypes.c_void_p], storages: list[np.ndarray]) -> None:
+        """Run the constant steps, in program order, once for this compiled program
+        (they read only constant parameters and the temporaries they write)."""
+        with self._prime_lock:
+            if not self._primed:
+                self._run_steps(pointers, storages, constant=True)
+                self._primed = True
+
+    def _run_steps(
+        self,
+        pointers: ctypes.Array[ctypes.c_void_p],
+        storages: list[np.ndarray],
+        constant: bool = False,
+    ) -> None:
+        times = self.step_seconds
+        plan = self._plan(constant)
+        ptrs = ctypes.addressof(pointers)
+        pool: native_pool.NativePool | None = None  # fetched at the first split kernel
+        fetched = False
+        if times is None and self.threads > 1:
+            # Runs of kernels go to native code in one call each (no Python
+            # between kernels); specials run here in between.
+            pool = native_pool.pool(self.threads - 1)
+            if pool is not None:
+                for part in self._batches(constant):
+                    if isinstance(part, native_pool.Batch):
+                        if not pool.run_batch(part, ptrs):
+                            self._run_plain(part.plan, pointers)
+                    else:
+                        self._run_special(part, storages)
+                return
+        for k, fn, addr, extent, bounds, special in plan:
+            start = time.perf_counter() if times is not None else 0.0
+            if special is not None:
+                self._run_special(special, storages)
+            elif bounds is None:
+                fn(pointers, 0, extent)
+            else:
+                if not fetched:
+                    pool, fetched = native_pool.pool(self.threads - 1), True
+                if pool is None or not pool.run_raw(addr, ptrs, *bounds):
+                    fn(pointers, 0, extent)
+            if times is not None:
+                step = self.module.steps[k]
+                info = step.kernel
+                name = info.block_name if info is not None else f"special{k}"
+                times[name] = times.get(name, 0.0) + time.perf_counter() - start
+
+    def _batches(self, constant: bool) -> list:
+        """The plan as runs of kernels (:class:`native_pool.Batch`, each with its
+        ``plan`` steps) and the specials between them, computed once."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
+        found = self._batch_plans.get(key)
+        if found is not None:
+            return found
+        parts: list = []
+        run: list[tuple] = []
+
+        def close() -> None:
+            if run:
+                batch = native_pool.Batch(
+                    [
+                        (addr, extent, *(bounds if bounds is not None else (0, 0)))
+                        for _, _, addr, extent, bounds, _ in run
+                    ],
+                    list(run),
+                )
+                parts.append(batch)
+                run.clear()
+
+        for step in self._plan(constant):
+            if step[5] is not None:
+                close()
+                parts.append(step[5])
+            else:
+                run.append(step)
+        close()
+        self._batch_plans[key] = parts
+        return parts
+
+    def _run_plain(self, plan: list[tuple], pointers: ctypes.Array[ctypes.c_void_p]) -> None:
+        """Kernel steps one by one on this thread (the pool is busy elsewhere)."""
+        for _, fn, _, extent, _, _ in plan:
+            fn(pointers, 0, extent)
+
+    def _plan(self, constant: bool = False) -> list[tuple]:
+        """Per step ``(position, fn, address, extent, (bounds address, chunks) or None,
+        special)`` for the current threading options (computed once per option set):
+        the constant steps, or all the others."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        plan = []
+        for k, step in enumerate(self.module.steps):
+            if (k in self._const_steps) != constant:
+                continue
+            info = step.kernel
+            if info is None:  # run by the host: a special, or a copy kernel
+                plan.append((k, None, 0, 0, None, step.special))
+                continue
+            cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
+            bounds = None
+            if len(cuts) > 2:
+                arr = np.array(cuts, np.int64)
+                self._bound_arrays.append(arr)  # kept alive: the pool reads it by address
+                bounds = (arr.ctypes.data, len(cuts) - 1)
+            fn = self._kernels[info.symbol]
+            plan.append((k, fn, self._addresses[info.symbol], info.parallel_extent, bounds, None))
+        self._plans[key] = plan
+        return plan
+
+    def _run_special(self, special: Special, storages: list[np.ndarray]) -> None:
+        run_root_special(special, self._buffers, storages)
+
+
+def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
+    """``nbytes`` zeroed bytes starting at a multiple of ``align`` (calloc'd: pages
+    are touched only when used)."""
+    raw = np.zeros(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start : start + nbytes]
+
+
+def _writable_c(arr: np.ndarray) -> bool:
+    return arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned
