@@ -16,7 +16,7 @@ import numpy as np
 from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule, KernelInfo
 from ..ir.nodes import Program, Refinement, Special
-from . import jit, native_pool
+from . import jit, native_pool, shared_constants
 from .host import (
     RootBuffer,
     SeenInputs,
@@ -115,6 +115,7 @@ class CpuCompiled:
         kept = const.temporaries if const is not None else frozenset()
         self._kept = {k: b for k, b in enumerate(self._buffers) if b.info.name in kept}
         self._kept_storage: dict[int, np.ndarray] | None = None
+        self._reuse: shared_constants.Reuse | None = None
         self._temps = tuple(
             b for b in self._buffers if b.info.kind not in ("in", "out") and b.info.name not in kept
         )
@@ -163,7 +164,7 @@ class CpuCompiled:
         self._check_names(inputs, outputs)
         temps = self._take_temps()
         spare = iter(temps)
-        kept = self._kept_storages()
+        kept = self._kept_storages(inputs)
         # The pointer array of this set of temporaries: their slots are filled
         # once (a pointer costs microseconds, and a model has hundreds of
         # temporaries); the parameters' slots are set on every call.
@@ -286,12 +287,21 @@ class CpuCompiled:
         with self._lock:
             self._spare_temps.append(temps)
 
-    def _kept_storages(self) -> dict[int, np.ndarray]:
-        """Storage of the constant temporaries (buffer position -> array), made once."""
+    def _kept_storages(self, inputs: Mapping[str, object]) -> dict[int, np.ndarray]:
+        """The kept temporaries' storage, made at the first call: those another
+        program of the process computed the same way are its arrays
+        (:mod:`.shared_constants`), the others are this program's own."""
         if self._kept_storage is None:
             with self._lock:
                 if self._kept_storage is None:
-                    self._kept_storage = {k: b.storage() for k, b in self._kept.items()}
+                    reuse = shared_constants.plan_reuse(
+                        self._program, self._buffers, self._const_steps, self._kept, inputs
+                    )
+                    shared = reuse.shared if reuse is not None else {}
+                    self._reuse = reuse
+                    self._kept_storage = {
+                        k: shared[k] if k in shared else b.storage() for k, b in self._kept.items()
+                    }
         return self._kept_storage
 
     def _prime(self, pointers: ctypes.Array[ctypes.c_void_p], storages: list[np.ndarray]) -> None:
@@ -300,6 +310,8 @@ class CpuCompiled:
         with self._prime_lock:
             if not self._primed:
                 self._run_steps(pointers, storages, constant=True)
+                if self._reuse is not None and self._kept_storage is not None:
+                    shared_constants.register(self._reuse, self._kept_storage)
                 self._primed = True
 
     def _run_steps(
@@ -388,8 +400,9 @@ class CpuCompiled:
         if plan is not None:
             return plan
         plan = []
+        skip = self._reuse.skip if self._reuse is not None else frozenset()
         for k, step in enumerate(self.module.steps):
-            if (k in self._const_steps) != constant:
+            if (k in self._const_steps) != constant or k in skip:
                 continue
             info = step.kernel
             if info is None:  # run by the host: a special, or a copy kernel
