@@ -358,7 +358,9 @@ def test_maxpool_int(target):
 def test_global_pools(target):
     x = randn(2, 3, 4, 5, 2)
     got = run(model("GlobalAveragePool", {"x": x}), target, x)
-    np.testing.assert_allclose(got, x.mean(axis=(2, 3, 4), keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(
+        got, x.mean(axis=(2, 3, 4), keepdims=True), rtol=1e-5, atol=1e-6
+    )  # a mean may be near 0
     got = run(model("GlobalMaxPool", {"x": x}), target, x)
     np.testing.assert_array_equal(got, x.max(axis=(2, 3, 4), keepdims=True))
 

@@ -91,6 +91,11 @@ def concat(b: Builder, n: Node) -> list[Value | None]:
     xs = [x for x in xs if x.size]  # empty inputs add nothing
     if len(xs) == 1:
         return [xs[0]]
+    if all(x.const is not None and not b.tile_name(x) for x in xs):
+        # known values (a shape being built): joined here, as reshape does, not
+        # compiled and run on the interpreter (3.7 ms per Concat of shape vectors)
+        joined = np.concatenate([np.asarray(x.const) for x in xs], axis=ax)
+        return [Value("", tuple(joined.shape), dtype, joined)]
     idx = indices(first.rank)
     prev: Value | None = None
     off = 0
