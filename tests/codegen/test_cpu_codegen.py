@@ -101,7 +101,7 @@ def test_noalias_on_distinct_buffers():
     text = generate(
         program(MATMUL, np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32))
     ).all_ir()
-    body = next(line for line in text.splitlines() if 'define void @"sk_' in line)
+    body = next(line for line in text.splitlines() if 'define internal void @"sk_' in line)
     assert body.count("noalias") == 3
 
 

@@ -28,7 +28,7 @@ from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
 from ..ir.nodes import Block, Program, Special
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
-from .llvm_builder import emit_wrapper
+from .llvm_builder import emit_forwarder
 from .llvm_kernel import KernelEmitter
 from .llvm_types import I64, PTR
 from .plan import kernel_symbol
@@ -48,8 +48,9 @@ def generate(
 ) -> CpuModule:
     """Generate the LLVM code and the metadata the CPU runtime needs.
 
-    Each root kernel becomes a wrapper in the module ``llvm_ir`` and a body of
-    its own (``bodies``), generated from the kernel's canonical form
+    Each root kernel becomes a wrapper in the module ``llvm_ir`` (it gathers
+    the kernel's buffer pointers into an array) and a body of its own
+    (``bodies``: an entry taking that array, the kernel's code inlined in it), generated from the kernel's canonical form
     (:func:`stripeml.analysis.canonical.canonical_kernel`) and named after it, so kernels equal
     up to names share one body.  A body ``known`` reports is not generated
     again (its ``llvm_ir`` is ``None``); ``on_body`` is told of each body as soon
@@ -88,13 +89,11 @@ def generate(
                         on_body(body)
                 bodies[symbol] = body
             fn = declared.get(symbol)
-            if fn is None:
-                params = [PTR] * len(canon.buffers) + [I64, I64]
-                fn = declared[symbol] = ir.Function(
-                    glue, ir.FunctionType(ir.VoidType(), params), symbol
-                )
+            if fn is None:  # the body's entry: (its own pointer array, start, end)
+                entry = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
+                fn = declared[symbol] = ir.Function(glue, entry, symbol)
             wrapper = kernel_symbol(n, stmt)
-            emit_wrapper(glue, wrapper, fn, [slot[name] for name in canon.buffers])
+            emit_forwarder(glue, wrapper, fn, [slot[name] for name in canon.buffers])
             steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
