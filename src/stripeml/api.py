@@ -38,7 +38,7 @@ from .ir.printer import format as format_ir
 from .passes.manager import PipelineResult, run_pipeline
 from .phases import phase
 from .runtime.backend import Backend, Compiled, backend_for
-from .runtime.host import check_memory, out_of_memory, separate_outputs
+from .runtime.host import bind_constants, check_memory, out_of_memory, separate_outputs
 from .runtime.memo import SignatureCache
 from .targets import Target, resolve
 from .targets.loader import check_threads
@@ -356,7 +356,7 @@ class Function:
         self.target: Target = target_for(target, threads)
         self.backend: Backend = backend_for(self.target)
         every = tuple(p.name for p in self.ast.params)
-        self.constants: dict[str, np.ndarray] = _bind_constants(every, constants or {})
+        self.constants: dict[str, np.ndarray] = bind_constants(every, constants or {})
         #: The parameters a call passes (those not bound as constants), in order.
         self.params: tuple[str, ...] = tuple(p for p in every if p not in self.constants)
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
@@ -527,40 +527,3 @@ def _footprint(exe: Executable) -> int:
     """What an executable is counted at in memory: the bytes of its program's
     temporaries and results (an upper bound of its arena and constant layouts)."""
     return sum(_nbytes(r) for r in exe.program.root.refs if r.dir != "in")
-
-
-def _bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Read-only copies of the constant parameters, in parameter order."""
-    unknown = [k for k in given if k not in params]
-    if unknown:
-        raise StripeError(
-            f"constants {', '.join(map(repr, unknown))} name no parameter "
-            f"(parameters: {', '.join(params)})"
-        )
-    out: dict[str, np.ndarray] = {}
-    for p in params:
-        if p not in given:
-            continue
-        value = given[p]
-        if isinstance(value, np.ndarray) and _immutable(value) and value.flags.c_contiguous:
-            arr = value  # nobody can change it: no copy needed
-        else:
-            try:
-                arr = np.array(value, copy=True, order="C")
-            except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
-                raise StripeError(f"constant '{p}' is not array-like: {exc}") from None
-            arr.setflags(write=False)
-        if arr.dtype == object or arr.dtype.kind in "USVMmc":
-            raise StripeError(f"constant '{p}' has unsupported dtype {arr.dtype}")
-        out[p] = arr
-    return out
-
-
-def _immutable(arr: np.ndarray) -> bool:
-    """Whether no one can write ``arr``'s elements through it or any array it views."""
-    base: object = arr
-    while isinstance(base, np.ndarray):
-        if base.flags.writeable:
-            return False
-        base = base.base
-    return base is None or isinstance(base, bytes)

@@ -71,21 +71,27 @@ def parse_size(text: str) -> int | None:
     return int(m[1]) * 1024 ** _UNITS.index(m[2].lower() or "_")
 
 
-def cache_limit() -> int:
-    """The most bytes the entries may take: ``$STRIPEML_CACHE_LIMIT`` or 1 GiB; 0 stores nothing."""
-    text = os.environ.get(LIMIT_ENV, "").strip()
+def size_from_env(variable: str, default: int) -> int:
+    """``$variable`` as a size (:func:`parse_size`), or ``default`` when unset; a value
+    that is not a size is warned about (once) and the default."""
+    text = os.environ.get(variable, "").strip()
     if not text:
-        return DEFAULT_LIMIT
+        return default
     limit = parse_size(text)
     if limit is None:
         warn_once(
-            LIMIT_ENV,
+            variable,
             text,
-            f"{LIMIT_ENV}={text!r} is not a size (bytes, or a number with K, M, G or T); "
-            f"using the default limit of {format_bytes(DEFAULT_LIMIT)}",
+            f"{variable}={text!r} is not a size (bytes, or a number with K, M, G or T); "
+            f"using the default limit of {format_bytes(default)}",
         )
-        return DEFAULT_LIMIT
+        return default
     return limit
+
+
+def cache_limit() -> int:
+    """The most bytes the entries may take: ``$STRIPEML_CACHE_LIMIT`` or 1 GiB; 0 stores nothing."""
+    return size_from_env(LIMIT_ENV, DEFAULT_LIMIT)
 
 
 def format_bytes(n: int) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen.cpu_abi import BufferInfo
-from ..errors import ShapeError, format_bytes
+from ..errors import ShapeError, StripeError, format_bytes
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Refinement, Special, TensorShape
 
@@ -336,3 +336,40 @@ class SeenInputs:
             self._held[slot] = (arr, arr.shape, arr.dtype, arr.strides, pointer(storage), storage)
         else:
             self._once[slot] = weakref.ref(arr)
+
+
+def bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Read-only copies of the constant parameters, in parameter order."""
+    unknown = [k for k in given if k not in params]
+    if unknown:
+        raise StripeError(
+            f"constants {', '.join(map(repr, unknown))} name no parameter "
+            f"(parameters: {', '.join(params)})"
+        )
+    out: dict[str, np.ndarray] = {}
+    for p in params:
+        if p not in given:
+            continue
+        value = given[p]
+        if isinstance(value, np.ndarray) and immutable(value) and value.flags.c_contiguous:
+            arr = value  # nobody can change it: no copy needed
+        else:
+            try:
+                arr = np.array(value, copy=True, order="C")
+            except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
+                raise StripeError(f"constant '{p}' is not array-like: {exc}") from None
+            arr.setflags(write=False)
+        if arr.dtype == object or arr.dtype.kind in "USVMmc":
+            raise StripeError(f"constant '{p}' has unsupported dtype {arr.dtype}")
+        out[p] = arr
+    return out
+
+
+def immutable(arr: np.ndarray) -> bool:
+    """Whether no one can write ``arr``'s elements through it or any array it views."""
+    base: object = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return base is None or isinstance(base, bytes)

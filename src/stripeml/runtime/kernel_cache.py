@@ -41,8 +41,12 @@ import struct
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
+from typing import ClassVar
 
 from ..codegen.cpu_abi import Body, BufferInfo, CpuModule, KernelInfo, Step
+from ..ir import affine as ir_affine
+from ..ir import nodes as ir_nodes
 from ..ir.nodes import Program, Special
 from ..ir.parser import parse
 from ..ir.printer import format_stmt
@@ -293,14 +297,13 @@ class ProgramCache:
 class _NodeUnpickler(pickle.Unpickler):
     """Unpickles Stripe IR nodes and nothing else (no other class, no function)."""
 
-    def find_class(self, module: str, name: str) -> type:
-        from ..ir import affine, nodes
+    ALLOWED: ClassVar[dict[str, ModuleType]] = {
+        "stripeml.ir.nodes": ir_nodes,
+        "stripeml.ir.affine": ir_affine,
+    }
 
-        allowed = {
-            "stripeml.ir.nodes": nodes,
-            "stripeml.ir.affine": affine,
-        }
-        found = getattr(allowed.get(module), name, None)
+    def find_class(self, module: str, name: str) -> type:
+        found = getattr(self.ALLOWED.get(module), name, None)
         if not isinstance(found, type) or found.__module__ != module:
             raise pickle.UnpicklingError(f"{module}.{name} is not an IR node")
         return found

@@ -12,7 +12,7 @@ it.
 Helpers: ``$STRIPEML_COMPILE_WORKERS`` of them (default: one less than the
 CPUs this process may use, at most 7; ``0`` compiles everything here).  They
 start the first time a program has at least :data:`MIN_PARALLEL` modules to
-compile (about 50 ms, while the code generator runs: :func:`prestart`), live
+compile (about 50 ms, while the code generator runs: :class:`Stream`), live
 as long as the process and exit when it does (their input closes).  A helper
 that fails to start, dies or answers nonsense is dropped with one warning and
 its modules are compiled here; bad IR is an :class:`InternalError` either way.
@@ -40,7 +40,6 @@ __all__ = [
     "WORKERS_VARIABLE",
     "Stream",
     "compile_modules",
-    "prestart",
     "worker_count",
 ]
 
@@ -120,13 +119,6 @@ def _close_all() -> None:
 _HELPERS: list[_Helper] = []
 _STARTED = threading.Lock()
 _WARNED = False
-
-
-def prestart(modules: int) -> None:
-    """Start the helpers now if ``modules`` modules are about to be compiled and
-    they are not running yet (they start while the caller generates code)."""
-    if modules >= MIN_PARALLEL:
-        _helpers()
 
 
 def _helpers() -> list[_Helper]:

@@ -16,14 +16,12 @@ is one).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from .cache_root import warn_once
-from .cache_store import format_bytes, parse_size
+from .cache_store import size_from_env
 
 __all__ = ["DEFAULT_MEMORY_LIMIT", "MEMORY_LIMIT_ENV", "SignatureCache", "memory_limit"]
 
@@ -35,19 +33,7 @@ V = TypeVar("V")
 
 def memory_limit() -> int:
     """``$STRIPEML_MEMORY_LIMIT`` in bytes, or the default (2 GiB)."""
-    text = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_MEMORY_LIMIT
-    limit = parse_size(text)
-    if limit is None:
-        warn_once(
-            MEMORY_LIMIT_ENV,
-            text,
-            f"{MEMORY_LIMIT_ENV}={text!r} is not a size (bytes, or a number with K, M, G "
-            f"or T); using the default limit of {format_bytes(DEFAULT_MEMORY_LIMIT)}",
-        )
-        return DEFAULT_MEMORY_LIMIT
-    return limit
+    return size_from_env(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT)
 
 
 class SignatureCache(Generic[V]):
