@@ -172,7 +172,7 @@ class Nest:
             for j in range(last, i, -1):  # the longest chain that nests
                 if _splits_epilogue(stmts, j):
                     continue
-                plan = _plan(root, stmts, i, j, self, seen)
+                plan = _plan(stmts, i, j, self, seen)
                 if plan is not None:
                     best = (j, plan)
                     break
@@ -249,9 +249,7 @@ def _splits_epilogue(stmts: Sequence[Statement], j: int) -> bool:
     return product is not None and product in reads(nxt)
 
 
-def _plan(
-    root: Block, stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen
-) -> Plan | None:
+def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen) -> Plan | None:
     """How to nest root statements ``i..j`` (all leaf kernels), or None."""
     if not all(isinstance(s, Block) for s in stmts[i : j + 1]):
         return None
