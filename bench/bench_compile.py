@@ -3,9 +3,11 @@ warm disk cache, beside onnxruntime's session creation), and the front of the
 compiler on a 10-statement Tile program.
 
 Model cases (each run in a fresh process; ``stripeml_s`` is the compile and the
-first run, after Python imported stripeml and onnx; ``import_s`` that import;
-``phases`` the compile profile of ``stripeml.phases``, in seconds; ``load`` the
-1-minute load average when the case ran):
+first run, after Python imported stripeml and onnx, the median of ``--repeats``
+fresh processes (default 3; ``times`` has each, and onnxruntime's run in the same
+rounds, one of each system per round); ``import_s`` that import and ``phases``
+the compile profile of ``stripeml.phases``, in seconds, of the median run;
+``load`` the 1-minute load average when the case ended):
 
 ``model_cold``
     ``stripeml.onnx.compile(model)`` and one run with an empty disk cache.
@@ -251,25 +253,36 @@ def model_record(case: str, name: str, seconds: float, baselines: dict, **extra:
     )
 
 
-def model_cases(names: list[str]) -> None:
+def model_cases(names: list[str], repeats: int) -> None:
+    """Per model: onnxruntime, cold and warm, each ``repeats`` times in fresh
+    processes, interleaved (one of each per round); the medians, every time beside."""
     for name in names:
         if not _available(name):
             continue
-        with tempfile.TemporaryDirectory(prefix="stripeml-bench-cache-") as cache:
-            ort = _child(["--child-ort", name])
-            _child(["--child-import"])  # writes the bytecode caches, if none were there
-            cold = _child(["--child", name], cache)
-            warm = _child(["--child", name], cache)
-        base = {"onnxruntime": ort["times"][0]}
-        for case, got in (("model_cold", cold), ("model_warm", warm)):
+        _child(["--child-import"])  # writes the bytecode caches, if none were there
+        runs: dict[str, list[dict]] = {"ort": [], "model_cold": [], "model_warm": []}
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory(prefix="stripeml-bench-cache-") as cache:
+                runs["ort"].append(_child(["--child-ort", name]))
+                runs["model_cold"].append(_child(["--child", name], cache))
+                runs["model_warm"].append(_child(["--child", name], cache))
+        ort = [r["times"][0] for r in runs["ort"]]
+        base = {"onnxruntime": statistics.median(ort)}
+        for case in ("model_cold", "model_warm"):
+            got = runs[case]
+            times = [r["times"][0] for r in got]
+            mid = sorted(range(len(got)), key=lambda k: times[k])[len(got) // 2]
             print(
                 model_record(
                     case,
                     name,
-                    got["times"][0],
+                    statistics.median(times),
                     base,
-                    import_s=round(got["import_s"], 3),
-                    phases=got["phases"][0],
+                    repeats=repeats,
+                    times=[round(t, 3) for t in times],
+                    onnxruntime_times=[round(t, 3) for t in ort],
+                    import_s=round(got[mid]["import_s"], 3),
+                    phases=got[mid]["phases"][0],
                 ),
                 flush=True,
             )
@@ -299,6 +312,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join([*MODELS, SECOND_SHAPE]))
     parser.add_argument("--no-tile", action="store_true", help="skip the Tile-program cases")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="fresh processes per model case (medians reported)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-ort", help=argparse.SUPPRESS)
     parser.add_argument("--seqs", default="", help=argparse.SUPPRESS)
@@ -322,7 +338,7 @@ def main() -> int:
     if not args.no_tile:
         tile_cases()
     names = [n for n in args.models.split(",") if n]
-    model_cases([n for n in names if n != SECOND_SHAPE])
+    model_cases([n for n in names if n != SECOND_SHAPE], max(1, args.repeats))
     if SECOND_SHAPE in names:
         second_shape_case()
     return 0
