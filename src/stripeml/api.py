@@ -19,23 +19,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .analysis.roofline import (
-    NO_WORK,
-    ProfileRow,
-    Work,
-    bound_kind,
-    peak_fraction,
-    program_work,
-)
 from .errors import InternalError, ShapeError, StripeError
 from .ir.dtypes import itemsize
 from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
-from .passes.manager import PipelineResult, run_pipeline
 from .phases import phase
 from .runtime.backend import Backend, Compiled, backend_for
 from .runtime.host import bind_constants, check_memory, out_of_memory, separate_outputs
@@ -45,8 +36,13 @@ from .targets.loader import check_threads
 from .tile import ast
 from .tile.bind import Signature, bind, signature_of
 from .tile.check import check
-from .tile.lower import lower
 from .tile.parser import parse
+
+if TYPE_CHECKING:
+    # A warm start (the optimised program read from the disk cache) imports neither
+    # the passes nor isl: those load on the first compile that needs them.
+    from .analysis.roofline import ProfileRow, Work
+    from .passes.manager import PipelineResult
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
@@ -140,6 +136,7 @@ class Executable:
         import statistics
         import time
 
+        from .analysis.roofline import NO_WORK, ProfileRow, bound_kind, peak_fraction
         from .runtime.peaks import target_peaks  # numpy and LLVM: only when profiling
 
         compiled = self._compiled
@@ -193,6 +190,8 @@ class Executable:
         """FLOPs and DRAM bytes of each root statement by its profile name
         (:func:`stripeml.analysis.roofline.program_work`; computed once)."""
         if self._work is None:
+            from .analysis.roofline import program_work
+
             self._work = program_work(self.program)
         return self._work
 
@@ -429,10 +428,13 @@ class Function:
 
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
+        from .passes import manager
+        from .tile.lower import lower
+
         with phase("bind + lower"):
             binding = bind(self.ast, self._every_signature(sig))
             program = lower(self.ast, binding, self.name, frozenset(self.constants))
-        return run_pipeline(program, self.target.passes, verify_all=verify_all())
+        return manager.run_pipeline(program, self.target.passes, verify_all=verify_all())
 
     def _every_signature(self, sig: Signature) -> Signature:
         """``sig`` (of the parameters a call passes) with the constants' in place."""
@@ -527,3 +529,12 @@ def _footprint(exe: Executable) -> int:
     """What an executable is counted at in memory: the bytes of its program's
     temporaries and results (an upper bound of its arena and constant layouts)."""
     return sum(_nbytes(r) for r in exe.program.root.refs if r.dir != "in")
+
+
+def __getattr__(name: str) -> Any:
+    """``ProfileRow`` and ``Work`` (:mod:`stripeml.analysis.roofline`), loaded when asked for."""
+    if name in ("ProfileRow", "Work"):
+        from .analysis import roofline
+
+        return getattr(roofline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

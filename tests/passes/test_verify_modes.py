@@ -102,13 +102,15 @@ def test_incremental_verification_skips_what_no_pass_changed(monkeypatch) -> Non
 
 def test_the_environment_chooses_the_mode(monkeypatch) -> None:
     seen: list[bool] = []
-    real = api.run_pipeline
+    from stripeml.passes import manager
+
+    real = manager.run_pipeline
 
     def spy(program, passes, **kw):
         seen.append(kw["verify_all"])
         return real(program, passes, **kw)
 
-    monkeypatch.setattr(api, "run_pipeline", spy)
+    monkeypatch.setattr(manager, "run_pipeline", spy)
     n = np.ones(4, np.float32)
     for value, want in (("all", True), ("changed", False), ("", False)):
         monkeypatch.setenv(api.VERIFY_VARIABLE, value)
