@@ -163,3 +163,9 @@ def test_weights_laid_out_channels_last_in_blocks(shape):
     got = _channels_last(w)
     assert got.flags.c_contiguous
     np.testing.assert_array_equal(got, w.transpose(2, 3, 1, 0))
+    # a batch normalisation's per-channel factor, folded in on the way: the same
+    # float32 products as scaling first, then transposing
+    s = np.random.default_rng(1).standard_normal(shape[0]).astype(np.float32)
+    scaled = _channels_last(w, s)
+    assert scaled.flags.c_contiguous and scaled.flags.owndata
+    np.testing.assert_array_equal(scaled, (w * s[:, None, None, None]).transpose(2, 3, 1, 0))

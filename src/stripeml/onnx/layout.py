@@ -206,18 +206,26 @@ def _const(node: Node, i: int) -> np.ndarray | None:
     return np.asarray(v.const)
 
 
-def _channels_last(w: np.ndarray) -> np.ndarray:
+def _channels_last(w: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
     """Convolution weights ``(CO, CI, KH, KW)`` as a new contiguous ``(KH, KW, CI,
     CO)`` array, copied in blocks of 64 output channels: NumPy's own transposed
     copy walks one side with a large stride (a 512 x 512 x 3 x 3 float32 weight
     here: 8.9 ms, in blocks 2.2 ms; 2048 x 512 x 1 x 1: 7.4 and 0.9 ms), and a
-    model's weights are mostly that.  The result owns its memory (no view), so
-    ``compile`` binds it read-only without another copy."""
+    model's weights are mostly that.  ``scale`` (one factor per output channel, a
+    batch normalisation folded in) multiplies each weight on the way, one
+    rounding per weight as ``w * scale`` then the copy, in one pass over the
+    weights instead of two (ResNet-50's 94 MB: 0.13-0.19 s, fused 0.07 s).  The
+    result owns its memory (no view), so ``compile`` binds it read-only without
+    another copy."""
     co, ci, kh, kw = w.shape
     taps = w.reshape(co, ci, kh * kw).transpose(2, 0, 1)  # (tap, co, ci), strided
     out = np.empty((kh * kw, ci, co), w.dtype)
     for i in range(0, co, 64):
-        out[:, :, i : i + 64] = taps[:, i : i + 64].transpose(0, 2, 1)
+        block = taps[:, i : i + 64].transpose(0, 2, 1)
+        if scale is None:
+            out[:, :, i : i + 64] = block
+        else:
+            np.multiply(block, scale[i : i + 64], out=out[:, :, i : i + 64])
     out.shape = (kh, kw, ci, co)  # in place: out stays the owner
     return out
 
@@ -237,12 +245,13 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     _need(kernel is None or list(kernel) == [kh, kw])
     dt = x.dtype
     bias = np.zeros(co, dt) if bias is None else bias
+    factor = None  # per output channel: a batch normalisation's, folded in
     if node.op_type == "_ConvBN":
         params = [_needed(_const(node, i)) for i in range(3, 7)]
         _need(all(p.shape == (co,) for p in params))
         scale, beta, mean, var = (p.astype(np.float64) for p in params)
         s = scale / np.sqrt(var + float(node.attr("_bn_epsilon", 1e-5)))
-        w = w * s.astype(dt)[:, None, None, None]  # one rounding per weight
+        factor = s.astype(dt)
         bias = ((bias.astype(np.float64) - mean) * s + beta).astype(dt)
     win = window(node, (h, wd), (kh, kw))
     oh, ow = win.out
@@ -250,8 +259,10 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     xr = b.ref(xin)
     ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
+    if factor is not None and groups != 1:
+        w = w * factor[:, None, None, None]  # one rounding per weight
     if groups == 1:
-        wt = _channels_last(w.astype(dt, copy=False))  # KH, KW, CI, CO
+        wt = _channels_last(w.astype(dt, copy=False), factor)  # KH, KW, CI, CO
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[ky, kx, ci, co])"
     elif groups == ci and co == ci:
