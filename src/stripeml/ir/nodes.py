@@ -28,7 +28,8 @@ Semantics in brief (``docs/stripe-ir.md`` is the full reference):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 from typing import Union
 
 from .affine import Affine
@@ -243,3 +244,42 @@ def walk_blocks(block: Block):
     for s in block.stmts:
         if isinstance(s, Block):
             yield from walk_blocks(s)
+
+
+def _fast_pickling(cls: type) -> None:
+    """Give frozen, slotted node class ``cls`` a pickle state of its field values in
+    order, set back with one loop: the dataclass default looks the fields up again
+    for every object (a warm start unpickles a model's optimised program, ~7,000
+    nodes for ResNet-50, and spent 70% of that there)."""
+    names = tuple(f.name for f in fields(cls))
+    setter = object.__setattr__
+    values = attrgetter(*names)  # a tuple of them (one name: the value)
+    single = len(names) == 1
+
+    def getstate(self: object) -> tuple:
+        return (values(self),) if single else values(self)
+
+    def setstate(self: object, state: tuple | list) -> None:
+        for n, v in zip(names, state, strict=True):
+            setter(self, n, v)
+
+    cls.__getstate__ = getstate  # type: ignore[attr-defined]
+    cls.__setstate__ = setstate  # type: ignore[attr-defined]
+
+
+for _cls in (
+    Affine,
+    Index,
+    Constraint,
+    TensorShape,
+    Refinement,
+    Load,
+    Store,
+    LoadIndex,
+    Constant,
+    Intrinsic,
+    Special,
+    Block,
+    Program,
+):
+    _fast_pickling(_cls)
