@@ -44,11 +44,12 @@ MODES = ("positional", "named", "out", "alias", "strided", "constants", "again")
 
 @functools.cache
 def available_targets() -> tuple[str, ...]:
-    """The targets this machine runs (OpenCL only with a platform)."""
+    """The targets this machine runs (OpenCL only with a device whose driver
+    builds kernels)."""
     try:
-        import pyopencl
+        from stripeml.runtime.opencl import device_problem
 
-        has_cl = bool(pyopencl.get_platforms())
+        has_cl = device_problem() is None
     except Exception:  # no pyopencl, or no ICD: the OpenCL targets are left out
         has_cl = False
     return tuple(t for t in ALL_TARGETS if has_cl or "opencl" not in t)

@@ -82,6 +82,7 @@ def test_tiled_kernels_match_numpy(case, target: str) -> None:
     np.testing.assert_array_equal(f(*args), got)  # device buffers reused across calls
 
 
+@pytest.mark.opencl_device
 def test_shared_memory_offsets_come_from_place() -> None:
     a, b = _f32(96, 80), _f32(80, 112)
     exe = stripeml.compile(MATMUL, target="opencl").lower(a, b)
@@ -94,6 +95,7 @@ def test_shared_memory_offsets_come_from_place() -> None:
     assert tiled[0].group_size <= 256
 
 
+@pytest.mark.opencl_device
 def test_float64_and_out_arrays() -> None:
     a = rng.uniform(-1, 1, (33, 20))
     b = rng.uniform(-1, 1, (20, 17))
@@ -120,6 +122,7 @@ def test_missing_pyopencl_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
         opencl._cl()
 
 
+@pytest.mark.opencl_device
 def test_constants_are_uploaded_with_every_call() -> None:
     """Bound constants reach the device (the GPU backends run every statement,
     constant or not, at each call)."""

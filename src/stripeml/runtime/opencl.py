@@ -77,6 +77,34 @@ def device_context():
         return _DEVICE[0]
 
 
+_PROBE_SOURCE = "__kernel void stripeml_probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
+_PROBED: list[str | None] = []
+
+
+def device_problem() -> str | None:
+    """Why OpenCL programs cannot run here, or None when they can: no pyopencl, no
+    platform or device, or a driver that builds no kernel at all (a trivial one is
+    compiled once per process; PoCL 3.0's LLVM 14, for one, names a CPU it does not
+    know 'generic' and then refuses that name)."""
+    if not _PROBED:
+        try:
+            cl = _cl()
+            ctx, _, device = device_context()
+            try:
+                cl.Program(ctx, _PROBE_SOURCE).build()
+                _PROBED.append(None)
+            except cl.Error as exc:
+                lines = [ln.strip() for ln in str(exc).splitlines() if "error" in ln.lower()]
+                why = lines[-1] if lines else str(exc).strip().splitlines()[0]
+                _PROBED.append(
+                    f"the OpenCL driver builds no kernel for device '{device.name.strip()}' "
+                    f"(a one-line kernel fails too: {why})"
+                )
+        except StripeError as exc:
+            _PROBED.append(str(exc))
+    return _PROBED[0]
+
+
 class OpenCLDevice:
     """The OpenCL dialect's device half for :class:`~.gpu.GpuBackend`."""
 
@@ -108,6 +136,9 @@ class OpenCLCompiled(GpuProgram):
         try:
             built = cl.Program(ctx, module.source).build()
         except cl.Error as exc:
+            problem = device_problem()
+            if problem is not None:  # the driver's, not this program's
+                raise StripeError(f"target 'opencl': {problem}") from None
             raise StripeError(f"target 'opencl': the OpenCL C does not build:\n{exc}") from None
         flags = cl.mem_flags.READ_WRITE
         self._dev = [cl.Buffer(ctx, flags, max(b.nbytes, b.dtype.itemsize)) for b in self.buffers]
