@@ -440,15 +440,11 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
                 seen[key] = (stmt, block.refs)  # keeps the ids alive
             continue
         rules = STMT_RULES.get(type(stmt))
-        try:
-            text = format_stmt(stmt)
-        except TypeError:
-            text = repr(stmt)
         if rules is None:
-            raise _fail(f"{scope.where}, statement {k}", f"not a statement: {text}")
+            raise _fail(f"{scope.where}, statement {k}", f"not a statement: {_text(stmt)}")
         for rule in rules:
             for message in rule(stmt, env):
-                raise _fail(f"{scope.where}, statement {k} '{text}'", message)
+                raise _fail(f"{scope.where}, statement {k} '{_text(stmt)}'", message)
         defined = scalar_def(stmt, env)
         if defined is not None:
             name, dtype = defined
@@ -456,6 +452,14 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
     for rule in TAG_RULES:
         for message in rule(block, scope):
             raise _fail(scope.where, message)
+
+
+def _text(stmt: object) -> str:
+    """A statement as the message quotes it (printed only when one is reported)."""
+    try:
+        return format_stmt(stmt)
+    except TypeError:
+        return repr(stmt)
 
 
 def _parent_facts(block: Block, parent: Scope) -> tuple:
