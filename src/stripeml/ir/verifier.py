@@ -454,7 +454,7 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
             raise _fail(scope.where, message)
 
 
-def _text(stmt: object) -> str:
+def _text(stmt: Any) -> str:
     """A statement as the message quotes it (printed only when one is reported)."""
     try:
         return format_stmt(stmt)
