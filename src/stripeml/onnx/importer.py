@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from ..api import Executable, Function
 
 Progress = Callable[[str], None]
+#: Folded nodes: (id of the node, ids of its input arrays) -> (what keeps those
+#: alive, the outputs).
+Folds = dict[tuple[object, ...], tuple[tuple[object, ...], tuple["Value | None", ...]]]
 
 
 # What a call is specialised on: per graph input its shape and dtype (and, for
@@ -101,6 +104,9 @@ class OnnxFunction:
         self._static = self.graph.static_inputs()
         # one program per input shape, most recently used last, bounded in bytes
         self._cache: api.SignatureCache[Specialised] = api.SignatureCache(_spec_footprint)
+        # folded nodes by (node, its input arrays' identities): another input shape
+        # folds the weights' preprocessing again only where its inputs changed
+        self._folds: Folds = {}
 
     def __repr__(self) -> str:
         return (
@@ -185,7 +191,7 @@ class OnnxFunction:
         for k, info in enumerate(g.nodes):
             if total >= 50 and k % 25 == 0:
                 self._say(f"importing node {k + 1}/{total} ({info.op_type})")
-            run_node(b, info, env, g.opset)
+            run_node(b, info, env, g.opset, self._folds)
         outputs: list[tuple[str, Any]] = []
         out_names: list[str] = []
         input_names = {v.name for v in input_index}  # a transpose's result may be one, relabelled
@@ -259,8 +265,15 @@ def _spec_footprint(spec: Specialised) -> int:
     return 0 if fn is None else fn._cache.nbytes
 
 
-def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> None:
-    """Write one node into ``b`` (or fold it), binding its outputs in ``env``."""
+def run_node(
+    b: Builder,
+    info: NodeInfo,
+    env: dict[str, Value],
+    opset: int,
+    folds: Folds | None = None,
+) -> None:
+    """Write one node into ``b`` (or fold it), binding its outputs in ``env``;
+    ``folds`` remembers what folding ``info`` gave for the input arrays it had."""
     d = lookup(info.op_type, info.domain)
     if d is None:
         raise OnnxError(f"node {info.name!r}: unsupported operator {info.op_type}")
@@ -276,7 +289,7 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
         info.op_type, info.name, tuple(inputs), info.attrs, opset, len(info.outputs), info.domain
     )
     try:
-        outs = _write(b, d, node)
+        outs = _write(b, d, node, info, folds)
     except BadShape as exc:
         raise node.error(str(exc)) from None
     except MemoryError as exc:  # a constant folded at import larger than memory
@@ -296,13 +309,33 @@ def run_node(b: Builder, info: NodeInfo, env: dict[str, Value], opset: int) -> N
             env[name] = v
 
 
-def _write(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
+def _write(
+    b: Builder,
+    d: OpDef,
+    node: Node,
+    info: NodeInfo | None = None,
+    folds: Folds | None = None,
+) -> list[Value | None]:
     """The values of ``node``'s outputs: folded when its inputs are all known,
     else written into ``b``."""
     present = [v for v in node.inputs if v is not None]
     if d.foldable and all(v.const is not None for v in present):
+        key = None
+        if folds is not None and info is not None:
+            key = (id(info), tuple(None if v is None else id(v.const) for v in node.inputs))
+            hit = folds.get(key)
+            if hit is not None:
+                return list(hit[1])
         with phase("onnx fold", whole=True):
-            return fold(d, node)
+            outs = fold(d, node)
+        if (
+            folds is not None
+            and key is not None
+            and all(v is None or v.const is not None for v in outs)
+        ):
+            # the node and its input arrays are kept with the entry: their ids stay theirs
+            folds[key] = ((info, *(v.const for v in present)), tuple(outs))
+        return outs
     b.comment(f"{node.op_type} {node.name}".rstrip())
     laid_out = dispatch(b, d, node)
     if laid_out is not None:
