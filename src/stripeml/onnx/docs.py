@@ -47,7 +47,11 @@ tests it leaves out, grouped by reason.
 3. **Constant folding.** A node whose inputs are all known is run once on the
    interpreter at import, so shape arithmetic and weight generation never reach
    the compiled program.  Weights stay parameters of the generated function
-   (passed at every call), not literals in its source.
+   (passed at every call), not literals in its source.  What a node folded to
+   is remembered per model, by the identity of its input arrays: another input
+   shape folds again only the nodes whose inputs changed (shape arithmetic),
+   not the weights' preprocessing.  Those folded constants live as long as
+   the compiled model, as its weights do.
 4. **Channels-last images** (`layout.py`): 4-D activations are stored NHWC
    between the operators that understand it (Conv with a BatchNormalization
    folded into its weights, pools, elementwise operators, Concat), and
