@@ -12,6 +12,7 @@ runs inside the loops, the Stripe semantics, is :mod:`.llvm_kernel`'s.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import llvmlite.ir as ir
 
@@ -182,10 +183,9 @@ class KernelBuilder:
 
     def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
         """Scalar ``v`` in every one of ``lanes`` lanes."""
-        t = ir.VectorType(v.type, lanes)
-        one = self.b.insert_element(ir.Constant(t, ir.Undefined), v, ir.Constant(ir.IntType(32), 0))
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        return self.b.shuffle_vector(one, ir.Constant(t, ir.Undefined), mask)
+        undef, mask = _broadcast_constants(v.type, lanes)
+        one = self.b.insert_element(undef, v, _I32_ZERO)
+        return self.b.shuffle_vector(one, undef, mask)
 
     def memset(self, ptr: ir.Value, nbytes: int) -> None:
         """Zero ``nbytes`` bytes at ``ptr``."""
@@ -280,6 +280,21 @@ class KernelBuilder:
         phi.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(exit_)
+
+
+_I32_ZERO = ir.Constant(ir.IntType(32), 0)
+
+
+@cache
+def _broadcast_constants(element: ir.Type, lanes: int) -> tuple[ir.Constant, ir.Constant]:
+    """The undefined vector and the all-zero shuffle mask a broadcast of an
+    ``element`` to ``lanes`` lanes uses: made once (llvmlite builds a constant
+    vector element by element, and a kernel broadcasts thousands of scalars;
+    constants are immutable values, shared by every instruction that uses them)."""
+    t = ir.VectorType(element, lanes)
+    return ir.Constant(t, ir.Undefined), ir.Constant(
+        ir.VectorType(ir.IntType(32), lanes), [0] * lanes
+    )
 
 
 def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:

@@ -78,8 +78,8 @@ def identity(agg: str, dt: str) -> ir.Constant:
 
 def typed_const(t: ir.Type, value: Scalar) -> ir.Constant:
     """A constant of type ``t``; for a vector type, ``value`` in every lane."""
-    if isinstance(t, ir.VectorType):
-        return ir.Constant(t, [typed_const(t.element, value).constant] * t.count)
+    if isinstance(t, ir.VectorType):  # one element constant, in every lane
+        return ir.Constant(t, typed_const(t.element, value))
     if isinstance(t, (ir.HalfType, ir.FloatType, ir.DoubleType)):
         return ir.Constant(t, float(value))
     return ir.Constant(t, int(value))
@@ -89,7 +89,8 @@ def splat(c: ir.Constant, lanes: int | None) -> ir.Constant:
     """A scalar constant broadcast to ``lanes`` (unchanged when ``lanes`` is None)."""
     if not lanes:
         return c
-    return ir.Constant(ir.VectorType(c.type, lanes), [c.constant] * lanes)
+    # ``c`` itself in every lane: llvmlite would otherwise make one constant per lane
+    return ir.Constant(ir.VectorType(c.type, lanes), c)
 
 
 def lanes_of(v: ir.Value) -> int | None:
