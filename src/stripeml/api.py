@@ -39,8 +39,8 @@ from .tile.check import check
 from .tile.parser import parse
 
 if TYPE_CHECKING:
-    # A warm start (the optimised program read from the disk cache) imports neither
-    # the passes nor isl: those load on the first compile that needs them.
+    # Loaded on first use: a warm start (the optimised program read from the disk
+    # cache) lowers nothing and profiles nothing.
     from .analysis.roofline import ProfileRow, Work
     from .passes.manager import PipelineResult
 

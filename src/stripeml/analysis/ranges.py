@@ -62,7 +62,7 @@ def infer_ranges(indices: Sequence[str], bounds: Sequence[Bound]) -> RangeResult
 
     Answers are remembered by the indices and the bounds' expressions and limits
     (not their labels): a model's repeated layers ask the same questions of isl
-    with other tensor names (BERT-base: 183 contractions, 16 distinct)."""
+    with other tensor names (BERT-base: 183 contractions, 10 distinct questions)."""
     found = _infer_ranges(tuple(indices), _bounds_key(bounds))
     return RangeResult(dict(found.ranges), found.empty, found.unbounded)
 
