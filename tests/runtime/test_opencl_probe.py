@@ -21,6 +21,14 @@ class _Device:
     name = " pthread-Some CPU "
 
 
+@pytest.fixture(autouse=True)
+def _fresh_probe():
+    """Each test probes its own driver; the real one is probed again afterwards."""
+    opencl.device_problem.cache_clear()
+    yield
+    opencl.device_problem.cache_clear()
+
+
 def _fake_driver(monkeypatch: pytest.MonkeyPatch, build_error: str | None) -> None:
     class Program:
         def __init__(self, ctx: object, source: str) -> None:
@@ -36,7 +44,7 @@ def _fake_driver(monkeypatch: pytest.MonkeyPatch, build_error: str | None) -> No
     Module.Program = Program  # type: ignore[attr-defined]
     monkeypatch.setattr(opencl, "_cl", lambda: Module)
     monkeypatch.setattr(opencl, "device_context", lambda: (object(), object(), _Device()))
-    monkeypatch.setattr(opencl, "_PROBED", [])
+    opencl.device_problem.cache_clear()
 
 
 def test_a_driver_that_builds_no_kernel_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +65,7 @@ def test_no_platform_is_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:
         raise StripeError("target 'opencl': no OpenCL device found")
 
     monkeypatch.setattr(opencl, "device_context", none)
-    monkeypatch.setattr(opencl, "_PROBED", [])
+    opencl.device_problem.cache_clear()
     assert opencl.device_problem() == "target 'opencl': no OpenCL device found"
 
 

@@ -328,12 +328,9 @@ def _write(
                 return list(hit[1])
         with phase("onnx fold", whole=True):
             outs = fold(d, node)
-        if (
-            folds is not None
-            and key is not None
-            and all(v is None or v.const is not None for v in outs)
-        ):
+        if key is not None and all(v is None or v.const is not None for v in outs):
             # the node and its input arrays are kept with the entry: their ids stay theirs
+            assert folds is not None
             folds[key] = ((info, *(v.const for v in present)), tuple(outs))
         return outs
     b.comment(f"{node.op_type} {node.name}".rstrip())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import cache
 
 import numpy as np
 
@@ -78,31 +79,29 @@ def device_context():
 
 
 _PROBE_SOURCE = "__kernel void stripeml_probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
-_PROBED: list[str | None] = []
 
 
+@cache
 def device_problem() -> str | None:
     """Why OpenCL programs cannot run here, or None when they can: no pyopencl, no
     platform or device, or a driver that builds no kernel at all (a trivial one is
     compiled once per process; PoCL 3.0's LLVM 14, for one, names a CPU it does not
     know 'generic' and then refuses that name)."""
-    if not _PROBED:
-        try:
-            cl = _cl()
-            ctx, _, device = device_context()
-            try:
-                cl.Program(ctx, _PROBE_SOURCE).build()
-                _PROBED.append(None)
-            except cl.Error as exc:
-                lines = [ln.strip() for ln in str(exc).splitlines() if "error" in ln.lower()]
-                why = lines[-1] if lines else str(exc).strip().splitlines()[0]
-                _PROBED.append(
-                    f"the OpenCL driver builds no kernel for device '{device.name.strip()}' "
-                    f"(a one-line kernel fails too: {why})"
-                )
-        except StripeError as exc:
-            _PROBED.append(str(exc))
-    return _PROBED[0]
+    try:
+        cl = _cl()
+        ctx, _, device = device_context()
+    except StripeError as exc:
+        return str(exc)
+    try:
+        cl.Program(ctx, _PROBE_SOURCE).build()
+    except cl.Error as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "error" in ln.lower()]
+        why = lines[-1] if lines else str(exc).strip().splitlines()[0]
+        return (
+            f"the OpenCL driver builds no kernel for device '{device.name.strip()}' "
+            f"(a one-line kernel fails too: {why})"
+        )
+    return None
 
 
 class OpenCLDevice:
