@@ -7,6 +7,7 @@ See ``passes/nest.py`` (the rules, **Blocks**) and ``docs/passes.md`` section 18
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,11 +38,13 @@ def tiling(
     bdims: dict[str, tuple[int, ...]],
     opt: Nest,
     memo: dict | None = None,
+    flows: tuple[Sequence[set[str]], Sequence[set[str]]] | None = None,
 ) -> Plan | None:
     """The row blocks of a chain whose rows are ``dims`` of ``first``, or None when
     its intermediates fit the cache as they are or its re-read inputs cost more.
     ``memo`` (kept by the caller across the chains it tries, whose kernels it
-    keeps alive) remembers each kernel's external views per row block."""
+    keeps alive) remembers each kernel's external views per row block; ``flows``
+    are the kernels' buffers read and written, where the caller has them."""
     rows = tuple(bufs[first].shape.sizes[d] for d in dims)
 
     def per_row(b: str) -> int:
@@ -49,7 +52,10 @@ def tiling(
         rest = [s for d, s in enumerate(shape.sizes) if d not in bdims[b]]
         return itemsize(shape.dtype) * math.prod(rest)
 
-    stored = [b for b in inter if not _into_epilogue(ks, b)]
+    read, written = (
+        flows if flows is not None else ([reads(k) for k in ks], [writes(k) for k in ks])
+    )
+    stored = [b for b in inter if not _into_epilogue(ks, b, read, written)]
     whole = sum(per_row(b) * math.prod(rows) for b in stored)
     if whole <= opt.max_bytes:
         return None  # the intermediates stay in cache as they are
@@ -76,13 +82,16 @@ def product_of(k: Block) -> str | None:
     return outs[0].from_ if outs[0].agg == "add" else None
 
 
-def _into_epilogue(ks: list[Block], b: str) -> bool:
+def _into_epilogue(
+    ks: list[Block], b: str, read: Sequence[set[str]], written: Sequence[set[str]]
+) -> bool:
     """Whether intermediate ``b`` is a product's result that only the next kernel,
     an elementwise one, reads: ``epilogue`` applies that kernel to the product's
-    register tiles, so ``b`` is never stored and takes no room in a block."""
+    register tiles, so ``b`` is never stored and takes no room in a block
+    (``read``, ``written``: each kernel's buffers)."""
     for n, k in enumerate(ks[:-1]):
-        if b in writes(k):
-            readers = [m for m, other in enumerate(ks) if b in reads(other)]
+        if b in written[n]:
+            readers = [m for m, rd in enumerate(read) if b in rd]
             return product_of(k) == b and readers == [n + 1] and "eltwise" in ks[n + 1].tags
     return False
 
@@ -121,22 +130,26 @@ def external_views(
     k: Block, names: tuple[str, ...], plan: Plan
 ) -> list[tuple[Refinement, list[Affine], list[Affine], list[int]]]:
     """Per external view of kernel ``k``: (view, outer offset, inner access, sizes)."""
+    return [v for v in _block_views(k, names, plan.tile) if v[0].from_ not in plan.inter]
+
+
+def _block_views(k: Block, names: tuple[str, ...], tile: tuple[int, ...]) -> Views:
+    """Per view of kernel ``k`` (intermediate or not), for row blocks of ``tile``
+    rows over its row indices ``names``: (view, outer offset, inner access, sizes)."""
     ranges = {x.name: x.range for x in k.idxs}
     for v, n in enumerate(names):
-        ranges[n] = plan.tile[v]
+        ranges[n] = tile[v]
     found = []
     for r in k.refs:
-        if r.from_ in plan.inter:
-            continue
         outer, inner, sizes = [], [], []
         for a in r.access:
             lin = a - a.const
-            o = Affine.constant(a.const)
-            for v, n in enumerate(names):
-                o = o + Affine.index(f"\0{v}", lin.coeff(n) * plan.tile[v])
             lo, hi = box_interval(lin, ranges)
-            outer.append(o + Affine.constant(lo))
-            inner.append(lin - Affine.constant(lo))
+            # the block's offset: per row variable v, its coefficient times v's rows
+            # per block, over the placeholder index "\0v" (names in v's order)
+            steps = {f"\0{v}": a.coeff(n) * tile[v] for v, n in enumerate(names)}
+            outer.append(Affine.build(steps, a.const + lo))
+            inner.append(a - (a.const + lo))
             sizes.append(hi - lo + 1)
         found.append((r, outer, inner, sizes))
     return found
@@ -146,15 +159,17 @@ Views = list[tuple[Refinement, list[Affine], list[Affine], list[int]]]
 
 
 def _views(k: Block, names: tuple[str, ...], plan: Plan, memo: dict | None) -> Views:
-    """``external_views(k, names, plan)``, remembered in ``memo`` (by the kernel's
-    identity and what of the plan the views depend on)."""
+    """``external_views(k, names, plan)``, with every view of ``k`` per row block
+    remembered in ``memo`` by the kernel's identity, its row indices and the
+    block (the chains tried from one start share kernels and differ in which of
+    their buffers are intermediates)."""
     if memo is None:
         return external_views(k, names, plan)
-    key = (id(k), names, plan.tile, frozenset(plan.inter))
+    key = (id(k), names, plan.tile)
     found = memo.get(key)
     if found is None:
-        found = memo[key] = external_views(k, names, plan)
-    return found
+        found = memo[key] = _block_views(k, names, plan.tile)
+    return [v for v in found if v[0].from_ not in plan.inter]
 
 
 def _in_bounds(views: list[Views], bufs: dict[str, Refinement], plan: Plan) -> bool:

@@ -160,14 +160,12 @@ class Nest:
         out: list[Statement] = []
         gone: set[str] = set()
         added: list[Refinement] = []
-        seen = _Seen(root, stmts, self.unit_taps)
+        seen = _Seen(root, stmts, self.unit_taps, self.select)
         i = 0
         while i < len(stmts):
             best = None
             last = i  # the chain may reach the first statement that is no leaf kernel
-            while last + 1 < min(len(stmts), i + MAX_CHAIN) and _leaf_kernel(
-                stmts[last + 1], self.select
-            ):
+            while last + 1 < min(len(stmts), i + MAX_CHAIN) and seen.leaf[last + 1]:
                 last += 1
             for j in range(last, i, -1):  # the longest chain that nests
                 if _splits_epilogue(stmts, j):
@@ -203,15 +201,23 @@ class Nest:
 
 class _Seen:
     """What ``_plan`` asks of the root's statements, worked out once per run: the
-    first and last statement touching each buffer, and each kernel as the row
-    analysis sees it (one-point indices read as 0 with ``unit_taps``)."""
+    first and last statement touching each buffer, what each reads and writes,
+    whether it is a leaf kernel, and each kernel as the row analysis sees it
+    (one-point indices read as 0 with ``unit_taps``).  A run tries up to
+    ``MAX_CHAIN`` chains from every statement: BERT-base's 1,100 statements
+    asked for their buffers 100,000 times."""
 
-    def __init__(self, root: Block, stmts: Sequence[Statement], unit_taps: bool) -> None:
+    def __init__(
+        self, root: Block, stmts: Sequence[Statement], unit_taps: bool, select: str
+    ) -> None:
         self.bufs = {r.into: r for r in root.refs}
         self.first: dict[str, int] = {}
         self.last: dict[str, int] = {}
-        for n, st in enumerate(stmts):
-            for b in reads(st) | writes(st):
+        self.rd = [reads(st) for st in stmts]
+        self.wr = [writes(st) for st in stmts]
+        self.leaf = [_leaf_kernel(st, select) for st in stmts]
+        for n in range(len(stmts)):
+            for b in self.rd[n] | self.wr[n]:
                 self.first.setdefault(b, n)
                 self.last[b] = n
         self.views: dict = {}  # _nest_blocks.tiling's memo (the kernels above stay alive)
@@ -253,37 +259,48 @@ def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen) ->
     """How to nest root statements ``i..j`` (all leaf kernels), or None."""
     if not all(isinstance(s, Block) for s in stmts[i : j + 1]):
         return None
-    if not _leaf_kernel(stmts[i], opt.select):
+    if not seen.leaf[i]:
         return None
     ks = [k for k in seen.kernels[i : j + 1] if isinstance(k, Block)]
     bufs = seen.bufs
-    written = [writes(k) for k in ks]
-    read = [reads(k) for k in ks]
+    written = seen.wr[i : j + 1]  # all blocks (checked above): one per kernel of ks
+    read = seen.rd[i : j + 1]
+    first_read: dict[str, int] = {}  # per buffer: the first and last kernel reading it
+    last_read: dict[str, int] = {}
+    for n, rd in enumerate(read):
+        for b in rd:
+            first_read.setdefault(b, n)
+            last_read[b] = n
     inter: list[str] = []
     for n, k in enumerate(ks):
         for r in k.refs:
             b = r.from_
             if r.dir == "in" or b in inter or b not in bufs or bufs[b].dir != "none":
                 continue
-            if seen.outside(b, i, j) or any(b in rd for rd in read[:n]):
+            if seen.outside(b, i, j) or first_read.get(b, n) < n:
                 continue  # needed outside the chain, or read before it is written
-            if any(b in rd for rd in read[n + 1 :]):
+            if last_read.get(b, n) > n:
                 inter.append(b)
     if not inter:
         return None
+    made = set(written[0])
     for n in range(1, len(ks)):  # connected: each kernel reads what an earlier one made
-        if not any(b in read[n] for w in written[:n] for b in w):
+        if made.isdisjoint(read[n]):
             return None
-    for n, w in enumerate(written):
-        for b in w - set(inter):
-            if any(b in rd for rd in read) or any(
-                b in w2 for m, w2 in enumerate(written) if m != n
-            ):
+        made |= written[n]
+    writers: dict[str, int] = {}
+    for w in written:
+        for b in w:
+            writers[b] = writers.get(b, 0) + 1
+    kept = set(inter)
+    for w in written:
+        for b in w - kept:
+            if b in first_read or writers[b] > 1:
                 return None  # an external result read, or written twice, in the chain
     # Rows are dimensions of the largest intermediate (the scores, not their maximum),
     # so its unit-stride dimension, where the kernels' vector lanes run, stays whole.
     first = max(inter, key=lambda b: bufs[b].shape.elem_count)
-    writer = next(k for k in ks if first in writes(k))
+    writer = next(k for k, w in zip(ks, written) if first in w)
     view = next(r for r in writer.refs if r.from_ == first)
     if not _reduces_an_intermediate(ks, inter):
         return None  # nothing row-wise: a product's epilogue (unroll, epilogue) does better
@@ -298,7 +315,9 @@ def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen) ->
         for chosen in combinations(dims, size):
             found = _unify(ks, bufs, inter, first, chosen)
             if found is not None:
-                return tiling(ks, bufs, inter, chosen, first, *found, opt, seen.views)
+                return tiling(
+                    ks, bufs, inter, chosen, first, *found, opt, seen.views, (read, written)
+                )
     return None
 
 
