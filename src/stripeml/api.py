@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import gc_pause
 from .errors import InternalError, ShapeError, StripeError
 from .ir.dtypes import itemsize
 from .ir.nodes import Program, Refinement
@@ -404,7 +405,7 @@ class Function:
         sig = signature_of(arrays)
         exe = self._cache.get(sig)
         if exe is None:
-            with _internal_errors(f"compiling {self.name} for {_fmt_sig(sig)}"):
+            with _internal_errors(f"compiling {self.name} for {_fmt_sig(sig)}"), gc_pause.paused():
                 exe = self._from_disk(sig)
                 if exe is None:
                     result = self._optimise(sig)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import gc_pause
 from ..errors import ShapeError, StripeError
 from ..phases import phase
 from .builder import BadShape, Builder, Node, OnnxError, Value
@@ -80,7 +81,7 @@ class OnnxFunction:
     ):
         from .. import api
 
-        with phase("onnx read"):
+        with phase("onnx read"), gc_pause.paused():
             model, source = read_model(model)
             self.model = model
             self.graph = Graph(model, source)
@@ -161,7 +162,7 @@ class OnnxFunction:
         key = self._key(arrays)
         spec = self._cache.get(key)
         if spec is None:
-            with phase("onnx import"):
+            with phase("onnx import"), gc_pause.paused():
                 spec = self._build(arrays)
             self._cache.put(key, spec)
         return spec

@@ -1,0 +1,138 @@
+"""The garbage collector is off while stripeml compiles and as it was afterwards
+(``stripeml.gc_pause``): on a compile's miss, in the ONNX importer, after an
+error, across threads, and left alone with ``STRIPEML_GC=on``.  Results are
+checked against NumPy, so pausing changes nothing computed."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import stripeml
+from stripeml import api, gc_pause
+
+SOURCE = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+RNG = np.random.default_rng(3)
+
+
+@pytest.fixture(autouse=True)
+def _collector_back() -> Iterator[None]:
+    was = gc.isenabled()
+    yield
+    (gc.enable if was else gc.disable)()
+
+
+def _spy_optimise(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    seen: list[bool] = []
+    real = api.Function._optimise
+
+    def spying(self, sig):
+        seen.append(gc.isenabled())
+        return real(self, sig)
+
+    monkeypatch.setattr(api.Function, "_optimise", spying)
+    return seen
+
+
+def _inputs(m: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        RNG.standard_normal((m, 4)).astype(np.float32),
+        RNG.standard_normal((4, 5)).astype(np.float32),
+    )
+
+
+def test_off_while_compiling_and_on_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _spy_optimise(monkeypatch)
+    gc.enable()
+    f = stripeml.compile(SOURCE, target="interp")
+    a, b = _inputs()
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5)
+    assert seen == [False]  # one compile, with the collector off
+    assert gc.isenabled()
+    f(a, b)  # a signature already compiled: nothing paused, nothing compiled
+    assert seen == [False]
+
+
+def test_a_process_that_turned_it_off_keeps_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _spy_optimise(monkeypatch)
+    gc.disable()
+    f = stripeml.compile(SOURCE, target="interp")
+    a, b = _inputs(2)
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5)
+    assert seen == [False]
+    assert not gc.isenabled()
+
+
+def test_on_again_after_a_failed_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(self, sig):
+        assert not gc.isenabled()
+        raise stripeml.StripeError("no")
+
+    monkeypatch.setattr(api.Function, "_optimise", failing)
+    gc.enable()
+    f = stripeml.compile(SOURCE, target="interp")
+    with pytest.raises(stripeml.StripeError):
+        f(*_inputs())
+    assert gc.isenabled()
+
+
+def test_left_alone_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _spy_optimise(monkeypatch)
+    monkeypatch.setenv("STRIPEML_GC", "on")
+    gc.enable()
+    f = stripeml.compile(SOURCE, target="interp")
+    f(*_inputs(4))
+    assert seen == [True]
+
+
+def test_on_only_when_the_last_of_two_threads_ends() -> None:
+    gc.enable()
+    inside, leave = threading.Event(), threading.Event()
+    states: list[bool] = []
+
+    def other() -> None:
+        with gc_pause.paused():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert inside.wait(10)
+    with gc_pause.paused():
+        assert not gc.isenabled()
+    states.append(gc.isenabled())  # the other thread still compiles
+    leave.set()
+    t.join(10)
+    states.append(gc.isenabled())
+    assert states == [False, True]
+
+
+def test_the_onnx_importer_builds_with_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from stripeml.onnx import importer
+
+    seen: list[bool] = []
+    real = importer.OnnxFunction._build
+
+    def spying(self, arrays):
+        seen.append(gc.isenabled())
+        return real(self, arrays)
+
+    monkeypatch.setattr(importer.OnnxFunction, "_build", spying)
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert onnx.checker.check_model(model) is None
+    gc.enable()
+    f = stripeml.onnx.compile(model, target="interp")
+    v = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(f(v), np.maximum(v, 0))
+    assert seen == [False]
+    assert gc.isenabled()
