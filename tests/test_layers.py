@@ -19,6 +19,7 @@ SRC = Path(stripeml.__file__).parent
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "phases": set(),
+    "gc_pause": set(),
     "ir": {"phases", "errors"},
     "analysis": {"phases", "ir", "errors"},
     "passes": {"phases", "analysis", "ir", "errors"},
@@ -26,8 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "targets": {"phases", "passes", "ir", "errors"},
     "codegen": {"phases", "analysis", "ir", "errors"},
     "runtime": {"phases", "codegen", "targets", "analysis", "ir", "errors", "version"},
-    "api": {"phases", "runtime", "targets", "passes", "tile", "analysis", "ir", "errors"},
-    "onnx": {"phases", "api", "tile", "ir", "errors"},
+    "api": {"phases", "gc_pause", "runtime", "targets", "passes", "tile", "analysis", "ir", "errors"},
+    "onnx": {"phases", "gc_pause", "api", "tile", "ir", "errors"},
     "package": {"api", "onnx", "targets", "ir", "errors"},
     "cli": {"*"},
     "demo": {"package", "api", "ir", "errors"},
