@@ -9,6 +9,7 @@ compiling (:meth:`Graph.static_inputs`) and which operators are unsupported.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +52,18 @@ class NodeInfo:
 class Graph:
     """The parts of an ONNX ``ModelProto`` the importer uses, as plain data."""
 
-    def __init__(self, model: Any, source: str | None = None):
+    def __init__(
+        self,
+        model: Any,
+        source: str | None = None,
+        raws: Mapping[int, np.ndarray] | None = None,
+    ):
         """Read ``model`` (a ``ModelProto`` with its data in memory), checking it
         first (:func:`~.validate.check_model`); ``source``, the file it came
-        from, prefixes the error messages."""
+        from, prefixes the error messages; ``raws``, per initializer position,
+        the raw bytes of an initializer the message holds none of (read from
+        the file by :func:`~.wire.read_split`)."""
+        raws = raws or {}
         onnx = require_onnx()
         self.opset = check_model(model, source)
         g = model.graph
@@ -62,7 +71,8 @@ class Graph:
         if len(g.sparse_initializer):
             raise OnnxError("sparse initializers are not supported")
         self.initializers: dict[str, np.ndarray] = {
-            t.name: _array(onnx, t, f"initializer {t.name!r}") for t in g.initializer
+            t.name: _array(onnx, t, f"initializer {t.name!r}", raws.get(k))
+            for k, t in enumerate(g.initializer)
         }
         self.inputs: list[GraphInput] = []
         for vi in g.input:
@@ -115,10 +125,19 @@ _PLAIN = ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "u
           "uint16", "uint32", "uint64")  # fmt: skip
 
 
-def _array(onnx: Any, t: Any, where: str) -> np.ndarray:
+def _array(onnx: Any, t: Any, where: str, given: np.ndarray | None = None) -> np.ndarray:
     """A tensor's value (its declared shape and stored data checked to agree).  Raw
     data of a plain numeric type on a little-endian host is read in place (one copy
-    out of the protobuf, read-only), not through ``numpy_helper``'s copies."""
+    out of the protobuf, read-only), not through ``numpy_helper``'s copies;
+    ``given`` is its raw data read from the file (a read-only ``uint8`` array,
+    viewed as it is)."""
+    if given is not None:
+        problem = tensor_problem(onnx, t, given)
+        if problem is not None:
+            raise OnnxError(f"{where}: {problem}")
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).newbyteorder("<")
+        arr = given.view(dtype).reshape(tuple(int(d) for d in t.dims))
+        return arr if sys.byteorder == "little" else arr.astype(dtype.newbyteorder("="))
     raw = t.raw_data if t.HasField("raw_data") else None
     problem = tensor_problem(onnx, t, raw)
     if problem is not None:

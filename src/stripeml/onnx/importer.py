@@ -35,7 +35,7 @@ from ..phases import phase
 from .builder import BadShape, Builder, Node, OnnxError, Value
 from .graph import Graph, NodeInfo
 from .layout import dispatch, fuse_conv_bn
-from .load import read_model
+from .load import full_model, read_model
 from .ops import lookup
 from .registry import OpDef
 
@@ -82,9 +82,11 @@ class OnnxFunction:
         from .. import api
 
         with phase("onnx read"), gc_pause.paused():
-            model, source = read_model(model)
-            self.model = model
-            self.graph = Graph(model, source)
+            model, source, raws = read_model(model)
+            self._model = model
+            self._whole = not raws  # else the weights are in self.graph, not the message
+            self._source = source
+            self.graph = Graph(model, source, raws)
         bad = self.graph.unsupported()
         if bad:
             first = bad[0]
@@ -108,6 +110,16 @@ class OnnxFunction:
         # folded nodes by (node, its input arrays' identities): another input shape
         # folds the weights' preprocessing again only where its inputs changed
         self._folds: Folds = {}
+
+    @property
+    def model(self) -> Any:
+        """The ``ModelProto`` (a model read from a file is read again, whole, the
+        first time this is asked: the import reads its weights into arrays and
+        keeps only its structure as a message)."""
+        if not self._whole:
+            assert self._source is not None
+            self._model, self._whole = full_model(self._source), True
+        return self._model
 
     def __repr__(self) -> str:
         return (

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import StripeError
 from .builder import OnnxError
+from .wire import read_split
 
 # Element types whose size in bytes numpy knows (onnx maps them to these
 # numpy types); the others (4-bit and 2-bit packed types, strings) have no
@@ -46,13 +47,17 @@ def require_onnx() -> Any:
     return onnx
 
 
-def read_model(model: Any) -> tuple[Any, str | None]:
-    """``model`` as a ``ModelProto`` with every tensor's data in memory, and the
-    path it was read from (``None`` for a ``ModelProto``)."""
+def read_model(model: Any) -> tuple[Any, str | None, dict[int, np.ndarray]]:
+    """``model`` as a ``ModelProto`` with every tensor's data in memory (or in the
+    arrays beside it), the path it was read from (``None`` for a ``ModelProto``),
+    and per position of a main-graph initializer whose raw bytes were read from
+    the file straight into an array (:mod:`.wire`), that array; those
+    initializers have no ``raw_data`` in the ``ModelProto``."""
     onnx = require_onnx()
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
-        return _read_file(onnx, path), path
+        read, raws = _read_file(onnx, path, split=True)
+        return read, path, raws
     if not isinstance(model, onnx.ModelProto):
         raise OnnxError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
     for tensor, where in model_tensors(model):
@@ -63,11 +68,14 @@ def read_model(model: Any) -> tuple[Any, str | None]:
                 "ModelProto in memory has no folder to look for it in: load the model "
                 "by path (stripeml.onnx.compile('model.onnx')) so its folder is known"
             )
-    return model, None
+    return model, None, {}
 
 
-def _read_file(onnx: Any, path: str) -> Any:
-    """The model in the file ``path``, its external tensors read (from its folder)."""
+def _read_file(onnx: Any, path: str, split: bool = False) -> tuple[Any, dict[int, np.ndarray]]:
+    """The model in the file ``path``, its external tensors read (from its folder);
+    with ``split``, its plain initializers' raw bytes read into arrays of their
+    own (:func:`.wire.read_split`: one copy of the weights, not three), else
+    every tensor's data in the message."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -78,8 +86,16 @@ def _read_file(onnx: Any, path: str) -> Any:
         raise OnnxError(f"{path}: not a regular file, so not an ONNX model")
     if info.st_size == 0:
         raise OnnxError(f"{path}: the file is empty (0 bytes), not an ONNX model")
+    raws: dict[int, np.ndarray] = {}
     try:
-        model = onnx.load(path, load_external_data=False)
+        if split:
+            data, raws = read_split(path)
+            model = onnx.ModelProto()
+            model.ParseFromString(data)
+        else:
+            model = onnx.load(path, load_external_data=False)
+    except MemoryError:
+        raise OnnxError(f"{path}: the model does not fit in memory") from None
     except Exception as exc:  # noqa: BLE001 - protobuf decode errors and I/O errors
         raise OnnxError(f"{path}: not a valid ONNX model (truncated or corrupt?): {exc}") from None
     base = os.path.dirname(os.path.abspath(path))
@@ -88,7 +104,13 @@ def _read_file(onnx: Any, path: str) -> Any:
             tensor.raw_data = _external_bytes(onnx, tensor, base, f"{path}: {where}")
             tensor.data_location = onnx.TensorProto.DEFAULT
             del tensor.external_data[:]
-    return model
+    return model, raws
+
+
+def full_model(path: str) -> Any:
+    """The model in the file ``path`` with every tensor's data in the message (what
+    onnxruntime is given to compare with)."""
+    return _read_file(require_onnx(), path)[0]
 
 
 def model_tensors(model: Any) -> Iterator[tuple[Any, str]]:

@@ -38,11 +38,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .builder import MAX_ELEMENTS, OnnxError
 from .load import bad_dims, element_count, expected_bytes
 from .ops import lookup
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The oldest ``ai.onnx`` opset whose operators the op library implements:
 #: opset 7 brought NumPy broadcasting to the binary operators (before it,
@@ -169,7 +172,9 @@ def _initializers(onnx: Any, g: Any, fail: Fail) -> set[str]:
     return names
 
 
-def tensor_problem(onnx: Any, t: Any, raw: bytes | None = None, data: bool = True) -> str | None:
+def tensor_problem(
+    onnx: Any, t: Any, raw: bytes | np.ndarray | None = None, data: bool = True
+) -> str | None:
     """What is wrong with a ``TensorProto``'s declared shape and stored data, or ``None``.
     ``raw``: its ``raw_data``, when the caller read it already; ``data=False``
     checks the declaration only."""
