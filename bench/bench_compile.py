@@ -15,6 +15,11 @@ the compile profile of ``stripeml.phases``, in seconds, of the median run;
     run, in a fresh process too.
 ``model_warm``
     the same with the disk cache the cold run left.
+With ``--from-file`` each child is given the model's file instead (written
+once per model, its inputs beside it) and reads it inside the timed part, as
+``stripeml.onnx.compile("model.onnx")`` and ``InferenceSession("model.onnx")``
+do; the records say ``"source": "file"`` (else ``"memory"``).
+
 ``model_second_shape``
     a model with a symbolic sequence length (``bert_base_seq``), compiled and
     run at sequence 128, then at 64, in one process with an empty cache:
@@ -24,6 +29,7 @@ the compile profile of ``stripeml.phases``, in seconds, of the median run;
     python bench/bench_compile.py                       # all cases
     python bench/bench_compile.py --models zoo_resnet50 # only these models
     python bench/bench_compile.py --no-tile             # models only
+    python bench/bench_compile.py --no-tile --from-file # models read from their files
 
 Models: the light ResNet-50 and SqueezeNet of the ``onnx`` package, BERT-base
 (12 x 768, sequence 128) and GPT-2 small (sequence 128) from ``bench/models.py``
@@ -168,8 +174,17 @@ def _load_model(name: str):
     return build(name)
 
 
-def child_stripeml(name: str, seqs: list[int]) -> dict:
-    """Compile and run ``name`` once per sequence length (or once, at its own shape)."""
+def _model_and_feeds(name: str, path: str | None):
+    """``name``'s model (its file ``path``, when given: read inside the timed part)
+    and its inputs."""
+    if path is None:
+        return _load_model(name)
+    return path, dict(np.load(path + ".npz"))
+
+
+def child_stripeml(name: str, seqs: list[int], path: str | None = None) -> dict:
+    """Compile and run ``name`` once per sequence length (or once, at its own shape);
+    from the file ``path`` when given."""
     start = time.perf_counter()
     import contextlib
 
@@ -183,7 +198,7 @@ def child_stripeml(name: str, seqs: list[int]) -> dict:
         phases = None
 
     import_s = time.perf_counter() - start
-    model, feeds = _load_model(name)
+    model, feeds = _model_and_feeds(name, path)
     times, profiles = [], []
     fn = None
     for seq in seqs or [0]:
@@ -201,14 +216,15 @@ def child_stripeml(name: str, seqs: list[int]) -> dict:
     return {"import_s": import_s, "times": times, "phases": profiles}
 
 
-def child_ort(name: str) -> dict:
-    """onnxruntime: import, then session creation and the first run."""
+def child_ort(name: str, path: str | None = None) -> dict:
+    """onnxruntime: import, then session creation and the first run (from the file
+    ``path``, read inside the timed part, when given)."""
     start = time.perf_counter()
     import onnxruntime as ort
 
     import_s = time.perf_counter() - start
-    model, feeds = _load_model(name)
-    data = model.SerializeToString()
+    model, feeds = _model_and_feeds(name, path)
+    data = model if path is not None else model.SerializeToString()
     t0 = time.perf_counter()
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
@@ -253,39 +269,58 @@ def model_record(case: str, name: str, seconds: float, baselines: dict, **extra:
     )
 
 
-def model_cases(names: list[str], repeats: int) -> None:
+def model_cases(names: list[str], repeats: int, from_file: bool = False) -> None:
     """Per model: onnxruntime, cold and warm, each ``repeats`` times in fresh
-    processes, interleaved (one of each per round); the medians, every time beside."""
+    processes, interleaved (one of each per round); the medians, every time beside.
+    ``from_file``: every child is given the model's file (written here, with its
+    inputs beside it) and reads it inside the timed part."""
     for name in names:
         if not _available(name):
             continue
         _child(["--child-import"])  # writes the bytecode caches, if none were there
-        runs: dict[str, list[dict]] = {"ort": [], "model_cold": [], "model_warm": []}
-        for _ in range(repeats):
-            with tempfile.TemporaryDirectory(prefix="stripeml-bench-cache-") as cache:
-                runs["ort"].append(_child(["--child-ort", name]))
-                runs["model_cold"].append(_child(["--child", name], cache))
-                runs["model_warm"].append(_child(["--child", name], cache))
-        ort = [r["times"][0] for r in runs["ort"]]
-        base = {"onnxruntime": statistics.median(ort)}
-        for case in ("model_cold", "model_warm"):
-            got = runs[case]
-            times = [r["times"][0] for r in got]
-            mid = sorted(range(len(got)), key=lambda k: times[k])[len(got) // 2]
-            print(
-                model_record(
-                    case,
-                    name,
-                    statistics.median(times),
-                    base,
-                    repeats=repeats,
-                    times=[round(t, 3) for t in times],
-                    onnxruntime_times=[round(t, 3) for t in ort],
-                    import_s=round(got[mid]["import_s"], 3),
-                    phases=got[mid]["phases"][0],
-                ),
-                flush=True,
-            )
+        with tempfile.TemporaryDirectory(prefix="stripeml-bench-model-") as folder:
+            extra: list[str] = []
+            if from_file:
+                model, feeds = _load_model(name)
+                path = os.path.join(folder, f"{name}.onnx")
+                with open(path, "wb") as f:
+                    f.write(model.SerializeToString())
+                np.savez(path + ".npz", **feeds)
+                del model
+                extra = ["--path", path]
+            _model_rounds(name, repeats, extra)
+
+
+def _model_rounds(name: str, repeats: int, extra: list[str]) -> None:
+    """One model's rounds: onnxruntime, cold and warm (``extra``: the children's
+    arguments naming the model's file), and their records."""
+    runs: dict[str, list[dict]] = {"ort": [], "model_cold": [], "model_warm": []}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="stripeml-bench-cache-") as cache:
+            runs["ort"].append(_child(["--child-ort", name, *extra]))
+            runs["model_cold"].append(_child(["--child", name, *extra], cache))
+            runs["model_warm"].append(_child(["--child", name, *extra], cache))
+    ort = [r["times"][0] for r in runs["ort"]]
+    base = {"onnxruntime": statistics.median(ort)}
+    for case in ("model_cold", "model_warm"):
+        got = runs[case]
+        times = [r["times"][0] for r in got]
+        mid = sorted(range(len(got)), key=lambda k: times[k])[len(got) // 2]
+        print(
+            model_record(
+                case,
+                name,
+                statistics.median(times),
+                base,
+                repeats=repeats,
+                times=[round(t, 3) for t in times],
+                onnxruntime_times=[round(t, 3) for t in ort],
+                import_s=round(got[mid]["import_s"], 3),
+                phases=got[mid]["phases"][0],
+                source="file" if extra else "memory",
+            ),
+            flush=True,
+        )
 
 
 def second_shape_case() -> None:
@@ -315,14 +350,20 @@ def main() -> int:
     parser.add_argument(
         "--repeats", type=int, default=3, help="fresh processes per model case (medians reported)"
     )
+    parser.add_argument(
+        "--from-file",
+        action="store_true",
+        help="give each process the model's file (read inside the timed part), not a ModelProto",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--child-ort", help=argparse.SUPPRESS)
     parser.add_argument("--seqs", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child-import", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         seqs = [int(x) for x in args.seqs.split(",") if x]
-        print(json.dumps(child_stripeml(args.child, seqs)))
+        print(json.dumps(child_stripeml(args.child, seqs, args.path)))
         return 0
     if args.child_import:  # import every module a compile uses (a tiny compile, own cache)
         import stripeml.onnx  # noqa: F401
@@ -333,12 +374,12 @@ def main() -> int:
         print("{}")
         return 0
     if args.child_ort:
-        print(json.dumps(child_ort(args.child_ort)))
+        print(json.dumps(child_ort(args.child_ort, args.path)))
         return 0
     if not args.no_tile:
         tile_cases()
     names = [n for n in args.models.split(",") if n]
-    model_cases([n for n in names if n != SECOND_SHAPE], max(1, args.repeats))
+    model_cases([n for n in names if n != SECOND_SHAPE], max(1, args.repeats), args.from_file)
     if SECOND_SHAPE in names:
         second_shape_case()
     return 0
