@@ -26,16 +26,21 @@ def _collector_back() -> Iterator[None]:
     (gc.enable if was else gc.disable)()
 
 
-def _spy_optimise(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+def _spy(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[bool]:
+    """Whether the collector was on at each call of ``cls.method``."""
     seen: list[bool] = []
-    real = api.Function._optimise
+    real = getattr(cls, method)
 
-    def spying(self, sig):
+    def spying(self, *args):
         seen.append(gc.isenabled())
-        return real(self, sig)
+        return real(self, *args)
 
-    monkeypatch.setattr(api.Function, "_optimise", spying)
+    monkeypatch.setattr(cls, method, spying)
     return seen
+
+
+def _spy_optimise(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    return _spy(monkeypatch, api.Function, "_optimise")
 
 
 def _inputs(m: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -117,14 +122,7 @@ def test_the_onnx_importer_builds_with_it_off(monkeypatch: pytest.MonkeyPatch) -
 
     from stripeml.onnx import importer
 
-    seen: list[bool] = []
-    real = importer.OnnxFunction._build
-
-    def spying(self, arrays):
-        seen.append(gc.isenabled())
-        return real(self, arrays)
-
-    monkeypatch.setattr(importer.OnnxFunction, "_build", spying)
+    seen = _spy(monkeypatch, importer.OnnxFunction, "_build")
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])
     graph = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "g", [x], [y])
