@@ -28,13 +28,15 @@ from .host import (
 if TYPE_CHECKING:
     pass
 
-#: Scalar operations a thread must get before a kernel is split.  With the
-#: Python pool this replaced, a hand-off cost 0.1-0.2 ms (about 1M operations on
-#: one core); the native pool's costs about 5 us, and on a 2-core znver3
-#: SqueezeNet and ResNet-50 measured the same with 16k, 64k and 1M here (the
-#: kernels below 1M operations are memory-bound copies and pools), so the
-#: threshold stayed.  ``CpuOptions(min_chunk_work=...)`` overrides it (tests force splits).
-MIN_WORK_PER_CHUNK = 1 << 20
+#: Scalar operations a thread must get before a kernel is split.  The native
+#: pool hands a chunk over in about 5 us, and kernels under 2M operations (pools,
+#: copies, layer norms, softmaxes, small convolutions) run 10-100 us on one
+#: core.  On the 2-core EPYC VM, paired interleaved runs (docs/performance.md,
+#: "Splitting small kernels") put 64k against the 1M it was before at 0.87x
+#: for ShuffleNet and ViT-tiny, 0.96-0.98x for DenseNet-121, MobileNetV2,
+#: ConvNeXt-T, BERT-base, ResNet-50 and SqueezeNet, and within 1% for the rest.
+#: ``CpuOptions(min_chunk_work=...)`` overrides it (tests force splits).
+MIN_WORK_PER_CHUNK = 1 << 16
 
 #: Chunks per thread of a split kernel.  Threads claim chunks one at a time, so
 #: a thread that starts late (a worker waking from sleep, or descheduled on a
