@@ -379,6 +379,12 @@ def main() -> int:
     if not args.no_tile:
         tile_cases()
     names = [n for n in args.models.split(",") if n]
+    sys.path.insert(0, str(HERE))
+    from models import REGISTRY
+
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        parser.error(f"--models: unknown model {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
     model_cases([n for n in names if n != SECOND_SHAPE], max(1, args.repeats), args.from_file)
     if SECOND_SHAPE in names:
         second_shape_case()
