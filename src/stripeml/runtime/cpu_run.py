@@ -142,7 +142,14 @@ class CpuCompiled:
         self._bound_arrays: list[np.ndarray] = []
         self._spare_temps: list[list[np.ndarray]] = []
         # Per set of temporaries (by id; the set is kept alive here): its pointer array.
-        self._frames: dict[int, tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p]]] = {}
+        self._frames: dict[int, tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p], list]] = {}
+        # The parameters, by slot: (slot, buffer, is an input, name).
+        self._io = tuple(
+            (k, b, b.info.kind == "in", b.info.name)
+            for k, b in enumerate(self._buffers)
+            if b.info.kind in ("in", "out")
+        )
+        self._out_order = tuple(b.info.name for b in self._buffers if b.info.kind == "out")
         self._lock = threading.Lock()
         self._prime_lock = threading.Lock()
         self._primed = False
@@ -165,25 +172,20 @@ class CpuCompiled:
         outputs = dict(outputs or {})
         self._check_names(inputs, outputs)
         temps = self._take_temps()
-        spare = iter(temps)
-        kept = self._kept_storages(inputs)
-        # The pointer array of this set of temporaries: their slots are filled
-        # once (a pointer costs microseconds, and a model has hundreds of
-        # temporaries); the parameters' slots are set on every call.
         frame = self._frames.get(id(temps))
-        pointers = frame[1] if frame is not None else self._new_pointers()
-        storages: list[np.ndarray] = []
+        if frame is None:
+            frame = self._new_frame(temps, self._kept_storages(inputs))
+        pointers, storages = frame[1], frame[2].copy()
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
         seen = self._seen
-        for slot, buf in enumerate(self._buffers):
-            kind, name = buf.info.kind, buf.info.name
-            if kind == "in":
+        for slot, buf, is_in, name in self._io:
+            if is_in:
                 value = inputs[name]
                 hit = seen.get(slot, value)
                 if hit is not None:
-                    pointers[len(storages)] = hit[0]
-                    storages.append(hit[1])
+                    pointers[slot] = hit[0]
+                    storages[slot] = hit[1]
                     continue
                 arr = checked(buf, value, "input")
                 if buf.dense:
@@ -192,7 +194,7 @@ class CpuCompiled:
                 else:
                     storage = buf.storage()
                     buf.logical(storage)[...] = arr
-            elif kind == "out":
+            else:
                 target = outputs.get(name)
                 if target is not None:
                     target = checked(buf, target, "output")
@@ -204,10 +206,9 @@ class CpuCompiled:
                     # program never stores read 0 (calloc'd pages cost no more).
                     # 64-byte aligned, like the arena: threads splitting a small
                     # result by whole vectors then never share a cache line.
-                    nbytes = int(np.prod(buf.info.sizes)) * np.dtype(buf.dtype).itemsize
-                    raw = _zeroed_arena(nbytes)
+                    raw = _zeroed_arena(buf.nbytes)
                     results[name] = raw.view(buf.dtype).reshape(buf.info.sizes)
-                    storage = results[name].reshape(-1)
+                    storage = raw.view(buf.dtype)
                 else:
                     storage = buf.storage()
                     if target is not None:
@@ -215,17 +216,8 @@ class CpuCompiled:
                         buf.logical(storage)[...] = target
                         results[name] = target
                     copy_back.append((name, buf, storage))
-            else:
-                storage = kept[len(storages)] if len(storages) in kept else next(spare)
-                if frame is None:
-                    pointers[len(storages)] = buf.pointer(storage)
-                storages.append(storage)
-                continue
-            pointers[len(storages)] = buf.pointer(storage)
-            storages.append(storage)
-        if frame is None:
-            with self._lock:
-                self._frames[id(temps)] = (temps, pointers)
+            pointers[slot] = buf.pointer(storage)
+            storages[slot] = storage
         try:
             if self._const_steps and not self._primed:
                 self._prime(pointers, storages)
@@ -237,7 +229,7 @@ class CpuCompiled:
                 results[name][...] = buf.logical(storage)
             else:
                 results[name] = np.array(buf.logical(storage), order="C")  # own memory
-        return {b.info.name: results[b.info.name] for b in self._buffers if b.info.kind == "out"}
+        return {name: results[name] for name in self._out_order}
 
     # -- helpers -------------------------------------------------------------
 
@@ -256,8 +248,26 @@ class CpuCompiled:
                 out[b.location] = out.get(b.location, 0) + b.nbytes
         return out
 
-    def _new_pointers(self) -> ctypes.Array[ctypes.c_void_p]:
-        return (ctypes.c_void_p * max(1, len(self._buffers)))()
+    def _new_frame(
+        self, temps: list[np.ndarray], kept: dict[int, np.ndarray]
+    ) -> tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p], list]:
+        """The pointer array of a set of temporaries, their slots (and the kept
+        temporaries') filled once, a pointer costing microseconds and a model
+        having hundreds of temporaries; and the storages by slot, the
+        parameters' left for each call to set."""
+        pointers = (ctypes.c_void_p * max(1, len(self._buffers)))()
+        storages: list = [None] * len(self._buffers)
+        spare = iter(temps)
+        for slot, buf in enumerate(self._buffers):
+            if buf.info.kind in ("in", "out"):
+                continue
+            storage = kept[slot] if slot in kept else next(spare)
+            pointers[slot] = buf.pointer(storage)
+            storages[slot] = storage
+        frame = (temps, pointers, storages)
+        with self._lock:
+            self._frames[id(temps)] = frame
+        return frame
 
     def _take_temps(self) -> list[np.ndarray]:
         """Storage of the temporaries for one call: a spare set, or a fresh one."""
