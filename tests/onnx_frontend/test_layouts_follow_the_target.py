@@ -39,12 +39,17 @@ def reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def cpu_target(tmp_path: Path, vector_width: int, vectors: int) -> Path:
-    """The bundled cpu target with a fixed vector width and vectors per tile."""
+def cpu_target(tmp_path: Path, vector_width: int, vectors: int, registers: int = 0) -> Path:
+    """The bundled cpu target with a fixed vector width and vectors per tile, and
+    ``registers`` vector registers (0: the tile the options say)."""
     text = (TARGETS_DIR / "cpu.toml").read_text()
     text = text.replace('vector_width = "auto"', f"vector_width = {vector_width}")
+    if registers:
+        text = text.replace('vector_registers = "auto"', f"vector_registers = {registers}")
+    else:
+        text = text.replace('registers = "$vector_registers"', "registers = 0")
     text = text.replace("vectors = 2,", f"vectors = {vectors},")
-    path = tmp_path / f"cpu_{vector_width}_{vectors}.toml"
+    path = tmp_path / f"cpu_{vector_width}_{vectors}_{registers}.toml"
     path.write_text(text)
     return path
 
@@ -54,25 +59,34 @@ def panel_widths(ir: str) -> list[int]:
     return [int(m[1]) for m in re.finditer(r"none \w+_panels f32\([^)]*?(\d+)\)", ir)]
 
 
-@pytest.mark.parametrize(("vector_width", "vectors"), [(4, 1), (4, 2), (8, 2)])
-def test_cpu_blocks_weights_to_its_tile_width(tmp_path, vector_width, vectors) -> None:
-    """16 output channels on an 8x8 image: a target with 4 lanes and 1 vector per
-    tile gets 4-wide blocks, 2 vectors 8-wide, 8 lanes 16-wide."""
+@pytest.mark.parametrize(
+    ("vector_width", "vectors", "registers", "width"),
+    [(4, 1, 0, 4), (4, 2, 0, 8), (8, 2, 0, 16), (4, 2, 16, 8), (4, 2, 32, 16)],
+)
+def test_cpu_blocks_weights_to_its_tile_width(
+    tmp_path, vector_width, vectors, registers, width
+) -> None:
+    """32 output channels on an 8x8 image: a target with 4 lanes and 1 vector per
+    tile gets 4-wide blocks, 2 vectors 8-wide, 8 lanes 16-wide; 32 registers
+    double the vectors (4 lanes, 16-wide)."""
     m, w = conv_model(ci=8, co=32, size=8)
     x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
-    target = cpu_target(tmp_path, vector_width, vectors)
+    target = cpu_target(tmp_path, vector_width, vectors, registers)
     f = so.compile(m, target=str(target))
     source = f.source(x)
     assert "cb" not in source  # the importer writes plain (KH, KW, CI, CO) weights
-    assert panel_widths(f.lower(x).ir) == [vector_width * vectors]
+    assert panel_widths(f.lower(x).ir) == [width]
     np.testing.assert_allclose(f(x), reference(x, w), rtol=1e-4, atol=1e-4)
 
 
 def test_this_host_blocks_by_its_own_lanes() -> None:
-    m, w = conv_model(ci=8, co=64, size=8)
+    """2 vectors of the host's lanes per tile, 4 with 32 vector registers (AVX-512)."""
+    m, w = conv_model(ci=8, co=256, size=8)
     x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
     f = so.compile(m, target="cpu")
-    assert panel_widths(f.lower(x).ir) == [2 * resolve("cpu").vector_width]
+    host = resolve("cpu")
+    vectors = 4 if host.vector_registers >= 32 else 2
+    assert panel_widths(f.lower(x).ir) == [vectors * host.vector_width]
     np.testing.assert_allclose(f(x), reference(x, w), rtol=1e-4, atol=1e-4)
 
 

@@ -407,20 +407,23 @@ def test_gemm_constant_weights_stay_plain(target, rows, cols, trans_b):
 
 
 def test_cpu_lays_constant_gemm_weights_out_in_tile_panels():
-    """On cpu, ``unroll`` lays a 4 x 64 dense layer's constant weights out once, in
-    panels of its tile's width: 2 vectors (cpu.toml) of the target's f32 lanes."""
+    """On cpu, ``unroll`` lays a 4 x 256 dense layer's constant weights out once, in
+    panels of its tile's width: 2 vectors (cpu.toml) of the target's f32 lanes, 4
+    with 32 vector registers (AVX-512)."""
     import re
 
     from stripeml.targets import resolve
 
-    lanes = resolve("cpu").vector_width
-    a, w, c = randn(4, 48), randn(48, 64), randn(64)
+    host = resolve("cpu")
+    vectors = 4 if host.vector_registers >= 32 else 2
+    a, w, c = randn(4, 48), randn(48, 256), randn(256)
     m = model("Gemm", {"a": a}, {"w": w, "c": c})
     f = so.compile(m, target="cpu")
     ir = f.lower(a).ir
     panels = re.search(r"none \w+_panels f32\((\d+), 48, (\d+)\)", ir)
     assert panels is not None, ir
-    assert int(panels[2]) == 2 * lanes and int(panels[1]) * int(panels[2]) == 64
+    width = vectors * host.vector_width
+    assert int(panels[2]) == width and int(panels[1]) * int(panels[2]) == 256
     np.testing.assert_allclose(f(a), a @ w + c, rtol=1e-5, atol=1e-5)
 
 

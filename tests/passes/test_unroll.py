@@ -98,7 +98,7 @@ def test_one_row_with_constant_weights_reads_them_laid_out_in_panels():
     tile streams each panel instead of reading rows a page apart."""
     rng = np.random.default_rng(11)
     a = rng.standard_normal((1, 300)).astype(np.float32)
-    w = rng.standard_normal((300, 256)).astype(np.float32)
+    w = rng.standard_normal((300, 1024)).astype(np.float32)  # several panels of any width
     f = stripeml.compile(MATMUL, target="cpu", constants={"B": w})
     exe = f.lower(a)
     assert "B_panels" in exe.ir and "cache_in" not in exe.ir

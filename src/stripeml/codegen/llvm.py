@@ -45,6 +45,7 @@ def generate(
     fma: bool = False,
     known: Known | None = None,
     on_body: Callable[[Body], None] | None = None,
+    vector_registers: int = 16,
 ) -> CpuModule:
     """Generate the LLVM code and the metadata the CPU runtime needs.
 
@@ -55,6 +56,9 @@ def generate(
     up to names share one body.  A body ``known`` reports is not generated
     again (its ``llvm_ir`` is ``None``); ``on_body`` is told of each body as soon
     as it is generated (the runtime starts compiling it while the rest are).
+
+    ``vector_registers``: the ISA's, which bound a register tile's accumulators
+    (:func:`.llvm_plan.max_tile_vectors`).
 
     ``fma``: float multiplies and the additions they feed carry LLVM's
     ``contract`` flag, so LLVM may fuse them into one FMA (one rounding instead
@@ -84,7 +88,7 @@ def generate(
                 if info is not None:
                     body = Body(symbol, None, info, body_opt_level(stmt))
                 else:
-                    body = _body(canon, symbol, vector_width, triple, fma)
+                    body = _body(canon, symbol, vector_width, triple, fma, vector_registers)
                     if on_body is not None:
                         on_body(body)
                 bodies[symbol] = body
@@ -115,12 +119,26 @@ def body_opt_level(kernel: Block) -> int:
     return 1 if "copy" in kernel.tags else 3
 
 
-def _body(canon: CanonicalKernel, symbol: str, vector_width: int, triple: str, fma: bool) -> Body:
+def _body(
+    canon: CanonicalKernel,
+    symbol: str,
+    vector_width: int,
+    triple: str,
+    fma: bool,
+    vector_registers: int = 16,
+) -> Body:
     module = ir.Module(name=symbol)
     module.triple = triple
     root = canon.program.root
     info = KernelEmitter(
-        module, root, canon.kernel, symbol, vector_width, fma, body_only=True
+        module,
+        root,
+        canon.kernel,
+        symbol,
+        vector_width,
+        fma,
+        body_only=True,
+        vector_registers=vector_registers,
     ).run()
     text = str(module)
     if re.search(r"[\s<(]half[\s>,)]", text) and not _native_half(triple):

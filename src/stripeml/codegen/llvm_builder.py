@@ -22,7 +22,7 @@ from ..ir.affine import Affine
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block
 from .llvm_ops import call_intrinsic
-from .llvm_plan import Bind
+from .llvm_plan import Bind, max_tile_vectors
 from .llvm_types import F32, I1, I8, I64, PTR, lanes_of, mem_type, reg_type, vec
 from .plan import bound_terms, place_constraints
 
@@ -82,8 +82,11 @@ class KernelBuilder:
         vector_width: int,
         fma: bool = False,
         body_only: bool = False,
+        vector_registers: int = 16,
     ):
         self.module = module
+        # Accumulators a register tile may keep (the ISA's registers less operands).
+        self.tile_vectors = max_tile_vectors(vector_registers)
         self.fma = fma
         self.root = root
         self.kernel = kernel

@@ -102,7 +102,7 @@ class KernelEmitter(KernelBuilder):
         """Emit ``blk`` (or, with ``init``, its identity-writing copy) at ``env``."""
         binds = self.bind_refs(blk, prefs, init)
         if init is None and not (top and self.par is not None):
-            plan = register_tile_plan(blk, binds, self.vector_width)
+            plan = register_tile_plan(blk, binds, self.vector_width, self.tile_vectors)
             if plan is not None:
                 emit_register_tile(self, blk, env, binds, *plan)
                 return

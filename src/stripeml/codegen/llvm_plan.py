@@ -35,19 +35,27 @@ class Bind:
     touched: ir.Value | None = None
 
 
-# At most this many vector accumulators in a register tile (16 ymm registers on AVX2,
-# leaving room for the loaded operands).
-MAX_TILE_VECTORS = 12
+# Registers a register tile leaves free for its operands (a broadcast row value, the
+# panel's vectors when not read from memory): at most ``registers - 4`` accumulators,
+# 12 of AVX2's 16 ymm registers, 28 of AVX-512's 32 zmm.
+TILE_SPARE_REGISTERS = 4
+
+
+def max_tile_vectors(vector_registers: int) -> int:
+    """Vector accumulators a register tile may keep (see :data:`TILE_SPARE_REGISTERS`)."""
+    return max(1, vector_registers - TILE_SPARE_REGISTERS)
+
+
 # Fully unrolled register-tile indices: at most this many iterations each.
 MAX_UNROLL = 8
 
 
 def register_tile_plan(
-    blk: Block, binds: dict[str, Bind], w: int
+    blk: Block, binds: dict[str, Bind], w: int, max_vectors: int = max_tile_vectors(16)
 ) -> tuple[str, str, list[str], int] | None:
     """(output ref, vector index, unrolled indices, lanes) when ``blk`` is a leaf whose
-    single aggregating store can keep its outputs in vector registers across the
-    reduction.  ``lanes`` is ``w``, or for a vector index of fewer points (a tile of
+    single aggregating store can keep its outputs in vector registers (at most
+    ``max_vectors`` of them) across the reduction.  ``lanes`` is ``w``, or for a vector index of fewer points (a tile of
     ``unroll``'s narrower-lane rest) its range when that is a power of two >= 4."""
     if w < 2 or blk.sub_blocks or any(r.dir == "none" for r in blk.refs):
         return None
@@ -78,7 +86,7 @@ def register_tile_plan(
         count = blk.idx(vidx).range // lanes_of(vidx)
         for u in unrolled:
             count *= blk.idx(u).range
-        if count > MAX_TILE_VECTORS or any(blk.idx(u).range > MAX_UNROLL for u in unrolled):
+        if count > max_vectors or any(blk.idx(u).range > MAX_UNROLL for u in unrolled):
             continue
         saved = bd.mode
         bd.mode = "reg"

@@ -87,13 +87,21 @@ def generate_module(
     fma: bool = False,
     known: Known | None = None,
     on_body: Callable[[Body], None] | None = None,
+    vector_registers: int = 16,
 ) -> CpuModule:
     """The code generator (imported lazily; tests replace this function).
     ``known``: finds the bodies compiled before (they are not generated again);
     ``on_body``: told of each body as it is generated."""
     from ..codegen.llvm import generate
 
-    return generate(program, vector_width=vector_width, fma=fma, known=known, on_body=on_body)
+    return generate(
+        program,
+        vector_width=vector_width,
+        fma=fma,
+        known=known,
+        on_body=on_body,
+        vector_registers=vector_registers,
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,8 @@ class CpuOptions:
 
     ``threads``: kernels run on this many threads (default: the CPUs this
     process may use).  ``vector_width``: f32 lanes of the generated vector code
-    (default: the host's widest unit).  ``fma``: contract a multiply feeding an
+    (default: the host's widest unit).  ``vector_registers``: how many the ISA
+    has (a register tile holds at most 4 fewer accumulators).  ``fma``: contract a multiply feeding an
     add into an FMA.  ``min_chunk_work`` / ``chunks_per_thread``: when and how
     finely a kernel is split over threads (see :data:`MIN_WORK_PER_CHUNK`,
     :data:`CHUNKS_PER_THREAD`).  ``cache_dir``: the kernel cache root (``None``:
@@ -113,6 +122,7 @@ class CpuOptions:
     threads: int = field(default_factory=detect_threads)
     vector_width: int = field(default_factory=detect_vector_width)
     fma: bool = False
+    vector_registers: int = 16
     min_chunk_work: int = MIN_WORK_PER_CHUNK
     chunks_per_thread: int = CHUNKS_PER_THREAD
     cache_dir: str | os.PathLike[str] | None = None
@@ -124,7 +134,12 @@ class CpuOptions:
     @classmethod
     def from_target(cls, target: Target) -> CpuOptions:
         """The options a ``backend = "cpu"`` target file's facts give."""
-        return cls(threads=target.threads, vector_width=target.vector_width, fma=target.fma)
+        return cls(
+            threads=target.threads,
+            vector_width=target.vector_width,
+            fma=target.fma,
+            vector_registers=target.vector_registers,
+        )
 
 
 @dataclass(frozen=True)
@@ -146,7 +161,10 @@ class CpuBackend:
     def describe(self) -> str:
         """Everything besides the program that the object code depends on."""
         o = self.options
-        return f"cpu vector_width={o.vector_width} fma={o.fma}; {jit.target_description()}"
+        return (
+            f"cpu vector_width={o.vector_width} vector_registers={o.vector_registers} "
+            f"fma={o.fma}; {jit.target_description()}"
+        )
 
     def compile(self, program: Program) -> CpuCompiled:
         """Object code from the disk cache, or generated, optimised and stored.
@@ -205,7 +223,14 @@ class CpuBackend:
                 at[body.symbol] = stream.submit(body.llvm_ir or "", body.opt)
 
             with phase("codegen"):
-                module = generate_module(program, o.vector_width, o.fma, known=known, on_body=made)
+                module = generate_module(
+                    program,
+                    o.vector_width,
+                    o.fma,
+                    known=known,
+                    on_body=made,
+                    vector_registers=o.vector_registers,
+                )
             todo = [b for b in module.bodies if b.llvm_ir is not None]
             for b in todo:
                 if b.symbol not in at:  # a generator that does not report its bodies

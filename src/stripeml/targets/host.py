@@ -9,6 +9,8 @@ imaginary machine:
 * ``threads``: the CPUs in this process's affinity set;
 * ``vector_width``: f32 lanes of the widest vector unit LLVM reports
   (``avx512f`` -> 16, ``avx``/``avx2`` -> 8, else 4; 4 without llvmlite);
+* ``vector_registers``: the vector registers the ISA names (32 with
+  AVX-512F or on AArch64, else 16), what a register tile may hold;
 * ``fma``: whether the CPU has fused multiply-add;
 * ``caches``: size and line size per level from
   ``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,coherency_line_size}``
@@ -140,6 +142,14 @@ def vector_width_of(cpu: CpuId) -> int:
     return 4
 
 
+def vector_registers_of(cpu: CpuId) -> int:
+    """Vector registers of ``cpu``'s ISA: 32 (AVX-512F's zmm0-31, AArch64's v0-31),
+    else 16 (x86-64's xmm/ymm0-15)."""
+    if "avx512f" in cpu.features or "aarch64" in cpu.triple:
+        return 32
+    return 16
+
+
 def fma_of(cpu: CpuId) -> bool:
     """Whether ``cpu`` has fused multiply-add (x86 FMA3; always on AArch64)."""
     return bool(cpu.features & {"fma", "neon"}) or "aarch64" in cpu.triple
@@ -206,6 +216,7 @@ class HostFacts:
         *,
         threads: int | None = None,
         vector_width: int | None = None,
+        vector_registers: int | None = None,
         fma: bool | None = None,
         dram_bytes: int | None = None,
         cpu: CpuId | None = None,
@@ -214,7 +225,12 @@ class HostFacts:
         dram_gbps: float | None = None,
         measure_peaks: PeakMeasure | None = None,
     ) -> None:
-        self._given = {"threads": threads, "vector_width": vector_width, "dram_bytes": dram_bytes}
+        self._given = {
+            "threads": threads,
+            "vector_width": vector_width,
+            "vector_registers": vector_registers,
+            "dram_bytes": dram_bytes,
+        }
         self._fma = fma
         self._cpu = cpu
         self.cache_root = Path(cache_root)
@@ -247,6 +263,10 @@ class HostFacts:
         if self._cpu is not None:
             return self._fact("vector_width", lambda: vector_width_of(self.cpu))
         return self._fact("vector_width", detect_vector_width)
+
+    @cached_property
+    def vector_registers(self) -> int:
+        return self._fact("vector_registers", lambda: vector_registers_of(self.cpu))
 
     @cached_property
     def fma(self) -> bool:

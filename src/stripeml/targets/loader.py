@@ -37,6 +37,7 @@ _TOP_KEYS = (
     "backend",
     "threads",
     "vector_width",
+    "vector_registers",
     "fma",
     "max_threads_per_group",
     "subgroup_size",
@@ -159,6 +160,11 @@ class _Reader:
             "vector_width": self.count(
                 data.get("vector_width", 1), "vector_width", auto=lambda: self.host.vector_width
             ),
+            "vector_registers": self.count(
+                data.get("vector_registers", 16),
+                "vector_registers",
+                auto=lambda: self.host.vector_registers,
+            ),
         }
         if given is not None:
             facts["threads"] = given  # before the references and the pipeline
@@ -200,6 +206,7 @@ class _Reader:
             backend=backend,
             threads=facts["threads"],
             vector_width=facts["vector_width"],
+            vector_registers=facts["vector_registers"],
             memories=memories,
             pipeline=self.pipeline(data.get("pipeline", []), refs, memories),
             max_threads_per_group=facts.get("max_threads_per_group"),

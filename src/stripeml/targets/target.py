@@ -102,6 +102,8 @@ class Target:
     work_item_strip: int = 0
     # Fuse a multiply feeding an add into one FMA (one rounding instead of two).
     fma: bool = False
+    # Vector registers of the ISA: the code generator's bound on a register tile.
+    vector_registers: int = 16
     description: str = ""
     source: str = field(default="", compare=False)
     peak_gflops: float | None = None
