@@ -141,12 +141,19 @@ class Unroll:
     # file that holds twice the tile's accumulators with room to spare grows the
     # tile (see :meth:`shaped`): AVX-512's 32 registers take 6 x 4 tiles.
     registers: int = 0
+    # Whole vectors that the tile's vectors do not divide (125 vectors of 8
+    # lanes: 4 x 1 tiles) are split into groups of the tile's vectors and one
+    # narrower tile, when there are at least this many groups (0: never; three
+    # vectors stay three 4 x 1 tiles, a second kernel costing more than it saves).
+    vector_groups: int = 4
     name: ClassVar[str] = "unroll"
 
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "vector_width", "vectors", "rows", "max_vectors", "row_blocks")
-        check_non_negative(self, "max_rows", "pack_max_bytes", "k_block", "registers")
+        check_non_negative(
+            self, "max_rows", "pack_max_bytes", "k_block", "registers", "vector_groups"
+        )
 
     def shaped(self) -> Unroll:
         """The options with the tile shape of ``registers`` (0 left alone).
@@ -322,9 +329,25 @@ class Unroll:
         # (Not with an input to pack across the vector index: keep several panels.)
         limit = self.vectors if u is not None or transposed else self.max_vectors
         rows = self.rows if u is not None else 1
-        vec = _vectors(min(limit, self.max_vectors // rows), ranges[v], w)
+        want = min(limit, self.max_vectors // rows)
+        vec = _vectors(want, ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
+        want = min(want, ranges[v] // w)
+        if (
+            u is not None
+            and not transposed
+            and 2 * vec <= want
+            and self.vector_groups
+            and ranges[v] >= self.vector_groups * want * w
+        ):
+            # Whole vectors whose count the tile's vectors do not divide (1000
+            # output channels: 125 vectors of 8 lanes, so 4 x 1 tiles, 4 FMAs per
+            # 5 loads): the whole groups of ``want`` vectors, and the rest in one
+            # narrower tile, as two kernels (SqueezeNet's classifier conv).
+            split = self._split_vector(root, k, v, row, laid, group=want)
+            if split is not None:
+                return split
         if transposed and (
             ranges[v] // (vec * w) < 2 or (u is None and all(ranges[n] == 1 for n in row_ok))
         ):
@@ -463,14 +486,22 @@ class Unroll:
         return first + second
 
     def _split_vector(
-        self, root: Block, k: Block, v: str, row: str | None, laid: PanelLayouts | None
+        self,
+        root: Block,
+        k: Block,
+        v: str,
+        row: str | None,
+        laid: PanelLayouts | None,
+        group: int = 1,
     ) -> list[Block] | None:
         """Tile ``v``'s ``[0, R - R % w)`` with this pass's vectors and the last
         ``R % w`` points apart, in the widest power-of-two lanes (at least 4) that
-        divide them; fewer lanes than that leave the rest untiled, for ``vectorize``."""
+        divide them; fewer lanes than that leave the rest untiled, for ``vectorize``.
+        With ``group`` vectors (``R`` whole vectors): ``[0, R - R % (group * w))``
+        and the rest as one tile of whole vectors."""
         w = self.vector_width
         total = k.idx(v).range
-        rem = total % w
+        rem = total % (w * group)
         head = _restrict(k, v, 0, total - rem, k.name)
         state = laid.snapshot() if laid is not None else None
         first = self._tile(root, head, row, laid)
@@ -482,7 +513,11 @@ class Unroll:
         tail = _restrict(k, v, total - rem, rem, fresh(f"{k.name}_lanes", taken))
         lanes = rem & -rem  # the largest power of two dividing rem
         second: list[Block] = [tail]
-        if lanes >= 4:
+        if group > 1:
+            # One panel of ``rem // w`` vectors: packing buys nothing.
+            rest = replace(self, vectors=rem // w, pack_max_bytes=0)
+            second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
+        elif lanes >= 4:
             # Each panel meets one remainder tile: packing buys nothing.
             rest = replace(self, vector_width=lanes, vectors=1, pack_max_bytes=0)
             second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
