@@ -19,6 +19,8 @@ EXCLUDED: dict[str, list[str]] = {
     "float16: the reference rounds differently (one float16 ulp off, beyond rtol=1e-3)": [
         r"^test_attention_4d_causal_fp16_expanded_cpu$",
         r"^test_causal_conv_with_state_silu_fp16_expanded_cpu$",
+        # 8 lanes too (znver3): one element 2 float16 ulps off (rtol 1.03e-3)
+        r"^test_attention_4d_gqa_with_past_and_present_fp16_expanded_cpu$",
     ],
     "bfloat16, float8, float4 and int4 element types have no Stripe dtype": [
         r"^test_.*_bfloat16.*",
@@ -62,7 +64,6 @@ WIDE_VECTORS: dict[str, list[str]] = {
     "beyond rtol=1e-3)": [
         r"^test_attention_4d_fp16_expanded_cpu$",
         r"^test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded_cpu$",
-        r"^test_attention_4d_gqa_with_past_and_present_fp16_expanded_cpu$",
     ],
 }
 
