@@ -178,8 +178,8 @@ def pow_(b: Builder, n: Node) -> list[Value | None]:
         # A constant small integer exponent (GELU's x ** 3, a norm's x ** 2) is
         # products, not exp(y * log|x|) in double (within an ulp).
         X = b.ref(x)
-        expr = {1: X, 2: f"{X} * {X}", 3: f"{X} * {X} * {X}", 4: f"({X} * {X}) * ({X} * {X})"}
-        return [b.eltwise(expr[power], shape, x.dtype)]
+        products = {1: X, 2: f"{X} * {X}", 3: f"{X} * {X} * {X}", 4: f"({X} * {X}) * ({X} * {X})"}
+        return [b.eltwise(products[power], shape, x.dtype)]
     promoted = np.result_type(x.dtype, y.dtype)
     if x.dtype.kind == "f" and y.dtype.kind in "iu":
         # A float base keeps its precision with an integer exponent (as NumPy).
