@@ -19,11 +19,11 @@ from stripeml.runtime.interp import run
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
 
 
-def test_32_registers_take_6_by_4_tiles_and_16_keep_the_options() -> None:
+def test_32_registers_take_6_by_4_tiles_and_16_take_4_by_3() -> None:
     grown = Unroll(vector_width=16, registers=32).shaped()
     assert (grown.rows, grown.vectors, grown.max_vectors, grown.registers) == (6, 4, 24, 0)
-    same = Unroll(vector_width=8, registers=16).shaped()
-    assert (same.rows, same.vectors, same.max_vectors) == (4, 2, 12)
+    filled = Unroll(vector_width=8, registers=16).shaped()
+    assert (filled.rows, filled.vectors, filled.max_vectors) == (4, 3, 12)
     plain = Unroll()
     assert plain.shaped() is plain
 
@@ -49,6 +49,17 @@ def _check(program, inputs, want, registers: int) -> None:
     np.testing.assert_allclose(run(program, inputs)["C"], want, rtol=1e-4, atol=1e-4)
     for threads in (1, 2):
         options = CpuOptions(threads=threads, vector_width=16, vector_registers=registers)
+        got = CpuBackend(options).compile(program).run(inputs)["C"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_4_by_3_tile_is_correct_on_the_cpu() -> None:
+    program, inputs, want = _tiled(16, 96, 40, vector_width=8, registers=16)
+    kernels = [s for s in program.root.stmts if isinstance(s, Block)]
+    assert len(kernels) == 1 and _tile_shape(kernels[0]) == (4, 24)
+    np.testing.assert_allclose(run(program, inputs)["C"], want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        options = CpuOptions(threads=threads, vector_width=8, vector_registers=16)
         got = CpuBackend(options).compile(program).run(inputs)["C"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

@@ -240,14 +240,20 @@ def pointwise_dims(
     and no index offsets; each dimension is accessed either by a distinct index
     with coefficient 1 and the dimension's size as range, or (size 1) by the
     constant 0 (``None`` in the result); and every index of range > 1 appears.
+    Indices of range 1 count as 0 in a dimension that another index walks.
     """
     if block.constraints or any(i.affine is not None for i in block.idxs):
         return None
     if len(access) != len(sizes):
         return None
     ranges = {i.name: i.range for i in block.idxs}
+    # An index over one point is 0: ``T[128 * i0 + i1, i2]`` with ``i0`` over one
+    # point (a reshape to ``[1, 128, 3072]`` made an access) walks ``T`` as ``[i1, i2]``.
+    zero = {n: Affine() for n, r in ranges.items() if r == 1}
     dims: list[str | None] = []
     for expr, size in zip(access, sizes):
+        if zero and single_index(expr) is None and any(n in zero for n in expr.names):
+            expr = expr.substitute(zero)
         name = single_index(expr)
         if name is not None and name in ranges and name not in dims and ranges[name] == size:
             dims.append(name)

@@ -175,6 +175,10 @@ class Unroll:
             vectors *= 2
         if vectors != self.vectors:
             rows = max(1, budget // vectors)
+        elif vectors * rows < budget:
+            # No room to double: the rows given take the vectors left (16
+            # registers: 4 x 3, 12 accumulators, 3 panel loads and a broadcast).
+            vectors = budget // rows
         return replace(
             self,
             registers=0,
