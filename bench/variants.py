@@ -1,0 +1,142 @@
+"""Paired A/B of target variants: one model compiled for several variants of the
+``cpu`` target's pass options, timed in one process, interleaved with onnxruntime.
+
+::
+
+    .venv/bin/python bench/variants.py zoo_squeezenet,gpt2_128 \\
+        base unroll.vector_groups=0 "unroll.registers=0+partial_sums.threads=1" --rounds 15
+
+A variant is ``base`` (the target as it is) or ``PASS.OPTION=VALUE`` terms joined by
+``+``, each replacing one option of a pass of the pipeline (an int, else a string:
+the target loader's ``$`` references are already resolved in ``base``).  Each model
+(a name of ``bench/models.py``) is compiled once per variant in a fresh cache folder,
+each output checked against onnxruntime (the largest difference over the largest
+value at most 1e-3, else the model is reported and not timed), then timed: every
+round runs each contender once in shuffled order, each a block of a few calls (the
+best of them) after a 0.05 s pause, so that another library's spinning threads go
+idle.  One JSON line per model: the median seconds of each contender and the median
+over rounds of each one's time over the first variant's (``vs_first``; onnxruntime's
+too), and the 1-minute load average.  Speed is compared only within a line: the
+machine is shared, and two sittings differ more than two variants in one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from typing import Any
+
+import models
+import numpy as np
+from bench_onnx import ort_session, relative_error
+
+
+def variant(spec: str, threads: int = 2) -> Any:
+    """The ``cpu`` target with the pass options of ``spec`` replaced (see above)."""
+    from stripeml import api
+    from stripeml.errors import StripeError
+    from stripeml.targets.target import PassSpec
+
+    target = api.target_for("cpu", threads)
+    if spec == "base":
+        return target
+    changes: dict[str, dict[str, object]] = {}
+    for term in spec.split("+"):
+        key, sep, value = term.partition("=")
+        pass_name, dot, option = key.partition(".")
+        if not (sep and dot and pass_name and option):
+            raise SystemExit(f"variant {spec!r}: expected PASS.OPTION=VALUE terms, got {term!r}")
+        number = value.lstrip("-")
+        changes.setdefault(pass_name, {})[option] = int(value) if number.isdigit() else value
+    names = {p.name for p in target.pipeline}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise SystemExit(f"variant {spec!r}: no pass {unknown} in the pipeline {sorted(names)}")
+    pipeline = []
+    for p in target.pipeline:
+        if p.name in changes:
+            options = dict(p.options)
+            options.update(changes[p.name])
+            try:
+                p = PassSpec(p.name, tuple(options.items()))  # built (and checked) here
+            except StripeError as exc:
+                raise SystemExit(f"variant {spec!r}: {exc}") from None
+        pipeline.append(p)
+    return dataclasses.replace(target, pipeline=tuple(pipeline))
+
+
+def measure(name: str, specs: list[str], rounds: int) -> dict[str, Any]:
+    import stripeml.onnx
+
+    model, feeds = models.build(name)
+    session = ort_session(model)
+    want = session.run(None, feeds)
+    runs = []
+    for spec in specs:
+        f = stripeml.onnx.compile(model, target=variant(spec))
+        err = relative_error(f(**feeds), want)
+        if not err <= 1e-3:
+            return {"model": name, "ok": False, "variant": spec, "max_err": err}
+        runs.append(lambda f=f: f(**feeds))
+    runs.append(lambda: session.run(None, feeds))
+    start = time.perf_counter()
+    runs[0]()
+    calls = max(1, min(10, int(0.1 / max(time.perf_counter() - start, 1e-4))))
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(rounds):
+        order = list(range(len(runs)))
+        random.shuffle(order)
+        for i in order:
+            time.sleep(0.05)
+            best = float("inf")
+            for _ in range(calls):
+                start = time.perf_counter()
+                runs[i]()
+                best = min(best, time.perf_counter() - start)
+            times[i].append(best)
+    labels = [*specs, "onnxruntime"]
+    return {
+        "model": name,
+        "ok": True,
+        "rounds": rounds,
+        "calls_per_block": calls,
+        "median_s": {k: float(np.median(t)) for k, t in zip(labels, times)},
+        "vs_first": {
+            k: float(np.median([x / y for x, y in zip(t, times[0])])) for k, t in zip(labels, times)
+        },
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", help="comma-separated names of bench/models.py")
+    parser.add_argument("variants", nargs="+", help="'base' or PASS.OPTION=VALUE[+...]")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args(argv)
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        os.environ.pop(var, None)
+    # A fresh cache: the program cache is keyed by the target's fingerprint, but a
+    # warm one would hide the compile; each variant still compiles its own kernels.
+    os.environ["STRIPEML_CACHE_DIR"] = tempfile.mkdtemp(prefix="stripeml-variants-")
+    unknown = [n for n in args.models.split(",") if n not in models.REGISTRY]
+    if unknown:
+        parser.error(f"unknown model {unknown}; known: {', '.join(models.REGISTRY)}")
+    for spec in args.variants:
+        variant(spec)  # a bad variant fails before anything is compiled
+    status = 0
+    for name in args.models.split(","):
+        line = measure(name, args.variants, args.rounds)
+        status |= 0 if line["ok"] else 1
+        print(json.dumps(line), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
