@@ -6,9 +6,10 @@
     .venv/bin/python bench/variants.py zoo_squeezenet,gpt2_128 \\
         base unroll.vector_groups=0 "unroll.registers=0+partial_sums.threads=1" --rounds 15
 
-A variant is ``base`` (the target as it is) or ``PASS.OPTION=VALUE`` terms joined by
-``+``, each replacing one option of a pass of the pipeline (an int, else a string:
-the target loader's ``$`` references are already resolved in ``base``).  Each model
+A variant is ``base`` (the target as it is) or terms joined by ``+``: each
+``PASS.OPTION=VALUE`` replaces one option of a pass of the pipeline (an int, else
+a string: the target loader's ``$`` references are already resolved in ``base``),
+each ``PASS=off`` leaves that pass out.  Each model
 (a name of ``bench/models.py``) is compiled once per variant in a fresh cache folder,
 each output checked against onnxruntime (the largest difference over the largest
 value at most 1e-3, else the model is reported and not timed), then timed: every
@@ -47,19 +48,27 @@ def variant(spec: str, threads: int = 2) -> Any:
     if spec == "base":
         return target
     changes: dict[str, dict[str, object]] = {}
+    dropped: set[str] = set()
     for term in spec.split("+"):
+        if term.endswith("=off") and "." not in term:
+            dropped.add(term[: -len("=off")])
+            continue
         key, sep, value = term.partition("=")
         pass_name, dot, option = key.partition(".")
         if not (sep and dot and pass_name and option):
-            raise SystemExit(f"variant {spec!r}: expected PASS.OPTION=VALUE terms, got {term!r}")
+            raise SystemExit(
+                f"variant {spec!r}: expected PASS.OPTION=VALUE or PASS=off terms, got {term!r}"
+            )
         number = value.lstrip("-")
         changes.setdefault(pass_name, {})[option] = int(value) if number.isdigit() else value
     names = {p.name for p in target.pipeline}
-    unknown = sorted(set(changes) - names)
+    unknown = sorted((set(changes) | dropped) - names)
     if unknown:
         raise SystemExit(f"variant {spec!r}: no pass {unknown} in the pipeline {sorted(names)}")
     pipeline = []
     for p in target.pipeline:
+        if p.name in dropped:
+            continue
         if p.name in changes:
             options = dict(p.options)
             options.update(changes[p.name])
@@ -117,7 +126,9 @@ def measure(name: str, specs: list[str], rounds: int) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", help="comma-separated names of bench/models.py")
-    parser.add_argument("variants", nargs="+", help="'base' or PASS.OPTION=VALUE[+...]")
+    parser.add_argument(
+        "variants", nargs="+", help="'base', or PASS.OPTION=VALUE and PASS=off terms joined by '+'"
+    )
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):

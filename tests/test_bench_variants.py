@@ -37,6 +37,15 @@ def test_terms_replace_options_and_change_the_fingerprint():
     assert other.fingerprint() != base.fingerprint()
 
 
+def test_an_off_term_leaves_a_pass_out():
+    other = variants.variant("alias_view=off+unroll.rows=2")
+    names = [p.name for p in other.pipeline]
+    assert "alias_view" not in names and "unroll" in names
+    assert _options(other, "unroll")[1].rows == 2
+    with pytest.raises(SystemExit, match="no pass"):
+        variants.variant("nosuch=off")
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
