@@ -107,7 +107,12 @@ def test_cpu_pipeline() -> None:
 
     entries = tomllib.loads((TARGETS_DIR / "cpu.toml").read_text())["pipeline"]
     assert [p.name for p in cpu_passes()] == [e["pass"] for e in entries]
-    assert [p.name for p in cpu_passes()][:3] == ["alias_reshape", Fuse.name, Dce.name]
+    assert [p.name for p in cpu_passes()][:4] == [
+        "alias_reshape",
+        "alias_view",
+        Fuse.name,
+        Dce.name,
+    ]
     wide = cpu_passes(vector_width=16)
     assert any(isinstance(p, Unroll) and p.vector_width == 16 for p in wide)
     assert any(isinstance(p, Vectorize) and p.width == 16 for p in wide)
