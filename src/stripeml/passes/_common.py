@@ -76,6 +76,13 @@ def rewrite_until_fixed(root: Block, at: Callable[[Block, int], Block | None]) -
     return root
 
 
+def refined_below(block: Block, name: str) -> bool:
+    """Whether a block or special nested in ``block`` uses its view ``name``."""
+    return any(
+        isinstance(s, Block) and any(r.from_ == name for r in s.refs) for s in block.stmts
+    ) or any(isinstance(s, Special) and name in (*s.inputs, *s.outputs) for s in block.stmts)
+
+
 def copy_views(s: Statement) -> tuple[Refinement, Refinement] | None:
     """``(source view, destination view)`` when ``s`` is a leaf copy kernel: no
     constraints, two views (an ``in`` and an ``assign`` ``out``), and exactly

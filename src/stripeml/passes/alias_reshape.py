@@ -41,7 +41,7 @@ from typing import ClassVar
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program, Refinement, Special, Statement, TensorShape
 from ..ir.reshape import Groups, refinement_groups
-from ._common import reads, rewrite_until_fixed, writes
+from ._common import reads, refined_below, rewrite_until_fixed, writes
 from .registry import register
 
 
@@ -106,13 +106,6 @@ def _merged_sizes(
             n *= fine[d]
         out.append(n)
     return tuple(out)
-
-
-def _refined_below(block: Block, name: str) -> bool:
-    """Whether a block nested in ``block`` refines its view ``name``."""
-    return any(
-        isinstance(s, Block) and any(r.from_ == name for r in s.refs) for s in block.stmts
-    ) or any(isinstance(s, Special) and name in (*s.inputs, *s.outputs) for s in block.stmts)
 
 
 class _Flows:
@@ -234,7 +227,7 @@ def _retarget(
             refs.append(r)
             continue
         sizes = _merged_sizes(r.shape.sizes, fine, groups)
-        if sizes is None or _refined_below(stmt, r.into):
+        if sizes is None or refined_below(stmt, r.into):
             return None
         shape = TensorShape(r.shape.dtype, sizes, kept.shape.strides)
         access = _merged_access(r.access, fine, groups)

@@ -38,7 +38,15 @@ from typing import ClassVar
 
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Program, Refinement, Special, Statement, TensorShape
-from ._common import copy_views, is_element, pointwise_dims, reads, rewrite_until_fixed, writes
+from ._common import (
+    copy_views,
+    is_element,
+    pointwise_dims,
+    reads,
+    refined_below,
+    rewrite_until_fixed,
+    writes,
+)
 from .registry import register
 
 
@@ -125,7 +133,7 @@ def _retarget(
         if r.from_ != t:
             refs.append(r)
             continue
-        if r.dir != "in" or not is_element(r) or _refined_below(st, r.into):
+        if r.dir != "in" or not is_element(r) or refined_below(st, r.into):
             return None
         theta = {i.name: Affine() for i in copy.idxs}  # those not in dims: one point
         theta.update((n, a) for n, a in zip(dims, r.access) if n is not None)
@@ -140,10 +148,3 @@ def _retarget(
 
 def _names(block: Block) -> set[str]:
     return {i.name for i in block.idxs}
-
-
-def _refined_below(block: Block, name: str) -> bool:
-    """Whether a block or special nested in ``block`` uses its view ``name``."""
-    return any(
-        isinstance(s, Block) and any(r.from_ == name for r in s.refs) for s in block.stmts
-    ) or any(isinstance(s, Special) and name in (*s.inputs, *s.outputs) for s in block.stmts)
