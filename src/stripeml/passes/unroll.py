@@ -96,11 +96,11 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..analysis.select import parse_selector
-from ..ir.affine import Affine
 from ..ir.nodes import Block, Program, Refinement, Statement
 from ._common import fresh, index_stride, inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
+from ._unroll_shapes import moves, packable, restrict, two_rows, vectors_dividing
 from .registry import check_non_negative, check_positive, check_selector, register
 
 
@@ -254,7 +254,7 @@ class Unroll:
             # innermost, so the tile still reads whole vectors.
             vcands = [
                 n for n in addr
-                if stride[n] == 1 and n not in in_cons and all(_packable(r, n) for r in ins)
+                if stride[n] == 1 and n not in in_cons and all(packable(r, n) for r in ins)
             ]  # fmt: skip
             transposed = True
         if not vcands:
@@ -277,7 +277,7 @@ class Unroll:
         # (With a transposed input, every input that moves with ``v`` is a panel: a
         # row index it depends on would not reuse its packed copy.  A row maximum
         # ``M[i] = >(S[i, j])`` has none, and stays a vectorised row reduction.)
-        panel_ins = [r for r in ins if index_stride(r, v) == 1 or (transposed and _moves(r, v))]
+        panel_ins = [r for r in ins if index_stride(r, v) == 1 or (transposed and moves(r, v))]
         row_ok = [
             n for n in addr
             if n != v and n not in in_cons and all(index_stride(r, n) == 0 for r in panel_ins)
@@ -292,10 +292,12 @@ class Unroll:
         elif not rows_cands and self.rows > 1:
             # Two row indices whose ranges take a factor of ``rows`` each: a 2-D tile
             # of pixels (2 x 2 of a 14 x 14 image) keeps the full tile shape.
-            pair = _two_rows(row_ok, ranges, self.rows)
+            pair = two_rows(row_ok, ranges, self.rows)
             if pair is not None and ranges[v] % w == 0:
                 u1, u2 = pair
-                vec = _vectors(min(self.vectors, self.max_vectors // self.rows), ranges[v], w)
+                vec = vectors_dividing(
+                    min(self.vectors, self.max_vectors // self.rows), ranges[v], w
+                )
                 return [self._build(root, k, v, vec * w, u1, red, u2, laid)]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
@@ -334,7 +336,7 @@ class Unroll:
         limit = self.vectors if u is not None or transposed else self.max_vectors
         rows = self.rows if u is not None else 1
         want = min(limit, self.max_vectors // rows)
-        vec = _vectors(want, ranges[v], w)
+        vec = vectors_dividing(want, ranges[v], w)
         if vec < 1 or ranges[v] % (vec * w):
             return None
         want = min(want, ranges[v] // w)
@@ -408,7 +410,7 @@ class Unroll:
         )
         if rows < 2:
             return None
-        vec = _vectors(max(1, self.max_vectors // rows), ranges[v], w)
+        vec = vectors_dividing(max(1, self.max_vectors // rows), ranges[v], w)
         if vec < 1:
             return None
         flat = replace(self, rows=rows)
@@ -454,9 +456,9 @@ class Unroll:
         rest is tiled along that one like any kernel."""
         total = k.idx(u).range
         rem = total % self.rows
-        head = _restrict(k, u, 0, total - rem, k.name)
+        head = restrict(k, u, 0, total - rem, k.name)
         taken = {s.name for s in root.stmts if isinstance(s, Block)}
-        tail = _restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
+        tail = restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
         state = laid.snapshot() if laid is not None else None
         first = self._tile(root, head, u, laid)
         # Each panel meets one remainder tile: packing buys nothing.  Wider tiles
@@ -506,7 +508,7 @@ class Unroll:
         w = self.vector_width
         total = k.idx(v).range
         rem = total % (w * group)
-        head = _restrict(k, v, 0, total - rem, k.name)
+        head = restrict(k, v, 0, total - rem, k.name)
         state = laid.snapshot() if laid is not None else None
         first = self._tile(root, head, row, laid)
         if first is None:
@@ -514,7 +516,7 @@ class Unroll:
                 laid.restore(state)
             return None
         taken = {s.name for s in root.stmts if isinstance(s, Block)} | {b.name for b in first}
-        tail = _restrict(k, v, total - rem, rem, fresh(f"{k.name}_lanes", taken))
+        tail = restrict(k, v, total - rem, rem, fresh(f"{k.name}_lanes", taken))
         lanes = rem & -rem  # the largest power of two dividing rem
         second: list[Block] = [tail]
         if group > 1:
@@ -526,56 +528,3 @@ class Unroll:
             rest = replace(self, vector_width=lanes, vectors=1, pack_max_bytes=0)
             second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
         return first + second
-
-
-def _packable(r: Refinement, v: str) -> bool:
-    """Whether ``r`` reads ``v`` at stride 0 or 1, or through exactly one dimension
-    with coefficient 1 (a panel can then be packed with that dimension innermost)."""
-    if index_stride(r, v) in (0, 1):
-        return True
-    dims = [a.coeff(v) for a in r.access if a.coeff(v)]
-    return dims == [1]
-
-
-def _vectors(cap: int, n: int, w: int) -> int:
-    """The most vectors of ``w`` lanes, at most ``cap``, whose tile divides ``n``
-    (or 1, or 0 when ``n < w``, when none does: the caller checks)."""
-    vec = min(cap, n // w)
-    while vec > 1 and n % (vec * w):
-        vec -= 1
-    return vec
-
-
-def _two_rows(
-    cands: list[str], ranges: dict[str, int], rows: int
-) -> tuple[str, tuple[str, int]] | None:
-    """``(u, (u2, r2))``: row indices for a 2-D register tile of ``rows`` points,
-    ``rows // r2`` along ``u`` (the innermost candidate that divides, for contiguous
-    pixels) and ``r2`` along ``u2``; ``None`` when no pair divides."""
-    for r2 in range(2, rows):
-        if rows % r2:
-            continue
-        r1 = rows // r2
-        for u in reversed(cands):
-            if ranges[u] % r1 or ranges[u] < r1:
-                continue
-            for u2 in reversed(cands):
-                if u2 != u and ranges[u2] % r2 == 0 and ranges[u2] >= r2:
-                    return u, (u2, r2)
-    return None
-
-
-def _restrict(k: Block, u: str, start: int, count: int, name: str) -> Block:
-    """``k`` over the points ``start <= u < start + count`` (``u`` renumbered from 0)."""
-    shift = {u: Affine.index(u) + start}
-    return replace(
-        k,
-        idxs=tuple(replace(i, range=count) if i.name == u else i for i in k.idxs),
-        refs=tuple(replace(r, access=tuple(a.substitute(shift) for a in r.access)) for r in k.refs),
-        name=name,
-    )
-
-
-def _moves(r: Refinement, n: str) -> bool:
-    """Whether view ``r``'s access depends on index ``n``."""
-    return any(a.coeff(n) != 0 for a in r.access)
