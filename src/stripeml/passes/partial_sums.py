@@ -124,7 +124,8 @@ class PartialSums:
         if parent is None:
             return None
         names = {i.name for i in k.idxs}
-        ut, ur = fresh(f"{u.name}_t", names), fresh(f"{u.name}_r", names | {f"{u.name}_t"})
+        ut = fresh(f"{u.name}_t", names)
+        ur = fresh(f"{u.name}_r", names | {ut})
         step = u.range // t
         sub = {u.name: Affine.index(ut) * step + Affine.index(ur)}
         pname = fresh(f"{parent.into}_part", {r.into for r in refs})
