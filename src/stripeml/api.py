@@ -30,6 +30,7 @@ from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
 from .phases import phase
 from .runtime.backend import Backend, Compiled, backend_for
+from .runtime import host
 from .runtime.host import bind_constants, check_memory, out_of_memory, separate_outputs
 from .runtime.memo import SignatureCache
 from .targets import Target, resolve
@@ -87,6 +88,13 @@ class Executable:
         )
         self._memory: list[tuple[str | None, str, int]] | None = None
         self._work: dict[str, Work] | None = None
+        self._signature: Signature | None = None
+        # Per parameter (shape, dtype) a call must pass: checked without building
+        # the signature's strings (see __call__).
+        self._expected: tuple[tuple[tuple[int, ...], np.dtype], ...] | None = None
+        # Whether everything a call can allocate fits in physical memory (then
+        # run_named checks nothing); None until the first call.
+        self._always_fits: bool | None = None
 
     @property
     def stages(self) -> list[tuple[str, str]]:
@@ -203,15 +211,27 @@ class Executable:
         constants = self.function.constants
         if constants:
             inputs = {**inputs, **constants}
-        given, aliased = separate_outputs(inputs, outputs or {})
-        what = f"running {self.function.name}"
-        needs = [(d, n) for name, d, n in self._needs() if name not in given]
-        check_memory(what, needs)
-        with _internal_errors(what):
-            try:
-                results = self._compiled.run(inputs, given)
-            except MemoryError:
-                raise out_of_memory(what, needs, "an allocation failed") from None
+        given, aliased = separate_outputs(inputs, outputs) if outputs else ({}, {})
+        if self._always_fits is None:
+            self._always_fits = sum(n for _, _, n in self._needs()) <= host.memory_bytes()
+        if not self._always_fits:
+            needs = [(d, n) for name, d, n in self._needs() if name not in given]
+            check_memory(f"running {self.function.name}", needs)
+        # A plain try (not _internal_errors): this runs at every call, and a
+        # generator-based context manager costs microseconds.
+        try:
+            results = self._compiled.run(inputs, given)
+        except StripeError:
+            raise
+        except MemoryError:
+            needs = [(d, n) for name, d, n in self._needs() if name not in given]
+            raise out_of_memory(
+                f"running {self.function.name}", needs, "an allocation failed"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
+            raise InternalError(
+                f"internal error while running {self.function.name}: {type(exc).__name__}: {exc}"
+            ) from exc
         for name, target in aliased.items():
             target[...] = results[name]
             results[name] = target
@@ -257,23 +277,43 @@ class Executable:
     def __call__(
         self, *args: Any, out: Any = None, **kwargs: Any
     ) -> np.ndarray | tuple[np.ndarray, ...]:
-        arrays = self.function._arrays(args, kwargs)
-        sig = signature_of(arrays)
-        if sig != self.signature:
-            raise ShapeError(
-                f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}"
-            )
+        arrays = self._exact_arrays(args) if not kwargs else None
+        if arrays is None:  # anything but arrays of exactly the compiled shapes and dtypes
+            arrays = self.function._arrays(args, kwargs)
+            sig = signature_of(arrays)
+            if sig != self.signature:
+                raise ShapeError(
+                    f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}"
+                )
         named = dict(zip(self.function.params, arrays))
         return self.function._results(self.run_named(named, self.out_arrays(out)))
+
+    def _exact_arrays(self, args: Sequence[Any]) -> Sequence[np.ndarray] | None:
+        """``args`` when each is an ndarray of the shape and dtype compiled for
+        (what ``_arrays`` then ``signature_of`` would accept, without their
+        Python-level string work), else ``None``."""
+        expected = self._expected
+        if expected is None:
+            expected = self._expected = tuple(
+                (tuple(sizes), np.dtype(dtype)) for sizes, dtype in self.signature
+            )
+        if len(args) != len(expected):
+            return None
+        for a, (shape, dtype) in zip(args, expected):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+        return args
 
     @property
     def signature(self) -> Signature:
         """Shapes and dtypes of the inputs a call passes (constants excluded)."""
-        return tuple(
-            (r.shape.sizes, str(_np_dtype(r.shape.dtype)))
-            for r in self.program.inputs
-            if not r.const
-        )
+        if self._signature is None:
+            self._signature = tuple(
+                (r.shape.sizes, str(_np_dtype(r.shape.dtype)))
+                for r in self.program.inputs
+                if not r.const
+            )
+        return self._signature
 
 
 @contextmanager

@@ -172,6 +172,7 @@ def test_without_a_pool_kernels_run_on_the_calling_thread(monkeypatch):
     from stripeml.runtime import native_pool
 
     monkeypatch.setattr(native_pool, "_UNAVAILABLE", [])
+    monkeypatch.setattr(native_pool, "_MINE", {})  # no pool made here before
     monkeypatch.setattr(native_pool.sys, "platform", "win32")
     assert native_pool.pool(1) is None
     assert "POSIX" in native_pool.unavailable()

@@ -206,9 +206,12 @@ class CpuCompiled:
                     # program never stores read 0 (calloc'd pages cost no more).
                     # 64-byte aligned, like the arena: threads splitting a small
                     # result by whole vectors then never share a cache line.
-                    raw = _zeroed_arena(buf.nbytes)
-                    results[name] = raw.view(buf.dtype).reshape(buf.info.sizes)
+                    raw, address = _zeroed_arena_at(buf.nbytes)
                     storage = raw.view(buf.dtype)
+                    results[name] = storage.reshape(buf.info.sizes)
+                    pointers[slot] = address + buf.origin * storage.itemsize
+                    storages[slot] = storage
+                    continue  # the address is known: no second (slow) ctypes lookup
                 else:
                     storage = buf.storage()
                     if target is not None:
@@ -438,9 +441,16 @@ class CpuCompiled:
 def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
     """``nbytes`` zeroed bytes starting at a multiple of ``align`` (calloc'd: pages
     are touched only when used)."""
+    return _zeroed_arena_at(nbytes, align)[0]
+
+
+def _zeroed_arena_at(nbytes: int, align: int = 64) -> tuple[np.ndarray, int]:
+    """:func:`_zeroed_arena` and its address (``.ctypes.data`` costs over a
+    microsecond, at every call for a fresh output)."""
     raw = np.zeros(nbytes + align, np.uint8)
-    start = -raw.ctypes.data % align
-    return raw[start : start + nbytes]
+    address = raw.ctypes.data
+    start = -address % align
+    return raw[start : start + nbytes], address + start
 
 
 def _writable_c(arr: np.ndarray) -> bool:

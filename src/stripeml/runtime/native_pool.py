@@ -451,12 +451,21 @@ _POOLS_LOCK = threading.Lock()
 
 _UNAVAILABLE: list[str] = []  # why no pool could be made in this process, if so
 
+#: The pools of this process by worker count (emptied in a forked child, whose
+#: parent's worker threads do not exist there).
+_MINE: dict[int, NativePool] = {}
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_MINE.clear)
+
 
 def pool(workers: int) -> NativePool | None:
     """This process's pool of ``workers`` native workers (created on first use);
     ``None`` where none can be made (no POSIX ``usleep``/``sched_yield`` to link
     against, as on Windows): the runtime then runs every kernel on the calling
     thread, and :func:`unavailable` says why."""
+    found = _MINE.get(workers)  # this process's, without a lock: every run asks
+    if found is not None:
+        return found
     if sys.platform == "win32":
         if not _UNAVAILABLE:
             _UNAVAILABLE.append("the native thread pool needs a POSIX C library")
@@ -469,6 +478,8 @@ def pool(workers: int) -> NativePool | None:
                 found = _POOLS[key] = NativePool(workers)
             except (RuntimeError, OSError, InternalError) as exc:
                 _UNAVAILABLE.append(f"the native thread pool could not start: {exc}")
+        if found is not None:
+            _MINE[workers] = found
         return found
 
 

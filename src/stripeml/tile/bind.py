@@ -42,8 +42,22 @@ def where(stmt_or_pos: ast.Pos, text: str = "") -> str:
     return loc + (f"in '{text}': " if text else "")
 
 
+#: ``str(dtype)`` by dtype: NumPy's ``str`` of a dtype runs Python code (microseconds,
+#: paid by every call of a compiled function); a dtype hashes in C.
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = str(dtype)
+        if len(_DTYPE_NAMES) < 256:  # a few numeric dtypes in practice; never unbounded
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
 def signature_of(arrays: Sequence[np.ndarray]) -> Signature:
-    return tuple((tuple(int(s) for s in a.shape), str(a.dtype)) for a in arrays)
+    return tuple((tuple(int(s) for s in a.shape), _dtype_name(a.dtype)) for a in arrays)
 
 
 def bind(fn: ast.Function, sig: Signature) -> Binding:
