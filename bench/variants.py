@@ -7,7 +7,7 @@
         base unroll.vector_groups=0 "unroll.registers=0+partial_sums.threads=1" --rounds 15
 
 A variant is ``base`` (the target as it is) or terms joined by ``+``: each
-``PASS.OPTION=VALUE`` replaces one option of a pass of the pipeline (an int, else
+``PASS.OPTION=VALUE`` replaces one option of a pass of the pipeline (an int, ``true``/``false``, else
 a string: the target loader's ``$`` references are already resolved in ``base``),
 each ``PASS=off`` leaves that pass out.  Each model
 (a name of ``bench/models.py``) is compiled once per variant in a fresh cache folder,
@@ -60,7 +60,10 @@ def variant(spec: str, threads: int = 2) -> Any:
                 f"variant {spec!r}: expected PASS.OPTION=VALUE or PASS=off terms, got {term!r}"
             )
         number = value.lstrip("-")
-        changes.setdefault(pass_name, {})[option] = int(value) if number.isdigit() else value
+        parsed: object = int(value) if number.isdigit() else value
+        if value in ("true", "false"):
+            parsed = value == "true"
+        changes.setdefault(pass_name, {})[option] = parsed
     names = {p.name for p in target.pipeline}
     unknown = sorted((set(changes) | dropped) - names)
     if unknown:

@@ -211,8 +211,12 @@ def test_chunk_bounds(extent, splittable, work, threads, chunks):
 @pytest.mark.parametrize(
     ("extent", "work", "threads", "per_thread", "chunks"),
     [
-        (1000, 4 * cpu.MIN_WORK_PER_CHUNK, 2, 4, 8),
-        (6, 4 * cpu.MIN_WORK_PER_CHUNK, 2, 4, 6),  # never more chunks than iterations
+        (1000, 64 * cpu.MIN_WORK_PER_CHUNK, 2, 4, 8),
+        (6, 64 * cpu.MIN_WORK_PER_CHUNK, 2, 4, 6),  # never more chunks than iterations
+        (1000, 64 * cpu.LONG_CHUNK_WORK, 2, 16, 32),
+        # more than FEW_CHUNKS per thread only as long as each gets LONG_CHUNK_WORK
+        (1000, 12 * cpu.LONG_CHUNK_WORK, 2, 16, 12),
+        (1000, 4 * cpu.LONG_CHUNK_WORK, 2, 16, 2 * cpu.FEW_CHUNKS),
         (1000, 3 * cpu.MIN_WORK_PER_CHUNK, 4, 4, 12),  # 3 threads' worth of work
         (1000, cpu.MIN_WORK_PER_CHUNK, 2, 4, 1),  # one thread's worth: no split at all
     ],
@@ -296,7 +300,9 @@ def test_min_chunk_work_option_lowers_the_threshold():
 @pytest.mark.parametrize("splittable", [True, False])
 def test_split_covers_every_iteration_exactly_once(monkeypatch, splittable):
     n = 1 << 16
-    steps = (kernel_step("incr", n, splittable=splittable, work=1 << 22),)
+    # work enough for CHUNKS_PER_THREAD chunks per thread (each LONG_CHUNK_WORK)
+    work = 4 * cpu.CHUNKS_PER_THREAD * cpu.LONG_CHUNK_WORK
+    steps = (kernel_step("incr", n, splittable=splittable, work=work),)
     gen = FakeGenerator(incr_kernel("incr"), steps)
     results = {}
     for threads in (1, 4):

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 
 from .cpu_run import (  # re-exported: the backend's public names live in this module
     CHUNKS_PER_THREAD,
+    FEW_CHUNKS,
+    LONG_CHUNK_WORK,
     MIN_WORK_PER_CHUNK,
     CpuCompiled,
     chunk_bounds,
@@ -71,7 +73,9 @@ from .cpu_run import (  # re-exported: the backend's public names live in this m
 __all__ = [
     "BODY_FOLDER",
     "CHUNKS_PER_THREAD",
+    "FEW_CHUNKS",
     "GLUE_OPT_LEVEL",
+    "LONG_CHUNK_WORK",
     "MIN_WORK_PER_CHUNK",
     "CpuBackend",
     "CpuCompiled",
