@@ -29,8 +29,8 @@ from .ir.dtypes import itemsize
 from .ir.nodes import Program, Refinement
 from .ir.printer import format as format_ir
 from .phases import phase
-from .runtime.backend import Backend, Compiled, backend_for
 from .runtime import host
+from .runtime.backend import Backend, Compiled, backend_for
 from .runtime.host import bind_constants, check_memory, out_of_memory, separate_outputs
 from .runtime.memo import SignatureCache
 from .targets import Target, resolve
