@@ -17,6 +17,7 @@ runtime see it through the frozen ``Target`` like any other fact.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -402,6 +403,9 @@ class Function:
         self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
         # compiled signatures, most recently used last, bounded in bytes (runtime/memo.py)
         self._cache: SignatureCache[Executable] = SignatureCache(_footprint)
+        # The executable of the last call, weakly (the cache decides what lives):
+        # a call with arrays of exactly its signature skips the lookup.
+        self._last: weakref.ref[Executable] | None = None
 
     def __repr__(self) -> str:
         return f"<stripeml.Function {self.name}({', '.join(self.params)}) -> ({', '.join(self.outputs)}) target={self.target.name!r}>"
@@ -536,8 +540,14 @@ class Function:
     ) -> np.ndarray | tuple[np.ndarray, ...]:
         """Run on NumPy arrays; ``out=`` (an array, or a tuple for several outputs)
         receives the results in place and is returned."""
-        arrays = self._arrays(args, kwargs)
-        exe = self._executable(arrays)
+        last = self._last() if self._last is not None and not kwargs else None
+        arrays = last._exact_arrays(args) if last is not None else None
+        if arrays is None:
+            arrays = self._arrays(args, kwargs)
+            exe = self._executable(arrays)
+            self._last = weakref.ref(exe)
+        else:
+            exe = last
         named = dict(zip(self.params, arrays))
         return self._results(exe.run_named(named, exe.out_arrays(out)))
 
