@@ -542,7 +542,7 @@ class Function:
         receives the results in place and is returned."""
         last = self._last() if self._last is not None and not kwargs else None
         arrays = last._exact_arrays(args) if last is not None else None
-        if arrays is None:
+        if last is None or arrays is None:
             arrays = self._arrays(args, kwargs)
             exe = self._executable(arrays)
             self._last = weakref.ref(exe)
