@@ -1,0 +1,308 @@
+"""What ``Function.lower`` returns: one program specialised for one signature
+on one target, callable with NumPy arrays (``stripeml.api.Executable``, re-exported
+there), and the small helpers the API shares with it.
+
+A call with arrays of exactly the compiled shapes and dtypes takes a short
+path (no signature strings, no conversions): see ``Executable.__call__`` and
+``docs/cpu-backend.md``, "The cost of a call".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import InternalError, ShapeError, StripeError
+from .ir.dtypes import itemsize
+from .ir.nodes import Program, Refinement
+from .ir.printer import format as format_ir
+from .runtime import host
+from .runtime.backend import Compiled
+from .runtime.host import check_memory, out_of_memory, separate_outputs
+from .tile.bind import Signature, signature_of
+
+if TYPE_CHECKING:
+    # Loaded on first use: a warm start (the optimised program read from the disk
+    # cache) lowers nothing and profiles nothing.
+    from .analysis.roofline import ProfileRow, Work
+    from .api import Function
+    from .passes.manager import PipelineResult
+
+
+class Executable:
+    """A program specialised for one signature on one target."""
+
+    def __init__(
+        self,
+        fn: Function,
+        program: Program,
+        stages: PipelineResult | None,
+        compiled: Compiled,
+        timings: list[tuple[str, float]] | None = None,
+        ir: str | None = None,
+    ):
+        self.function = fn
+        self.program = program
+        self._stages = stages  # their texts are printed when first asked for
+        self._timings = list(timings or [])
+        self._compiled = compiled
+        self.ir = ir if ir is not None else format_ir(program)
+        self.output_specs = tuple(
+            (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
+        )
+        self._memory: list[tuple[str | None, str, int]] | None = None
+        self._work: dict[str, Work] | None = None
+        self._signature: Signature | None = None
+        # Per parameter (shape, dtype) a call must pass: checked without building
+        # the signature's strings (see __call__).
+        self._expected: tuple[tuple[tuple[int, ...], np.dtype], ...] | None = None
+        # Whether everything a call can allocate fits in physical memory (then
+        # run_named checks nothing); None until the first call.
+        self._always_fits: bool | None = None
+
+    @property
+    def stages(self) -> list[tuple[str, str]]:
+        """``[(pass name, IR text)]``: "lower", then each pass that changed the
+        program.  After a warm start from the disk cache the pipeline is re-run
+        (without compiling) the first time this is read."""
+        if self._stages is None:
+            self._stages = self.function._optimise(self.signature)
+            self._timings = self._stages.timings
+        return self._stages.stages
+
+    @property
+    def timings(self) -> list[tuple[str, float]]:
+        """``[(pass name, seconds)]`` for every pass run (re-run like ``stages``
+        after a warm start)."""
+        if self._stages is None:
+            self.stages  # noqa: B018 - computes both
+        return self._timings
+
+    @property
+    def peak_bytes(self) -> dict[str, int]:
+        """Memory the program's temporaries need per location (after ``place``,
+        buffers that are never live together share bytes)."""
+        from .analysis.memory import peak_bytes
+
+        return peak_bytes(self.program)
+
+    @property
+    def code(self) -> str:
+        """The generated backend source ("" for the interpreter)."""
+        return self._compiled.code
+
+    def profile(self, *args: Any, repeat: int = 1, **kwargs: Any) -> list[ProfileRow]:
+        """Run ``repeat`` times and return a :class:`ProfileRow` (kernel, source
+        statement, median seconds per run, then FLOPs, bytes, GFLOP/s, GB/s and
+        the share of the roofline bound) for every kernel, slowest first.
+
+        Per kernel on the ``cpu`` backend (its runtime times each step; a
+        ``special`` is ``special<k>``, ``k`` its position among the root's
+        statements); other backends give one row for the whole program,
+        ``"program"``, with the FLOPs and bytes of all its kernels added up.
+        The ceilings come from the target (its file's ``peak_gflops`` and DRAM
+        ``bandwidth_gbs``, or its host facts): on a ``cpu`` target that gives
+        neither they are measured the first time any program asks, about a
+        second once per machine, then read from the disk cache
+        (``STRIPEML_MEASURE_PEAKS=0`` turns that off, and the fractions are
+        ``None``)."""
+        import statistics
+        import time
+
+        from .analysis.roofline import NO_WORK, ProfileRow, bound_kind, peak_fraction
+        from .runtime.peaks import target_peaks  # numpy and LLVM: only when profiling
+
+        compiled = self._compiled
+        per_run: list[dict[str, float]] = []
+        for _ in range(max(1, repeat)):
+            if hasattr(compiled, "step_seconds"):
+                compiled.step_seconds = {}
+                try:
+                    self(*args, **kwargs)
+                    per_run.append(dict(compiled.step_seconds))
+                finally:
+                    compiled.step_seconds = None
+            else:
+                start = time.perf_counter()
+                self(*args, **kwargs)
+                per_run.append({"program": time.perf_counter() - start})
+        work = self.work
+        if "program" in per_run[0] and "program" not in work:
+            total = NO_WORK
+            for w in work.values():
+                total = total + w
+            work = {"program": total}
+        comments = {b.name: b.comment for b in self.program.root.sub_blocks}
+        peaks = target_peaks(self.function.target)
+        rows = []
+        for name in per_run[0]:
+            seconds = statistics.median(r.get(name, 0.0) for r in per_run)
+            w = work.get(name, NO_WORK)
+            rate = 1e-9 / seconds if seconds > 0 else 0.0
+            fraction = bound = None
+            if peaks.gflops is not None and peaks.gbps is not None:
+                fraction = peak_fraction(w.flops, w.bytes, seconds, peaks.gflops, peaks.gbps)
+                bound = bound_kind(w.flops, w.bytes, peaks.gflops, peaks.gbps)
+            rows.append(
+                ProfileRow(
+                    name,
+                    comments.get(name, ""),
+                    seconds,
+                    w.flops,
+                    w.bytes,
+                    w.flops * rate,
+                    w.bytes * rate,
+                    fraction,
+                    bound,
+                )
+            )
+        return sorted(rows, key=lambda r: -r.seconds)
+
+    @property
+    def work(self) -> dict[str, Work]:
+        """FLOPs and DRAM bytes of each root statement by its profile name
+        (:func:`stripeml.analysis.roofline.program_work`; computed once)."""
+        if self._work is None:
+            from .analysis.roofline import program_work
+
+            self._work = program_work(self.program)
+        return self._work
+
+    def run_named(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run on the call's inputs by name (the function's constants are added)."""
+        constants = self.function.constants
+        if constants:
+            inputs = {**inputs, **constants}
+        given, aliased = separate_outputs(inputs, outputs) if outputs else ({}, {})
+        if self._always_fits is None:
+            self._always_fits = sum(n for _, _, n in self._needs()) <= host.memory_bytes()
+        if not self._always_fits:
+            needs = [(d, n) for name, d, n in self._needs() if name not in given]
+            check_memory(f"running {self.function.name}", needs)
+        # A plain try (not _internal_errors): this runs at every call, and a
+        # generator-based context manager costs microseconds.
+        try:
+            results = self._compiled.run(inputs, given)
+        except StripeError:
+            raise
+        except MemoryError:
+            needs = [(d, n) for name, d, n in self._needs() if name not in given]
+            raise out_of_memory(
+                f"running {self.function.name}", needs, "an allocation failed"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
+            raise InternalError(
+                f"internal error while running {self.function.name}: {type(exc).__name__}: {exc}"
+            ) from exc
+        for name, target in aliased.items():
+            target[...] = results[name]
+            results[name] = target
+        return results
+
+    def _needs(self) -> list[tuple[str | None, str, int]]:
+        """``(output name or None, description, bytes)`` of what a run allocates
+        at least: each output the caller does not provide, and the temporaries
+        (``peak_bytes``).  Computed once."""
+        if self._memory is None:
+            self._memory = [
+                (r.into, f"output '{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
+                for r in self.program.outputs
+            ]
+            self._memory += [(None, f"temporaries in {k}", n) for k, n in self.peak_bytes.items()]
+        return self._memory
+
+    def out_arrays(
+        self, out: np.ndarray | Sequence[np.ndarray] | None
+    ) -> dict[str, np.ndarray] | None:
+        """Check ``out=`` (one array per output, exact shape and dtype, C-contiguous)."""
+        if out is None:
+            return None
+        arrays = (out,) if isinstance(out, np.ndarray) else tuple(out)
+        if len(arrays) != len(self.output_specs):
+            raise ShapeError(f"out= needs {len(self.output_specs)} array(s), got {len(arrays)}")
+        named = {}
+        for arr, (name, shape, dtype) in zip(arrays, self.output_specs):
+            if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape) or arr.dtype != dtype:
+                got = (
+                    f"{arr.shape} {arr.dtype}"
+                    if isinstance(arr, np.ndarray)
+                    else type(arr).__name__
+                )
+                raise ShapeError(
+                    f"out= for '{name}' must be an array of shape {tuple(shape)} and dtype {dtype}, got {got}"
+                )
+            if not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise ShapeError(f"out= for '{name}' must be a writeable C-contiguous array")
+            named[name] = arr
+        return named
+
+    def __call__(
+        self, *args: Any, out: Any = None, **kwargs: Any
+    ) -> np.ndarray | tuple[np.ndarray, ...]:
+        arrays = self._exact_arrays(args) if not kwargs else None
+        if arrays is None:  # anything but arrays of exactly the compiled shapes and dtypes
+            arrays = self.function._arrays(args, kwargs)
+            sig = signature_of(arrays)
+            if sig != self.signature:
+                raise ShapeError(
+                    f"this executable was built for {_fmt_sig(self.signature)}, got {_fmt_sig(sig)}"
+                )
+        named = dict(zip(self.function.params, arrays))
+        return self.function._results(self.run_named(named, self.out_arrays(out)))
+
+    def _exact_arrays(self, args: Sequence[Any]) -> Sequence[np.ndarray] | None:
+        """``args`` when each is an ndarray of the shape and dtype compiled for
+        (what ``_arrays`` then ``signature_of`` would accept, without their
+        Python-level string work), else ``None``."""
+        expected = self._expected
+        if expected is None:
+            expected = self._expected = tuple(
+                (tuple(sizes), np.dtype(dtype)) for sizes, dtype in self.signature
+            )
+        if len(args) != len(expected):
+            return None
+        for a, (shape, dtype) in zip(args, expected):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+        return args
+
+    @property
+    def signature(self) -> Signature:
+        """Shapes and dtypes of the inputs a call passes (constants excluded)."""
+        if self._signature is None:
+            self._signature = tuple(
+                (r.shape.sizes, str(_np_dtype(r.shape.dtype)))
+                for r in self.program.inputs
+                if not r.const
+            )
+        return self._signature
+
+
+@contextmanager
+def _internal_errors(what: str) -> Iterator[None]:
+    """Re-raise anything that is not a StripeError as an InternalError."""
+    try:
+        yield
+    except StripeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
+        raise InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _nbytes(ref: Refinement) -> int:
+    return ref.shape.extent * itemsize(ref.shape.dtype)
+
+
+def _np_dtype(name: str) -> np.dtype:
+    from .ir.dtypes import to_numpy
+
+    return to_numpy(name)
+
+
+def _fmt_sig(sig: Signature) -> str:
+    return ", ".join(f"{'x'.join(map(str, s)) or 'scalar'}:{d}" for s, d in sig)
