@@ -1,6 +1,6 @@
 """What ``Function.lower`` returns: one program specialised for one signature
-on one target, callable with NumPy arrays (``stripeml.api.Executable``, re-exported
-there), and the small helpers the API shares with it.
+on one target, callable with NumPy arrays (``stripeml.api.Executable``), and the
+small helpers the rest of ``stripeml.api`` shares with it.
 
 A call with arrays of exactly the compiled shapes and dtypes takes a short
 path (no signature strings, no conversions): see ``Executable.__call__`` and
@@ -15,21 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InternalError, ShapeError, StripeError
-from .ir.dtypes import itemsize
-from .ir.nodes import Program, Refinement
-from .ir.printer import format as format_ir
-from .runtime import host
-from .runtime.backend import Compiled
-from .runtime.host import check_memory, out_of_memory, separate_outputs
-from .tile.bind import Signature, signature_of
+from ..errors import InternalError, ShapeError, StripeError
+from ..ir.dtypes import itemsize
+from ..ir.nodes import Program, Refinement
+from ..ir.printer import format as format_ir
+from ..runtime import host
+from ..runtime.backend import Compiled
+from ..runtime.host import check_memory, out_of_memory, separate_outputs
+from ..tile.bind import Signature, signature_of
 
 if TYPE_CHECKING:
     # Loaded on first use: a warm start (the optimised program read from the disk
     # cache) lowers nothing and profiles nothing.
-    from .analysis.roofline import ProfileRow, Work
-    from .api import Function
-    from .passes.manager import PipelineResult
+    from ..analysis.roofline import ProfileRow, Work
+    from ..passes.manager import PipelineResult
+    from . import Function
 
 
 class Executable:
@@ -85,7 +85,7 @@ class Executable:
     def peak_bytes(self) -> dict[str, int]:
         """Memory the program's temporaries need per location (after ``place``,
         buffers that are never live together share bytes)."""
-        from .analysis.memory import peak_bytes
+        from ..analysis.memory import peak_bytes
 
         return peak_bytes(self.program)
 
@@ -112,8 +112,8 @@ class Executable:
         import statistics
         import time
 
-        from .analysis.roofline import NO_WORK, ProfileRow, bound_kind, peak_fraction
-        from .runtime.peaks import target_peaks  # numpy and LLVM: only when profiling
+        from ..analysis.roofline import NO_WORK, ProfileRow, bound_kind, peak_fraction
+        from ..runtime.peaks import target_peaks  # numpy and LLVM: only when profiling
 
         compiled = self._compiled
         per_run: list[dict[str, float]] = []
@@ -166,7 +166,7 @@ class Executable:
         """FLOPs and DRAM bytes of each root statement by its profile name
         (:func:`stripeml.analysis.roofline.program_work`; computed once)."""
         if self._work is None:
-            from .analysis.roofline import program_work
+            from ..analysis.roofline import program_work
 
             self._work = program_work(self.program)
         return self._work
@@ -299,7 +299,7 @@ def _nbytes(ref: Refinement) -> int:
 
 
 def _np_dtype(name: str) -> np.dtype:
-    from .ir.dtypes import to_numpy
+    from ..ir.dtypes import to_numpy
 
     return to_numpy(name)
 

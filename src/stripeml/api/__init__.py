@@ -23,25 +23,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import gc_pause
-from .errors import ShapeError, StripeError
+from .. import gc_pause
+from ..errors import ShapeError, StripeError
+from ..ir.nodes import Program
+from ..phases import phase
+from ..runtime.backend import Backend, Compiled, backend_for
+from ..runtime.host import bind_constants, out_of_memory
+from ..runtime.memo import SignatureCache
+from ..targets import Target, resolve
+from ..targets.loader import check_threads
+from ..tile import ast
+from ..tile.bind import Signature, bind, signature_of
+from ..tile.check import check
+from ..tile.parser import parse
 from .executable import Executable, _fmt_sig, _internal_errors, _nbytes
-from .ir.nodes import Program
-from .phases import phase
-from .runtime.backend import Backend, Compiled, backend_for
-from .runtime.host import bind_constants, out_of_memory
-from .runtime.memo import SignatureCache
-from .targets import Target, resolve
-from .targets.loader import check_threads
-from .tile import ast
-from .tile.bind import Signature, bind, signature_of
-from .tile.check import check
-from .tile.parser import parse
 
 if TYPE_CHECKING:
     # Loaded on first use: a warm start (the optimised program read from the disk
     # cache) lowers nothing and profiles nothing.
-    from .passes.manager import PipelineResult
+    from ..passes.manager import PipelineResult
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
@@ -193,8 +193,8 @@ class Function:
 
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
-        from .passes import manager
-        from .tile.lower import lower
+        from ..passes import manager
+        from ..tile.lower import lower
 
         with phase("bind + lower"):
             binding = bind(self.ast, self._every_signature(sig))
@@ -214,7 +214,7 @@ class Function:
         described = self.backend.describe()
         if described is None:
             return None
-        from .runtime.kernel_cache import cache_key, compiler_fingerprint
+        from ..runtime.kernel_cache import cache_key, compiler_fingerprint
 
         target = self.target.fingerprint()
         every = self._every_signature(sig)
@@ -228,9 +228,9 @@ class Function:
         key = self._disk_key(sig)
         if key is None:
             return None
-        from .ir.parser import parse as parse_ir
-        from .ir.printer import remember
-        from .runtime.kernel_cache import ProgramCache
+        from ..ir.parser import parse as parse_ir
+        from ..ir.printer import remember
+        from ..runtime.kernel_cache import ProgramCache
 
         with phase("cache read"):
             found = ProgramCache(self.backend.cache_dir).get_program(key)
@@ -246,7 +246,7 @@ class Function:
     def _to_disk(self, sig: Signature, exe: Executable) -> None:
         key = self._disk_key(sig)
         if key is not None:
-            from .runtime.kernel_cache import ProgramCache
+            from ..runtime.kernel_cache import ProgramCache
 
             with phase("cache write"):
                 ProgramCache(self.backend.cache_dir).put(key, exe.ir, exe.program)
@@ -305,7 +305,7 @@ def _footprint(exe: Executable) -> int:
 def __getattr__(name: str) -> Any:
     """``ProfileRow`` and ``Work`` (:mod:`stripeml.analysis.roofline`), loaded when asked for."""
     if name in ("ProfileRow", "Work"):
-        from .analysis import roofline
+        from ..analysis import roofline
 
         return getattr(roofline, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
