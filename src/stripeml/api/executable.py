@@ -181,9 +181,9 @@ class Executable:
         given, aliased = separate_outputs(inputs, outputs) if outputs else ({}, {})
         if self._always_fits is None:
             self._always_fits = sum(n for _, _, n in self._needs()) <= host.memory_bytes()
+        what = f"running {self.function.name}"
         if not self._always_fits:
-            needs = [(d, n) for name, d, n in self._needs() if name not in given]
-            check_memory(f"running {self.function.name}", needs)
+            check_memory(what, self._needs_without(given))
         # A plain try (not _internal_errors): this runs at every call, and a
         # generator-based context manager costs microseconds.
         try:
@@ -191,18 +191,17 @@ class Executable:
         except StripeError:
             raise
         except MemoryError:
-            needs = [(d, n) for name, d, n in self._needs() if name not in given]
-            raise out_of_memory(
-                f"running {self.function.name}", needs, "an allocation failed"
-            ) from None
+            raise out_of_memory(what, self._needs_without(given), "an allocation failed") from None
         except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
-            raise InternalError(
-                f"internal error while running {self.function.name}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise _internal_error(what, exc) from exc
         for name, target in aliased.items():
             target[...] = results[name]
             results[name] = target
         return results
+
+    def _needs_without(self, given: Mapping[str, np.ndarray]) -> list[tuple[str, int]]:
+        """``(description, bytes)`` of what a run allocates besides the outputs ``given``."""
+        return [(d, n) for name, d, n in self._needs() if name not in given]
 
     def _needs(self) -> list[tuple[str | None, str, int]]:
         """``(output name or None, description, bytes)`` of what a run allocates
@@ -291,7 +290,12 @@ def _internal_errors(what: str) -> Iterator[None]:
     except StripeError:
         raise
     except Exception as exc:  # noqa: BLE001 - the point is to catch every bug
-        raise InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}") from exc
+        raise _internal_error(what, exc) from exc
+
+
+def _internal_error(what: str, exc: Exception) -> InternalError:
+    """The error a bug raising ``exc`` while ``what`` surfaces as."""
+    return InternalError(f"internal error while {what}: {type(exc).__name__}: {exc}")
 
 
 def _nbytes(ref: Refinement) -> int:
