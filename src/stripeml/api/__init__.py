@@ -302,6 +302,16 @@ def _footprint(exe: Executable) -> int:
     return sum(_nbytes(r) for r in exe.program.root.refs if r.dir != "in")
 
 
+def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """For frontends laying out constants (weights): a new contiguous ``(C, B, A)``
+    array ``out[c, b, a] = src[a, b, c] * scale[a]`` (no factor without
+    ``scale``) from an ``(A, B, C)`` one, in native code on the host (see
+    :mod:`stripeml.runtime.native_layout`)."""
+    from ..runtime import native_layout
+
+    return native_layout.reversed_axes(src, scale)
+
+
 def __getattr__(name: str) -> Any:
     """``ProfileRow`` and ``Work`` (:mod:`stripeml.analysis.roofline`), loaded when asked for."""
     if name in ("ProfileRow", "Work"):

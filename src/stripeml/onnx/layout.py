@@ -208,24 +208,16 @@ def _const(node: Node, i: int) -> np.ndarray | None:
 
 def _channels_last(w: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
     """Convolution weights ``(CO, CI, KH, KW)`` as a new contiguous ``(KH, KW, CI,
-    CO)`` array, copied in blocks of 64 output channels: NumPy's own transposed
-    copy walks one side with a large stride (a 512 x 512 x 3 x 3 float32 weight
-    here: 8.9 ms, in blocks 2.2 ms; 2048 x 512 x 1 x 1: 7.4 and 0.9 ms), and a
-    model's weights are mostly that.  ``scale`` (one factor per output channel, a
-    batch normalisation folded in) multiplies each weight on the way, one
-    rounding per weight as ``w * scale`` then the copy, in one pass over the
-    weights instead of two (ResNet-50's 94 MB: 0.13-0.19 s, fused 0.07 s).  The
-    result owns its memory (no view), so ``compile`` binds it read-only without
-    another copy."""
+    CO)`` array; ``scale`` (one factor per output channel, a batch normalisation
+    folded in) multiplies each weight on the way, one rounding per weight as
+    ``w * scale`` then the copy.  In native code (:func:`stripeml.api.reversed_axes`):
+    NumPy's transposed copy runs at about 1 GB/s here, a quarter to a third of a
+    warm start of ResNet-50 (94 MB of weights).  The result owns its memory (no
+    view), so ``compile`` binds it read-only without another copy."""
+    from .. import api
+
     co, ci, kh, kw = w.shape
-    taps = w.reshape(co, ci, kh * kw).transpose(2, 0, 1)  # (tap, co, ci), strided
-    out = np.empty((kh * kw, ci, co), w.dtype)
-    for i in range(0, co, 64):
-        block = taps[:, i : i + 64].transpose(0, 2, 1)
-        if scale is None:
-            out[:, :, i : i + 64] = block
-        else:
-            np.multiply(block, scale[i : i + 64], out=out[:, :, i : i + 64])
+    out = api.reversed_axes(w.reshape(co, ci, kh * kw), scale)  # (tap, ci, co)
     out.shape = (kh, kw, ci, co)  # in place: out stays the owner
     return out
 
@@ -272,8 +264,9 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
         text = f"{{out}}[n, y, x, c : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, c] * {wr}[ky, kx, c])"
     else:
         cog = co // groups
-        wt = w.reshape(groups, cog, cig, kh, kw).transpose(3, 4, 2, 0, 1)  # KH, KW, CIg, G, COg
-        wt = np.ascontiguousarray(wt).astype(dt, copy=False)
+        # KH, KW, CIg, G, COg (output channel g * COg + co, as the weights number them)
+        wt = _channels_last(w.astype(dt, copy=False))
+        wt.shape = (kh, kw, cig, groups, cog)  # in place: wt stays the owner
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = (
             f"{{out}}[n, y, x, {cog} * g + co : {n_}, {oh}, {ow}, {co}] = "
