@@ -31,7 +31,7 @@ from ..runtime.backend import Backend, Compiled, backend_for
 from ..runtime.host import bind_constants, out_of_memory
 from ..runtime.memo import SignatureCache
 from ..targets import Target, resolve
-from ..targets.loader import check_threads
+from ..targets.loader import check_threads, set_validation_memo
 from ..tile import ast
 from ..tile.bind import Signature, bind, signature_of
 from ..tile.check import check
@@ -83,6 +83,31 @@ def threads_from_environment() -> int | None:
             "code runs on), or unset for the target's own count"
         )
     return value
+
+
+class _ValidatedPipelines:
+    """The runtime's record of validated pipelines
+    (:class:`stripeml.runtime.kernel_cache.ValidatedPipelines`), imported at the
+    first target load: a target seen before loads without building its passes."""
+
+    def __init__(self) -> None:
+        self._store: Any = None
+
+    def _get(self) -> Any:
+        if self._store is None:
+            from ..runtime.kernel_cache import ValidatedPipelines
+
+            self._store = ValidatedPipelines()
+        return self._store
+
+    def seen(self, description: str) -> bool:
+        return bool(self._get().seen(description))
+
+    def add(self, description: str) -> None:
+        self._get().add(description)
+
+
+set_validation_memo(_ValidatedPipelines())
 
 
 def target_for(target: str | os.PathLike[str] | Target, threads: int | None = None) -> Target:

@@ -25,8 +25,15 @@ from pathlib import Path
 KEY_FILE = "key"
 KEY_BYTES = 32
 #: The entry folders under the root and the suffix of their entry files (runtime/:
-#: the native thread pool's own object code).
-FOLDERS = {"cpu": ".kernel", "bodies": ".body", "programs": ".stripe", "runtime": ".kernel"}
+#: the native thread pool's own object code; pipelines/: target pipelines that
+#: validated, so a warm start need not build the passes).
+FOLDERS = {
+    "cpu": ".kernel",
+    "bodies": ".body",
+    "programs": ".stripe",
+    "runtime": ".kernel",
+    "pipelines": ".pipeline",
+}
 _WARNED: set[tuple[str, str]] = set()  # (root, what) already reported by this process
 
 

@@ -294,6 +294,49 @@ class ProgramCache:
         return self.entries.store(key, pack(PROGRAM_MAGIC, FORMAT_VERSION, payload))
 
 
+#: The magic of a validated-pipeline entry (``pipelines/``).
+PIPELINE_MAGIC = b"STRPMLV\0"
+
+
+class ValidatedPipelines:
+    """Target pipelines that validated before, kept as authenticated entries in
+    ``pipelines/`` under the default cache root (read at each use, so
+    ``$STRIPEML_CACHE_DIR`` may change): what lets a target load without
+    building (or importing) its passes (:func:`stripeml.targets.loader.set_validation_memo`).
+
+    An entry's name hashes the pipeline's description with
+    :func:`compiler_fingerprint`, so a changed pass or target source validates
+    again; its payload is the description itself, compared in full.  An
+    untrusted root remembers nothing, and a forged entry only defers an error:
+    a deferred pass that does not build raises a ``TargetError`` at first use."""
+
+    def _folder(self) -> EntryFolder:
+        return EntryFolder(
+            CacheRoot(None), "pipelines", PIPELINE_MAGIC, FORMAT_VERSION, "pipeline cache"
+        )
+
+    @staticmethod
+    def _name(description: str) -> str:
+        text = f"pipeline\0{compiler_fingerprint()}\0{description}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def seen(self, description: str) -> bool:
+        data = self._folder().load(self._name(description))
+        if data is None:
+            return False
+        try:
+            payload = check_envelope(data, PIPELINE_MAGIC, FORMAT_VERSION)
+        except ValueError:
+            return False
+        return bytes(payload) == description.encode()
+
+    def add(self, description: str) -> None:
+        folder = self._folder()
+        folder.store(
+            self._name(description), pack(PIPELINE_MAGIC, FORMAT_VERSION, description.encode())
+        )
+
+
 class _NodeUnpickler(pickle.Unpickler):
     """Unpickles Stripe IR nodes and nothing else (no other class, no function)."""
 

@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,6 +31,35 @@ from .host import GiB, HostFacts, KiB, MiB
 from .target import BACKENDS, GPU_BACKENDS, Memory, PassSpec, Target
 
 TARGETS_DIR = Path(__file__).resolve().parent
+
+
+class ValidationMemo(Protocol):
+    """Pipelines validated before (:func:`set_validation_memo`), by their
+    description: the passes, resolved options and locations, as text."""
+
+    def seen(self, description: str) -> bool: ...
+
+    def add(self, description: str) -> None: ...
+
+
+_MEMO: ValidationMemo | None = None
+_OWN_PASSES = __name__.rsplit(".", 2)[0] + ".passes."  # "stripeml.passes."
+
+
+def set_validation_memo(memo: ValidationMemo | None) -> None:
+    """Remember validated pipelines in ``memo`` (``None``: validate every load).
+
+    A pipeline the memo has seen is not built at load: its entries are
+    :class:`~.target.PassSpec` with ``deferred=True``, built on first use, so
+    loading a target does not import the passes (about 40 ms of a warm start).
+    The memo must key on the compiler's sources as well, as the runtime's
+    (:class:`stripeml.runtime.kernel_cache.ValidatedPipelines`, set by
+    ``stripeml.api``) does: a changed pass must be validated again.  The
+    structure of the file (keys, types, ``$references``) is checked at every
+    load either way."""
+    global _MEMO
+    _MEMO = memo
+
 
 _TOP_KEYS = (
     "name",
@@ -302,29 +332,50 @@ class _Reader:
         """Each entry's pass, built (and so validated) once, here; the locations its
         options name must be the target's memories (or :data:`IMPLICIT_LOCATIONS`)
         and its selectors' tags declared (``passes.registry.check_names``)."""
-        from ..passes.registry import check_names, make_pass, pass_class
-
         locations = (*(m.name for m in memories), *IMPLICIT_LOCATIONS)
 
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
             raise self.fail(
                 "pipeline", f"must be an array of tables ([[pipeline]]), got {_kind(entries)}"
             )
-        specs = []
+        resolved = []
         for i, entry in enumerate(entries):
             at = f"pipeline[{i}]"
             self.no_unknown_keys(entry, _PIPELINE_KEYS, at)
             name = self.string(entry, "pass", f"{at}.pass")
-            try:
-                pass_class(name)
-            except StripeError as exc:
-                raise self.fail(f"{at}.pass", str(exc)) from None
             raw = entry.get("options", {})
             if not isinstance(raw, dict):
                 raise self.fail(f"{at}.options", f"must be a table, got {_kind(raw)}")
             options = tuple(
                 (key, self.option(value, refs, f"{at}.options.{key}")) for key, value in raw.items()
             )
+            resolved.append((name, options))
+        memo = _MEMO
+        described = repr((tuple(resolved), locations))
+        if memo is not None and memo.seen(described):
+            return tuple(PassSpec(name, options, deferred=True) for name, options in resolved)
+        specs = self.built_pipeline(resolved, locations)
+        # only the compiler's own passes: one a program registered may be absent
+        # from the next process (its sources are not in the memo's key either)
+        own = all(type(s.pass_).__module__.startswith(_OWN_PASSES) for s in specs)
+        if memo is not None and own:
+            memo.add(described)
+        return specs
+
+    def built_pipeline(
+        self, resolved: list[tuple[str, tuple[tuple[str, object], ...]]], locations: tuple[str, ...]
+    ) -> tuple[PassSpec, ...]:
+        """Each entry built and checked: the pass exists, takes these options, and
+        names only these locations and declared tags."""
+        from ..passes.registry import check_names, make_pass, pass_class
+
+        specs = []
+        for i, (name, options) in enumerate(resolved):
+            at = f"pipeline[{i}]"
+            try:
+                pass_class(name)
+            except StripeError as exc:
+                raise self.fail(f"{at}.pass", str(exc)) from None
             try:
                 built = make_pass(name, **dict(options))
                 check_names(built, locations)

@@ -41,22 +41,42 @@ class Memory:
 @dataclass(frozen=True)
 class PassSpec:
     """One pipeline entry: a registered pass name, its options in file order, and
-    the pass object built from them (built here when not given)."""
+    the pass object built from them (built here when not given).
+
+    ``deferred`` entries are built on first use of :attr:`pass_` instead: the
+    loader defers those of a pipeline it has seen validated before with the same
+    resolved options and compiler sources (:func:`.loader.set_validation_memo`),
+    so a warm start whose program comes from the disk cache never imports the
+    passes at all."""
 
     name: str
     options: tuple[tuple[str, OptionValue], ...] = ()
     built: Pass | None = field(default=None, compare=False, repr=False)
+    deferred: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.built is None:
-            from ..passes.registry import make_pass  # the registry imports every pass
+        if self.built is None and not self.deferred:
+            object.__setattr__(self, "built", self._build())
 
-            object.__setattr__(self, "built", make_pass(self.name, **dict(self.options)))
+    def _build(self) -> Pass:
+        from ..passes.registry import make_pass  # the registry imports every pass
+
+        return make_pass(self.name, **dict(self.options))
 
     @property
     def pass_(self) -> Pass:
-        """The pass object (never ``None`` after construction)."""
-        assert self.built is not None
+        """The pass object (built now if it was deferred)."""
+        if self.built is None:
+            from ..errors import StripeError, TargetError
+
+            try:
+                built = self._build()
+            except StripeError as exc:  # validated once: only changed sources get here
+                raise TargetError(f"pipeline entry {self.describe()}: {exc}") from None
+            except (TypeError, ValueError) as exc:
+                raise TargetError(f"pipeline entry {self.describe()}: {exc}") from None
+            object.__setattr__(self, "built", built)
+            return built
         return self.built
 
     def describe(self) -> str:
@@ -141,7 +161,10 @@ class Target:
         """Every fact and pass option as text: what a compiled program depends on
         besides its source (part of the disk cache's key)."""
         facts = {k: v for k, v in self.__dict__.items() if k not in _NOT_IN_FINGERPRINT}
-        passes = ", ".join(repr(p) for p in self.passes)
+        # each entry as the file resolved it: the pass objects' defaults come from
+        # the pass sources, which the program cache's key hashes beside this
+        # (``compiler_fingerprint``), so a deferred pipeline need not be built here
+        passes = ", ".join(spec.describe() for spec in self.pipeline)
         return f"{facts!r}; passes=[{passes}]"
 
 
