@@ -126,3 +126,33 @@ def test_repeated_layers_of_a_deep_chain(n: int, tmp_path) -> None:
     module = generate(f.lower(x, *ws).program, vector_width=8)
     kernels = sum(1 for s in module.steps if s.kernel is not None)
     assert kernels >= n and len(module.bodies) <= kernels // n + 2
+
+
+def test_generated_modules_leave_no_cyclic_garbage() -> None:
+    """llvmlite's IR objects point at their parents; ``release`` unlinks each module
+    once printed, so a compile's IR is freed by reference counting instead of lying
+    in wait for the cycle collector (ResNet-50: 139 k objects, 48 ms of one
+    collection).  The module's text is printed before, so it is whole."""
+    import gc
+
+    p = _program(TWO_LAYERS, _arrays(8, 16, 16))
+    gc.collect()
+    was_enabled, flags = gc.isenabled(), gc.get_debug()
+    gc.disable()
+    try:
+        module = generate(p, vector_width=8)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        leftover = [o for o in gc.garbage if type(o).__module__.startswith("llvmlite.ir")]
+    finally:
+        gc.set_debug(flags)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+    assert leftover == []
+    assert module.bodies and all("ret void" in b.llvm_ir for b in module.bodies if b.llvm_ir)
+    assert module.llvm_ir.count("define void") == len(_kernels(p))
+    # what the text is made of still compiles and computes the right thing
+    arrays = _arrays(8, 16, 16)
+    got = stripeml.compile(TWO_LAYERS, target="cpu")(*arrays)
+    np.testing.assert_allclose(got, _want(*arrays), rtol=1e-5, atol=1e-5)

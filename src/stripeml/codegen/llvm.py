@@ -101,7 +101,36 @@ def generate(
             steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
-    return CpuModule(str(glue), buffers, tuple(steps), tuple(bodies.values()))
+    text = str(glue)
+    release(glue)
+    return CpuModule(text, buffers, tuple(steps), tuple(bodies.values()))
+
+
+def release(module: ir.Module) -> None:
+    """Unlink ``module``'s IR objects once its text is printed, so reference counting
+    frees them now.  llvmlite's objects point back at their parents (an instruction
+    at its block, a block at its function, a function and its arguments at each
+    other and at the module), so without this every module becomes cyclic garbage,
+    which Python's collector walks at the first collection after a compile
+    (ResNet-50: 139 k objects, 48 ms of one collection, on top of the 2 s compile)."""
+    functions = list(module.functions)
+    for fn in functions:
+        for block in fn.blocks:
+            for ins in block.instructions:  # SSA cycles: a loop's phi and its update
+                ins.operands = []
+                if isinstance(ins, ir.PhiInstr):
+                    ins.incomings.clear()
+            block.instructions.clear()
+            block.terminator = None
+        fn.blocks.clear()
+        fn.args = ()
+        fn.return_value = None
+    module.globals.clear()
+    module.metadata.clear()  # metadata nodes point at the module
+    module.namedmetadata.clear()
+    cache = getattr(module, "_metadatacache", None)  # llvmlite's deduplication of metadata
+    if isinstance(cache, dict):
+        cache.clear()
 
 
 def body_symbol(canonical_text: str) -> str:
@@ -141,6 +170,7 @@ def _body(
         vector_registers=vector_registers,
     ).run()
     text = str(module)
+    release(module)
     if re.search(r"[\s<(]half[\s>,)]", text) and not _native_half(triple):
         raise StripeError("cpu: float16 needs the F16C conversions on x86 (this host lacks them)")
     return Body(symbol, text, info, body_opt_level(canon.kernel))

@@ -253,15 +253,21 @@ class KernelBuilder:
             else:
                 self.loop(name, lo, hi, inner)
 
-        if guards:
-            ok = None
-            for c in guards:
-                t = b.icmp_signed(">=", self.affine(c.expr, env), ir.Constant(I64, 0))
-                ok = t if ok is None else b.and_(ok, t)
-            with b.if_then(ok):
+        try:
+            if guards:
+                ok = None
+                for c in guards:
+                    t = b.icmp_signed(">=", self.affine(c.expr, env), ir.Constant(I64, 0))
+                    ok = t if ok is None else b.and_(ok, t)
+                with b.if_then(ok):
+                    rec(0, env)
+            else:
                 rec(0, env)
-        else:
-            rec(0, env)
+        finally:
+            # ``rec`` calls itself through its closure cell: emptying the cell lets
+            # reference counting free it, and the emitter and IR objects it holds,
+            # now rather than at Python's next cycle collection (``release``).
+            rec = None  # type: ignore[assignment]  # noqa: F841
 
     def loop(
         self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1
