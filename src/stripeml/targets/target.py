@@ -71,9 +71,7 @@ class PassSpec:
 
             try:
                 built = self._build()
-            except StripeError as exc:  # validated once: only changed sources get here
-                raise TargetError(f"pipeline entry {self.describe()}: {exc}") from None
-            except (TypeError, ValueError) as exc:
+            except (StripeError, TypeError, ValueError) as exc:  # a forged memo entry
                 raise TargetError(f"pipeline entry {self.describe()}: {exc}") from None
             object.__setattr__(self, "built", built)
             return built
