@@ -115,6 +115,24 @@ def test_padded_conv_bounds_without_guards():
     np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-5)
 
 
+def test_register_tile_addresses_are_computed_once_per_block():
+    """The accesses of an unrolled register tile differ only in constant terms: no
+    constant is multiplied at run time, and each address sum of the shared terms
+    is emitted once per basic block (``KernelBuilder.affine``), not once per load."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((64, 96)).astype(np.float32)
+    b = rng.standard_normal((96, 128)).astype(np.float32)
+    exe = stripeml.compile(MATMUL, target="cpu").lower(a, b)
+    text = exe.code
+    assert "register_tile" in exe.ir  # the kernel has an unrolled tile
+    assert not re.search(r"= (mul|add) i64 -?\d+, -?\d+", text)  # no constant arithmetic
+    for block in re.split(r"\n(?=\S+:)", text):  # per basic block: no sum computed twice
+        sums = re.findall(r"= ((?:mul|add) i64 %\S+, (?:%\S+|-?\d+))", block)
+        assert len(sums) == len(set(sums)), block
+    got = exe(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_float64_reduction_precision():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 100_001))
