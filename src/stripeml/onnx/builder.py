@@ -29,9 +29,9 @@ wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -97,6 +97,25 @@ class Value:
         return self.const is not None
 
 
+class Nested(Protocol):
+    """What the importer offers op writers that write other nodes in a node's place."""
+
+    def run(
+        self,
+        b: Builder,
+        proto: Any,
+        k: int,
+        env: MutableMapping[str, Value],
+        opset: int,
+        where: str,
+    ) -> None:
+        """Write ``NodeProto`` ``proto`` (the ``k``-th of its body) into ``b``,
+        reading and binding values in ``env``; ``where`` prefixes messages."""
+
+    def tensor(self, proto: Any, where: str) -> np.ndarray:
+        """The value of ``TensorProto`` ``proto`` (a subgraph's initializer)."""
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
     """One ONNX node, with its inputs resolved to values (``None`` for an
@@ -109,6 +128,12 @@ class Node:
     opset: int
     n_outputs: int
     domain: str = ""
+    # The values in scope where the node stands, by ONNX name: what a subgraph
+    # (an ``If``'s branches) may read from the graph around it.
+    scope: Mapping[str, Value] | None = None
+    # How the importer writes nodes of a subgraph or a function body in place of
+    # this one (``ops/control.py``, ``ops/functions.py``); ``None`` outside it.
+    nested: Nested | None = None
 
     def where(self) -> str:
         return f"node {self.name!r} ({self.op_type})" if self.name else f"{self.op_type} node"

@@ -20,7 +20,15 @@ from .load import require_onnx
 from .ops import lookup
 from .validate import check_model, node_where, tensor_problem
 
-__all__ = ["SHAPE_ONLY", "Graph", "GraphInput", "NodeInfo", "require_onnx"]
+__all__ = [
+    "SHAPE_ONLY",
+    "Graph",
+    "GraphInput",
+    "NodeInfo",
+    "node_info",
+    "require_onnx",
+    "tensor_value",
+]
 
 # Ops whose result depends only on the *shape* of their data input.
 SHAPE_ONLY = {"Shape": (0,), "Size": (0,)}
@@ -66,6 +74,8 @@ class Graph:
         raws = raws or {}
         onnx = require_onnx()
         self.opset = check_model(model, source)
+        if len(model.functions):
+            model = _inline_functions(onnx, model, source)
         g = model.graph
         self.name = g.name or "model"
         if len(g.sparse_initializer):
@@ -80,30 +90,19 @@ class Graph:
                 continue
             self.inputs.append(_graph_input(vi, onnx))
         self.outputs = [vi.name for vi in g.output]
-        self.nodes: list[NodeInfo] = []
-        for k, n in enumerate(g.node):
-            attrs = {}
-            for a in n.attribute:
-                where = f"{node_where(n, k)} attribute {a.name!r}"
-                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                    attrs[a.name] = a  # kept raw; ops with subgraphs reject them
-                elif a.type == onnx.AttributeProto.TENSOR:
-                    attrs[a.name] = _array(onnx, a.t, where)
-                else:
-                    attrs[a.name] = _attribute(onnx, a, where)
-            self.nodes.append(
-                NodeInfo(n.op_type, n.domain, n.name, list(n.input), list(n.output), attrs)
-            )
+        self.nodes: list[NodeInfo] = [node_info(n, k) for k, n in enumerate(g.node)]
 
     def static_inputs(self) -> set[str]:
-        """Graph inputs whose values some op needs at compile time."""
-        producer = {o: n for n in self.nodes for o in n.outputs if o}
+        """Graph inputs whose values some op needs at compile time (an op inside
+        an ``If``'s branch too)."""
+        nodes = _flat(self.nodes)
+        producer = {o: n for n in nodes for o in n[2] if o}
         want: list[str] = []
-        for n in self.nodes:
-            d = lookup(n.op_type, n.domain)
+        for op_type, inputs, _, domain in nodes:
+            d = lookup(op_type, domain)
             if d is None:
                 continue
-            want += [n.inputs[i] for i in d.static if i < len(n.inputs) and n.inputs[i]]
+            want += [inputs[i] for i in d.static if i < len(inputs) and inputs[i]]
         seen: set[str] = set()
         while want:
             t = want.pop()
@@ -111,13 +110,85 @@ class Graph:
                 continue
             seen.add(t)
             node = producer.get(t)
-            if node is None or node.op_type in SHAPE_ONLY:
+            if node is None or node[0] in SHAPE_ONLY:
                 continue
-            want += [i for i in node.inputs if i]
+            want += [i for i in node[1] if i]
         return {i.name for i in self.inputs if i.name in seen}
 
     def unsupported(self) -> list[NodeInfo]:
         return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
+
+
+def _inline_functions(onnx: Any, model: Any, source: str | None) -> Any:
+    """``model`` with each call of one of its own functions (``model.functions``,
+    as exporters write repeated blocks) replaced by the function's nodes, by
+    onnx's inliner (names made unique, attributes bound)."""
+    import onnx.inliner
+
+    try:
+        inlined = onnx.inliner.inline_local_functions(model)
+    except Exception as exc:  # noqa: BLE001 - the C++ inliner's errors
+        where = f"{source}: " if source else ""
+        raise OnnxError(f"{where}cannot inline the model's functions: {exc}") from None
+    before = [t.name for t in model.graph.initializer]
+    if [t.name for t in inlined.graph.initializer] != before:  # raws are by position
+        raise OnnxError("inlining the model's functions reordered its initializers")
+    return inlined
+
+
+#: A node as :meth:`Graph.static_inputs` follows it: operator, inputs, outputs.
+_Flat = tuple[str, list[str], list[str], str]
+
+
+def _flat(nodes: Any) -> list[_Flat]:
+    """``nodes`` (:class:`NodeInfo` or ``NodeProto``) and the nodes of their
+    subgraphs, a node with subgraphs reading what they read from around it."""
+    out: list[_Flat] = []
+    for n in nodes:
+        attrs = n.attrs.values() if isinstance(n, NodeInfo) else n.attribute
+        graphs = [g for a in attrs for g in _graphs(a)]
+        inner = [x for g in graphs for x in _flat(g.node)]
+        made = {o for x in inner for o in x[2]} | {i.name for g in graphs for i in g.input}
+        made |= {t.name for g in graphs for t in g.initializer}
+        free = [i for x in inner for i in x[1] if i and i not in made]
+        out.append(
+            (
+                n.op_type,
+                list(n.input if not isinstance(n, NodeInfo) else n.inputs) + free,
+                list(n.output if not isinstance(n, NodeInfo) else n.outputs),
+                n.domain,
+            )
+        )
+        out += inner
+    return out
+
+
+def _graphs(a: Any) -> list[Any]:
+    """The subgraphs an attribute holds (a raw ``AttributeProto``; none for a decoded value)."""
+    if not hasattr(a, "HasField"):
+        return []
+    return ([a.g] if a.HasField("g") else []) + list(a.graphs)
+
+
+def node_info(n: Any, k: int, where: str = "") -> NodeInfo:
+    """The ``NodeProto`` ``n`` (the ``k``-th of its graph) as a :class:`NodeInfo`,
+    its attributes decoded; ``where`` prefixes the messages of bad attributes."""
+    onnx = require_onnx()
+    attrs: dict[str, Any] = {}
+    for a in n.attribute:
+        at = f"{where + ' ' if where else ''}{node_where(n, k)} attribute {a.name!r}"
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            attrs[a.name] = a  # kept raw; ops with subgraphs reject them
+        elif a.type == onnx.AttributeProto.TENSOR:
+            attrs[a.name] = _array(onnx, a.t, at)
+        else:
+            attrs[a.name] = _attribute(onnx, a, at)
+    return NodeInfo(n.op_type, n.domain, n.name, list(n.input), list(n.output), attrs)
+
+
+def tensor_value(t: Any, where: str) -> np.ndarray:
+    """The value of ``TensorProto`` ``t`` (checked; ``where`` names it in messages)."""
+    return _array(require_onnx(), t, where)
 
 
 #: Element types whose raw little-endian bytes NumPy reads as they are.

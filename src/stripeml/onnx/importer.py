@@ -23,7 +23,7 @@ backend computes once.  Weights are not copied into the source.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from .. import gc_pause
 from ..errors import ShapeError, StripeError
 from ..phases import phase
 from .builder import BadShape, Builder, Node, OnnxError, Value
-from .graph import Graph, NodeInfo
+from .graph import Graph, NodeInfo, node_info, tensor_value
 from .layout import dispatch, fuse_conv_bn
 from .load import full_model, read_model
 from .ops import lookup
@@ -281,7 +281,7 @@ def _spec_footprint(spec: Specialised) -> int:
 def run_node(
     b: Builder,
     info: NodeInfo,
-    env: dict[str, Value],
+    env: MutableMapping[str, Value],
     opset: int,
     folds: Folds | None = None,
 ) -> None:
@@ -299,7 +299,15 @@ def run_node(
         else:
             inputs.append(env[name])
     node = Node(
-        info.op_type, info.name, tuple(inputs), info.attrs, opset, len(info.outputs), info.domain
+        info.op_type,
+        info.name,
+        tuple(inputs),
+        info.attrs,
+        opset,
+        len(info.outputs),
+        info.domain,
+        env,
+        NESTED,
     )
     try:
         outs = _write(b, d, node, info, folds)
@@ -320,6 +328,28 @@ def run_node(
             if v is None:
                 raise node.error(f"output {name!r} is not supported")
             env[name] = v
+
+
+class _Nested:
+    """:class:`~.builder.Nested`: how op writers write the nodes of an ``If``'s
+    branch or of a function's body (``ops/control.py``, ``ops/functions.py``)."""
+
+    def run(
+        self,
+        b: Builder,
+        proto: Any,
+        k: int,
+        env: MutableMapping[str, Value],
+        opset: int,
+        where: str,
+    ) -> None:
+        run_node(b, node_info(proto, k, where=where), env, opset)
+
+    def tensor(self, proto: Any, where: str) -> np.ndarray:
+        return tensor_value(proto, where)
+
+
+NESTED = _Nested()
 
 
 def _write(

@@ -305,6 +305,11 @@ def _schema_problem(n: Any, ctx: Any) -> str | None:
     (attribute types, unknown attributes, the number of inputs and outputs)."""
     import onnx
 
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+        # onnx's checker reads a subgraph without the names around the node, so it
+        # rejects every branch that reads one (as ONNX allows); the importer checks
+        # the branch's nodes as it writes them (``ops/control.py``).
+        return None
     try:
         onnx.checker.check_node(n, ctx)
     except onnx.checker.ValidationError as exc:
