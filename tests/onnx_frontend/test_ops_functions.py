@@ -202,3 +202,94 @@ def test_model_functions_are_inlined():
     np.testing.assert_allclose(
         stripeml.onnx.compile(model, target="cpu")(X=x), np.where(y > 0, y, 0.25 * y), rtol=1e-6
     )
+
+
+def _scan_model(in_dir, out_axis, out_dir):
+    """A running sum over the rows of X (state S), each step's sum a scan output."""
+    body = h.make_graph(
+        [h.make_node("Add", ["s", "x"], ["s2"]), h.make_node("Identity", ["s2"], ["y"])],
+        "body",
+        [_vi("s", T.FLOAT, [3]), _vi("x", T.FLOAT, [3])],
+        [_vi("s2", T.FLOAT, [3]), _vi("y", T.FLOAT, [3])],
+    )
+    node = h.make_node(
+        "Scan",
+        ["S0", "X"],
+        ["S", "Y"],
+        body=body,
+        num_scan_inputs=1,
+        scan_input_axes=[1],
+        scan_input_directions=[in_dir],
+        scan_output_axes=[out_axis],
+        scan_output_directions=[out_dir],
+    )
+    return _model(
+        [node],
+        [_vi("S0", T.FLOAT, [3]), _vi("X", T.FLOAT, [3, 5])],
+        [_vi("S", T.FLOAT, None), _vi("Y", T.FLOAT, None)],
+        opset=17,
+    )
+
+
+@pytest.mark.parametrize("in_dir,out_axis,out_dir", [(0, 0, 0), (1, 0, 0), (0, 1, 1), (1, -1, 0)])
+def test_scan_axes_and_directions_against_numpy(in_dir, out_axis, out_dir):
+    s0 = RNG.standard_normal(3).astype(np.float32)
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    s, y = stripeml.onnx.compile(_scan_model(in_dir, out_axis, out_dir), target="cpu")(S0=s0, X=x)
+    cols = x.T[::-1] if in_dir else x.T  # the steps, in the order they run
+    acc, sums = s0, []
+    for col in cols:  # in float32, in the order the body adds
+        acc = acc + col
+        sums.append(acc)
+    sums = np.stack(sums)
+    np.testing.assert_allclose(s, sums[-1], rtol=1e-6)
+    steps = sums[::-1] if out_dir else sums
+    np.testing.assert_allclose(y, np.moveaxis(steps, 0, out_axis % 2), rtol=1e-6)
+
+
+def _loop_model(cond_from_data=False):
+    """v <- v * 2 + i for M steps, each step's v a scan output."""
+    nodes = [
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+        h.make_node("Add", ["v", "v"], ["v2"]),
+        h.make_node("Add", ["v2", "fi"], ["v3"]),
+        h.make_node("Identity", ["v3"], ["out"]),
+    ]
+    if cond_from_data:
+        nodes.append(h.make_node("ReduceSum", ["v3"], ["total"], keepdims=0))
+        nodes.append(h.make_node("Less", ["total", "limit"], ["c2"]))
+    else:
+        nodes.append(h.make_node("Identity", ["c"], ["c2"]))
+    body = h.make_graph(
+        nodes,
+        "body",
+        [_vi("i", T.INT64, []), _vi("c", T.BOOL, []), _vi("v", T.FLOAT, [2])],
+        [_vi("c2", T.BOOL, []), _vi("v3", T.FLOAT, [2]), _vi("out", T.FLOAT, [2])],
+        [nh.from_array(np.array(100.0, np.float32), "limit")],
+    )
+    node = h.make_node("Loop", ["M", "", "V0"], ["V", "Ys"], body=body)
+    return _model(
+        [node],
+        [_vi("M", T.INT64, []), _vi("V0", T.FLOAT, [2])],
+        [_vi("V", T.FLOAT, None), _vi("Ys", T.FLOAT, None)],
+        opset=17,
+    )
+
+
+def test_loop_with_a_trip_count_input_is_unrolled_per_count():
+    fn = stripeml.onnx.compile(_loop_model(), target="cpu")
+    v0 = np.array([1.0, -0.5], np.float32)
+    for m in (1, 4):
+        v, ys = fn(M=np.array(m, np.int64), V0=v0)
+        want, steps = v0.copy(), []
+        for i in range(m):
+            want = want * 2 + i
+            steps.append(want)
+        np.testing.assert_allclose(v, want, rtol=1e-6)
+        np.testing.assert_allclose(ys, np.stack(steps), rtol=1e-6)
+
+
+def test_loop_ending_on_run_time_values_is_a_clear_error():
+    fn = stripeml.onnx.compile(_loop_model(cond_from_data=True), target="cpu")
+    with pytest.raises(stripeml.StripeError, match="would depend on the data"):
+        fn(M=np.array(3, np.int64), V0=np.ones(2, np.float32))

@@ -1,4 +1,4 @@
-"""Control flow: ``If``.
+"""Control flow: ``If``, ``Scan`` and ``Loop``.
 
 An ``If`` whose condition is known when compiling (a constant, or computed
 from shapes and constants, as in the bodies of ``AffineGrid`` and many
@@ -11,17 +11,33 @@ Both branches then run; ONNX nodes have no side effects, so the result is
 the one the taken branch gives.  This needs each output to have the same
 shape and element type in both branches: where they differ, the output's
 shape would depend on the data, and the importer says so.
+
+``Scan`` runs its body once per element along the scan axis, a number every
+input's shape fixes when compiling, so the loop is unrolled: the body's
+nodes are written once per step, each step reading the slice of each scan
+input and the previous step's state, and the steps' scan outputs are
+stacked.  Identical steps compile to identical kernels, which share one
+compiled body.  ``Loop`` is unrolled the same way when its trip count and
+its condition are known when compiling (a constant ``M``, a condition the
+body computes from constants and the iteration number); a loop whose end
+depends on run-time values is refused with a clear message.  Unrolling is
+bounded (:data:`MAX_STEPS`).
 """
 
 from __future__ import annotations
 
 from collections import ChainMap
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..builder import Builder, Node, Value
 from ..registry import op
+from ._util import axis as norm_axis
+from ._util import indices
+from .data import concat
 from .shape import reshape
 
 
@@ -33,15 +49,24 @@ def _branch(n: Node, name: str) -> Any:
     return a.g
 
 
-def run_subgraph(b: Builder, n: Node, g: Any, what: str) -> list[Value]:
-    """Write the nodes of subgraph ``g`` of ``n`` into ``b``; its outputs.  Names
-    it does not define are read from the scope of ``n``."""
+#: The most steps a ``Scan`` or ``Loop`` is unrolled into.
+MAX_STEPS = 4096
+
+
+def run_subgraph(
+    b: Builder, n: Node, g: Any, what: str, inputs: Sequence[Value] = ()
+) -> list[Value]:
+    """Write the nodes of subgraph ``g`` of ``n`` into ``b``, its inputs bound to
+    ``inputs``; its outputs.  Names it does not define are read from the scope
+    of ``n``."""
     if n.nested is None:
         raise n.error("subgraphs are written only by the importer")
     local: dict[str, Value] = {}
     env: ChainMap[str, Value] = ChainMap(local, dict(n.scope or {}))
-    if len(g.input):
-        raise n.error(f"its {what} takes inputs; an If branch takes none")
+    if len(g.input) != len(inputs):
+        raise n.error(f"its {what} takes {len(g.input)} inputs; {len(inputs)} are given")
+    for vi, v in zip(g.input, inputs):
+        local[vi.name] = v
     for t in g.initializer:
         arr = n.nested.tensor(t, f"{n.where()} {what} initializer {t.name!r}")
         local[t.name] = Value("", arr.shape, arr.dtype, arr)
@@ -91,3 +116,173 @@ def if_op(b: Builder, n: Node) -> list[Value | None]:
         x, y = b.logical(x), b.logical(y)
         outs.append(b.eltwise(f"{b.ref(c)} ? {b.ref(x)} : {b.ref(y)}", x.shape, x.dtype))
     return outs[: n.n_outputs]
+
+
+def _step(b: Builder, x: Value, ax: int, t: int) -> Value:
+    """``x[..., t, ...]`` along ``ax``, that axis dropped."""
+    if x.const is not None:
+        arr = np.take(x.const, t, axis=ax)
+        return Value("", arr.shape, arr.dtype, arr)
+    x = b.logical(x)
+    idx = indices(x.rank)
+    access = list(idx)
+    access[ax] = str(t)
+    out = [i for k, i in enumerate(idx) if k != ax]
+    shape = tuple(s for k, s in enumerate(x.shape) if k != ax)
+    sizes = ", ".join(str(s) for s in shape)
+    return b.contraction(
+        f"{{out}}[{', '.join(out)} : {sizes}] = =({b.ref(x)}[{', '.join(access)}])",
+        shape,
+        x.dtype,
+    )
+
+
+def _stack(b: Builder, n: Node, values: Sequence[Value], ax: int, what: str) -> Value:
+    """``values`` (all one shape) stacked along a new axis ``ax``."""
+    first = values[0]
+    for v in values:
+        if v.shape != first.shape or v.dtype != first.dtype:
+            raise n.error(
+                f"{what} is {first.dtype}{list(first.shape)} in one step and "
+                f"{v.dtype}{list(v.shape)} in another: steps must agree"
+            )
+    ax = norm_axis(n, ax, first.rank + 1, f"the axis of {what}")
+    shape = list(first.shape)
+    shape.insert(ax, 1)
+    parts = [reshape(b, b.logical(v), shape) for v in values]
+    node = replace(n, op_type="Concat", inputs=tuple(parts), attrs={"axis": ax}, n_outputs=1)
+    out = concat(b, node)[0]
+    assert out is not None
+    return out
+
+
+def _ints(n: Node, key: str, count: int) -> list[int]:
+    got = [int(v) for v in (n.attr(key) or [])]
+    if len(got) > count:
+        raise n.error(f"{key} has {len(got)} entries for {count} values")
+    return got + [0] * (count - len(got))
+
+
+@op("Scan", foldable=False, oldest=8)
+def scan(b: Builder, n: Node) -> list[Value | None]:
+    """Scan: unrolled over the scan axis (its length is known when compiling); any axes and directions."""
+    if n.opset < 9:
+        return _scan8(b, n)
+    return _scan(b, n, [n.input(i) for i in range(len(n.inputs))])
+
+
+def _scan8(b: Builder, n: Node) -> list[Value | None]:
+    """Scan-8: every input has a batch axis first and scan inputs their sequence
+    second; each batch element is scanned on its own, the results stacked."""
+    lens = n.opt(0)
+    inputs = [n.input(i) for i in range(1, len(n.inputs))]
+    if not inputs or any(v.rank < 1 for v in inputs):
+        raise n.error("Scan-8 inputs need a batch axis")
+    batch = inputs[0].shape[0]
+    m = int(n.attr("num_scan_inputs", 0) or 0)
+    if lens is not None:
+        if lens.const is None:
+            raise n.error("sequence_lens must be known when compiling")
+        full = inputs[-m].shape[1] if 0 < m <= len(inputs) else None
+        if any(int(v) != full for v in np.asarray(lens.const).reshape(-1)):
+            raise n.error("sequence_lens shorter than the sequences are not supported")
+    if n.attr("directions") is not None:
+        n = replace(n, attrs={**n.attrs, "scan_input_directions": n.attr("directions")})
+    per_batch = [_scan(b, n, [_step(b, v, 0, i) for v in inputs]) for i in range(batch)]
+    outs: list[Value | None] = []
+    for j in range(len(per_batch[0])):
+        vals = [p[j] for p in per_batch]
+        outs.append(_stack(b, n, [v for v in vals if v is not None], 0, f"output {j}"))
+    return outs
+
+
+def _scan(b: Builder, n: Node, inputs: list[Value]) -> list[Value | None]:
+    body = _branch(n, "body")
+    m = int(n.attr("num_scan_inputs", 0) or 0)
+    if not 0 < m <= len(inputs):
+        raise n.error(f"num_scan_inputs {m} must be between 1 and the {len(inputs)} inputs")
+    states, xs = inputs[: len(inputs) - m], inputs[len(inputs) - m :]
+    in_axes = [
+        norm_axis(n, a, x.rank, "scan_input_axes")
+        for a, x in zip(_ints(n, "scan_input_axes", m), xs)
+    ]
+    in_dirs = _ints(n, "scan_input_directions", m)
+    lengths = {x.shape[a] for x, a in zip(xs, in_axes)}
+    if len(lengths) != 1:
+        raise n.error(f"the scan inputs have different lengths {sorted(lengths)} along their axes")
+    steps = lengths.pop()
+    if steps > MAX_STEPS:
+        raise n.error(f"scans {steps} steps; at most {MAX_STEPS} are unrolled")
+    k = len(body.output) - len(states)
+    if k < 0:
+        raise n.error(f"its body has {len(body.output)} outputs for {len(states)} states")
+    out_axes = _ints(n, "scan_output_axes", k)
+    out_dirs = _ints(n, "scan_output_directions", k)
+    per_step: list[list[Value]] = [[] for _ in range(k)]
+    for t in range(steps):
+        sliced = [
+            _step(b, x, a, steps - 1 - t if d else t) for x, a, d in zip(xs, in_axes, in_dirs)
+        ]
+        outs = run_subgraph(b, n, body, f"body (step {t})", [*states, *sliced])
+        states = outs[: len(states)]
+        for j, v in enumerate(outs[len(states) :]):
+            per_step[j].append(v)
+    if steps == 0:
+        raise n.error("scans 0 steps (an empty scan axis) - not supported")
+    results: list[Value | None] = list(states)
+    for j in range(k):
+        vals = per_step[j][::-1] if out_dirs[j] else per_step[j]
+        results.append(_stack(b, n, vals, out_axes[j], f"scan output {j}"))
+    return results[: n.n_outputs]
+
+
+@op("Loop", foldable=False, static=(0, 1))
+def loop(b: Builder, n: Node) -> list[Value | None]:
+    """Loop: unrolled when the trip count and the condition are known when compiling.
+
+    A trip count or condition given as a graph input is specialised on (each
+    value compiles its own program)."""
+    body = _branch(n, "body")
+    trips, cond = n.opt(0), n.opt(1)
+    carried = [n.input(i) for i in range(2, len(n.inputs))]
+    limit = MAX_STEPS
+    if trips is not None:
+        if trips.const is None:
+            raise n.error(
+                "the trip count M is computed at run time: only loops whose steps are known "
+                "when compiling are supported (they are unrolled)"
+            )
+        limit = int(np.asarray(trips.const).reshape(-1)[0])
+    going = True
+    if cond is not None:
+        if cond.const is None:
+            raise n.error("the loop condition is computed at run time (not supported)")
+        going = bool(np.asarray(cond.const).reshape(-1)[0])
+    k = len(body.output) - 1 - len(carried)
+    if k < 0:
+        raise n.error(f"its body has {len(body.output)} outputs for {len(carried)} carried values")
+    per_step: list[list[Value]] = [[] for _ in range(k)]
+    t = 0
+    while going and t < limit:
+        if t >= MAX_STEPS:
+            raise n.error(f"runs more than {MAX_STEPS} steps; at most {MAX_STEPS} are unrolled")
+        it = Value("", (), np.dtype(np.int64), np.array(t, np.int64))
+        flag = Value("", (), np.dtype(np.bool_), np.array(True))
+        outs = run_subgraph(b, n, body, f"body (step {t})", [it, flag, *carried])
+        again = outs[0]
+        if again.const is None:
+            raise n.error(
+                "its body computes the condition from run-time values: the number of steps "
+                "would depend on the data (not supported; loops are unrolled when compiling)"
+            )
+        going = bool(np.asarray(again.const).reshape(-1)[0])
+        carried = outs[1 : 1 + len(carried)]
+        for j, v in enumerate(outs[1 + len(carried) :]):
+            per_step[j].append(v)
+        t += 1
+    results: list[Value | None] = list(carried)
+    for j in range(k):
+        if not per_step[j]:
+            raise n.error("runs no step, so its scan outputs would be empty (not supported)")
+        results.append(_stack(b, n, per_step[j], 0, f"scan output {j}"))
+    return results[: n.n_outputs]

@@ -39,6 +39,7 @@ FUNCTION_OPS: dict[str, tuple[int, ...]] = {
     "DynamicQuantizeLinear": (),
     "HammingWindow": (0,),
     "HannWindow": (0,),
+    "LinearAttention": (),
     "NegativeLogLikelihoodLoss": (),
     "RotaryEmbedding": (),
     "SoftmaxCrossEntropyLoss": (),
