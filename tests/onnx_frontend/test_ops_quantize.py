@@ -96,3 +96,79 @@ def test_a_mismatched_scale_is_a_clear_error():
     model = _quantize_model((2, 6), np.ones(5, np.float32), None, axis=1)
     with pytest.raises(stripeml.StripeError, match="one value per element of axis 1"):
         stripeml.onnx.compile(model, target="cpu")(X=np.ones((2, 6), np.float32))
+
+
+def test_a_statically_quantised_cnn_matches_onnxruntime():
+    """A small CNN quantised by onnxruntime's own tool (QDQ format: QuantizeLinear
+    and DequantizeLinear around every Conv and MatMul), run against onnxruntime
+    with its graph optimisations off (which computes the QDQ graph as written).
+    Activations are rounded to uint8 between layers, so an accumulation order that
+    differs in the last float bit can move one value by a quantisation step: the
+    check allows one output step on a few elements, not more."""
+    ort = pytest.importorskip("onnxruntime")
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    import os
+    import tempfile
+
+    w1 = (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32)
+    fc = (RNG.standard_normal((8, 10)) * 0.3).astype(np.float32)
+    nodes = [
+        h.make_node("Conv", ["X", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c1"], ["r1"]),
+        h.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        h.make_node("Relu", ["c2"], ["r2"]),
+        h.make_node("GlobalAveragePool", ["r2"], ["p"]),
+        h.make_node("Flatten", ["p"], ["f"]),
+        h.make_node("MatMul", ["f", "FC"], ["Y"]),
+    ]
+    inits = [
+        nh.from_array(w1, "W1"),
+        nh.from_array(RNG.standard_normal(8).astype(np.float32) * 0.1, "B1"),
+        nh.from_array(w2, "W2"),
+        nh.from_array(fc, "FC"),
+    ]
+    g = h.make_graph(
+        nodes,
+        "cnn",
+        [h.make_tensor_value_info("X", T.FLOAT, [1, 3, 16, 16])],
+        [h.make_tensor_value_info("Y", T.FLOAT, [1, 10])],
+        inits,
+    )
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    calib = [{"X": RNG.random((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
+        onnx.save(model, src)
+        quantization.quantize_static(
+            src,
+            dst,
+            Reader(),
+            quant_format=quantization.QuantFormat.QDQ,
+            activation_type=quantization.QuantType.QUInt8,
+            weight_type=quantization.QuantType.QInt8,
+        )
+        q = onnx.load(dst)
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(dst, opts, providers=["CPUExecutionProvider"])
+        fn = stripeml.onnx.compile(dst, target="cpu")
+    ops = {n.op_type for n in q.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= ops
+    # the output's quantisation step: the scale of the last QuantizeLinear
+    last_q = [n for n in q.graph.node if n.op_type == "QuantizeLinear"][-1]
+    step = float(nh.to_array(next(t for t in q.graph.initializer if t.name == last_q.input[1])))
+    for k in range(3):
+        x = RNG.random((1, 3, 16, 16)).astype(np.float32)
+        got, want = fn(X=x), session.run(None, {"X": x})[0]
+        off = np.abs(got - want)
+        assert off.max() <= step * 1.01, (k, off.max(), step)
+        assert (off > 1e-5).sum() <= 2, (k, off)

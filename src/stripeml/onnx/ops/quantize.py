@@ -12,9 +12,16 @@ of ``axis`` (per channel), or, with ``block_size``, one per block of
 (a constant is reshaped or repeated when compiling; a value computed at run
 time is expanded by a contraction whose output index is ``block * j + t``).
 The float8, float4 and int4 types have no Stripe dtype and are refused.
+
+``QLinearMatMul`` and ``QLinearConv`` are ``MatMulInteger`` and ``ConvInteger``
+(int32 accumulators, zero points subtracted) rescaled by
+``x_scale * w_scale / y_scale`` and requantised, in float64 as the ONNX
+reference computes them.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -149,3 +156,95 @@ def dequantize_linear(b: Builder, n: Node) -> list[Value | None]:
     if dtype != f32:
         expr = cast(f"({expr})", dtype)
     return [b.eltwise(expr, x.shape, dtype)]
+
+
+def _requantize(
+    b: Builder, n: Node, acc: Value, multiplier: Value, zp: Value | None, dtype: np.dtype
+) -> Value:
+    """``saturate(round(acc * multiplier + zp))`` as ``dtype``: an int32 accumulator
+    rescaled in float64, as the ONNX reference does (int32 times float32 is float64
+    in NumPy)."""
+    f64 = np.dtype(np.float64)
+    expr = f"{cast(b.ref(acc), f64)} * {cast(b.ref(multiplier), f64)}"
+    if zp is not None:
+        expr = f"{expr} + {cast(b.ref(zp), f64)}"
+    lo, hi = RANGES[dtype]
+    clamped = f"max(min(round({expr}), {literal(hi, f64)}), {literal(lo, f64)})"
+    return b.eltwise(cast(clamped, dtype), acc.shape, dtype)
+
+
+def _multiplier(b: Builder, n: Node, scales: list[Value], shape: tuple[int, ...]) -> Value:
+    """``s0 * s1 / s2`` in float32 (a per-channel ``s1`` along axis 1 of ``shape``)."""
+    for s in scales:
+        if s.dtype != np.float32:
+            raise n.error(f"scales must be float32, got {s.dtype}")
+    a, w, y = scales
+    if w.size > 1:
+        dims = [1] * len(shape)
+        dims[1 if len(shape) > 2 else len(shape) - 1] = w.size
+        w = reshape(b, w, dims)
+    else:
+        w = reshape(b, w, ())
+    a, y = reshape(b, a, ()), reshape(b, y, ())
+    return b.eltwise(f"{b.ref(a)} * {b.ref(w)} / {b.ref(y)}", w.shape, np.float32)
+
+
+def _out_type(n: Node, x: Value, zp: Value | None) -> np.dtype:
+    return _quantised(n, zp.dtype if zp is not None else x.dtype, "output type")
+
+
+@op("QLinearMatMul")
+def qlinear_matmul(b: Builder, n: Node) -> list[Value | None]:
+    """QLinearMatMul: an int32 MatMulInteger rescaled to (u)int8 (a_scale * b_scale / y_scale)."""
+    from .linalg import matmul_integer
+
+    a, sa, za, w, sw, zw, sy, zy = (n.opt(i) for i in range(8))
+    if a is None or sa is None or w is None or sw is None or sy is None:
+        raise n.error("needs a, a_scale, b, b_scale and y_scale")
+    inner = replace(n, op_type="MatMulInteger", inputs=(a, w, za, zw), attrs={}, n_outputs=1)
+    acc = matmul_integer(b, inner)[0]
+    assert acc is not None
+    if sw.size > 1 and (sw.rank != 1 or sw.shape[0] != acc.shape[-1]):
+        raise n.error(f"b_scale of shape {list(sw.shape)} must be a scalar or one per column")
+    dims = [1] * acc.rank
+    if sw.size > 1:
+        dims[-1] = sw.size
+    if sa.dtype.kind != "f" or sw.dtype != sa.dtype or sy.dtype != sa.dtype:
+        raise n.error(
+            f"the scales must share one float type, got {sa.dtype}, {sw.dtype}, {sy.dtype}"
+        )
+    mult = b.eltwise(  # in the scales' type, as the reference multiplies them
+        f"{b.ref(reshape(b, sa, ()))} * {b.ref(reshape(b, sw, dims if sw.size > 1 else ()))}"
+        f" / {b.ref(reshape(b, sy, ()))}",
+        tuple(dims) if sw.size > 1 else (),
+        sa.dtype,
+    )
+    zy_s = reshape(b, zy, ()) if zy is not None else None
+    return [_requantize(b, n, acc, mult, zy_s, _out_type(n, a, zy))]
+
+
+@op("QLinearConv")
+def qlinear_conv(b: Builder, n: Node) -> list[Value | None]:
+    """QLinearConv: an int32 ConvInteger plus the int32 bias, rescaled to (u)int8 (per-channel w_scale too)."""
+    from .conv import conv_integer
+
+    x, sx, zx, w, sw, zw, sy, zy = (n.opt(i) for i in range(8))
+    bias = n.opt(8)
+    if x is None or sx is None or w is None or sw is None or sy is None:
+        raise n.error("needs x, x_scale, w, w_scale and y_scale")
+    inner = replace(n, op_type="ConvInteger", inputs=(x, w, zx, zw), n_outputs=1)
+    acc = conv_integer(b, inner)[0]
+    assert acc is not None
+    if bias is not None:
+        if bias.dtype != np.int32 or bias.shape != (w.shape[0],):
+            raise n.error(
+                f"the bias must be int32 with one value per output channel ({w.shape[0]})"
+            )
+        dims = [1] * acc.rank
+        dims[1] = w.shape[0]
+        acc = b.eltwise(f"{b.ref(acc)} + {b.ref(reshape(b, bias, dims))}", acc.shape, np.int32)
+    if sw.size > 1 and sw.shape != (w.shape[0],):
+        raise n.error(f"w_scale of shape {list(sw.shape)} must be a scalar or one per channel")
+    mult = _multiplier(b, n, [sx, sw, sy], acc.shape)
+    zy_s = reshape(b, zy, ()) if zy is not None else None
+    return [_requantize(b, n, acc, mult, zy_s, _out_type(n, x, zy))]
