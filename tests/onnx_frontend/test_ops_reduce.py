@@ -213,6 +213,21 @@ def test_cumsum(target, exclusive, reverse):
     np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumprod(target, exclusive, reverse):
+    x = RNG.integers(-3, 4, size=(3, 5)).astype(np.int64)
+    node = helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    (y,) = _run(target, node, {"x": x}, 26, {"axis": np.array(1, np.int64)})
+    v = np.flip(x, 1) if reverse else x
+    c = np.cumprod(v, axis=1)
+    if exclusive:
+        c = np.concatenate([np.ones_like(c[:, :1]), c[:, :-1]], axis=1)
+    want = np.flip(c, 1) if reverse else c
+    np.testing.assert_array_equal(y, want)
+
+
 # -- normalisations ------------------------------------------------------------------
 
 

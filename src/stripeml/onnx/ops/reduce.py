@@ -392,6 +392,18 @@ def hardmax(b: Builder, n: Node) -> list[Value | None]:
 @op("CumSum", static=(1,))
 def cum_sum(b: Builder, n: Node) -> list[Value | None]:
     """CumSum: the axis input (static), exclusive, reverse."""
+    return [_cumulative(b, n, "+")]
+
+
+@op("CumProd", static=(1,))
+def cum_prod(b: Builder, n: Node) -> list[Value | None]:
+    """CumProd: the axis input (static), exclusive (the first product is 1), reverse."""
+    return [_cumulative(b, n, "*")]
+
+
+def _cumulative(b: Builder, n: Node, agg: str) -> Value:
+    """A running sum or product: one contraction whose constraint keeps the
+    elements up to (or, reversed, from) each position."""
     x = n.input(0)
     _check_numeric(n, x)
     if x.rank == 0:
@@ -410,8 +422,12 @@ def cum_sum(b: Builder, n: Node) -> list[Value | None]:
     # forward: k <= i (k < i exclusive); reverse: k >= i (k > i exclusive)
     poly = f"{'k - ' + i if reverse else i + ' - k'}{' - 1' if exclusive else ''}"
     size = x.shape[ax]
+    tail = ""
+    if agg == "*" and exclusive:  # the empty product at the first position is 1
+        ones = np.ones(x.shape, ct)
+        tail = f", default {b.ref(Value('', ones.shape, ones.dtype, ones))}"
     text = (
         f"{{out}}[{', '.join(idx)} : {', '.join(map(str, x.shape))}] = "
-        f"+({b.ref(xc)}[{', '.join(src)}]), {poly} < {size}"
+        f"{agg}({b.ref(xc)}[{', '.join(src)}]), {poly} < {size}{tail}"
     )
-    return [_finish(b, b.contraction(text, x.shape, ct), x.dtype)]
+    return _finish(b, b.contraction(text, x.shape, ct), x.dtype)
