@@ -26,6 +26,13 @@ EXCLUDED: dict[str, list[str]] = {
         r"^test_causal_conv_with_state_silu_fp16_cpu$",
         r"^test_attention_4d_gqa_with_past_and_present_fp16_cpu$",
     ],
+    "the expected values carry the reference's float32 FFT rounding (an imaginary "
+    "part of 1.9e-7 where the exact inverse is 0, the input being real integers), "
+    "beyond the tests' absolute tolerance of 1e-7 (test_ops_spectral.py checks the "
+    "same transforms against a float64 FFT)": [
+        r"^test_dft_inverse_cpu$",
+        r"^test_dft_inverse_opset19_cpu$",
+    ],
     "bfloat16, float8, float4 and int4 element types have no Stripe dtype": [
         r"^test_.*_bfloat16.*",
         r"^test_.*float8.*",

@@ -23,6 +23,7 @@ from . import (  # noqa: F401  (each registers its operators)
     quantize,
     reduce,
     shape,
+    spectral,
     unary_math,
 )
 
