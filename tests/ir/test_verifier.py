@@ -329,7 +329,7 @@ def scalars(*defs: tuple[str, str]) -> tuple[Constant, ...]:
     return tuple(Constant(n, 0, t) for n, t in defs)
 
 
-F = scalars(("$f", "f32"), ("$g", "f32"), ("$i", "i32"), ("$b", "bool"))
+F = scalars(("$f", "f32"), ("$g", "f32"), ("$i", "i32"), ("$b", "bool"), ("$e", "f64"))
 
 
 @pytest.mark.parametrize(
@@ -348,8 +348,16 @@ F = scalars(("$f", "f32"), ("$g", "f32"), ("$i", "i32"), ("$b", "bool"))
         (Intrinsic("exp", ("$i",), "$o", "i32"), "floats only"),
         (Intrinsic("add", ("$f", "$g"), "$o", "f128"), "unknown dtype 'f128'"),
         (Intrinsic("add", ("$f", "$zz"), "$o", "f32"), "'$zz' is used before"),
+        (Intrinsic("bit_and", ("$f", "$g"), "$o", "f32"), "bit_and is defined on integers only, not f32"),
+        (Intrinsic("bit_not", ("$f",), "$o", "f32"), "bit_not is defined on integers only"),
+        (Intrinsic("shl", ("$i", "$i"), "$o", "i64"), "shl inputs ['i32', 'i32'] must all be"),
+        (Intrinsic("shr", ("$b", "$b"), "$o", "bool"), "shr is defined on integers only, not bool"),
+        (Intrinsic("bit_xor", ("$i", "$b"), "$o", "i32"), "must all be the result dtype i32"),
+        (Intrinsic("bitcast", ("$f",), "$o", "i64"), "bitcast from f32 (32 bits) to i64 (64 bits)"),
+        (Intrinsic("bitcast", ("$e",), "$o", "f32"), "changes the width"),
+        (Intrinsic("bitcast", ("$i",), "$o", "bool"), "bitcast to bool is not defined"),
     ],
-)
+)  # fmt: skip
 def test_intrinsic_typing(stmt: Intrinsic, fragment: str):
     fails(matmul_with(*F, stmt), MATMUL, f"statement {len(F)}", fragment)
 
@@ -362,6 +370,12 @@ def test_intrinsic_valid_typing():
         Intrinsic("cast", ("$i",), "$h", "f16"),
         Intrinsic("mod", ("$i", "$i"), "$m", "i32"),
         Intrinsic("sigmoid", ("$s",), "$t", "f32"),
+        Intrinsic("bit_and", ("$i", "$i"), "$u", "i32"),
+        Intrinsic("shr", ("$u", "$i"), "$v", "i32"),
+        Intrinsic("bit_not", ("$b",), "$w", "bool"),
+        Intrinsic("bitcast", ("$v",), "$x", "f32"),
+        Intrinsic("bitcast", ("$e",), "$y", "u64"),
+        Intrinsic("bitcast", ("$w",), "$z", "u8"),
     )
     verify(matmul_with(*F, *ok))
 

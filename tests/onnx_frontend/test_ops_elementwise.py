@@ -254,3 +254,42 @@ def test_logic_where_bool(target):
     y = np.array([7], np.uint16)
     # The second value is not named "y": the node's output is (single assignment).
     check(run(target, "Where", [("c", a), ("x", x), ("z", y)], np.uint16), np.where(a, x, y))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint32, np.int64])
+def test_bitshift_broadcasts_and_shifts_out_from_the_width(target, dtype):
+    """BitShift-28 (signed types too): an amount that is negative or at least the
+    width gives 0, or -1 for a right shift of a negative value."""
+    info, w = np.iinfo(dtype), 8 * np.dtype(dtype).itemsize
+    x = np.array([[info.min], [info.max], [5]], dtype)
+    amounts = [0, 1, w - 1, w, w + 7] + ([-1] if info.min < 0 else [])
+    y = np.array(amounts, dtype)
+    for direction, fn in (("LEFT", np.left_shift), ("RIGHT", np.right_shift)):
+        got = run(target, "BitShift", [("x", x), ("s", y)], dtype, opset=28, direction=direction)
+        check(got, fn(x, y))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bitwise_ops_and_bitcast(target):
+    a = np.array([[-128, -1, 0, 127]], np.int8)
+    b = np.array([[0x55], [-16]], np.int8)
+    for op, fn in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or),
+                   ("BitwiseXor", np.bitwise_xor)):  # fmt: skip
+        check(run(target, op, [("a", a), ("b", b)], np.int8), fn(a, b))
+    check(run(target, "BitwiseNot", [("a", a)], np.int8), ~a)
+    x = np.array([1.0, -0.0, np.inf, np.nan], np.float32)
+    got = run(target, "BitCast", [("x", x)], np.uint32, opset=26, to=TensorProto.UINT32)
+    check(got, x.view(np.uint32))
+
+
+def test_bitwise_errors():
+    f32, i8 = np.ones(2, np.float32), np.ones(2, np.int8)
+    with pytest.raises(OnnxError, match="must be an integer tensor, got float32"):
+        run("interp", "BitwiseAnd", [("a", f32), ("b", f32)], np.float32)
+    with pytest.raises(OnnxError, match="direction must be 'LEFT' or 'RIGHT'"):
+        run("interp", "BitShift", [("a", i8), ("b", i8)], np.int8, opset=28, direction="UP")
+    with pytest.raises(OnnxError, match="bit casts to bool are not supported"):
+        run("interp", "BitCast", [("x", i8)], np.bool_, opset=26, to=TensorProto.BOOL)
+    with pytest.raises(OnnxError, match="'to' must have the input's width"):
+        run("interp", "BitCast", [("x", f32)], np.int64, opset=26, to=TensorProto.INT64)

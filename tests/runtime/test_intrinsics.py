@@ -184,9 +184,78 @@ def test_cast_nan_does_not_warn():
     call("cast", [SPECIAL.astype(np.float32)], "i32")
 
 
+INT_DTYPES = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"]
+BITWISE = {"bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor,
+           "shl": np.left_shift, "shr": np.right_shift}  # fmt: skip
+
+
+def _random_ints(dt: np.dtype) -> np.ndarray:
+    info = np.iinfo(dt)
+    x = rng.integers(int(info.min), int(info.max), N, dtype=dt, endpoint=True)
+    x[:2] = (info.min, info.max)
+    return x
+
+
+def _shift_amounts(dt: np.dtype) -> np.ndarray:
+    """0, 1, width - 1, width and beyond, the largest amount and (signed) a negative one."""
+    w = 8 * dt.itemsize
+    info = np.iinfo(dt)
+    last = -1 if dt.kind == "i" else 3
+    return np.array([0, 1, w - 1, w, w + 1, 2 * w, int(info.max), last, w // 2], dt)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+@pytest.mark.parametrize("op", sorted(BITWISE))
+def test_bitwise_int(op, dtype):
+    """Against NumPy's operators: shifts by the width or more (or a negative amount)
+    give 0, or -1 for an arithmetic right shift of a negative value."""
+    dt = to_numpy(dtype)
+    a = _random_ints(dt)
+    b = _shift_amounts(dt) if op in ("shl", "shr") else _random_ints(dt)
+    np.testing.assert_array_equal(call(op, [a, b], dtype), BITWISE[op](a, b))
+    if op in ("shl", "shr"):
+        np.testing.assert_array_equal(call(op, [b, b], dtype), BITWISE[op](b, b))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_bit_not_int(dtype):
+    a = _random_ints(to_numpy(dtype))
+    np.testing.assert_array_equal(call("bit_not", [a], dtype), ~a)
+
+
+def test_bitwise_bool_is_logical():
+    a = np.array([True, True, False, False] * 2 + [True])
+    b = np.array([True, False, True, False] * 2 + [False])
+    for op in ("bit_and", "bit_or", "bit_xor"):
+        np.testing.assert_array_equal(call(op, [a, b], "bool"), BITWISE[op](a, b))
+    np.testing.assert_array_equal(call("bit_not", [a], "bool"), ~a)
+
+
+@pytest.mark.parametrize(
+    "src,dst",
+    [("f32", "i32"), ("i32", "f32"), ("f32", "u32"), ("f64", "i64"), ("u64", "f64"),
+     ("i8", "u8"), ("u16", "i16"), ("f16", "u16"), ("i16", "f16"), ("bool", "u8"),
+     ("bool", "i8"), ("u32", "i32")],
+)  # fmt: skip
+def test_bitcast(src, dst):
+    """The bits of the input, NaN payloads and negative zeros included."""
+    bits = to_numpy("u" + str(to_numpy(dst).itemsize * 8))
+    raw = rng.integers(0, np.iinfo(bits).max, N, dtype=bits, endpoint=True)
+    if src == "bool":
+        x = rng.random(N) > 0.5
+    else:
+        x = raw.view(to_numpy(src)) if to_numpy(src).itemsize == raw.itemsize else raw
+        if to_numpy(src).kind == "f":  # a quiet NaN with a payload, -0.0, inf
+            specials = np.array([np.nan, -0.0, np.inf], to_numpy(src)).view(bits)
+            specials[0] |= 1
+            x[: len(specials)] = specials.view(x.dtype)
+    got = call("bitcast", [x], dst)
+    np.testing.assert_array_equal(got.view(bits), x.view(bits))
+
+
 def test_every_intrinsic_is_covered():
-    covered = set(UNARY_F) | set(BINARY) | set(CMP) | {
-        "div", "mod", "erf", "and", "or", "not", "select", "cast"}  # fmt: skip
+    covered = set(UNARY_F) | set(BINARY) | set(CMP) | set(BITWISE) | {
+        "div", "mod", "erf", "and", "or", "not", "select", "cast", "bit_not", "bitcast"}  # fmt: skip
     assert covered == set(INTRINSICS)
 
 

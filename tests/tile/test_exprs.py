@@ -137,6 +137,20 @@ def test_contraction_indices_in_order_of_appearance() -> None:
         "max(a + 1, -b) / 2.5",
         "a < (b == c)",
         "a % (b * c)",
+        "a | b ^ c & d",
+        "(a | b) & c",
+        "a & b == c",
+        "(a & b) == c",
+        "a << b + c",
+        "(a << b) + c",
+        "a << b < c >> d",
+        "a << (b < c)",
+        "~a & ~(b | c)",
+        "-~!a",
+        "a >> b >> c",
+        "a >> (b >> c)",
+        "a && b | c",
+        "(a && b) | c",
     ],
 )
 def test_format_expr_round_trips(text: str) -> None:
@@ -161,11 +175,14 @@ _exprs = st.recursive(
     lambda sub: st.one_of(
         st.builds(
             lambda op, lhs, rhs: ast.Binary(op, lhs, rhs, ast.Pos(1, 1)),
-            st.sampled_from(["+", "-", "*", "/", "%", "<", "==", "&&", "||", "<=", "!="]),
+            st.sampled_from(
+                ["+", "-", "*", "/", "%", "<", "==", "&&", "||", "<=", "!="]
+                + ["&", "|", "^", "<<", ">>"]
+            ),
             sub,
             sub,
         ),
-        st.builds(lambda op, e: ast.Unary(op, e, ast.Pos(1, 1)), st.sampled_from("-!"), sub),
+        st.builds(lambda op, e: ast.Unary(op, e, ast.Pos(1, 1)), st.sampled_from("-!~"), sub),
         st.builds(lambda c, a, b: ast.Ternary(c, a, b, ast.Pos(1, 1)), sub, sub, sub),
         st.builds(lambda a, b: ast.Call("max", (a, b), ast.Pos(1, 1)), sub, sub),
     ),

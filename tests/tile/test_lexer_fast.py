@@ -1,7 +1,7 @@
 """``tokenize``'s regular-expression path for common tokens gives exactly the
 tokens (kinds, texts, lines, columns, offsets) and errors of the character
 scanner it skips, on random strings over the characters that matter (comments,
-line breaks of every kind, numbers next to letters and dots, stray ``&``) and
+line breaks of every kind, numbers next to letters and dots, ``& | ^ ~ << >>``) and
 on the bundled example programs.  The scanner's own behaviour is pinned by
 ``test_syntax_errors.py`` and ``test_parser.py``."""
 
@@ -15,7 +15,8 @@ import pytest
 from stripeml.errors import TileSyntaxError
 from stripeml.tile import lexer
 
-CHARS = list("ab_XY019 .eE+-\t\n\r\x0b#/*()[]{},;:?%<>=!&|\u2028\x85") + ["//", "->", "1e", "2."]
+CHARS = list("ab_XY019 .eE+-\t\n\r\x0b#/*()[]{},;:?%<>=!&|^~\u2028\x85")
+CHARS += ["//", "->", "1e", "2.", "<<", ">>"]
 EXAMPLES = Path(lexer.__file__).resolve().parents[1] / "examples"
 
 
@@ -54,6 +55,7 @@ def test_random_strings_agree_with_the_scanner() -> None:
         "1.5e-3 + 2",
         "3x",
         "a & b",
+        "a<<b>>c<<=d>>=e&&&f|||g^~h",
         "a\r\nb\u2028c # note\n  d",
         "C[i : 4] = +(A[i, j] * B[j]);",
         "",

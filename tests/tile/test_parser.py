@@ -181,6 +181,23 @@ def test_elementwise_precedence_levels() -> None:
     assert expr_of("--A") == "(-(-A))"
 
 
+def test_bitwise_precedence_is_c() -> None:
+    """C's levels: ``|`` < ``^`` < ``&`` < equality < relational < shifts < ``+``."""
+    assert expr_of("a | b ^ c & d") == "(a | (b ^ (c & d)))"
+    assert expr_of("A & B == C") == "(A & (B == C))"
+    assert expr_of("A == B & C") == "((A == B) & C)"
+    assert expr_of("A | B && C | D") == "((A | B) && (C | D))"
+    assert expr_of("A || B ^ C") == "(A || (B ^ C))"
+    assert expr_of("A << B + C") == "(A << (B + C))"
+    assert expr_of("A < B << C") == "(A < (B << C))"
+    assert expr_of("A >> B << C") == "((A >> B) << C)"
+    assert expr_of("A & B & C") == "((A & B) & C)"
+    assert expr_of("~A & -B") == "((~A) & (-B))"
+    assert expr_of("~~A") == "(~(~A))"
+    assert expr_of("!~A") == "(!(~A))"
+    assert expr_of("A ^ B ? C : D") == "((A ^ B) ? C : D)"
+
+
 def test_ternary() -> None:
     assert expr_of("A > 0 ? A : 0.5 * A") == "((A > 0) ? A : (0.5 * A))"
     # right-associative, and a ternary may nest in the middle

@@ -52,8 +52,9 @@ CASES = [
     ("only-comments", "  // nothing\n# here\n", (1, 1), "empty program"),
     ("no-function-keyword", "func (A) -> (B) { B = A; }", "func", "expected 'function'"),
     ("bad-character", HEAD + "  C = A @ B;\n}", "@", "unexpected character '@'"),
-    ("lone-ampersand", HEAD + "  C = A & B;\n}", "&", "did you mean '&&'"),
-    ("lone-bar", HEAD + "  C = A | B;\n}", "|", "did you mean '||'"),
+    ("ampersand-without-operand", HEAD + "  C = A & ;\n}", ";", "expected an expression"),
+    ("tilde-between-operands", HEAD + "  C = A ~ B;\n}", "~", "expected ';' to end the assignment"),
+    ("triple-shift", HEAD + "  C = A <<< B;\n}", (2, 11), "expected an expression, found '<'"),
     ("exponent-without-digits", HEAD + "  C = A * 1e;\n}", "1e", "malformed number '1e'"),
     ("number-glued-to-name", HEAD + "  C = 2x;\n}", "2x", "malformed number '2x'"),
     ("number-two-dots", HEAD + "  C = 1.2.3;\n}", "1.2", "malformed number '1.2.3'"),
@@ -226,7 +227,7 @@ VALID = [
     "function (S[]) -> (O) { O[] = +(S[]); }",
 ]
 TOKENS = (
-    "function ( ) [ ] { } , ; : ? -> + - * / % < > <= >= == != && || ! = "
+    "function ( ) [ ] { } , ; : ? -> + - * / % < > <= >= == != && || ! = & | ^ ~ << >> "
     "A B M N i j k 0 1 2 2.5 .5 1e3 exp max as_int default"
 ).split()
 

@@ -8,8 +8,9 @@ from the final (optimised) IR, one root statement at a time:
   domain within the nest (index ranges, index offsets and constraints: a
   padded window's skipped taps do not count).  Weights: every intrinsic is
   one FLOP (arithmetic, ``min``/``max``/``relu``, comparisons, ``select``,
-  logic, and each math function such as ``exp`` or ``tanh``, whatever it
-  costs in instructions), except ``ident`` and ``cast``, which move data (0);
+  logic, bitwise operations and shifts, and each math function such as
+  ``exp`` or ``tanh``, whatever it costs in instructions), except ``ident``,
+  ``cast`` and ``bitcast``, which move data (0);
   a ``store`` through an aggregating view (``add``, ``mul``, ``max``,
   ``min``) is one more (the combining operation), a plain store 0.  So a
   multiply-accumulate ``C += A * B`` is 2 (``mul`` and the ``add`` of the
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 #: Intrinsics that move data rather than compute: 0 FLOPs (every other one is 1).
-FREE_INTRINSICS = frozenset({"ident", "cast"})
+FREE_INTRINSICS = frozenset({"ident", "cast", "bitcast"})
 #: Aggregations whose stores combine values: one FLOP per store.
 AGGREGATING = frozenset({"add", "mul", "max", "min"})
 

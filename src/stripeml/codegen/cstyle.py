@@ -43,6 +43,9 @@ _CTYPES = {
     "f64": "double",
 }
 _MATH = ("exp", "log", "sqrt", "tanh", "sin", "cos", "tan", "erf", "floor", "ceil", "pow")
+#: Bitwise intrinsics as C operators, and on bool (logical: one byte holding 0 or 1).
+_BITWISE = {"bit_and": "&", "bit_or": "|", "bit_xor": "^"}
+_BOOL_BITWISE = {"bit_and": "&&", "bit_or": "||", "bit_xor": "!="}
 
 
 class CStyle:
@@ -74,6 +77,8 @@ class CStyle:
     f64_from_bits = "as_double(0x{:016x}UL)"
     #: C type names of the Stripe dtypes (bool is one byte in memory, like NumPy's).
     types: dict[str, str] = _CTYPES
+    #: Reinterpreting bits: ``as_<type>(x)`` (the C type's name) in OpenCL C.
+    reinterpret_cast = "as_{type}({x})"
 
     def header(self, uses_f64: bool) -> str:
         """What the source starts with (extensions, typedefs)."""
@@ -180,6 +185,8 @@ class CStyle:
         t = self.ctype(dt) if dt != "bool" else "bool"
         if op == "cast":
             return self.cast(args[0], in_dts[0], dt, need)
+        if op == "bitcast":
+            return self.bitcast(args[0], in_dts[0], dt)
         if op == "ident":
             return args[0]
         if op == "select":
@@ -192,6 +199,14 @@ class CStyle:
             return f"({args[0]} || {args[1]})"
         if op == "not":
             return f"(!{args[0]})"
+        if op in _BITWISE:  # C promotes narrow operands to int: the cast takes the low bits
+            if dt == "bool":
+                return f"({args[0]} {_BOOL_BITWISE[op]} {args[1]})"
+            return f"({t})({args[0]} {_BITWISE[op]} {args[1]})"
+        if op == "bit_not":  # ~ of a bool (promoted to int 1) would be -2, still true
+            return f"(!{args[0]})" if dt == "bool" else f"({t})(~{args[0]})"
+        if op in ("shl", "shr"):
+            return f"{need(op, dt)}({args[0]}, {args[1]})"
         if dt == "bool":
             table = {"add": "||", "mul": "&&", "sub": "!=", "max": "||", "min": "&&"}
             if op in table:
@@ -245,6 +260,22 @@ class CStyle:
             return f"{need('f2i', dst, src)}({x})"
         return f"(({self.ctype(dst)}){x})"
 
+    def bitcast(self, x: str, src: str, dst: str) -> str:
+        """The bits of ``x`` (of ``src``) as ``dst``, of the same width: a bool is the
+        byte 0 or 1, and integers convert with their bits kept (two's complement)."""
+        t = self.ctype(dst)
+        if src == dst:
+            return x
+        if src == "bool":
+            return f"(({t})({x} ? 1 : 0))"
+        if not dtypes.is_float(src) and not dtypes.is_float(dst):
+            return f"(({t}){x})"
+        return self.reinterpret(x, src, dst)
+
+    def reinterpret(self, x: str, src: str, dst: str) -> str:
+        """A float's bits as an integer of its width, or an integer's as a float."""
+        return self.reinterpret_cast.format(type=self.ctype(dst), x=x)
+
     # -- helper functions ------------------------------------------------------------
     def helper(self, kind: str, dt: str, src: str = "") -> tuple[str, str]:
         """(name, definition) of a helper function the kernels call."""
@@ -288,6 +319,8 @@ class CStyle:
                     f"{t} r = ({t})(a % b); {adj}return r; }}"
                 )
             return name, body
+        if kind in ("shl", "shr"):
+            return self._shift_helper(kind, dt)
         if kind == "f2i":
             name = f"sm_{src}_to_{dt}"
             s = self.ctype(src)
@@ -313,6 +346,32 @@ class CStyle:
             )
             return name, body
         raise AssertionError(kind)
+
+    def _shift_helper(self, kind: str, dt: str) -> tuple[str, str]:
+        """``sm_shl_<dt>`` / ``sm_shr_<dt>``: the amount read as unsigned, and from the
+        width on every bit shifted out (0, or the sign fill of a signed ``shr``), as
+        NumPy.  C leaves shifts by the width or more undefined (OpenCL masks the
+        amount), a left shift of a negative or overflowing signed value too, and a right
+        shift of a negative one to the implementation: the left shift runs in an
+        unsigned type of at least 32 bits, and a negative value shifts right as
+        ``~(~a >> n)``, where ``~a`` is not negative."""
+        fq = self.function_qualifier
+        t = self.ctype(dt)
+        width = dtypes.bits(dt)
+        ut = self.ctype("u" + dt[1:])  # the amount, read as unsigned
+        name = f"sm_{kind}_{dt}"
+        head = f"{fq} {t} {name}({t} a, {t} b) {{ "
+        if kind == "shl":
+            wide = self.ctype("u64") if width == 64 else self.ctype("u32")
+            body = f"return ({ut})b < {width} ? ({t})(({wide})a << ({ut})b) : ({t})0; }}"
+        elif not dtypes.is_signed(dt):
+            body = f"return ({ut})b < {width} ? ({t})(a >> ({ut})b) : ({t})0; }}"
+        else:
+            body = (
+                f"{ut} n = ({ut})b < {width} ? ({ut})b : {width - 1}; "
+                f"return ({t})(a < 0 ? ~(~a >> n) : a >> n); }}"
+            )
+        return name, head + body
 
 
 def generate(

@@ -3,7 +3,8 @@
 CUDA spells float math with an ``f`` suffix (``expf``), has no OpenCL vector
 type names (the typedefs below give the base's names), marks kernels
 ``extern "C" __global__`` (unmangled names for ``cuModuleGetFunction``) and
-reinterprets bits with ``__int_as_float`` / ``__longlong_as_double``.
+reinterprets bits with ``__int_as_float`` / ``__longlong_as_double`` (and
+back with ``__float_as_int`` / ``__double_as_longlong``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class CudaStyle(CStyle):
     f32_from_bits = "__int_as_float(0x{:08x})"
     f64_from_bits = "__longlong_as_double(0x{:016x}LL)"
     types = {**CStyle.types, "i8": "signed char", "i64": "i64_t", "u64": "u64_t"}
+
+    def reinterpret(self, x: str, src: str, dst: str) -> str:
+        """CUDA's bit-reinterpreting intrinsics (no ``as_type``)."""
+        if dst == "f32":
+            return f"__int_as_float((int)({x}))"
+        if dst == "f64":
+            return f"__longlong_as_double((long long)({x}))"
+        fn = "__float_as_int" if src == "f32" else "__double_as_longlong"
+        return f"(({self.ctype(dst)}){fn}({x}))"
 
 
 def generate_cuda(program: Program, **options: int) -> GpuModule:

@@ -3,7 +3,9 @@
 Semantics follow ``docs/stripe-ir.md`` (and the interpreter, the oracle):
 NaN-propagating ``max``/``min``, floor division and floor modulo on integers
 with division by zero giving 0, ``cmp_ne`` true for NaN, saturating float to
-integer casts (never poison).
+integer casts (never poison), shifts by the width or more giving 0 or the sign
+fill (LLVM's ``shl``/``lshr``/``ashr`` are poison there, so the amount is
+clamped first).
 """
 
 from __future__ import annotations
@@ -157,6 +159,35 @@ def _int_floordiv(b: ir.IRBuilder, x: ir.Value, y: ir.Value, unsigned: bool, mod
     return b.select(is_zero, zero, out)
 
 
+_BITWISE = {"bit_and": "and_", "bit_or": "or_", "bit_xor": "xor"}
+
+
+def _shift(b: ir.IRBuilder, op: str, x: ir.Value, n: ir.Value, dt: str) -> ir.Value:
+    """``x << n`` / ``x >> n`` with the amount ``n`` read as unsigned: from the width on
+    every bit is shifted out (0; the sign fill for ``shr`` of a signed ``x``), as NumPy.
+
+    LLVM's shifts are poison for an amount of the width or more, so such an amount
+    never reaches one: ``shl``/``lshr`` shift by ``n & (width - 1)`` and the result is
+    chosen afterwards; ``ashr`` shifts by ``min(n, width - 1)``, which is the sign fill."""
+    t = x.type
+    width = dtypes.bits(dt)
+    in_range = b.icmp_unsigned("<", n, typed_const(t, width))
+    if op == "shr" and not is_unsigned(dt):
+        return b.ashr(x, b.select(in_range, n, typed_const(t, width - 1)))
+    masked = b.and_(n, typed_const(t, width - 1))
+    shifted = b.shl(x, masked) if op == "shl" else b.lshr(x, masked)
+    return b.select(in_range, shifted, _zero(t))
+
+
+def _bitcast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
+    """The bits of ``v`` as ``dst`` (same width; a bool, an ``i1`` in registers, is the
+    byte 0 or 1)."""
+    to = vec(reg_type(dst), lanes_of(v))
+    if src == "bool":
+        return b.zext(v, to)
+    return v if v.type == to else b.bitcast(v, to)
+
+
 def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     r = b.frem(x, y)
     zero = _zero(x.type)
@@ -191,6 +222,8 @@ def intrinsic(
     b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str, fma: bool = False
 ) -> ir.Value:
     """Emit Stripe intrinsic ``op`` producing dtype ``dt``."""
+    if op == "bitcast":  # before the float16 path: bits, not values
+        return _bitcast(b, args[0], in_dts[0], dt)
     if dt == "f16" or "f16" in in_dts:
         return _half_intrinsic(b, op, args, in_dts, dt)
     if op == "cast":
@@ -209,6 +242,12 @@ def intrinsic(
         return (b.and_ if op == "and" else b.or_)(*args)
     if op == "not":
         return b.xor(args[0], typed_const(args[0].type, 1))
+    if op in _BITWISE:  # on bool (i1) these are the logical and/or/xor
+        return getattr(b, _BITWISE[op])(*args)
+    if op == "bit_not":
+        return b.not_(args[0])
+    if op in ("shl", "shr"):
+        return _shift(b, op, args[0], args[1], dt)
     fl = is_float(dt)
     if dt == "bool":
         # Bool arithmetic as NumPy does it on bool arrays: + is or, * is and, - is xor.

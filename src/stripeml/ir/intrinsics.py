@@ -8,6 +8,16 @@ and the code generators.  Typing rules (checked by the verifier):
 * ``logic``: ``bool`` in, ``bool`` out.
 * ``select``: ``select(cond: bool, a: T, b: T) -> T``.
 * ``cast``: any dtype in, the declared dtype out.
+* ``bitwise``: all inputs and the result have one integer dtype; ``bit_and``,
+  ``bit_or``, ``bit_xor`` and ``bit_not`` also take ``bool`` (logical
+  and/or/xor/not), the shifts ``shl``/``shr`` integers only.  The shift amount
+  (the second input, of the same dtype) is read as unsigned: an amount of the
+  width or more (a negative signed amount included) shifts every bit out, so
+  ``shl`` gives 0 and ``shr`` the sign fill (0, or -1 for a negative signed
+  value), as NumPy's ``left_shift``/``right_shift`` and ONNX ``BitShift``.
+  ``shr`` is logical on unsigned dtypes and arithmetic on signed ones.
+* ``bitcast``: the bits of the input reinterpreted as the declared dtype, of the
+  same width (``bool`` may be the source, as a byte of 0 or 1, not the target).
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from dataclasses import dataclass
 class IntrinsicInfo:
     name: str
     arity: int
-    kind: str  # arith | math | minmax | cmp | logic | select | cast
+    kind: str  # arith | math | minmax | cmp | logic | select | cast | bitwise | bitcast
     float_only: bool = False
 
 
@@ -61,6 +71,19 @@ _TABLE = [
     IntrinsicInfo("not", 1, "logic"),
     IntrinsicInfo("select", 3, "select"),
     IntrinsicInfo("cast", 1, "cast"),
+    IntrinsicInfo("bitcast", 1, "bitcast"),
+    IntrinsicInfo("bit_and", 2, "bitwise"),
+    IntrinsicInfo("bit_or", 2, "bitwise"),
+    IntrinsicInfo("bit_xor", 2, "bitwise"),
+    IntrinsicInfo("bit_not", 1, "bitwise"),
+    # shl/shr: amounts >= the width shift every bit out; shr is arithmetic on signed.
+    IntrinsicInfo("shl", 2, "bitwise"),
+    IntrinsicInfo("shr", 2, "bitwise"),
 ]
+
+#: The bitwise intrinsics that also take ``bool`` (logical and/or/xor/not).
+BOOL_BITWISE = frozenset({"bit_and", "bit_or", "bit_xor", "bit_not"})
+#: The shifts: integer operands only.
+SHIFTS = frozenset({"shl", "shr"})
 
 INTRINSICS: dict[str, IntrinsicInfo] = {i.name: i for i in _TABLE}

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .dtypes import DTYPES, is_float, is_int
-from .intrinsics import INTRINSICS
+from .dtypes import DTYPES, bits, is_float, is_int
+from .intrinsics import INTRINSICS, SHIFTS
 from .nodes import Constant, Intrinsic, Load, LoadIndex, Refinement, Special, Store
 
 if TYPE_CHECKING:
@@ -168,8 +168,40 @@ def intrinsic(stmt: Intrinsic, env: Env) -> Iterator[str]:
             yield f"select condition is {types[0]}, not bool"
         if types[1] != out or types[2] != out:
             yield f"select branches {types[1:]} must be the result dtype {out}"
+    elif info.kind == "bitwise":
+        yield from _bitwise(stmt.op, types, out)
+    elif info.kind == "bitcast":
+        yield from _bitcast(types[0], out)
     if info.float_only and out in DTYPES and not is_float(out):
         yield f"{stmt.op} is defined on floats only, not {out}"
+
+
+def _bitwise(op: str, types: list[str], out: str) -> Iterator[str]:
+    """``bit_and bit_or bit_xor bit_not``: one integer or bool dtype in and out;
+    ``shl shr``: one integer dtype."""
+    if any(t != out for t in types):
+        yield f"{op} inputs {types} must all be the result dtype {out}"
+    elif out in DTYPES and is_float(out):
+        yield (
+            f"{op} is defined on integers only, not {out}: a float has no bitwise "
+            f"operations (bitcast it to the integer of its width first)"
+        )
+    elif out == "bool" and op in SHIFTS:
+        yield f"{op} is defined on integers only, not bool (cast the bool to an integer first)"
+
+
+def _bitcast(src: str, out: str) -> Iterator[str]:
+    """``bitcast``: the result has the input's width; ``bool`` only as the source."""
+    if out == "bool":
+        yield (
+            f"bitcast to bool is not defined: a bool holds only 0 or 1, not any {src} bit "
+            "pattern (use cast, which gives x != 0)"
+        )
+    elif src in DTYPES and out in DTYPES and bits(src) != bits(out):
+        yield (
+            f"bitcast from {src} ({bits(src)} bits) to {out} ({bits(out)} bits) changes the "
+            "width; a bitcast keeps every bit, so both dtypes must have the same width"
+        )
 
 
 @stmt_rule(Special)

@@ -41,7 +41,7 @@ class FloatLit:
 
 @dataclass(frozen=True, slots=True)
 class Unary:
-    """``op`` is ``-`` or ``!``."""
+    """``op`` is ``-``, ``!`` or ``~``."""
 
     op: str
     operand: Expr
@@ -50,7 +50,7 @@ class Unary:
 
 @dataclass(frozen=True, slots=True)
 class Binary:
-    """``op`` in ``+ - * / % < > <= >= == != && ||``."""
+    """``op`` in ``+ - * / % << >> < > <= >= == != & ^ | && ||``."""
 
     op: str
     lhs: Expr

@@ -31,6 +31,8 @@ from .bind import Binding
 from .types import (
     ARITH_OPS,
     BINARY_FUNCS,
+    BITCASTS,
+    BITWISE_OPS,
     CASTS,
     CMP_OPS,
     FLOAT_FUNCS,
@@ -41,6 +43,7 @@ from .types import (
     Typed,
     Weak,
     WeakConst,
+    bitcast_types,
     cast_target,
     default_dtype,
     index_axis,
@@ -149,7 +152,8 @@ class _ExprLowering:
         if isinstance(e, ast.Unary):
             if e.op == "!":
                 return self.em.op("not", (self.value(e.operand, "bool"),), "bool")
-            return self.em.op("neg", (self.value(e.operand, dt),), dt)
+            op = "bit_not" if e.op == "~" else "neg"
+            return self.em.op(op, (self.value(e.operand, dt),), dt)
         if isinstance(e, ast.Binary):
             if e.op in CMP_OPS:
                 cdt = join(self.type(e.lhs), self.type(e.rhs))
@@ -159,7 +163,7 @@ class _ExprLowering:
                 args = (self.value(e.lhs, "bool"), self.value(e.rhs, "bool"))
                 return self.em.op(LOGIC_OPS[e.op], args, "bool")
             args = (self.value(e.lhs, dt), self.value(e.rhs, dt))
-            return self.em.op(ARITH_OPS[e.op], args, dt)
+            return self.em.op(ARITH_OPS.get(e.op) or BITWISE_OPS[e.op], args, dt)
         if isinstance(e, ast.Ternary):
             choice = (self.value(e.cond, "bool"), self.value(e.then, dt), self.value(e.other, dt))
             return self.em.op("select", choice, dt)
@@ -182,6 +186,9 @@ class _ExprLowering:
             if isinstance(arg, WeakConst):
                 return self.em.const(arg.const, target)
             return self.em.cast((self.emit(e.args[0], arg), arg.dtype), target)
+        if f in BITCASTS:
+            _, src, target = bitcast_types(e, self.binding.dims, self.binding.tensors, self.stmt)
+            return self.em.op("bitcast", (self.value(e.args[0], src),), target)
         if f in FLOAT_FUNCS or f in SAME_FUNCS:
             return self.em.op(f, (self.value(e.args[0], dt),), dt)
         assert f in BINARY_FUNCS

@@ -32,6 +32,10 @@ CAST_BITS: dict[str, tuple[int, ...]] = {
     "as_int": (8, 16, 32, 64),
     "as_uint": (8, 16, 32, 64),
     "as_bool": (),
+    # Bit casts: the operand's bits as a float/int/uint of its own width.
+    "bitcast_float": (16, 32, 64),
+    "bitcast_int": (8, 16, 32, 64),
+    "bitcast_uint": (8, 16, 32, 64),
 }
 FUNCTION_ARITY: dict[str, int] = {
     **{f: 1 for f in UNARY_FUNCTIONS},
@@ -190,10 +194,11 @@ def contraction_indices(stmt: ast.Contraction) -> list[str]:
     return list(seen)
 
 
-# Precedence for printing; ternary lowest, atoms highest.
-_PREC = {"?": 0, "||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, ">": 4, "<=": 4, ">=": 4}
-_PREC.update({"+": 5, "-": 5, "*": 6, "/": 6, "%": 6})
-_UNARY_PREC = 7
+# Precedence for printing (the parser's, C's); ternary lowest, atoms highest.
+_PREC = {"?": 0, "||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6}
+_PREC.update({"<": 7, ">": 7, "<=": 7, ">=": 7, "<<": 8, ">>": 8})
+_PREC.update({"+": 9, "-": 9, "*": 10, "/": 10, "%": 10})
+_UNARY_PREC = 11
 
 
 def format_expr(expr: ast.Expr) -> str:

@@ -20,6 +20,8 @@ from ..errors import TileSyntaxError
 PUNCTUATION = (
     # two-character operators first so the longest match wins
     "->",
+    "<<",
+    ">>",
     "<=",
     ">=",
     "==",
@@ -45,6 +47,10 @@ PUNCTUATION = (
     ">",
     "=",
     "!",
+    "&",
+    "|",
+    "^",
+    "~",
 )
 
 # Characters str.splitlines treats as line boundaries ("\r\n" counts once).
@@ -169,8 +175,6 @@ class _Scanner:
         for p in PUNCTUATION:
             if src.startswith(p, start):
                 return self.make(p, start, start + len(p))
-        if c == "&" or c == "|":
-            raise self.error(f"unexpected character '{c}' (did you mean '{c}{c}'?)", start)
         shown = c if c.isprintable() else repr(c)[1:-1]
         raise self.error(f"unexpected character '{shown}'", start)
 
@@ -181,7 +185,7 @@ class _Scanner:
 # stray character, the end) is the scanner's, one token at a time.
 _FAST = re.compile(
     r"[ \t]*(?:([A-Za-z_][A-Za-z0-9_]*)|([0-9]+)(?![0-9.eEA-Za-z_])"
-    r"|(->|<=|>=|==|!=|&&|\|\||/(?!/)|[()\[\]{},;:?+\-*%<>=!]))"
+    r"|(->|<<|>>|<=|>=|==|!=|&&|\|\||/(?!/)|[()\[\]{},;:?+\-*%<>=!&|^~]))"
 )
 
 

@@ -27,21 +27,29 @@ MAX_DEPTH = 200
 MAX_INT_LITERAL = (1 << 64) - 1
 
 # Binary operators and their precedence (higher binds tighter); all left-assoc.
+# C's order: the bitwise '&', '^', '|' bind looser than '==' (so 'a & b == c' is
+# 'a & (b == c)', as in C), the shifts tighter than comparisons, looser than '+'.
 BINARY_PREC = {
     "||": 1,
     "&&": 2,
-    "==": 3,
-    "!=": 3,
-    "<": 4,
-    ">": 4,
-    "<=": 4,
-    ">=": 4,
-    "+": 5,
-    "-": 5,
-    "*": 6,
-    "/": 6,
-    "%": 6,
+    "|": 3,
+    "^": 4,
+    "&": 5,
+    "==": 6,
+    "!=": 6,
+    "<": 7,
+    ">": 7,
+    "<=": 7,
+    ">=": 7,
+    "<<": 8,
+    ">>": 8,
+    "+": 9,
+    "-": 9,
+    "*": 10,
+    "/": 10,
+    "%": 10,
 }
+UNARY_OPS = ("-", "!", "~")
 _ADDITIVE = BINARY_PREC["+"]
 _AGG_TOKENS = ("+", "*", ">", "<", "=")
 _COMBO_TOKENS = {"*": "mul", "+": "add", "==": "eq"}
@@ -420,7 +428,7 @@ class _Parser:
 
     def unary(self) -> ast.Expr:
         tok = self.peek()
-        if tok.kind not in ("-", "!"):
+        if tok.kind not in UNARY_OPS:
             return self.primary()
         self.enter()
         self.next()

@@ -26,6 +26,8 @@ FLOAT_FUNCS = UNARY_FUNCTIONS - {"abs", "relu"}
 SAME_FUNCS = frozenset({"abs", "relu"})
 BINARY_FUNCS = BINARY_FUNCTIONS
 CASTS = {"as_float": "f", "as_int": "i", "as_uint": "u", "as_bool": "bool"}
+#: Bit casts: the operand's bits reinterpreted (the width must be the operand's).
+BITCASTS = {"bitcast_float": "f", "bitcast_int": "i", "bitcast_uint": "u"}
 CMP_OPS = {
     "<": "cmp_lt",
     ">": "cmp_gt",
@@ -36,6 +38,9 @@ CMP_OPS = {
 }
 ARITH_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
 LOGIC_OPS = {"&&": "and", "||": "or"}
+#: Bitwise operators: integer operands (``& | ^`` and unary ``~`` also bool).
+BITWISE_OPS = {"&": "bit_and", "|": "bit_or", "^": "bit_xor", "<<": "shl", ">>": "shr"}
+SHIFT_OPS = frozenset({"<<", ">>"})
 
 
 @dataclass(frozen=True)
@@ -202,8 +207,28 @@ def broadcast(
 
 
 def fold_unary(op: str, a: Weak) -> Weak:
-    """Evaluate ``neg`` or ``not`` on a weak constant."""
+    """Evaluate ``neg``, ``not`` or ``bit_not`` on a weak constant (``~`` is exact on
+    integers, ``-a - 1``, and logical on a bool)."""
+    if op == "bit_not":
+        return (not a) if isinstance(a, bool) else ~int(a)
     return -a if op == "neg" else not a
+
+
+#: Past this amount a left shift of a non-zero constant is beyond any 64-bit value.
+_SHIFT_LIMIT = 128
+
+
+def _fold_shift(op: str, a: int, b: int) -> int:
+    """``a << b`` / ``a >> b`` on weak integers: exact (Python's) for ``b >= 0``; a
+    negative amount shifts every bit out (0, or -1 for ``a >> b`` with ``a < 0``), as
+    NumPy's shifts read it (as unsigned: larger than any width)."""
+    if b < 0:
+        return -1 if op == "shr" and a < 0 else 0
+    if op == "shr":
+        return a >> b
+    if a and b > _SHIFT_LIMIT:
+        return 1 << (_SHIFT_LIMIT + 1)  # only its size matters (checked_weak rejects it)
+    return a << b
 
 
 def fold(op: str, a: Weak, b: Weak) -> Weak:
@@ -231,6 +256,12 @@ def fold(op: str, a: Weak, b: Weak) -> Weak:
         "or": lambda: bool(a) or bool(b),
         "max": lambda: max(a, b),
         "min": lambda: min(a, b),
+        # Integers (exact, two's complement of any width) or bools (bool & bool is bool).
+        "bit_and": lambda: a & b,  # type: ignore[operator]
+        "bit_or": lambda: a | b,  # type: ignore[operator]
+        "bit_xor": lambda: a ^ b,  # type: ignore[operator]
+        "shl": lambda: _fold_shift("shl", int(a), int(b)),
+        "shr": lambda: _fold_shift("shr", int(a), int(b)),
     }
     return table[op]()
 
@@ -287,6 +318,13 @@ def type_of(
         raise TileTypeError(f"{loc(expr.pos, stmt)}unknown name '{expr.name}'")
     if isinstance(expr, ast.Unary):
         t = type_of(expr.operand, dims, tensors, stmt)
+        if expr.op == "~":
+            _bitwise_operand("~", t, expr.operand, stmt)
+            if isinstance(t, WeakConst):
+                return replace(
+                    checked_weak(fold_unary("bit_not", t.const), expr, stmt), shape=t.shape
+                )
+            return t
         if expr.op == "!":
             if isinstance(t, WeakConst):
                 return WeakConst(t.shape, fold_unary("not", t.const))
@@ -301,6 +339,8 @@ def type_of(
         a = type_of(expr.lhs, dims, tensors, stmt)
         b = type_of(expr.rhs, dims, tensors, stmt)
         shape = broadcast(a.shape, b.shape, expr.pos, stmt)
+        if expr.op in BITWISE_OPS:
+            return _bitwise_type(expr, a, b, shape, stmt)
         op = ARITH_OPS.get(expr.op) or CMP_OPS.get(expr.op) or LOGIC_OPS[expr.op]
         if isinstance(a, WeakConst) and isinstance(b, WeakConst):
             return replace(checked_weak(fold(op, a.const, b.const), expr, stmt), shape=shape)
@@ -337,6 +377,61 @@ def type_of(
     raise TileTypeError(f"unsupported expression {expr!r}")  # pragma: no cover
 
 
+def _bitwise_operand(op: str, t: EType, e: ast.Expr, stmt: object) -> None:
+    """An operand of a bitwise operator must be an integer, or a bool for ``& | ^ ~``
+    (logical there, as NumPy's bitwise operators on bool arrays); a
+    :class:`TileTypeError` at the operand otherwise."""
+    if isinstance(t, WeakConst):
+        value = t.const
+        kind = "bool" if isinstance(value, bool) else "float" if isinstance(value, float) else "int"
+        what = f"the constant {_quote(e, t)}"
+    else:
+        kind = "bool" if t.dtype == "bool" else "float" if dtypes.is_float(t.dtype) else "int"
+        what = f"'{format_expr(e)}' is {t.dtype}:"
+    if kind == "int" or (kind == "bool" and op not in SHIFT_OPS):
+        return
+    if isinstance(t, WeakConst):
+        what = f"{what} is a {kind}:"
+    if kind == "float":
+        takes = "integer operands" if op in SHIFT_OPS else "integer (or bool) operands"
+        raise type_error(
+            e.pos,
+            stmt,
+            f"'{op}' takes {takes}, but {what} bitwise operations are not defined on "
+            "floats (convert with as_int(x, bits) or as_uint(x, bits))",
+        )
+    raise type_error(
+        e.pos,
+        stmt,
+        f"'{op}' shifts integers only, but {what} cast it to an integer first "
+        "(as_int(x, bits) or as_uint(x, bits))",
+    )
+
+
+def _bitwise_type(
+    expr: ast.Binary, a: EType, b: EType, shape: tuple[int, ...], stmt: object
+) -> EType:
+    """``& | ^ << >>``: integer operands (bools for ``& | ^``), promoted as NumPy
+    promotes them, with weak constants taking the tensor's dtype."""
+    _bitwise_operand(expr.op, a, expr.lhs, stmt)
+    _bitwise_operand(expr.op, b, expr.rhs, stmt)
+    op = BITWISE_OPS[expr.op]
+    if isinstance(a, WeakConst) and isinstance(b, WeakConst):
+        return replace(checked_weak(fold(op, a.const, b.const), expr, stmt), shape=shape)
+    dt = join(a, b)
+    if dtypes.is_float(dt):  # uint64 with a signed integer: NumPy gives float64
+        ta, tb = (t.dtype if isinstance(t, Typed) else "a constant" for t in (a, b))
+        raise type_error(
+            expr.pos,
+            stmt,
+            f"'{expr.op}' on {ta} and {tb}: they have no common integer dtype (NumPy "
+            f"promotes them to float64); convert one first (as_int(x, 64), as_uint(x, 64))",
+        )
+    check_fits(a, dt, expr.lhs, stmt)
+    check_fits(b, dt, expr.rhs, stmt)
+    return Typed(shape, dt)
+
+
 def cast_target(call: ast.Call, stmt: object) -> str:
     kind = CASTS[call.func]
     if kind == "bool":
@@ -350,6 +445,34 @@ def cast_target(call: ast.Call, stmt: object) -> str:
             f"{loc(call.pos, stmt)}{call.func}: unsupported bit width {bits_arg.value}"
         )
     return name
+
+
+def bitcast_types(
+    call: ast.Call, dims: Mapping[str, int], tensors: Mapping[str, TensorInfo], stmt: object
+) -> tuple[EType, str, str]:
+    """For ``bitcast_float/int/uint(x, bits)``: x's type, the dtype it is read in (a
+    weak constant's default: int64, float64, bool) and the target dtype, which must
+    have as many bits; a :class:`TileTypeError` at the call otherwise."""
+    t = type_of(call.args[0], dims, tensors, stmt)
+    src = t.dtype if isinstance(t, Typed) else default_dtype(t.const)
+    check_fits(t, src, call.args[0], stmt)
+    bits_arg = call.args[1]
+    if not isinstance(bits_arg, ast.IntLit):
+        raise type_error(call.pos, stmt, f"{call.func} needs an integer literal bit width")
+    target = f"{BITCASTS[call.func]}{bits_arg.value}"
+    if target not in dtypes.DTYPES:
+        raise type_error(call.pos, stmt, f"{call.func}: unsupported bit width {bits_arg.value}")
+    if dtypes.bits(src) != bits_arg.value:
+        what = f"'{format_expr(call.args[0])}'"
+        what += f" is {src}" if isinstance(t, Typed) else f" is a constant, read as {src}"
+        raise type_error(
+            call.pos,
+            stmt,
+            f"{call.func}(x, {bits_arg.value}) reinterprets {bits_arg.value} bits, but {what} "
+            f"({dtypes.bits(src)} bits); a bit cast keeps the width (use as_float, as_int "
+            "or as_uint to convert the value)",
+        )
+    return t, src, target
 
 
 def index_axis(
@@ -388,6 +511,9 @@ def _call_type(
     if f in CASTS:
         t = type_of(call.args[0], dims, tensors, stmt)
         return Typed(t.shape, cast_target(call, stmt))
+    if f in BITCASTS:
+        t, _, target = bitcast_types(call, dims, tensors, stmt)
+        return Typed(t.shape, target)
     args = [type_of(a, dims, tensors, stmt) for a in call.args]
     if f in FLOAT_FUNCS or f in SAME_FUNCS:
         t = args[0]

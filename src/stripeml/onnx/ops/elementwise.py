@@ -1,5 +1,5 @@
-"""Elementwise operators: arithmetic, sign, casts, the variadic Max/Min/Sum/Mean
-and Clip, and the helpers the other elementwise modules share
+"""Elementwise operators: arithmetic, sign, casts and bit casts, bitwise operators
+and shifts, the variadic Max/Min/Sum/Mean and Clip, and the helpers the other elementwise modules share
 (:mod:`.unary_math`: math functions; :mod:`.logic`: comparisons, logic,
 selection).
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -271,6 +272,102 @@ def cast_(b: Builder, n: Node) -> list[Value | None]:
 def castlike(b: Builder, n: Node) -> list[Value | None]:
     """CastLike: Cast to the element type of input 1."""
     return [_cast_to(b, n, n.input(0), n.input(1).dtype)]
+
+
+def _onnx_dtype(n: Node, to: Any) -> np.dtype:
+    """The NumPy dtype of ONNX element type ``to`` (an attribute)."""
+    from onnx import TensorProto, helper
+
+    if to is None:
+        raise n.error("the 'to' attribute is required")
+    if int(to) == TensorProto.STRING:
+        raise n.error("casts from or to strings are not supported (stripeml tensors are numeric)")
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(int(to)))
+    except Exception:  # noqa: BLE001 - unknown enum values
+        raise n.error(f"element type {to} is not supported") from None
+
+
+@op("BitCast")
+def bitcast(b: Builder, n: Node) -> list[Value | None]:
+    """BitCast: the bits of each element as type ``to`` of the same width (no conversion).
+
+    Integers, float16/32/64 and bool (as the byte 0 or 1, to an 8-bit integer);
+    not to bool, whose bytes hold only 0 or 1."""
+    x = n.input(0)
+    dtype = _onnx_dtype(n, n.attr("to"))
+    for dt in (x.dtype, dtype):
+        if dt.kind not in "biuf":
+            raise n.error(f"bit casts from or to {dt} are not supported")
+        try:
+            tile_dtype(dt)
+        except OnnxError:
+            raise n.error(f"bit casts from or to {dt} are not supported") from None
+    if dtype.itemsize != x.dtype.itemsize:
+        raise n.error(
+            f"'to' must have the input's width: {x.dtype} has {8 * x.dtype.itemsize} bits, "
+            f"{dtype} {8 * dtype.itemsize}"
+        )
+    if dtype == x.dtype:
+        return [x]
+    if dtype.kind == "b":
+        raise n.error(
+            f"bit casts to bool are not supported: a bool byte holds 0 or 1, not every {x.dtype}"
+        )
+    fn = {"f": "bitcast_float", "i": "bitcast_int", "u": "bitcast_uint"}[dtype.kind]
+    return [b.eltwise(f"{fn}({b.ref(x)}, {8 * dtype.itemsize})", x.shape, dtype)]
+
+
+# -- bitwise -----------------------------------------------------------------
+def _int_inputs(n: Node, count: int) -> None:
+    """Inputs ``0 .. count-1`` must be integer tensors (ONNX's bitwise ops take no
+    floats and no bools)."""
+    for i in range(count):
+        v = n.input(i)
+        if v.dtype.kind not in "iu":
+            raise n.error(f"input {i} must be an integer tensor, got {v.dtype}")
+
+
+def _bitwise(symbol: str) -> Callable[[Builder, Node], list[Value | None]]:
+    def fn(b: Builder, n: Node) -> list[Value | None]:
+        _int_inputs(n, 2)
+        return [binary(b, n, "{a} " + symbol + " {b}")]
+
+    return fn
+
+
+for _name, _symbol, _what in (
+    ("BitwiseAnd", "&", "and"),
+    ("BitwiseOr", "|", "or"),
+    ("BitwiseXor", "^", "exclusive or"),
+):
+    register_as(
+        _name,
+        f"{_name}: bitwise {_what}, ``A {_symbol} B``, of integer tensors, broadcasting.",
+        _bitwise(_symbol),
+    )
+
+
+@op("BitwiseNot")
+def bitwise_not(b: Builder, n: Node) -> list[Value | None]:
+    """BitwiseNot: ``~X`` on an integer tensor."""
+    _int_inputs(n, 1)
+    x = n.input(0)
+    return [b.eltwise(f"~{b.ref(x)}", x.shape, x.dtype)]
+
+
+@op("BitShift")
+def bitshift(b: Builder, n: Node) -> list[Value | None]:
+    """BitShift: ``X << Y`` or ``X >> Y`` (``direction``), integers, broadcasting.
+
+    Right shifts are arithmetic on signed types; an amount that is negative or at
+    least the width gives 0 (-1 for a right shift of a negative value)."""
+    _int_inputs(n, 2)
+    direction = n.attr("direction")
+    symbols = {"LEFT": "<<", "RIGHT": ">>"}
+    if direction not in symbols:
+        raise n.error(f"direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+    return [binary(b, n, "{a} " + symbols[direction] + " {b}")]
 
 
 # -- variadic ----------------------------------------------------------------

@@ -47,6 +47,14 @@ _BINARY: dict[str, Callable[..., np.ndarray]] = {
     "cmp_ne": np.not_equal,
     "and": np.logical_and,
     "or": np.logical_or,
+    # On bool these are logical and/or/xor (NumPy's bitwise ops on bool arrays).
+    "bit_and": np.bitwise_and,
+    "bit_or": np.bitwise_or,
+    "bit_xor": np.bitwise_xor,
+    # NumPy defines the amounts the IR does: >= the width (or negative) shifts every
+    # bit out, to 0 or (right shift of a negative signed value) -1.
+    "shl": np.left_shift,
+    "shr": np.right_shift,
 }
 
 _UNARY: dict[str, Callable[..., np.ndarray]] = {
@@ -63,6 +71,7 @@ _UNARY: dict[str, Callable[..., np.ndarray]] = {
     "ceil": np.ceil,
     "round": np.rint,  # half to even
     "not": np.logical_not,
+    "bit_not": np.invert,  # logical not on bool
 }
 
 # Arithmetic NumPy refuses on bool (``-b``, ``a - b``): computed in int8, then
@@ -92,6 +101,10 @@ def _evaluate(op: str, vals: list[np.ndarray], out_dt: np.dtype) -> np.ndarray:
         if vals[0].dtype.kind == "f" and out_dt.kind in "iu":
             return float_to_int(vals[0], from_numpy(out_dt) or "")  # defined out of range
         return vals[0].astype(out_dt)
+    if op == "bitcast":
+        x = vals[0]
+        # Same width (the verifier's rule): a view of the bits, copied to own its memory.
+        return np.array(x, order="C").view(out_dt)
     if op == "div":
         a, b = vals
         if a.dtype.kind == "f":
