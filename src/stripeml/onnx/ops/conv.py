@@ -377,3 +377,59 @@ def conv_bn(b: Builder, n: Node) -> list[Value | None]:
     bn_attrs = {"epsilon": n.attrs.get("_bn_epsilon", 1e-5)}
     bn = Node("BatchNormalization", n.name, (y, *n.inputs[3:7]), bn_attrs, n.opset, 1, n.domain)
     return batch_normalization(b, bn)
+
+
+@op("Col2Im", static=(1, 2))
+def col2im(b: Builder, n: Node) -> list[Value | None]:
+    """Col2Im: sliding blocks summed back into an image (any rank), one contraction.
+
+    The output index of each tap is ``stride * block + dilation * k - pad``: taps
+    that land in the padding fall outside the image and are skipped."""
+    x = n.input(0)
+    image = n.const_input(1, "image_shape")
+    block = n.const_input(2, "block_shape")
+    if image is None or block is None:
+        raise n.error("image_shape and block_shape are required")
+    image = [int(v) for v in np.asarray(image).reshape(-1)]
+    kernel = [int(v) for v in np.asarray(block).reshape(-1)]
+    r = len(image)
+    if len(kernel) != r or r == 0:
+        raise n.error(f"image_shape {image} and block_shape {kernel} must have one size per axis")
+    if x.rank != 3:
+        raise n.error(f"the input must be [N, C * prod(block_shape), L], got {list(x.shape)}")
+    strides = _attr_list(n, "strides", r, 1)
+    dil = _attr_list(n, "dilations", r, 1)
+    pads = ints(n, "pads", None) or [0] * (2 * r)
+    if len(pads) != 2 * r:
+        raise n.error(f"pads {pads} must have {2 * r} values")
+    if any(v <= 0 for v in (*image, *kernel, *strides, *dil)):
+        raise n.error("image_shape, block_shape, strides and dilations must be positive")
+    kprod = int(np.prod(kernel))
+    if x.shape[1] % kprod:
+        raise n.error(
+            f"input channels {x.shape[1]} are not a multiple of prod(block_shape) {kprod}"
+        )
+    blocks = [
+        (image[i] + pads[i] + pads[i + r] - dil[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+        for i in range(r)
+    ]
+    if any(v < 1 for v in blocks) or int(np.prod(blocks)) != x.shape[2]:
+        raise n.error(
+            f"{x.shape[2]} blocks given; the image, block shape, pads, strides and dilations "
+            f"make {' x '.join(map(str, blocks))}"
+        )
+    ks, bs = [f"k{i}" for i in range(r)], [f"b{i}" for i in range(r)]
+    kstride = [int(np.prod(kernel[i + 1 :])) for i in range(r)]
+    bstride = [int(np.prod(blocks[i + 1 :])) for i in range(r)]
+    chan = " + ".join([f"{kprod} * c", *(f"{s} * {k}" for s, k in zip(kstride, ks))])
+    where = " + ".join(f"{s} * {bb}" for s, bb in zip(bstride, bs))
+    out = [f"{strides[i]} * {bs[i]} + {dil[i]} * {ks[i]} - {pads[i]}" for i in range(r)]
+    shape = (x.shape[0], x.shape[1] // kprod, *image)
+    bounds = ", ".join(
+        [*(f"{k} < {v}" for k, v in zip(ks, kernel)), *(f"{bb} < {v}" for bb, v in zip(bs, blocks))]
+    )
+    text = (
+        f"{{out}}[n, c, {', '.join(out)} : {', '.join(map(str, shape))}] = "
+        f"+({b.ref(x)}[n, {chan}, {where}]), {bounds}"
+    )
+    return [b.contraction(text, shape, x.dtype)]
