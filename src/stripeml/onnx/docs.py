@@ -121,6 +121,30 @@ node, the original chained as its cause.
 Tensors with a dimension of size 0 are constants (their value is known from
 the shape), so they never reach the compiled program.
 
+## How some operators are lowered
+
+**Resize and Upsample** (`ops/resize.py`).  The `scales`, `sizes` and `roi`
+inputs must be known when compiling, so where each output samples the input
+and with which weights is planned in NumPy, per resized axis, following the
+ONNX reference implementation (`onnx.reference.ops.op_resize`) operation for
+operation: every `mode`, `nearest_mode`, `coordinate_transformation_mode`,
+`cubic_coeff_a`, `exclude_outside`, `antialias`, `axes` and
+`keep_aspect_ratio_policy`.  The axes are then resized one after the other.
+`linear` and `cubic` on floats: one contraction per axis with a constant
+interpolation matrix, `Y[.., o, ..] = +(X[.., i, ..] * A[o, i])` (in float32,
+or float64 for float64 data), so each output costs one multiply-add per input
+position of its row.  `nearest`: a copy, an affine `=` contraction where the
+source positions are a progression or a repetition (`Y[2 * t + r] = X[t]`),
+else a `gather` of constant indices, exact for every element type.  `linear`
+and `cubic` on integers: the taps are gathered, weighted and summed in
+float64 in the reference's order, then rounded half to even and saturated,
+bit for bit the reference's result.  `tf_crop_and_resize` gives positions
+outside the input the `extrapolation_value` (a select after each axis).
+Resize-10 and Upsample read coordinates as onnxruntime does (`asymmetric`;
+`nearest` floors where an axis grows and rounds up where it shrinks).
+A NaN or infinity in the input of a float `linear`/`cubic` resize spreads
+along the whole row of the matrix product.
+
 ## Supported operators
 """
 

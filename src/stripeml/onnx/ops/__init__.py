@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (each registers its operators)
     pool,
     quantize,
     reduce,
+    resize,
     shape,
     spectral,
     unary_math,

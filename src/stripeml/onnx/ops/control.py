@@ -72,12 +72,12 @@ def run_subgraph(
         local[t.name] = Value("", arr.shape, arr.dtype, arr)
     for k, node in enumerate(g.node):
         n.nested.run(b, node, k, env, n.opset, f"{n.where()} {what}:")
-    outs = []
+    outs: list[Value] = []
     for vi in g.output:
-        v = env.get(vi.name)
-        if v is None:
+        got = env.get(vi.name)
+        if got is None:
             raise n.error(f"its {what} does not produce its output {vi.name!r}")
-        outs.append(v)
+        outs.append(got)
     return outs
 
 

@@ -386,11 +386,10 @@ def col2im(b: Builder, n: Node) -> list[Value | None]:
     The output index of each tap is ``stride * block + dilation * k - pad``: taps
     that land in the padding fall outside the image and are skipped."""
     x = n.input(0)
-    image = n.const_input(1, "image_shape")
-    block = n.const_input(2, "block_shape")
-    if image is None or block is None:
+    given, block = n.const_input(1, "image_shape"), n.const_input(2, "block_shape")
+    if given is None or block is None:
         raise n.error("image_shape and block_shape are required")
-    image = [int(v) for v in np.asarray(image).reshape(-1)]
+    image = [int(v) for v in np.asarray(given).reshape(-1)]
     kernel = [int(v) for v in np.asarray(block).reshape(-1)]
     r = len(image)
     if len(kernel) != r or r == 0:
