@@ -29,7 +29,7 @@ wrong answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +55,18 @@ MAX_ELEMENTS = 2**40
 class BadShape(OnnxError):
     """A shape no tensor can have (a negative dimension, too many elements); the
     importer adds the node that asked for it."""
+
+
+class NeedsHost(OnnxError):
+    """An operator whose output's shape depends on the values of inputs known only
+    at run time (``NonZero``, ``Unique`` ...): the importer compiles the graph up
+    to it, runs it on the host, and compiles the rest for the sizes it gives."""
+
+    def __init__(self, node: Node, host: HostFn, dtypes: Sequence[np.dtype]):
+        super().__init__(f"{node.where()}: its output's shape depends on run-time values")
+        self.node = node
+        self.host = host
+        self.dtypes = tuple(dtypes)
 
 
 def tile_dtype(dtype: Any) -> str:
@@ -95,6 +107,10 @@ class Value:
     @property
     def is_const(self) -> bool:
         return self.const is not None
+
+
+#: An operator run on the host: (the node, its input arrays) -> its output arrays.
+HostFn = Callable[["Node", Sequence[np.ndarray]], "list[np.ndarray]"]
 
 
 class Nested(Protocol):

@@ -115,8 +115,35 @@ class Graph:
             want += [i for i in node[1] if i]
         return {i.name for i in self.inputs if i.name in seen}
 
+    def remainder(
+        self, start: int, inputs: list[GraphInput], initializers: dict[str, np.ndarray]
+    ) -> Graph:
+        """The graph of the nodes from ``start`` on, reading ``inputs`` and
+        ``initializers`` (what the nodes before left), with this graph's outputs
+        and opset."""
+        rest = object.__new__(Graph)
+        rest.opset = self.opset
+        rest.name = f"{self.name}_from_{start}"
+        rest.initializers = dict(initializers)
+        rest.inputs = list(inputs)
+        rest.outputs = list(self.outputs)
+        rest.nodes = list(self.nodes[start:])
+        return rest
+
     def unsupported(self) -> list[NodeInfo]:
         return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
+
+
+def live_after(g: Graph, k: int) -> list[str]:
+    """The names that nodes ``k`` on (their subgraphs too) or the graph's outputs
+    read, in order of first reading, without those the nodes from ``k`` make."""
+    made: set[str] = set()
+    order: list[str] = []
+    for _, inputs, outputs, _ in _flat(g.nodes[k:]):
+        order += [i for i in inputs if i and i not in made]
+        made |= {o for o in outputs if o}
+    order += [o for o in g.outputs if o not in made]
+    return list(dict.fromkeys(order))
 
 
 def _inline_functions(onnx: Any, model: Any, source: str | None) -> Any:

@@ -32,8 +32,8 @@ import numpy as np
 from .. import gc_pause
 from ..errors import ShapeError, StripeError
 from ..phases import phase
-from .builder import BadShape, Builder, Node, OnnxError, Value
-from .graph import Graph, NodeInfo, node_info, tensor_value
+from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Value
+from .graph import Graph, GraphInput, NodeInfo, live_after, node_info, tensor_value
 from .layout import dispatch, fuse_conv_bn
 from .load import full_model, read_model
 from .ops import lookup
@@ -61,11 +61,28 @@ class Specialised:
     function: Function | None  # None when every output is known
     inputs: list[int]  # per Tile parameter a call passes: the graph input's index
     outputs: list[tuple[str, Any]]  # ("tile", name) or ("const", array) per graph output
+    # A model split at an operator sized at run time (see "Run-time sizes" below):
+    # ``outputs`` then lists the values the rest needs, ``host`` the operator,
+    # and ``rest`` the rest of the graph, compiled per the sizes it is given.
+    host: Split | None = None
 
     def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The Tile function's arguments for these graph inputs (the weights and
         other constants are bound in the function)."""
         return [arrays[k] for k in self.inputs]
+
+
+@dataclass
+class Split:
+    """Where a model is split: the node run on the host, what feeds it and the
+    rest of the graph (each ``feeds`` entry: ``("out", k)``, the k-th output of
+    the compiled part, or ``("host", k)``, the node's k-th output)."""
+
+    node: Node
+    run: HostFn
+    node_inputs: list[int | None]  # per input of the node: its position in ``outputs``
+    rest: OnnxFunction
+    feeds: list[tuple[str, int]]  # per input of ``rest``
 
 
 class OnnxFunction:
@@ -201,14 +218,27 @@ class OnnxFunction:
             if name not in env:
                 env[name] = Value("", arr.shape, arr.dtype, arr)
         total = len(g.nodes)
+        split: tuple[int, NeedsHost] | None = None
         for k, info in enumerate(g.nodes):
             if total >= 50 and k % 25 == 0:
                 self._say(f"importing node {k + 1}/{total} ({info.op_type})")
-            run_node(b, info, env, g.opset, self._folds)
+            try:
+                run_node(b, info, env, g.opset, self._folds)
+            except NeedsHost as exc:
+                if exc.node.name != info.name or exc.node.op_type != info.op_type:
+                    raise OnnxError(
+                        f"{exc} (inside node {info.name!r} ({info.op_type}): an operator sized "
+                        "at run time is supported in the main graph only)"
+                    ) from None
+                split = (k, exc)
+                break
+        wanted = list(g.outputs)
+        if split is not None:
+            wanted = _live(g, split[0], env)
         outputs: list[tuple[str, Any]] = []
         out_names: list[str] = []
         input_names = {v.name for v in input_index}  # a transpose's result may be one, relabelled
-        for name in g.outputs:
+        for name in wanted:
             produced = env.get(name)
             if produced is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
@@ -235,7 +265,62 @@ class OnnxFunction:
             self._say(f"compiling {count} Tile statements for {self.target}")
             function = api.compile(source, self.resolved_target, name=g.name, constants=constants)
             b.check(function.ast)
-        return Specialised(source, function, inputs, outputs)
+        spec = Specialised(source, function, inputs, outputs)
+        if split is not None:
+            spec.host = self._split(split[0], split[1], wanted, env)
+        return spec
+
+    # -- run-time sizes ------------------------------------------------------
+    # An operator whose output's shape depends on run-time values (ops/dynamic.py)
+    # splits the model: the graph before it compiles as usual, its outputs being
+    # the values the rest reads; the operator runs on the host; the rest is a
+    # model of its own (an OnnxFunction over the remaining nodes, whose inputs are
+    # those values and the operator's outputs), compiled on its first call for
+    # the sizes it is given and cached per signature like any model.  The rest
+    # may split again.
+    def _split(self, k: int, exc: NeedsHost, wanted: list[str], env: dict[str, Value]) -> Split:
+        g = self.graph
+        node = g.nodes[k]
+        position = {name: i for i, name in enumerate(wanted)}
+        node_inputs = [position.get(name) if name else None for name in node.inputs]
+        rest_inputs: list[GraphInput] = []
+        known: dict[str, np.ndarray] = {}  # weights and folded values: constants of the rest
+        feeds: list[tuple[str, int]] = []
+        for i, name in enumerate(wanted):
+            v = env[name]
+            if v.const is not None:
+                known[name] = np.asarray(v.const)
+                continue
+            rest_inputs.append(GraphInput(name, np.dtype(v.dtype), None))
+            feeds.append(("out", i))
+        for j, name in enumerate(node.outputs):
+            if name and j < len(exc.dtypes):
+                rest_inputs.append(GraphInput(name, exc.dtypes[j], None))
+                feeds.append(("host", j))
+        rest_graph = g.remainder(k + 1, rest_inputs, known)
+        rest = OnnxFunction._over(rest_graph, self)
+        return Split(exc.node, exc.host, node_inputs, rest, feeds)
+
+    @classmethod
+    def _over(cls, graph: Graph, parent: OnnxFunction) -> OnnxFunction:
+        """A model over ``graph`` (the rest of ``parent`` after a split), compiled
+        for ``parent``'s target."""
+        from .. import api
+
+        fn = cls.__new__(cls)
+        fn._model, fn._whole, fn._source = None, True, None
+        fn.graph = graph
+        fn.target, fn.resolved_target, fn.progress = (
+            parent.target,
+            parent.resolved_target,
+            parent.progress,
+        )
+        fn.input_names = [i.name for i in graph.inputs]
+        fn.output_names = list(graph.outputs)
+        fn._static = graph.static_inputs()
+        fn._cache = api.SignatureCache(_spec_footprint)
+        fn._folds = {}
+        return fn
 
     # -- running -----------------------------------------------------------
     def run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -251,7 +336,15 @@ class OnnxFunction:
             if not isinstance(outs, tuple):
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
-        return [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+        values = [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+        split = spec.host
+        if split is None:
+            return values
+        given = [values[i] if i is not None else None for i in split.node_inputs]
+        with phase("host operators"):
+            made = split.run(split.node, given)  # type: ignore[arg-type]
+        rest = [values[i] if kind == "out" else made[i] for kind, i in split.feeds]
+        return split.rest._run(rest)
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         outs = self._run(self._arrays(args, kwargs))
@@ -328,6 +421,12 @@ def run_node(
             if v is None:
                 raise node.error(f"output {name!r} is not supported")
             env[name] = v
+
+
+def _live(g: Graph, k: int, env: dict[str, Value]) -> list[str]:
+    """The values that the nodes from ``k`` on (node ``k`` is the split) or the
+    graph's outputs read, and that exist before node ``k``, in a fixed order."""
+    return [name for name in live_after(g, k) if name in env]
 
 
 class _Nested:

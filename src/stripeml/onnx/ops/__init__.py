@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (each registers its operators)
     control,
     conv,
     data,
+    dynamic,
     elementwise,
     functions,
     linalg,
