@@ -33,20 +33,10 @@ EXCLUDED: dict[str, list[str]] = {
         r"^test_dft_inverse_cpu$",
         r"^test_dft_inverse_opset19_cpu$",
     ],
-    "bfloat16, float8, float4 and int4 element types have no Stripe dtype": [
-        r"^test_.*_bfloat16.*",
-        r"^test_.*float8.*",
-        r"^test_.*_e4m3.*",
-        r"^test_.*_e5m2.*",
-        r"^test_.*float4.*",
-        r"^test_.*_int4.*",
-        r"^test_.*_uint4.*",
-        r"^test_.*_int2.*",
-        r"^test_.*_uint2.*",
-        # the Cast/CastLike tests spell the types in upper case
-        r"^test_cast(like)?_.*(BFLOAT16|FLOAT8|FLOAT4|INT4|INT2|UINT4|UINT2|E8M0).*",
+    "float8 E8M0 (opset 24's power-of-two scale type, with its own round_mode up, down "
+    "and nearest): its conversions are not written yet (the other narrow types are, "
+    "onnx/narrow.py)": [
         r"^test_cast_e8m0_.*",
-        r"^test_.*_bf16(_[a-z0-9_]*)?_cpu$",
     ],
     "sequences and optionals (not tensors)": [
         r"^test_sequence_.*",

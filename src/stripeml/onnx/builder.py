@@ -77,6 +77,13 @@ def tile_dtype(dtype: Any) -> str:
     return name
 
 
+#: The ``ml_dtypes`` types held in a wider Tile type (see narrow.py).
+NARROW_NAMES = frozenset(
+    {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+     "float4_e2m1fn", "int4", "uint4", "int2", "uint2"}
+)  # fmt: skip
+
+
 @dataclass(frozen=True, eq=False)
 class Value:
     """One ONNX tensor as the importer sees it."""
@@ -88,6 +95,19 @@ class Value:
     # Stored as ``logical.transpose(layout)`` when set (see layout.py); ``shape``
     # is always the logical (ONNX) shape.
     layout: tuple[int, ...] | None = None
+    # The ONNX element type when it is a narrow one (bfloat16, float8, int4 ...):
+    # ``dtype`` is then the wider type holding its values (see narrow.py).
+    narrow: np.dtype | None = None
+
+    def __post_init__(self) -> None:
+        if self.narrow is None and np.dtype(self.dtype).name in NARROW_NAMES:
+            from .narrow_types import FORMATS
+
+            fmt = FORMATS[np.dtype(self.dtype)]
+            object.__setattr__(self, "narrow", fmt.dtype)
+            object.__setattr__(self, "dtype", fmt.wide)
+            if self.const is not None:
+                object.__setattr__(self, "const", np.asarray(self.const).astype(fmt.wide))
 
     @property
     def phys_shape(self) -> tuple[int, ...]:

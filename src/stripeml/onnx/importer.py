@@ -36,6 +36,7 @@ from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Valu
 from .graph import Graph, GraphInput, NodeInfo, live_after, node_info, tensor_value
 from .layout import dispatch, fuse_conv_bn
 from .load import full_model, read_model
+from .narrow_types import is_narrow, wide_dtype
 from .ops import lookup
 from .registry import OpDef
 
@@ -65,11 +66,16 @@ class Specialised:
     # ``outputs`` then lists the values the rest needs, ``host`` the operator,
     # and ``rest`` the rest of the graph, compiled per the sizes it is given.
     host: Split | None = None
+    # per entry of ``outputs``: its narrow ONNX type (bfloat16 ...), else None;
+    # None when no output is narrow (see narrow.py)
+    narrow: list[np.dtype | None] | None = None
 
     def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The Tile function's arguments for these graph inputs (the weights and
-        other constants are bound in the function)."""
-        return [arrays[k] for k in self.inputs]
+        other constants are bound in the function; a narrow type's array is
+        given in the wider type that holds it)."""
+        out = [arrays[k] for k in self.inputs]
+        return [a.astype(wide_dtype(a.dtype)) if is_narrow(a.dtype) else a for a in out]
 
 
 @dataclass
@@ -211,9 +217,10 @@ class OnnxFunction:
             if gi.name in self._static:
                 env[gi.name] = Value("", a.shape, a.dtype, np.array(a))
             else:
-                v = b.input(a.shape, a.dtype)
+                v = b.input(a.shape, wide_dtype(a.dtype))
                 input_index[v] = i
-                env[gi.name] = v
+                # a narrow type is held in a wider Tile type (narrow.py)
+                env[gi.name] = replace(v, narrow=a.dtype) if is_narrow(a.dtype) else v
         for name, arr in g.initializers.items():
             if name not in env:
                 env[name] = Value("", arr.shape, arr.dtype, arr)
@@ -237,12 +244,14 @@ class OnnxFunction:
             wanted = _live(g, split[0], env)
         outputs: list[tuple[str, Any]] = []
         out_names: list[str] = []
+        narrow: list[np.dtype | None] = []
         input_names = {v.name for v in input_index}  # a transpose's result may be one, relabelled
         for name in wanted:
             produced = env.get(name)
             if produced is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
             v = b.logical(produced)
+            narrow.append(produced.narrow)
             if v.const is not None and not b.tile_name(v):
                 outputs.append(("const", v.const))
                 continue
@@ -266,6 +275,8 @@ class OnnxFunction:
             function = api.compile(source, self.resolved_target, name=g.name, constants=constants)
             b.check(function.ast)
         spec = Specialised(source, function, inputs, outputs)
+        if any(t is not None for t in narrow):
+            spec.narrow = narrow
         if split is not None:
             spec.host = self._split(split[0], split[1], wanted, env)
         return spec
@@ -289,9 +300,9 @@ class OnnxFunction:
         for i, name in enumerate(wanted):
             v = env[name]
             if v.const is not None:
-                known[name] = np.asarray(v.const)
+                known[name] = np.asarray(v.const if v.narrow is None else v.const.astype(v.narrow))
                 continue
-            rest_inputs.append(GraphInput(name, np.dtype(v.dtype), None))
+            rest_inputs.append(GraphInput(name, np.dtype(v.narrow or v.dtype), None))
             feeds.append(("out", i))
         for j, name in enumerate(node.outputs):
             if name and j < len(exc.dtypes):
@@ -337,6 +348,8 @@ class OnnxFunction:
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
         values = [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+        if spec.narrow is not None:  # exact: the program holds narrow values in a wider type
+            values = [v if t is None else v.astype(t) for v, t in zip(values, spec.narrow)]
         split = spec.host
         if split is None:
             return values
@@ -416,11 +429,41 @@ def run_node(
         raise node.error(f"cannot be imported ({type(exc).__name__}: {exc})") from exc
     if len(outs) < len([o for o in info.outputs if o]):
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
+    narrow = next((v.narrow for v in node.inputs if v is not None and v.narrow is not None), None)
+    if narrow is not None and info.op_type not in NARROW_AWARE:
+        outs = [_narrowed(b, v, narrow, info.op_type in MOVES_DATA) for v in outs]
     for name, v in zip(info.outputs, outs):
         if name:
             if v is None:
                 raise node.error(f"output {name!r} is not supported")
             env[name] = v
+
+
+#: Operators that handle narrow types themselves (their results' types are theirs).
+NARROW_AWARE = frozenset(
+    {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "If",
+     "Loop", "Scan", "Shape", "Size"}
+)  # fmt: skip
+#: Operators that only move values: a narrow input's values stay representable.
+MOVES_DATA = frozenset(
+    {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+     "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "DepthToSpace",
+     "SpaceToDepth", "Compress", "ReverseSequence", "Max", "Min", "ReduceMax", "ReduceMin",
+     "Where", "Neg", "Abs", "Relu", "MaxPool", "TopK", "Unique", "OneHot"}
+)  # fmt: skip
+
+
+def _narrowed(b: Builder, v: Value | None, narrow: np.dtype, moves: bool) -> Value | None:
+    """An operator's result given narrow inputs: rounded back to their narrow type,
+    as ``ml_dtypes`` computes (wide arithmetic, then the narrow type); a result of
+    another type (a shape, a comparison) is left as it is."""
+    from .narrow import round_to
+
+    if v is None or v.narrow is not None or v.dtype != wide_dtype(narrow):
+        return v
+    if moves:  # the values are the inputs' own: representable already
+        return replace(v, narrow=narrow)
+    return round_to(b, v, narrow)
 
 
 def _live(g: Graph, k: int, env: dict[str, Value]) -> list[str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -236,13 +237,24 @@ def sign(b: Builder, n: Node) -> list[Value | None]:
 
 
 # -- casts -------------------------------------------------------------------
-def _cast_to(b: Builder, n: Node, x: Value, dtype: np.dtype) -> Value:
+def _cast_to(b: Builder, n: Node, x: Value, dtype: np.dtype, saturate: bool = False) -> Value:
+    """``x`` as ``dtype``; a narrow ``dtype`` (bfloat16, float8 ...) is rounded into
+    (``saturate``: float8 values past the largest clamp to it), see narrow.py."""
+    from ..narrow import round_to
+    from ..narrow_types import is_narrow
+
     if x.dtype.kind in "OSU" or dtype.kind in "OSU":
         raise n.error("casts from or to strings are not supported (stripeml tensors are numeric)")
+    if is_narrow(dtype):
+        if x.narrow == dtype:
+            return x
+        return round_to(b, x, dtype, saturate)
     try:
         tile_dtype(dtype)
     except OnnxError:
         raise n.error(f"casting to {dtype} is not supported") from None
+    if x.narrow is not None:  # held in a wider type: its values are that type's
+        x = replace(x, narrow=None)
     if x.dtype == dtype:
         return x
     return b.eltwise(cast(b.ref(x), dtype), x.shape, dtype)
@@ -250,10 +262,10 @@ def _cast_to(b: Builder, n: Node, x: Value, dtype: np.dtype) -> Value:
 
 @op("Cast")
 def cast_(b: Builder, n: Node) -> list[Value | None]:
-    """Cast: bool, integer and float types; no strings, bfloat16, float8, int4.
+    """Cast: bool, integer, float, bfloat16, float8, float4 and int4/int2 types; no strings.
 
-    Float to integer truncates toward zero; to bool is ``x != 0``.  ``saturate``
-    only concerns float8 and is ignored."""
+    Float to integer truncates toward zero; to bool is ``x != 0``; to a narrow type
+    rounds as ``ml_dtypes`` does, ``saturate`` (float8) clamping to the largest value."""
     from onnx import TensorProto, helper
 
     to = n.attr("to")
@@ -265,13 +277,22 @@ def cast_(b: Builder, n: Node) -> list[Value | None]:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(to)))
     except Exception:  # noqa: BLE001 - unknown enum values
         raise n.error(f"casting to element type {to} is not supported") from None
-    return [_cast_to(b, n, n.input(0), dtype)]
+    if int(to) == TensorProto.FLOAT8E8M0:
+        raise n.error(
+            "casting to float8 E8M0 (a scale type with its own rounding modes) is not supported"
+        )
+    return [_cast_to(b, n, n.input(0), dtype, _saturate(n))]
+
+
+def _saturate(n: Node) -> bool:
+    return bool(n.attr("saturate", 1)) if n.opset >= 19 else True
 
 
 @op("CastLike")
 def castlike(b: Builder, n: Node) -> list[Value | None]:
     """CastLike: Cast to the element type of input 1."""
-    return [_cast_to(b, n, n.input(0), n.input(1).dtype)]
+    like = n.input(1)
+    return [_cast_to(b, n, n.input(0), like.narrow or like.dtype, _saturate(n))]
 
 
 def _onnx_dtype(n: Node, to: Any) -> np.dtype:

@@ -26,6 +26,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..builder import Builder, Node, Value, tile_dtype
+from ..narrow import round_to
+from ..narrow_types import FORMATS, is_narrow
 from ..registry import op
 from ._util import axis as norm_axis
 from ._util import cast, indices, literal
@@ -105,9 +107,12 @@ def quantize_linear(b: Builder, n: Node) -> list[Value | None]:
     out = n.attr("output_dtype", 0)
     dtype = _onnx_type(n, out, "output_dtype") if out else np.dtype(np.uint8)
     if zp is not None:
-        if out and zp.dtype != dtype:
-            raise n.error(f"output_dtype {dtype} and the zero point's type {zp.dtype} differ")
-        dtype = zp.dtype
+        zdt = zp.narrow or zp.dtype
+        if out and zdt != dtype:
+            raise n.error(f"output_dtype {dtype} and the zero point's type {zdt} differ")
+        dtype = zdt
+    if is_narrow(dtype):
+        return [_quantize_narrow(b, n, x, scale, zp, dtype)]
     dtype = _quantised(n, dtype, "output type")
     precision = n.attr("precision", 0)
     work = _onnx_type(n, precision, "precision") if precision else x.dtype
@@ -131,21 +136,53 @@ def quantize_linear(b: Builder, n: Node) -> list[Value | None]:
     return [b.eltwise(cast(clamped, dtype), x.shape, dtype)]
 
 
+def _quantize_narrow(
+    b: Builder, n: Node, x: Value, scale: Value, zp: Value | None, dtype: np.dtype
+) -> Value:
+    """QuantizeLinear to a narrow type, as the reference: float8 ``x / scale``
+    converted (``saturate``, default on: clamped to the largest value), float4 with
+    the zero point added, the narrow integers rounded half to even, offset and
+    clamped to their range."""
+    s = along(b, n, scale, x.shape, "the scale")
+    fmt = FORMATS[dtype]
+    ratio = b.eltwise(f"{b.ref(x)} / {b.ref(s)}", x.shape, x.dtype)
+    if fmt.kind == "int":
+        import ml_dtypes
+
+        info = ml_dtypes.iinfo(dtype)
+        f32 = np.dtype(np.float32)
+        expr = f"round({cast(b.ref(ratio), f32)})"
+        if zp is not None:
+            expr = f"{expr} + {cast(b.ref(along(b, n, zp, x.shape, 'the zero point')), f32)}"
+        lo, hi = literal(int(info.min), f32), literal(int(info.max), f32)
+        clamped = b.eltwise(f"max(min({expr}, {hi}), {lo})", x.shape, f32)
+        return round_to(b, clamped, dtype)
+    if fmt.overflow == "max" and zp is not None:  # float4: the zero point is added
+        z = along(b, n, zp, x.shape, "the zero point")
+        ratio = b.eltwise(f"{b.ref(ratio)} + {b.ref(z)}", x.shape, x.dtype)
+    return round_to(b, ratio, dtype, bool(n.attr("saturate", 1)))
+
+
 @op("DequantizeLinear")
 def dequantize_linear(b: Builder, n: Node) -> list[Value | None]:
     """DequantizeLinear: (x - zero_point) * scale in float32, as the scale's type (or output_dtype)."""
     x, scale, zp = n.input(0), n.input(1), n.opt(2)
-    if x.dtype not in RANGES and x.dtype != np.int32:
+    if x.narrow is not None and FORMATS[x.narrow].kind != "int":
+        zp = None  # float8 and float4 have no zero point (the reference ignores it)
+    if x.narrow is None and x.dtype not in RANGES and x.dtype != np.int32:
         raise n.error(
             f"input type {x.dtype} is not supported (uint8, int8, uint16, int16 and int32 are; "
             "float8, float4 and int4 have no Stripe dtype)"
         )
     if scale.dtype.kind != "f":
         raise n.error(f"the scale must be floating point, got {scale.dtype}")
-    if zp is not None and zp.dtype != x.dtype:
+    if zp is not None and (zp.narrow or zp.dtype) != (x.narrow or x.dtype):
         raise n.error(f"the zero point's type {zp.dtype} differs from the input's {x.dtype}")
     out = n.attr("output_dtype", 0)
-    dtype = _onnx_type(n, out, "output_dtype") if out else scale.dtype
+    dtype = _onnx_type(n, out, "output_dtype") if out else (scale.narrow or scale.dtype)
+    if is_narrow(dtype):  # a bfloat16 scale: computed in float32, then rounded
+        wide = replace(n, attrs={**n.attrs, "output_dtype": 1})
+        return [round_to(b, dequantize_linear(b, wide)[0], dtype)]  # type: ignore[arg-type]
     f32 = np.dtype(np.float32)
     expr = cast(b.ref(x), f32)
     if zp is not None:

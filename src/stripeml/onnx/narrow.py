@@ -1,0 +1,136 @@
+"""Narrow element types: bfloat16, the float8 and float4 formats, int4/uint4/int2/uint2.
+
+Stripe has no dtype for these.  The importer keeps each such tensor *as a wider
+Tile type holding exactly its values*: the floating formats as float32 (every
+bfloat16, float8 and float4 value is a float32), the narrow integers as int8 or
+uint8.  The ONNX type travels beside the value (:attr:`~.builder.Value.narrow`).
+Values enter and leave the program through ``ml_dtypes`` arrays, converted
+exactly on the host (``astype``), and become narrow where ONNX makes them so:
+
+* a ``Cast`` (``CastLike``, ``QuantizeLinear``) to a narrow type rounds in the
+  program, as ``ml_dtypes`` converts: to nearest, ties to even, with each
+  format's overflow rule (bfloat16 and float8 E5M2 to infinity, the other
+  float8 formats to NaN, float4 E2M1 saturates; ``saturate=1`` casts to float8
+  clamp to the largest finite value as ``onnx.numpy_helper.saturate_cast``
+  does); the integers truncate toward zero and wrap;
+* any other operator given narrow inputs computes in the wide type and rounds
+  its results back to the narrow type, which is what ``ml_dtypes`` does for
+  NumPy's arithmetic on these arrays (``importer.run_node``).
+
+The rounding is elementwise Tile (bit casts, shifts, ``round``), so it fuses
+with whatever computes the value.  Memory is the wide type's: a bfloat16
+model's activations take float32's space inside the program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .builder import Builder, Value
+from .narrow_types import FORMATS, Format
+
+__all__ = ["round_array", "round_to"]
+
+
+def round_array(arr: np.ndarray, dtype: np.dtype, saturate: bool = False) -> np.ndarray:
+    """``arr`` rounded to ``dtype`` as ``ml_dtypes`` (or, with ``saturate``, onnx's
+    ``saturate_cast``) converts, held in the wide type: the folding counterpart of
+    :func:`round_to`."""
+    fmt = FORMATS[np.dtype(dtype)]
+    x = np.asarray(arr)
+    if saturate and fmt.kind == "float":
+        from onnx.numpy_helper import saturate_cast
+
+        return np.asarray(saturate_cast(x, fmt.dtype)).astype(fmt.wide)
+    return x.astype(fmt.dtype).astype(fmt.wide)
+
+
+def round_to(b: Builder, v: Value, dtype: np.dtype, saturate: bool = False) -> Value:
+    """``v`` (a float or integer tensor) rounded to the narrow type ``dtype``, as a
+    Tile tensor of the wide type marked ``narrow=dtype``."""
+    fmt = FORMATS[np.dtype(dtype)]
+    if v.const is not None:
+        arr = round_array(np.asarray(v.const), fmt.dtype, saturate)
+        return Value("", arr.shape, arr.dtype, arr, narrow=fmt.dtype)
+    if fmt.kind == "int":
+        expr = _wrap_int(b, v, fmt)
+    elif fmt.kind == "bf16":
+        expr = _bf16(b, v)
+    else:
+        expr = _small_float(b, v, fmt, saturate)
+    return replace(b.eltwise(expr, v.shape, fmt.wide), narrow=fmt.dtype)
+
+
+def _f32(b: Builder, v: Value) -> str:
+    x = b.ref(b.logical(v))
+    return x if v.dtype == np.float32 else f"as_float({x}, 32)"
+
+
+def _bf16(b: Builder, v: Value) -> str:
+    """Round to nearest even on the float32 bits (NaN kept, infinities stay)."""
+    x = b.eltwise(_f32(b, v), v.shape, np.float32)
+    X = b.ref(x)
+    u = f"bitcast_uint({X}, 32)"
+    rounded = f"bitcast_float(({u} + 32767 + (({u} >> 16) & 1)) & 4294901760, 32)"
+    return f"{X} != {X} ? {X} : {rounded}"
+
+
+def _small_float(b: Builder, v: Value, fmt: Format, saturate: bool) -> str:
+    """Round to a float8/float4 format: the quantum of |x|'s binade (never below
+    the subnormals'), ties to even, then the format's overflow rule, the sign
+    copied back (not onto zero in the FNUZ formats)."""
+    from .ops._util import literal, scalar
+
+    f32 = np.dtype(np.float32)
+    x = b.eltwise(_f32(b, v), v.shape, f32)
+    X = b.ref(x)
+    a = b.eltwise(f"abs({X})", v.shape, f32)
+    A = b.ref(a)
+    i32 = np.dtype(np.int32)
+    exp = b.eltwise(
+        f"max(as_int(bitcast_uint({A}, 32) >> 23, 32) - 127, {literal(fmt.min_exp, i32)})",
+        v.shape,
+        i32,
+    )
+    step = f"bitcast_float(as_uint({b.ref(exp)} - {fmt.mantissa} + 127, 32) << 23, 32)"
+    r = b.eltwise(f"round({A} / {step}) * {step}", v.shape, f32)
+    R = b.ref(r)
+    top = literal(fmt.max, f32)
+    if saturate or fmt.overflow == "max":
+        past = top
+    elif fmt.overflow == "inf":
+        past = scalar(b, np.inf, f32)
+    else:
+        past = scalar(b, np.nan, f32)
+    kept = b.eltwise(f"{R} > {top} ? {past} : {R}", v.shape, f32)
+    K = b.ref(kept)
+    sign = f"bitcast_uint({X}, 32) & 2147483648"
+    signed = f"bitcast_float(bitcast_uint({K}, 32) | ({sign}), 32)"
+    if fmt.overflow == "max":  # float4 E2M1: infinities saturate; NaN becomes a zero of
+        # the opposite sign (ml_dtypes' conversion)
+        flipped = f"bitcast_float(({sign}) ^ 2147483648, 32)"
+        return f"{X} != {X} ? {flipped} : {signed}"
+    if not fmt.negative_zero:
+        return f"{K} == 0 ? {K} : {signed}"
+    return signed
+
+
+def _wrap_int(b: Builder, v: Value, fmt: Format) -> str:
+    """Truncate toward zero (NaN to 0) and wrap into ``fmt.bits`` bits, as
+    ``ml_dtypes`` converts."""
+    from .ops._util import literal
+
+    x = b.logical(v)
+    X = b.ref(x)
+    i32 = np.dtype(np.int32)
+    if x.dtype.kind == "f":  # NaN and the infinities become 0
+        X = f"as_int(abs({X}) <= {literal(float(np.finfo(np.float32).max), x.dtype)} ? {X} : 0, 32)"
+    elif x.dtype != i32:
+        X = f"as_int({X}, 32)"
+    mask = (1 << fmt.bits) - 1
+    if fmt.signed:
+        half = 1 << (fmt.bits - 1)
+        return f"as_int((({X} + {half}) & {mask}) - {half}, 8)"
+    return f"as_uint({X} & {mask}, 8)"
