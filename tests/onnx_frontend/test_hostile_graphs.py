@@ -68,11 +68,23 @@ def test_an_opset_newer_than_onnx_knows_names_the_supported_range():
     refused(model(opset=99), rf"ai.onnx opset 99 is newer .*\(the importer supports {RANGE}\)")
 
 
-def test_an_opset_older_than_the_op_library_names_the_supported_range():
-    """Add-1 aligned its operands with ``broadcast``/``axis``, not like NumPy."""
+def test_an_opset_older_than_the_op_library_is_converted_or_names_the_supported_range():
+    """Add-1 aligned its operands with ``broadcast``/``axis``, not like NumPy, and
+    Relu-1 had ``consumed_inputs``: onnx's version converter rewrites both.  Where
+    it cannot (it has no adapter for Pad-1), the refusal names the range and why."""
     add = helper.make_node("Add", ["x", "x"], ["y"], name="add")
-    refused(model([add], opset=1), rf"node 'add' \(Add\): ai.onnx opset 1 selects Add-1.*{RANGE}")
-    refused(model(opset=1), r"selects Relu-1, which the importer does not implement")
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(stripeml.onnx.compile(model([add], opset=1), "interp")(x), x + x)
+    np.testing.assert_array_equal(
+        stripeml.onnx.compile(model(opset=1), "interp")(x), np.maximum(x, 0)
+    )
+    pad = helper.make_node("Pad", ["y"], ["z"], paddings=[0, 1, 0, 1])
+    out = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 5])
+    refused(
+        model([add, pad], outputs=[out], opset=1),
+        rf"node 'add' \(Add\): ai.onnx opset 1 selects Add-1.*{RANGE}.*"
+        r"version_converter could not convert it to opset 7",
+    )
 
 
 def test_an_old_opset_is_fine_where_the_operator_did_not_change_or_is_implemented():

@@ -293,3 +293,31 @@ def test_loop_ending_on_run_time_values_is_a_clear_error():
     fn = stripeml.onnx.compile(_loop_model(cond_from_data=True), target="cpu")
     with pytest.raises(stripeml.StripeError, match="would depend on the data"):
         fn(M=np.array(3, np.int64), V0=np.ones(2, np.float32))
+
+
+def _old_add(b_shape, axis):
+    node = h.make_node("Add", ["A", "B"], ["Y"], broadcast=1, axis=axis)
+    model = _model(
+        [node],
+        [_vi("A", T.FLOAT, [2, 3, 4]), _vi("B", T.FLOAT, b_shape)],
+        [_vi("Y", T.FLOAT, [2, 3, 4])],
+        opset=6,
+    )
+    model.ir_version = 3
+    return model
+
+
+def test_a_model_older_than_the_op_library_is_converted():
+    """Opset 6's Add broadcasts along ``axis`` (attributes later opsets dropped):
+    onnx's version converter rewrites it, and the result is NumPy's."""
+    a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    b = RNG.standard_normal((3, 4)).astype(np.float32)
+    got = stripeml.onnx.compile(_old_add([3, 4], 1), target="cpu")(A=a, B=b)
+    np.testing.assert_array_equal(got, a + b)
+
+
+def test_a_model_the_converter_cannot_convert_is_a_clear_error():
+    """A broadcast along a middle axis has no NumPy spelling without a reshape,
+    which onnx's converter does not insert: the error says what happened."""
+    with pytest.raises(stripeml.StripeError, match="version_converter could not convert"):
+        stripeml.onnx.compile(_old_add([3], 1), target="cpu")

@@ -106,10 +106,16 @@ class OnnxFunction:
 
         with phase("onnx read"), gc_pause.paused():
             model, source, raws = read_model(model)
+            model, raws, failed = _upgraded(model, source, raws)
             self._model = model
             self._whole = not raws  # else the weights are in self.graph, not the message
             self._source = source
-            self.graph = Graph(model, source, raws)
+            try:
+                self.graph = Graph(model, source, raws)
+            except OnnxError as exc:
+                if failed is None:
+                    raise
+                raise OnnxError(f"{exc} ({failed})") from None
         bad = self.graph.unsupported()
         if bad:
             first = bad[0]
@@ -376,6 +382,35 @@ class OnnxFunction:
     def source(self, *args: Any, **kwargs: Any) -> str:
         """The generated Tile program for these inputs."""
         return self.specialise(self._arrays(args, kwargs)).source
+
+
+def _upgraded(
+    model: Any, source: str | None, raws: dict[int, np.ndarray]
+) -> tuple[Any, dict[int, np.ndarray], str | None]:
+    """``model`` converted by ``onnx.version_converter`` to the lowest opset whose
+    operator versions the op library implements, when its own opset selects an
+    older one (``Add-1`` with ``broadcast``); the model as it was otherwise.  The
+    converter sees every weight (a model read from a file is read again whole).
+    Third: why the converter failed (the model is then checked, and refused, as
+    it is, the reason added to the message)."""
+    from .validate import conversion_target
+
+    target = conversion_target(model)
+    if target is None:
+        return model, raws, None
+    import onnx.version_converter
+
+    whole = full_model(source) if raws and source is not None else model
+    try:
+        converted = onnx.version_converter.convert_version(whole, target)
+    except Exception as exc:  # noqa: BLE001 - the converter's own errors, reported
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (
+            model,
+            raws,
+            f"onnx.version_converter could not convert it to opset {target}: {reason}",
+        )
+    return converted, {}, None
 
 
 def _spec_footprint(spec: Specialised) -> int:

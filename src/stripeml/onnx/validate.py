@@ -317,6 +317,29 @@ def _schema_problem(n: Any, ctx: Any) -> str | None:
     return None
 
 
+def conversion_target(model: Any) -> int | None:
+    """The lowest ai.onnx opset above the model's at which every operator of its
+    main graph is one the op library implements, when the model's opset selects
+    an operator version the library does not implement (``Add-1``, with its
+    ``broadcast`` attribute); ``None`` when the model needs no conversion (or
+    none helps)."""
+    versions = {imp.version for imp in model.opset_import if imp.domain in ("", *DEFAULT_DOMAINS)}
+    if len(versions) != 1:
+        return None
+    opset = int(versions.pop())
+    if opset > max_opset():
+        return None
+    ops = {n.op_type for n in model.graph.node if n.domain in ("", *DEFAULT_DOMAINS)}
+    # an operator the opset does not have, or the library does not, is no version problem
+    ops = {op for op in ops if lookup(op) is not None and _schema_version(op, opset) is not None}
+    if not any(_version_problem(op, opset) for op in ops):
+        return None
+    for target in range(max(opset + 1, MIN_OPSET), max_opset() + 1):
+        if not any(_version_problem(op, target) for op in ops):
+            return target
+    return None
+
+
 @lru_cache(maxsize=4096)
 def _version_problem(op_type: str, opset: int) -> str | None:
     """Why the op library cannot run ``op_type`` as ai.onnx ``opset`` defines it."""
