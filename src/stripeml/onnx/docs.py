@@ -145,6 +145,28 @@ Resize-10 and Upsample read coordinates as onnxruntime does (`asymmetric`;
 A NaN or infinity in the input of a float `linear`/`cubic` resize spreads
 along the whole row of the matrix product.
 
+**RNN, GRU and LSTM** (`ops/recurrent.py`).  The sequence length is part of
+the input's shape, so the time loop is unrolled when compiling.  The input
+projection `X W^T + Wb + Rb` of every step and direction is one contraction
+before the loop, a `[seq, batch, directions, gates * hidden]` GEMM (constant
+weights stored input-major once), as cuDNN and onnxruntime do it.  Each step
+is then `H[t-1] R^T` for all gates as one contraction (the step's row of the
+projection added as its epilogue) and one elementwise kernel of gate math;
+those kernels are the same up to buffer names at every step and in both
+directions, so the CPU backend compiles one body for each and every step
+calls it.  What names the step is two small copies per step: its row of the
+projection (a one-term `+` contraction, which `alias_view` leaves alone; a
+view of the row would put the step's offset into the product's kernel) and,
+after the loop, its slot of `Y`.  `sequence_lens` must be known when
+compiling (a static input): unequal lengths add a constant mask per step
+that freezes finished sequences (their rows of `Y` are 0, `Y_h`/`Y_c` keep
+their last step, 0 for a length of 0), and a reverse direction then reads
+and writes its rows through `gather`s of constant indices.  The formulas are onnx's reference
+implementation's; `activations` (alpha and beta consumed in order by the
+functions that take them), `clip` (on each gate's input to its activation),
+`input_forget` and `sequence_lens`, which it ignores, follow the
+specification and onnxruntime.
+
 ## Supported operators
 """
 

@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (each registers its operators)
     norm,
     pool,
     quantize,
+    recurrent,
     reduce,
     resize,
     shape,

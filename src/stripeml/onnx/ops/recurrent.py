@@ -1,0 +1,717 @@
+"""Recurrent operators: RNN, GRU and LSTM, their time loop unrolled when compiling.
+
+The importer binds shapes per call, so the sequence length is known and the
+loop over time becomes straight-line Tile:
+
+* **The input projection** ``X[t] W^T + Wb + Rb``, for every step and every
+  direction, is one contraction before the loop: a ``[seq, batch, dirs,
+  gates * hidden]`` GEMM (constant weights are stored ``[input, dirs, gates
+  * hidden]`` first, so its contiguous axis is the output's).
+* **Each step** is then the same statements: its row of the projection, read
+  by a one-term ``+`` contraction of its own; ``H[t-1] R^T`` for all gates as
+  one contraction (``R`` stored ``[hidden, gates * hidden]``, one constant per
+  direction) with that row added as its epilogue; the gate slices and the
+  elementwise gate math, which ``fuse`` makes one kernel.  A plain ``=`` copy
+  of the row would be folded (``alias_view``) into the kernels that read it,
+  and its offset, which names the step, would then make every step's product
+  a different kernel.  So only the row copy names the step; the product and
+  the gate kernel are equal up to buffer names at every step and in both
+  directions, and the CPU backend compiles each once
+  (:mod:`stripeml.analysis.canonical`).
+* **Y** is assembled after the loop, one small copy per step and direction
+  (see :meth:`_Lowering._assemble_y` for why there).
+
+The formulas are the ONNX reference implementation's (``onnx.reference``'s
+``op_rnn``/``op_gru``/``op_lstm``); what it leaves out follows the operator
+specification and onnxruntime: ``activations`` (with ``activation_alpha`` and
+``activation_beta`` consumed in order by the functions that take them),
+``clip`` on every gate's input to its activation, LSTM's ``input_forget``
+(``f = 1 - i``), and ``sequence_lens``.
+
+``sequence_lens`` (input 4) must be known when compiling (a constant, or a
+graph input the importer specialises on).  Rows of ``Y`` past a sequence's
+length are 0 and ``Y_h``/``Y_c`` hold its last valid step (0 for a length of
+0); a reverse direction runs each sequence from its own last element.  When
+the lengths differ, each step carries a constant mask that freezes the
+finished sequences' state, and a reverse direction reads its input (and
+writes ``Y``) through a ``gather`` of rows known when compiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..builder import Builder, Node, Value
+from ..registry import op
+from ._util import literal
+from .shape import reshape
+
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_DEFAULT_ACTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
+
+# activation (lower case) -> (takes alpha, takes beta, default alpha, default beta).
+# The defaults are those of the ONNX operators of the same name, as the
+# specification says; Affine (an operator no longer) keeps its old 1 and 0,
+# and ScaledTanh, which had none, gets 1 and 1.  onnxruntime takes 0 for a
+# missing alpha or beta of Affine, ScaledTanh and ThresholdedRelu.
+# ThresholdedRelu is ``x > alpha ? x : 0`` as the operator (the RNN text
+# says ``>=``).
+_ACTS: dict[str, tuple[bool, bool, float, float]] = {
+    "relu": (False, False, 0.0, 0.0),
+    "tanh": (False, False, 0.0, 0.0),
+    "sigmoid": (False, False, 0.0, 0.0),
+    "affine": (True, True, 1.0, 0.0),
+    "leakyrelu": (True, False, 0.01, 0.0),
+    "thresholdedrelu": (True, False, 1.0, 0.0),
+    "scaledtanh": (True, True, 1.0, 1.0),
+    "hardsigmoid": (True, True, 0.2, 0.5),
+    "elu": (True, False, 1.0, 0.0),
+    "softsign": (False, False, 0.0, 0.0),
+    "softplus": (False, False, 0.0, 0.0),
+}
+_ACT_NAMES = (
+    "Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, "
+    "HardSigmoid, Elu, Softsign, Softplus"
+)
+
+
+@dataclass(frozen=True)
+class _Act:
+    """One activation function with its ``alpha`` and ``beta``."""
+
+    name: str  # lower case, a key of _ACTS
+    alpha: float
+    beta: float
+
+    @property
+    def repeats_input(self) -> bool:
+        """Whether the formula reads its input more than once."""
+        return self.name in ("leakyrelu", "thresholdedrelu", "elu", "softsign", "softplus")
+
+    def apply(self, x: str) -> str:
+        """The activation of ``x`` (a tensor name or a parenthesised expression)."""
+        a = literal(self.alpha, np.float64)
+        c = literal(self.beta, np.float64)
+        formulas = {
+            "relu": f"relu({x})",
+            "tanh": f"tanh({x})",
+            "sigmoid": f"sigmoid({x})",
+            "affine": f"{a} * {x} + {c}",
+            "leakyrelu": f"{x} >= 0 ? {x} : {a} * {x}",
+            "thresholdedrelu": f"{x} > {a} ? {x} : 0",
+            "scaledtanh": f"{a} * tanh({c} * {x})",
+            "hardsigmoid": f"max(min({a} * {x} + {c}, 1), 0)",
+            "elu": f"{x} >= 0 ? {x} : {a} * (exp({x}) - 1)",
+            "softsign": f"{x} / (1 + abs({x}))",
+            "softplus": f"relu({x}) + log(1 + exp(-abs({x})))",
+        }
+        return formulas[self.name]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """A recurrent node's attributes and sizes, checked."""
+
+    kind: str  # RNN, GRU, LSTM
+    seq: int
+    batch: int
+    inputs: int
+    hidden: int
+    reverse: tuple[bool, ...]  # per direction
+    layout: int
+    dtype: np.dtype
+    clip: float | None
+    acts: tuple[tuple[_Act, ...], ...]  # per direction: (f,), (f, g) or (f, g, h)
+    linear_before_reset: bool
+    input_forget: bool
+    lengths: np.ndarray | None  # int64 [batch], known when compiling
+
+    @property
+    def dirs(self) -> int:
+        return len(self.reverse)
+
+    @property
+    def gates(self) -> int:
+        return _GATES[self.kind]
+
+
+def _shape_str(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _parse(n: Node, kind: str) -> _Spec:
+    x, w, r = n.input(0), n.input(1), n.input(2)
+    dtype = x.dtype
+    if dtype.kind != "f":
+        raise n.error(f"element type {dtype} is not supported (float16, float32 or float64)")
+    if x.rank != 3:
+        raise n.error(f"X must have rank 3, got shape {x.shape}")
+    layout = int(n.attr("layout", 0))
+    if layout not in (0, 1):
+        raise n.error(f"layout={layout} is not valid (0 or 1)")
+    seq, batch, n_in = x.shape if layout == 0 else (x.shape[1], x.shape[0], x.shape[2])
+    direction = str(n.attr("direction", "forward"))
+    reverse = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}.get(
+        direction
+    )
+    if reverse is None:
+        raise n.error(f"direction={direction!r} is not valid (forward, reverse or bidirectional)")
+    dirs = len(reverse)
+    gates = _GATES[kind]
+    hidden_attr = n.attr("hidden_size")
+    if hidden_attr is not None:
+        hidden = int(hidden_attr)
+        if hidden <= 0:
+            raise n.error(f"hidden_size={hidden} must be positive")
+    elif r.rank == 3:
+        hidden = r.shape[2]
+    else:
+        raise n.error(f"R must have rank 3, got shape {r.shape}")
+    about = f"hidden_size={hidden}, direction={direction!r}"
+    want = {
+        "W": (w, (dirs, gates * hidden, n_in)),
+        "R": (r, (dirs, gates * hidden, hidden)),
+        "B": (n.opt(3), (dirs, 2 * gates * hidden)),
+        "initial_h": (n.opt(5), (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)),
+    }
+    if kind == "LSTM":
+        state = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
+        want["initial_c"] = (n.opt(6), state)
+        want["P"] = (n.opt(7), (dirs, 3 * hidden))
+    for name, (v, shape) in want.items():
+        if v is None:
+            continue
+        if v.shape != shape:
+            raise n.error(
+                f"{name} has shape {_shape_str(v.shape)}; with X of shape "
+                f"{_shape_str(x.shape)} (layout={layout}) and {about} it must be "
+                f"{_shape_str(shape)}"
+            )
+        if v.dtype != dtype:
+            raise n.error(f"{name} ({v.dtype}) differs in type from X ({dtype})")
+    clip_attr = n.attr("clip")
+    clip = None
+    if clip_attr is not None:
+        clip = float(clip_attr)
+        if not clip > 0:
+            raise n.error(f"clip={clip} must be positive")
+    return _Spec(
+        kind=kind,
+        seq=seq,
+        batch=batch,
+        inputs=n_in,
+        hidden=hidden,
+        reverse=reverse,
+        layout=layout,
+        dtype=dtype,
+        clip=clip,
+        acts=_activations(n, kind, dirs),
+        linear_before_reset=bool(int(n.attr("linear_before_reset", 0))),
+        input_forget=bool(int(n.attr("input_forget", 0))),
+        lengths=_lengths(n, seq, batch),
+    )
+
+
+def _activations(n: Node, kind: str, dirs: int) -> tuple[tuple[_Act, ...], ...]:
+    """Per direction, the activation functions: ``activation_alpha`` and
+    ``activation_beta`` are consumed in order by the functions that take them
+    (as onnxruntime does); one direction's list serves both when only that is given."""
+    given = n.attr("activations")
+    names = [str(s) for s in given] if given else list(_DEFAULT_ACTS[kind])
+    alphas = iter(float(a) for a in (n.attr("activation_alpha") or []))
+    betas = iter(float(a) for a in (n.attr("activation_beta") or []))
+    acts: list[_Act] = []
+    for name in names:
+        spec = _ACTS.get(name.lower())
+        if spec is None:
+            raise n.error(f"activation {name!r} is not supported (one of {_ACT_NAMES})")
+        takes_alpha, takes_beta, alpha, beta = spec
+        if takes_alpha:
+            alpha = next(alphas, alpha)
+        if takes_beta:
+            beta = next(betas, beta)
+        acts.append(_Act(name.lower(), alpha, beta))
+    k = len(_DEFAULT_ACTS[kind])
+    if len(acts) >= k * dirs:
+        return tuple(tuple(acts[d * k : (d + 1) * k]) for d in range(dirs))
+    if len(acts) == k:
+        return (tuple(acts),) * dirs
+    raise n.error(
+        f"{len(acts)} activation functions given; {kind} takes {k} per direction "
+        f"({k * dirs} for {dirs} direction{'s' if dirs > 1 else ''})"
+    )
+
+
+def _lengths(n: Node, seq: int, batch: int) -> np.ndarray | None:
+    v = n.opt(4)
+    if v is None:
+        return None
+    if v.const is None:
+        raise n.error(
+            "sequence_lens (input 4) must be known when compiling: a constant, an "
+            "initializer, or a graph input (the model is then compiled for its "
+            "values); one computed at run time is not supported, since the time "
+            "loop is unrolled when compiling"
+        )
+    if v.dtype.kind not in "iu":
+        raise n.error(f"sequence_lens must be int32, got {v.dtype}")
+    lengths = np.asarray(v.const).astype(np.int64).reshape(-1)
+    if v.rank != 1 or lengths.size != batch:
+        raise n.error(f"sequence_lens has shape {_shape_str(v.shape)}, not ({batch},)")
+    bad = lengths[(lengths < 0) | (lengths > seq)]
+    if bad.size:
+        raise n.error(
+            f"sequence_lens holds {int(bad[0])}; lengths must be in [0, {seq}] "
+            "(the sequence length of X)"
+        )
+    return lengths
+
+
+def _const(arr: np.ndarray) -> Value:
+    arr = np.ascontiguousarray(arr)
+    return Value("", arr.shape, arr.dtype, arr)
+
+
+def _zeros(shape: Sequence[int], dtype: np.dtype) -> Value:
+    return _const(np.zeros(tuple(shape), dtype))
+
+
+def _is_zero(v: Value | None) -> bool:
+    return v is None or (v.const is not None and not np.any(v.const))
+
+
+class _Lowering:
+    """Writes one recurrent node (see the module docstring)."""
+
+    def __init__(self, b: Builder, n: Node, spec: _Spec) -> None:
+        self.b, self.n, self.s = b, n, spec
+        self.gh = spec.gates * spec.hidden
+        self.zero_states: set[str] = set()  # initial states known to be zeros
+
+    # -- helpers ------------------------------------------------------------------
+    def ref(self, v: Value) -> str:
+        return self.b.ref(v)
+
+    def take(
+        self, v: Value, shape: Sequence[int], numpy: Callable[[np.ndarray], np.ndarray], tile: str
+    ) -> Value:
+        """``v`` rearranged: by ``numpy`` when it is a constant, else by the
+        statement ``tile`` (``{src}`` names ``v``, ``{out}`` the result)."""
+        if v.const is not None:
+            return _const(numpy(np.asarray(v.const)))
+        return self.b.contraction(tile.replace("{src}", self.ref(v)), shape, v.dtype)
+
+    def ew(self, expr: str) -> str:
+        """``expr`` as a new ``[batch, hidden]`` tensor; its name."""
+        s = self.s
+        return self.ref(self.b.eltwise(expr, (s.batch, s.hidden), s.dtype))
+
+    def cols(self, v: Value, lo: int, width: int) -> Value:
+        """Columns ``lo : lo + width`` of the ``[batch, k]`` tensor ``v`` (an ``=``
+        slice, which ``alias_view`` turns into views of ``v`` in its readers)."""
+        s = self.s
+        if lo == 0 and width == v.shape[1]:
+            return v
+        col = f"g + {lo}" if lo else "g"
+        text = f"{{out}}[n, g : {s.batch}, {width}] = =({self.ref(v)}[n, {col}])"
+        return self.b.contraction(text, (s.batch, width), s.dtype)
+
+    def gate(self, v: Value, j: int) -> str:
+        """Gate ``j`` of the ``[batch, k * hidden]`` tensor ``v``, as a tensor name."""
+        return self.ref(self.cols(v, j * self.s.hidden, self.s.hidden))
+
+    def add(self, p: Value | None, q: Value) -> Value:
+        """``p + q``: emitted right after ``p``'s product, so the product takes it
+        as its epilogue (``q``: the step's own copy of its projection row)."""
+        if p is None:
+            return q
+        return self.b.eltwise(f"{self.ref(p)} + {self.ref(q)}", p.shape, p.dtype)
+
+    def act(self, a: _Act, expr: str) -> str:
+        """``a`` applied to ``expr`` (clipped first when ``clip`` is set), as a
+        parenthesised expression: the gate math of a step is a few statements,
+        which ``fuse`` makes one kernel."""
+        s = self.s
+        if s.clip is not None:
+            c = literal(s.clip, np.float64)
+            expr = f"max(min({expr}, {c}), {literal(-s.clip, np.float64)})"
+        x = self.ew(expr) if a.repeats_input else f"({expr})"
+        return f"({a.apply(x)})"
+
+    def act_plain(self, a: _Act, x: str) -> str:
+        """``a`` applied to the tensor ``x``, unclipped (the LSTM's ``h(C)``)."""
+        return f"({a.apply(x)})"
+
+    def matmul(self, h: str, rt: Value) -> Value | None:
+        """``h [batch, hidden] @ rt [hidden, k]``: the recurrent product (``None``,
+        zero, for the first step of a direction without an initial state)."""
+        s = self.s
+        if h in self.zero_states:
+            return None
+        k = rt.shape[1]
+        text = f"{{out}}[n, g : {s.batch}, {k}] = +({h}[n, j] * {self.ref(rt)}[j, g])"
+        return self.b.contraction(text, (s.batch, k), s.dtype)
+
+    # -- weights ------------------------------------------------------------------
+    def recurrent(self, d: int, lo: int, hi: int) -> Value:
+        """Rows ``lo:hi`` of ``R[d]``, transposed: ``[hidden, hi - lo]``."""
+        r, h = self.n.input(2), self.s.hidden
+        row = f"g + {lo}" if lo else "g"
+        return self.take(
+            r,
+            (h, hi - lo),
+            lambda a: a[d, lo:hi].T,
+            f"{{out}}[j, g : {h}, {hi - lo}] = =({{src}}[{d}, {row}, j])",
+        )
+
+    def vector(self, v: Value | None, d: int, lo: int) -> str | None:
+        """``v[d, lo : lo + hidden]`` (a bias or peephole part) as a tensor name;
+        ``None`` when ``v`` is absent or that part is all zeros."""
+        if v is None:
+            return None
+        h = self.s.hidden
+        if v.const is not None and not np.any(np.asarray(v.const)[d, lo : lo + h]):
+            return None
+        col = f"g + {lo}" if lo else "g"
+        part = self.take(
+            v, (h,), lambda a: a[d, lo : lo + h], f"{{out}}[g : {h}] = =({{src}}[{d}, {col}])"
+        )
+        return self.ref(part)
+
+    def reset_bias(self, d: int) -> str | None:
+        """GRU with linear_before_reset: ``[0, 0, Rbh]`` of direction ``d``
+        (``[gates * hidden]``); ``None`` when ``Rbh`` is absent or zero."""
+        h, gh = self.s.hidden, self.gh
+        bv = self.n.opt(3)
+        if bv is None:
+            return None
+        if bv.const is not None:
+            part = np.asarray(bv.const)[d, gh + 2 * h :]
+            if not np.any(part):
+                return None
+            return self.ref(_const(np.concatenate([np.zeros(2 * h, part.dtype), part])))
+        text = f"{{out}}[g : {gh}] = =({self.ref(bv)}[{d}, g + {gh}]), g - {2 * h} < {h}"
+        return self.ref(self.b.contraction(text, (gh,), bv.dtype))
+
+    def state(self, v: Value | None, d: int) -> Value:
+        """Direction ``d``'s initial state ``[batch, hidden]`` (zeros when absent)."""
+        s = self.s
+        if v is None:
+            return _zeros((s.batch, s.hidden), s.dtype)
+        if s.layout == 0:
+            return self.take(
+                v,
+                (s.batch, s.hidden),
+                lambda a: a[d],
+                f"{{out}}[n, h : {s.batch}, {s.hidden}] = =({{src}}[{d}, n, h])",
+            )
+        return self.take(
+            v,
+            (s.batch, s.hidden),
+            lambda a: a[:, d],
+            f"{{out}}[n, h : {s.batch}, {s.hidden}] = =({{src}}[n, {d}, h])",
+        )
+
+    def bias(self) -> Value | None:
+        """``Wb + Rb`` as ``[dirs, gates * hidden]`` (GRU with linear_before_reset:
+        without ``Rbh``, which the reset gate multiplies); ``None`` without B."""
+        s, gh = self.s, self.gh
+        bv = self.n.opt(3)
+        if _is_zero(bv):
+            return None
+        assert bv is not None
+        keep = gh
+        if s.kind == "GRU" and s.linear_before_reset:
+            keep = 2 * s.hidden
+        if bv.const is not None:
+            a = np.asarray(bv.const)
+            total = a[:, :gh].copy()
+            total[:, :keep] += a[:, gh : gh + keep]
+            return _const(total)
+        src, shape = self.ref(bv), (s.dirs, gh)
+        wb = self.b.contraction(f"{{out}}[d, g : {s.dirs}, {gh}] = =({src}[d, g])", shape, s.dtype)
+        cond = f", g < {keep}" if keep < gh else ""
+        rb = self.b.contraction(
+            f"{{out}}[d, g : {s.dirs}, {gh}] = =({src}[d, g + {gh}]){cond}", shape, s.dtype
+        )
+        return self.b.eltwise(f"{self.ref(wb)} + {self.ref(rb)}", shape, s.dtype)
+
+    # -- the input projection -------------------------------------------------------
+    def projection(self, steps: int, rows: np.ndarray | None) -> Value:
+        """``X W^T + Wb + Rb`` for ``steps`` steps, ``[steps, batch, dirs, gates *
+        hidden]``; ``rows`` (``[steps, batch, dirs]``): which row of X (flattened to
+        ``[seq * batch, input]`` in its layout) each step reads, when not ``t``."""
+        s, gh, b = self.s, self.gh, self.b
+        x, w = self.n.input(0), self.n.input(1)
+        shape = (steps, s.batch, s.dirs, gh)
+        if s.inputs == 0:
+            xw: Value = _zeros(shape, s.dtype)
+        else:
+            wt = self.take(
+                w,
+                (s.inputs, s.dirs, gh),
+                lambda a: a.transpose(2, 0, 1),
+                f"{{out}}[i, d, g : {s.inputs}, {s.dirs}, {gh}] = =({{src}}[d, g, i])",
+            )
+            sizes = f"{steps}, {s.batch}, {s.dirs}, {gh}"
+            if rows is None:
+                xi = "t, n, i" if s.layout == 0 else "n, t, i"
+                text = f"{{out}}[t, n, d, g : {sizes}] = +({self.ref(x)}[{xi}] * {self.ref(wt)}[i, d, g])"
+            else:
+                flat = reshape(b, x, (s.seq * s.batch, s.inputs))
+                idx = self.ref(_const(rows))
+                xg = b.statement(
+                    f"{{out}} = gather({self.ref(flat)}, {idx}, 0)",
+                    (steps, s.batch, s.dirs, s.inputs),
+                    s.dtype,
+                )
+                text = f"{{out}}[t, n, d, g : {sizes}] = +({self.ref(xg)}[t, n, d, i] * {self.ref(wt)}[i, d, g])"
+            xw = b.contraction(text, shape, s.dtype)
+        bias = self.bias()
+        if bias is None:
+            return xw
+        return b.eltwise(f"{self.ref(xw)} + {self.ref(bias)}", shape, s.dtype)
+
+    # -- the cells ------------------------------------------------------------------
+    def rnn_cell(self, d: int, q: Value, hp: str, cp: str | None) -> tuple[str, str | None]:
+        (f,) = self.s.acts[d]
+        a = self.add(self.matmul(hp, self.r[d][0]), q)
+        return self.ew(self.act(f, self.ref(a))), None
+
+    def gru_cell(self, d: int, q: Value, hp: str, cp: str | None) -> tuple[str, str | None]:
+        f, g = self.s.acts[d]
+        if self.s.linear_before_reset:
+            # h = g(Xh + r (Hh + Rbh)): the product's epilogue adds the projection
+            # to z and r but Rbh to h (the product is then not read again, so the
+            # epilogue fuses), and the projection's h part comes from q itself
+            p = self.matmul(hp, self.r[d][0])
+            other = self.rbh[d] or "0"
+            expr = f"({self.zr_mask} ? {self.ref(q)} : {other})"
+            if p is not None:
+                expr = f"{self.ref(p)} + {expr}"
+            a = self.b.eltwise(expr, q.shape, q.dtype)
+            z = self.ew(self.act(f, self.gate(a, 0)))
+            r = self.act(f, self.gate(a, 1))
+            hh = self.act(g, f"{self.gate(q, 2)} + {r} * {self.gate(a, 2)}")
+        else:
+            qzr = self.cols(q, 0, 2 * self.s.hidden)
+            a = self.add(self.matmul(hp, self.r[d][0]), qzr)
+            z = self.ew(self.act(f, self.gate(a, 0)))
+            r = self.act(f, self.gate(a, 1))
+            qh = self.cols(q, 2 * self.s.hidden, self.s.hidden)
+            rh = hp if hp in self.zero_states else self.ew(f"{r} * {hp}")
+            ah = self.add(self.matmul(rh, self.r[d][1]), qh)
+            hh = self.act(g, self.ref(ah))
+        return self.ew(f"(1 - {z}) * {hh} + {z} * {hp}"), None
+
+    def lstm_cell(self, d: int, q: Value, hp: str, cp: str | None) -> tuple[str, str | None]:
+        assert cp is not None
+        f, g, h = self.s.acts[d]
+        a = self.add(self.matmul(hp, self.r[d][0]), q)
+        pi, po, pf = self.peep[d]
+
+        def pre(j: int, peep: str | None, c: str) -> str:
+            return self.gate(a, j) if peep is None else f"{self.gate(a, j)} + {peep} * {c}"
+
+        i = self.act(f, pre(0, pi, cp))
+        if self.s.input_forget:
+            i = self.ew(i)
+            fg = f"(1 - {i})"
+        else:
+            fg = self.act(f, pre(2, pf, cp))
+        cc = self.act(g, pre(3, None, cp))
+        c = self.ew(f"{fg} * {cp} + {i} * {cc}")
+        o = self.act(f, pre(1, po, c))
+        return self.ew(f"{o} * {self.act_plain(h, c)}"), c
+
+    # -- the whole node ---------------------------------------------------------------
+    def run(self) -> list[Value | None]:
+        s, b, n = self.s, self.b, self.n
+        lengths = s.lengths if s.lengths is not None else np.full(s.batch, s.seq, np.int64)
+        steps = int(lengths.max()) if s.batch else 0
+        y_shape = (
+            (s.seq, s.dirs, s.batch, s.hidden)
+            if s.layout == 0
+            else (s.batch, s.seq, s.dirs, s.hidden)
+        )
+        h_shape = (s.dirs, s.batch, s.hidden) if s.layout == 0 else (s.batch, s.dirs, s.hidden)
+        if steps == 0 or s.hidden == 0:
+            outs: list[Value | None] = [_zeros(y_shape, s.dtype), _zeros(h_shape, s.dtype)]
+            if s.kind == "LSTM":
+                outs.append(_zeros(h_shape, s.dtype))
+            return outs[: n.n_outputs]
+        masked = bool((lengths != steps).any())
+        gathered = masked and any(s.reverse)
+
+        # recurrent weights per direction: [hidden, k] blocks of R^T
+        gh, hid = self.gh, s.hidden
+        self.r: list[list[Value]] = []
+        self.rbh: list[str | None] = []  # GRU with linear_before_reset: [0, 0, Rbh]
+        self.zr_mask = self.ref(_const(np.arange(gh) < 2 * hid))
+        self.peep: list[tuple[str | None, str | None, str | None]] = []
+        for d in range(s.dirs):
+            if s.kind == "GRU" and not s.linear_before_reset:
+                self.r.append([self.recurrent(d, 0, 2 * hid), self.recurrent(d, 2 * hid, gh)])
+            else:
+                self.r.append([self.recurrent(d, 0, gh)])
+            if s.kind == "GRU" and s.linear_before_reset:
+                self.rbh.append(self.reset_bias(d))
+            if s.kind == "LSTM":
+                pv = n.opt(7)
+                self.peep.append(
+                    (self.vector(pv, d, 0), self.vector(pv, d, hid), self.vector(pv, d, 2 * hid))
+                )
+
+        rows = self._input_rows(lengths, steps) if gathered else None
+        xb = self.ref(self.projection(steps, rows))
+        cell = {"RNN": self.rnn_cell, "GRU": self.gru_cell, "LSTM": self.lstm_cell}[s.kind]
+
+        hs = [self.ref(self.state(n.opt(5), d)) for d in range(s.dirs)]
+        if _is_zero(n.opt(5)):
+            self.zero_states.update(hs)
+        cs: list[str | None] = [None] * s.dirs
+        if s.kind == "LSTM":
+            cs = [self.ref(self.state(n.opt(6), d)) for d in range(s.dirs)]
+        y_rows: list[tuple[str, int, int]] = []  # (value, time, direction)
+        for step in range(steps):
+            mask = None
+            if masked:
+                mask = self.ref(_const((step < lengths).reshape(s.batch, 1)))
+            for d in range(s.dirs):
+                back = s.reverse[d] and not gathered
+                t = steps - 1 - step if back else step  # the row of the projection
+                q = b.contraction(
+                    f"{{out}}[n, g : {s.batch}, {gh}] = +({xb}[{t}, n, {d}, g])",
+                    (s.batch, gh),
+                    s.dtype,
+                )
+                h_new, c_new = cell(d, q, hs[d], cs[d])
+                y_val = h_new
+                if mask is not None:
+                    y_val = self.ew(f"{mask} ? {h_new} : 0")
+                    h_new = self.ew(f"{mask} ? {h_new} : {hs[d]}")
+                    if c_new is not None:
+                        c_new = self.ew(f"{mask} ? {c_new} : {cs[d]}")
+                hs[d], cs[d] = h_new, c_new
+                y_rows.append((y_val, t, d))
+        y = self._assemble_y(y_rows, gathered)
+        if gathered:
+            flat = reshape(b, y, (s.seq * s.dirs * s.batch, s.hidden))
+            idx = self.ref(_const(self._output_rows(lengths)))
+            y = b.statement(f"{{out}} = gather({self.ref(flat)}, {idx}, 0)", y_shape, s.dtype)
+        outs = [y, self._final(hs, lengths, h_shape)]
+        if s.kind == "LSTM":
+            outs.append(self._final(cs, lengths, h_shape))
+        return outs[: n.n_outputs]
+
+    def _assemble_y(self, rows: list[tuple[str, int, int]], gathered: bool) -> Value:
+        """``Y`` from each step's ``(value, time, direction)`` (in processing order,
+        ``[seq, dirs, batch, hidden]``, when ``gathered``): a chain of copies, each
+        over the previous one (``default``), after the loop.
+
+        After the loop, so that the copies' ``#fill`` kernels (whole-buffer copies
+        that ``alias_default`` removes later) come after every gate slice:
+        ``alias_view`` rescans the program from its start after each slice it
+        folds, and fills among the steps made that cubic in the sequence length.
+        Each slot is written once over zeros, so a one-term ``+`` is the copy; not
+        ``=``, so that ``alias_copy`` (which makes the producer of a buffer copied
+        whole into part of another write there) can never have a step's gate
+        kernel write ``Y`` at the step's offset, which would make it a kernel of
+        its own."""
+        s = self.s
+        if s.layout == 0 or gathered:
+            shape = (s.seq, s.dirs, s.batch, s.hidden)
+        else:
+            shape = (s.batch, s.seq, s.dirs, s.hidden)
+        sizes = ", ".join(str(x) for x in shape)
+        prev: Value | None = None
+        for val, t, d in rows:
+            idx = f"{t}, {d}, n, h" if s.layout == 0 or gathered else f"n, {t}, {d}, h"
+            tail = f", default {prev.name}" if prev is not None else ""
+            prev = self.b.contraction(
+                f"{{out}}[{idx} : {sizes}] = +({val}[n, h]){tail}", shape, s.dtype
+            )
+        assert prev is not None
+        return prev
+
+    def _final(
+        self, states: Sequence[str | None], lengths: np.ndarray, shape: tuple[int, ...]
+    ) -> Value:
+        """``Y_h`` (or ``Y_c``) from each direction's last state; 0 for length 0."""
+        s = self.s
+        out: Value | None = None
+        empty = None
+        if (lengths == 0).any():
+            empty = self.ref(_const((lengths == 0).reshape(s.batch, 1)))
+        sizes = ", ".join(str(x) for x in shape)
+        for d, st in enumerate(states):
+            assert st is not None
+            if empty is not None:
+                st = self.ew(f"{empty} ? 0 : {st}")
+            idx = f"{d}, n, h" if s.layout == 0 else f"n, {d}, h"
+            tail = f", default {out.name}" if out is not None else ""
+            out = self.b.contraction(
+                f"{{out}}[{idx} : {sizes}] = =({st}[n, h]){tail}", shape, s.dtype
+            )
+        assert out is not None
+        return out
+
+    def _input_rows(self, lengths: np.ndarray, steps: int) -> np.ndarray:
+        """The row of X (``[seq * batch, input]`` in its layout) that step ``t`` of
+        direction ``d`` reads for batch entry ``n``: ``[steps, batch, dirs]``."""
+        s = self.s
+        t = np.arange(steps)[:, None, None]
+        nb = np.arange(s.batch)[None, :, None]
+        rev = np.array(s.reverse)[None, None, :]
+        length = lengths[None, :, None]
+        time = np.where(rev, np.where(t < length, length - 1 - t, 0), t)
+        if s.layout == 0:
+            rows = time * s.batch + nb
+        else:
+            rows = nb * s.seq + time
+        return np.broadcast_to(rows, (steps, s.batch, s.dirs)).astype(np.int64)
+
+    def _output_rows(self, lengths: np.ndarray) -> np.ndarray:
+        """For each element of Y (``[seq, dirs, batch]`` or ``[batch, seq, dirs]``),
+        its row in the processing-order ``[seq * dirs * batch, hidden]`` result; a
+        time past the sequence's length reads the last row of its direction
+        (zero: masked, or never written)."""
+        s = self.s
+        t = np.arange(s.seq)[:, None, None]
+        d = np.arange(s.dirs)[None, :, None]
+        nb = np.arange(s.batch)[None, None, :]
+        rev = np.array(s.reverse)[None, :, None]
+        length = lengths[None, None, :]
+        step = np.where(rev, np.where(t < length, length - 1 - t, s.seq - 1), t)
+        rows = (step * s.dirs + d) * s.batch + nb
+        rows = np.broadcast_to(rows, (s.seq, s.dirs, s.batch))
+        if s.layout == 1:
+            rows = rows.transpose(2, 0, 1)
+        return np.ascontiguousarray(rows).astype(np.int64)
+
+
+def _write(b: Builder, n: Node, kind: str) -> list[Value | None]:
+    return _Lowering(b, n, _parse(n, kind)).run()
+
+
+@op("RNN", static=(4,))
+def rnn(b: Builder, n: Node) -> list[Value | None]:
+    """RNN: all directions, layout, activations (alpha/beta), clip, sequence_lens, initial_h; unrolled in time.
+
+    See the module docstring for the lowering."""
+    return _write(b, n, "RNN")
+
+
+@op("GRU", static=(4,))
+def gru(b: Builder, n: Node) -> list[Value | None]:
+    """GRU: all directions, layout, activations, clip, linear_before_reset, sequence_lens, initial_h; unrolled in time."""
+    return _write(b, n, "GRU")
+
+
+@op("LSTM", static=(4,))
+def lstm(b: Builder, n: Node) -> list[Value | None]:
+    """LSTM: all directions, layout, activations, clip, peepholes, input_forget, sequence_lens, initial_h/c; unrolled in time."""
+    return _write(b, n, "LSTM")
