@@ -210,10 +210,25 @@ def every_statement() -> Program:
     )
 
 
+def scatter_topk() -> Program:
+    """The specials with word params at the root: scatter, scatter_nd and topk."""
+    x, s = param("in", "X", (4, 5)), param("none", "S", (4, 5))
+    i, u = param("in", "I", (4, 2), "i64"), param("in", "U", (4, 2))
+    j, v = param("in", "J", (3, 1), "u8"), param("in", "V", (3, 5))
+    n, k = param("out", "N", (4, 5)), param("out", "K", (4, 3), "i64")
+    return program(
+        (x, i, u, j, v, s, n, k),
+        Special("scatter", ("X", "I", "U"), ("S",), (("axis", 1), ("reduce", "add"))),
+        Special("scatter_nd", ("S", "J", "V"), ("N",), (("reduce", "none"),)),
+        Special("topk", ("N",), ("K",), (("axis", -1), ("k", 3), ("order", "smallest"))),
+    )
+
+
 SAMPLES = {
     "matmul": matmul,
     "padded_conv": padded_conv,
     "eltwise_broadcast": eltwise_broadcast,
     "tiled_cached": tiled_cached,
     "every_statement": every_statement,
+    "scatter_topk": scatter_topk,
 }

@@ -387,7 +387,7 @@ def root_special(p: Program, special: Special) -> Program:
 def test_special():
     p = every_statement()
     fails(
-        root_special(p, Special("scatter", ("T",), ("Y",))),
+        root_special(p, Special("sort", ("T",), ("Y",))),
         "block 'root', statement 1",
         "unknown special",
     )
@@ -410,6 +410,82 @@ def test_special_shapes():
     )
     fails(root_special(p, Special("gather", ("R", "X"), ("G",), (("axis", 0),))), "not an integer")
     verify(root_special(p, Special("gather", ("R", "I"), ("G",), (("axis", -2),))))
+
+
+def _with_special(special: Special) -> Program:
+    p = SAMPLES["scatter_topk"]()
+    return Program(replace(p.root, stmts=(special,)))
+
+
+def test_scatter_topk_params():
+    """Integer params required; word params absent or one of their words."""
+    scatter = Special("scatter", ("X", "I", "U"), ("S",), (("axis", 1),))
+    verify(_with_special(scatter))  # reduce defaults to none
+    fails(_with_special(replace(scatter, params=())), "scatter needs an integer param 'axis'")
+    fails(
+        _with_special(replace(scatter, params=(("axis", 1), ("reduce", "sum")))),
+        "scatter param 'reduce' must be one of 'none', 'add', 'mul', 'max', 'min', not 'sum'",
+    )
+    fails(
+        _with_special(replace(scatter, params=(("axis", 1), ("reduce", 1)))),
+        "param 'reduce' must be one of",
+    )
+    fails(_with_special(replace(scatter, inputs=("X", "I"))), "scatter takes 3 inputs")
+    topk = Special("topk", ("N",), ("K",), (("axis", 1), ("k", 3)))
+    verify(_with_special(topk))
+    fails(_with_special(replace(topk, params=(("axis", 1),))), "topk needs an integer param 'k'")
+    fails(
+        _with_special(replace(topk, params=(("axis", 1), ("k", 3), ("order", "biggest")))),
+        "topk param 'order' must be one of 'largest', 'smallest', not 'biggest'",
+    )
+    fails(_with_special(Special("scatter_nd", ("S", "J", "V"), ("N",), (("reduce", ("add",)),))))
+
+
+def test_scatter_shapes():
+    p = SAMPLES["scatter_topk"]()
+
+    def sp(x="X", i="I", u="U", y="S", axis=1):
+        return _with_special(Special("scatter", (x, i, u), (y,), (("axis", axis),)))
+
+    fails(sp(i="U"), "scatter indices have dtype f32, not an integer")
+    fails(sp(u="I"), "scatter updates have dtype i64, not the source's f32")
+    fails(sp(y="K"), "scatter result dtype i64 differs")
+    fails(sp(axis=2), "scatter axis 2 out of range for rank 2")
+    fails(sp(i="J", u="V"), "scatter updates have sizes (3, 5), not the indices' (3, 1)")
+    verify(sp(axis=-1))
+    verify(sp(axis=0))
+    tall = with_root_ref(p, "I", shape=TensorShape.dense("i64", (6, 2)))
+    tall = with_root_ref(tall, "U", shape=TensorShape.dense("f32", (6, 2)))
+    tall = Program(replace(tall.root, stmts=sp().root.stmts))
+    fails(tall, "indices of sizes (6, 2) exceed the source's (4, 5) off axis 1")
+    flat = with_root_ref(p, "I", shape=TensorShape.dense("i64", (8,)))
+    flat = Program(replace(flat.root, stmts=sp().root.stmts))
+    fails(flat, "scatter indices have rank 1, not the source's 2")
+
+
+def test_scatter_nd_shapes():
+    def sp(x="S", i="J", u="V", y="N"):
+        return _with_special(Special("scatter_nd", (x, i, u), (y,)))
+
+    verify(sp())
+    fails(sp(i="V"), "scatter_nd indices have dtype f32")
+    fails(sp(u="U"), "scatter_nd updates have sizes (4, 2), expected (3, 5)")
+    p = with_root_ref(SAMPLES["scatter_topk"](), "J", shape=TensorShape.dense("i32", (3, 3)))
+    fails(Program(replace(p.root, stmts=sp().root.stmts)), "tuples of length 3 exceed")
+    p = with_root_ref(SAMPLES["scatter_topk"](), "J", shape=TensorShape.dense("i32", ()))
+    fails(Program(replace(p.root, stmts=sp().root.stmts)), "scatter_nd indices have rank 0")
+
+
+def test_topk_shapes():
+    def sp(axis=1, k=3, y="K", x="N"):
+        return _with_special(Special("topk", (x,), (y,), (("axis", axis), ("k", k))))
+
+    verify(sp(axis=-1))
+    fails(sp(y="S"), "topk result dtype f32 is not i64")
+    fails(sp(k=6), "topk k=6 is not in [0, 5] (the size of axis 1)")
+    fails(sp(k=-1), "topk k=-1 is not in [0, 5]")
+    fails(sp(axis=0), "topk result has sizes (4, 3), expected (3, 5)")
+    fails(sp(axis=-3), "topk axis -3 out of range for rank 2")
 
 
 def test_specials_inside_kernels():

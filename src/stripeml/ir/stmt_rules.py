@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .dtypes import DTYPES, bits, is_float, is_int
 from .intrinsics import INTRINSICS, SHIFTS
-from .nodes import Constant, Intrinsic, Load, LoadIndex, Refinement, Special, Store
+from .nodes import Constant, Intrinsic, Load, LoadIndex, Refinement, Special, Store, TensorShape
 
 if TYPE_CHECKING:
     from .verifier import Scope
@@ -29,17 +29,36 @@ STMT_RULES: dict[type, list[Rule]] = {}
 
 @dataclass(frozen=True, slots=True)
 class SpecialInfo:
-    """Arity of a special op and the names of the integer params it requires."""
+    """Arity of a special op, the names of the integer params it requires, and
+    its optional word params: ``(name, allowed values)``, the first value the
+    default when the param is absent."""
 
     n_inputs: int
     n_outputs: int
     int_params: tuple[str, ...] = ()
+    word_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
+    def word(self, stmt: Special, key: str) -> str:
+        """Word param ``key`` of ``stmt`` (its default when absent)."""
+        allowed = dict(self.word_params)[key]
+        value = dict(stmt.params).get(key, allowed[0])
+        return value if isinstance(value, str) else allowed[0]
+
+
+#: How ``scatter``/``scatter_nd`` combine an update with the element it lands
+#: on: ``none`` replaces it (the last update in row-major order wins), the
+#: others reduce (``add`` ``mul`` ``max`` ``min``, in that order too).
+REDUCTIONS = ("none", "add", "mul", "max", "min")
+#: Which elements ``topk`` picks.
+TOPK_ORDERS = ("largest", "smallest")
 
 SPECIALS: dict[str, SpecialInfo] = {
     "copy": SpecialInfo(1, 1),
     "reshape": SpecialInfo(1, 1),
     "gather": SpecialInfo(2, 1, ("axis",)),
+    "scatter": SpecialInfo(3, 1, ("axis",), (("reduce", REDUCTIONS),)),
+    "scatter_nd": SpecialInfo(3, 1, (), (("reduce", REDUCTIONS),)),
+    "topk": SpecialInfo(1, 1, ("axis", "k"), (("order", TOPK_ORDERS),)),
 }
 
 
@@ -206,7 +225,9 @@ def _bitcast(src: str, out: str) -> Iterator[str]:
 
 @stmt_rule(Special)
 def special(stmt: Special, env: Env) -> Iterator[str]:
-    """A known special op (copy, reshape, gather) with its arity, on refs of this block."""
+    """A known special op (copy, reshape, gather, scatter, scatter_nd, topk) with its
+    arity, on refs of this block; its integer params present, its word params
+    (``reduce``, ``order``) absent or one of their words."""
     info = SPECIALS.get(stmt.op)
     if info is None:
         yield f"unknown special {stmt.op!r} (known: {', '.join(SPECIALS)})"
@@ -229,23 +250,34 @@ def special(stmt: Special, env: Env) -> Iterator[str]:
     for key in info.int_params:
         if not isinstance(params.get(key), int) or isinstance(params.get(key), bool):
             yield f"{stmt.op} needs an integer param '{key}'"
+    for key, words in info.word_params:
+        if key in params and params[key] not in words:
+            choices = ", ".join(repr(w) for w in words)
+            yield f"{stmt.op} param '{key}' must be one of {choices}, not {params[key]!r}"
 
 
 @stmt_rule(Special)
 def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
-    """copy: same sizes; reshape: same element count; gather: NumPy ``take`` shapes."""
+    """copy: same sizes; reshape: same element count; gather: NumPy ``take``
+    shapes; scatter: ``I`` and ``U`` of one shape and ``X``'s rank, within
+    ``X`` off the axis; scatter_nd: ``U`` is ``I.sizes[:-1] + X.sizes[k:]``
+    for tuples of ``k = I.sizes[-1] <= rank`` indices; topk: ``X``'s sizes
+    with ``k <= X.sizes[axis]`` on the axis, ``i64``.  Indices are integers;
+    results and updates have the source's dtype (topk: ``i64``)."""
+    info = SPECIALS.get(stmt.op)
     found = [env.ref(n) for n in stmt.inputs + stmt.outputs]
-    refs = [r for r in found if r is not None]
-    if stmt.op not in SPECIALS or len(refs) < len(found) or len(refs) < 2:
+    refs = [r.shape for r in found if r is not None]
+    if info is None or len(refs) < len(found) or len(refs) != info.n_inputs + info.n_outputs:
         return
-    src, dst = refs[0].shape, refs[-1].shape
+    src, dst = refs[0], refs[-1]
+    params = dict(stmt.params)
+    axis = params.get("axis")
     if stmt.op == "copy" and src.sizes != dst.sizes:
         yield f"copy between sizes {src.sizes} and {dst.sizes}"
     elif stmt.op == "reshape" and src.elem_count != dst.elem_count:
         yield f"reshape from {src.elem_count} to {dst.elem_count} elements"
-    elif stmt.op == "gather" and len(refs) == 3:
-        index = refs[1].shape
-        axis = dict(stmt.params).get("axis")
+    elif stmt.op == "gather":
+        index = refs[1]
         if not is_int(index.dtype):
             yield f"gather indices have dtype {index.dtype}, not an integer"
         if isinstance(axis, int) and -src.rank <= axis < src.rank:
@@ -257,6 +289,79 @@ def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
             yield f"gather axis {axis} out of range for rank {src.rank}"
         if dst.dtype != src.dtype:
             yield f"gather result dtype {dst.dtype} differs from the source's {src.dtype}"
+    elif stmt.op == "scatter":
+        yield from _scatter_shapes(src, refs[1], refs[2], dst, axis)
+    elif stmt.op == "scatter_nd":
+        yield from _scatter_nd_shapes(src, refs[1], refs[2], dst)
+    elif stmt.op == "topk":
+        yield from _topk_shapes(src, dst, axis, params.get("k"))
+
+
+def _scatter_common(
+    op: str, src: TensorShape, index: TensorShape, upd: TensorShape, dst: TensorShape
+) -> Iterator[str]:
+    if not is_int(index.dtype):
+        yield f"{op} indices have dtype {index.dtype}, not an integer"
+    if upd.dtype != src.dtype:
+        yield f"{op} updates have dtype {upd.dtype}, not the source's {src.dtype}"
+    if dst.dtype != src.dtype:
+        yield f"{op} result dtype {dst.dtype} differs from the source's {src.dtype}"
+    if dst.sizes != src.sizes:
+        yield f"{op} result has sizes {dst.sizes}, not the source's {src.sizes}"
+
+
+def _scatter_shapes(
+    src: TensorShape, index: TensorShape, upd: TensorShape, dst: TensorShape, axis: object
+) -> Iterator[str]:
+    yield from _scatter_common("scatter", src, index, upd, dst)
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        return
+    if not -src.rank <= axis < src.rank:
+        yield f"scatter axis {axis} out of range for rank {src.rank}"
+        return
+    axis %= src.rank
+    if index.rank != src.rank:
+        yield f"scatter indices have rank {index.rank}, not the source's {src.rank}"
+    elif any(d != axis and i > x for d, (i, x) in enumerate(zip(index.sizes, src.sizes))):
+        yield (
+            f"scatter indices of sizes {index.sizes} exceed the source's {src.sizes} "
+            f"off axis {axis}"
+        )
+    if upd.sizes != index.sizes:
+        yield f"scatter updates have sizes {upd.sizes}, not the indices' {index.sizes}"
+
+
+def _scatter_nd_shapes(
+    src: TensorShape, index: TensorShape, upd: TensorShape, dst: TensorShape
+) -> Iterator[str]:
+    yield from _scatter_common("scatter_nd", src, index, upd, dst)
+    if index.rank < 1:
+        yield "scatter_nd indices have rank 0; the last dimension holds the index tuples"
+        return
+    k = index.sizes[-1]
+    if k > src.rank:
+        yield f"scatter_nd index tuples of length {k} exceed the source's rank {src.rank}"
+        return
+    want = index.sizes[:-1] + src.sizes[k:]
+    if upd.sizes != want:
+        yield f"scatter_nd updates have sizes {upd.sizes}, expected {want}"
+
+
+def _topk_shapes(src: TensorShape, dst: TensorShape, axis: object, k: object) -> Iterator[str]:
+    if dst.dtype != "i64":
+        yield f"topk result dtype {dst.dtype} is not i64 (it holds indices)"
+    if not isinstance(axis, int) or not isinstance(k, int) or isinstance(k, bool):
+        return
+    if not -src.rank <= axis < src.rank:
+        yield f"topk axis {axis} out of range for rank {src.rank}"
+        return
+    axis %= src.rank
+    if not 0 <= k <= src.sizes[axis]:
+        yield f"topk k={k} is not in [0, {src.sizes[axis]}] (the size of axis {axis})"
+        return
+    want = src.sizes[:axis] + (k,) + src.sizes[axis + 1 :]
+    if dst.sizes != want:
+        yield f"topk result has sizes {dst.sizes}, expected {want}"
 
 
 def scalar_def(stmt: object, env: Env) -> tuple[str, str] | None:

@@ -26,8 +26,9 @@ in one call (:class:`.native_pool.Batch`: ``stripeml_pool_batch`` calls each
 kernel whole or splits it on the pool), so no Python runs between kernels;
 while profiling (``step_seconds``) the steps run one by one, timed.
 Root-level ``special`` statements run on the host (:func:`.host.run_root_special`:
-``copy``/``reshape``/``gather`` as NumPy copies, others with the interpreter's
-implementations).
+``copy``/``reshape``/``gather`` as NumPy copies, ``scatter``/``scatter_nd``/``topk``
+with the interpreter's whole-array functions on the buffers, others with the
+interpreter's implementations).
 
 **Temporaries** (the root's ``none`` buffers) are allocated once per concurrent
 call and reused by later calls.  Those the ``place`` pass gave an ``offset``

@@ -207,8 +207,11 @@ def run_root_special(
     ``copy``, ``reshape`` and ``gather`` run directly on NumPy views of the
     buffers (a root special runs once, on whole buffers): one ``copyto``
     instead of the interpreter's element-offset gather and scatter, about 1 ms
-    per 200k-element reshape.  Anything else, or views the direct path cannot
-    write safely, take the interpreter's implementation.
+    per 200k-element reshape; ``scatter``, ``scatter_nd`` and ``topk`` run the
+    interpreter's whole-array functions (:func:`.interp.specials.apply_whole`)
+    on those views, so every backend checks indices and breaks ties the same
+    way.  Anything else, or views the direct path cannot write safely, take
+    the interpreter's implementation.
     """
     if _direct_special(special, buffers, storages):
         return
@@ -224,11 +227,19 @@ def run_root_special(
         run_special(special, refs, write)
 
 
+# The specials :func:`_direct_special` runs; the last three through the
+# interpreter's whole-array functions (``interp.specials.WHOLE``, which a test
+# keeps equal to ``_WHOLE``), imported only when one runs.
+_WHOLE = ("scatter", "scatter_nd", "topk")
+_DIRECT = ("copy", "reshape", "gather", *_WHOLE)
+
+
 def _direct_special(
     special: Special, buffers: Sequence[RootBuffer], storages: Sequence[np.ndarray]
 ) -> bool:
-    """Run ``copy``/``reshape``/``gather`` on array views; ``False`` to fall back."""
-    if special.op not in ("copy", "reshape", "gather") or len(special.outputs) != 1:
+    """Run ``copy``/``reshape``/``gather`` and the :data:`~.interp.specials.WHOLE`
+    specials on array views; ``False`` to fall back."""
+    if special.op not in _DIRECT or len(special.outputs) != 1:
         return False
     wanted = (*special.inputs, special.outputs[0])
     found: dict[str, tuple[RootBuffer, np.ndarray]] = {}
@@ -255,6 +266,12 @@ def _direct_special(
         from .interp.specials import _gather
 
         result = _gather(ins[0][None], ins[1][None], special.int_param("axis"))[0]
+        if result.shape != sizes:
+            return False
+    elif special.op in _WHOLE:
+        from .interp.specials import apply_whole
+
+        result = apply_whole(special, ins)
         if result.shape != sizes:
             return False
     else:

@@ -241,7 +241,7 @@ def _tensor_name(e: ast.Expr) -> str:
 def _bind_builtin(
     stmt: ast.Builtin, dims: dict[str, int], tensors: dict[str, TensorInfo]
 ) -> TensorInfo:
-    """Shape and dtype of ``reshape`` / ``gather`` (arguments already checked)."""
+    """Shape and dtype of a statement builtin (arguments already checked)."""
     x_name = _tensor_name(stmt.args[0])
     x = tensors[x_name]
     if stmt.func == "reshape":
@@ -263,6 +263,10 @@ def _bind_builtin(
                 "counts differ"
             )
         return TensorInfo(tuple(sizes), x.dtype)
+    if stmt.func in ("scatter", "scatter_nd"):
+        return _bind_scatter(stmt, x_name, x, tensors)
+    if stmt.func == "topk":
+        return _bind_topk(stmt, x_name, x, dims)
     i_name = _tensor_name(stmt.args[1])
     idx = tensors[i_name]
     axis = literal_int(stmt.args[2])
@@ -276,6 +280,77 @@ def _bind_builtin(
             f"dtype {idx.dtype}; they must be integers (convert with as_int({i_name}, 64))"
         )
     return TensorInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
+
+
+def _bind_scatter(
+    stmt: ast.Builtin, x_name: str, x: TensorInfo, tensors: dict[str, TensorInfo]
+) -> TensorInfo:
+    """``scatter(X, I, U, axis[, r])``: ``I`` integers of ``X``'s rank, within ``X``
+    off the axis, ``U`` of ``I``'s shape; ``scatter_nd(X, I, U[, r])``: ``I``
+    holds index tuples of ``k = I.shape[-1] <= rank`` in its last axis, ``U`` has
+    shape ``I.shape[:-1] + X.shape[k:]``.  ``U`` has ``X``'s dtype; so does the
+    result, of ``X``'s shape."""
+    func = stmt.func
+    i_name, u_name = _tensor_name(stmt.args[1]), _tensor_name(stmt.args[2])
+    idx, upd = tensors[i_name], tensors[u_name]
+    if not dtypes.is_int(idx.dtype):
+        raise TileTypeError(
+            f"{where(stmt.args[1].pos, stmt.text)}the indices '{i_name}' of '{func}' have "
+            f"dtype {idx.dtype}; they must be integers (convert with as_int({i_name}, 64))"
+        )
+    if upd.dtype != x.dtype:
+        raise TileTypeError(
+            f"{where(stmt.args[2].pos, stmt.text)}the updates '{u_name}' of '{func}' have "
+            f"dtype {upd.dtype}, not the dtype {x.dtype} of '{x_name}' (convert them first)"
+        )
+    at = where(stmt.pos, stmt.text)
+    if func == "scatter":
+        axis = literal_int(stmt.args[3])
+        assert axis is not None  # the checks require an integer literal
+        rank = len(x.shape)
+        what = f"'{x_name}' of shape {x.shape} in 'scatter'"
+        axis = normalize_axis(axis, rank, what, stmt.args[3].pos, stmt)
+        if len(idx.shape) != rank:
+            raise ShapeError(
+                f"{at}the indices '{i_name}' of shape {idx.shape} must have the rank {rank} "
+                f"of '{x_name}' (shape {x.shape})"
+            )
+        over = [d for d in range(rank) if d != axis and idx.shape[d] > x.shape[d]]
+        if over:
+            raise ShapeError(
+                f"{at}the indices '{i_name}' of shape {idx.shape} are larger than '{x_name}' "
+                f"of shape {x.shape} on axis {over[0]} (only the scatter axis {axis} may be)"
+            )
+        want = idx.shape
+    else:
+        if not idx.shape or idx.shape[-1] > len(x.shape):
+            raise ShapeError(
+                f"{at}the indices '{i_name}' of shape {idx.shape} must hold index tuples of "
+                f"at most {len(x.shape)} entries (the rank of '{x_name}') in their last axis"
+            )
+        want = idx.shape[:-1] + x.shape[idx.shape[-1] :]
+    if upd.shape != want:
+        raise ShapeError(
+            f"{at}the updates '{u_name}' have shape {upd.shape}; {func} of indices of shape "
+            f"{idx.shape} into '{x_name}' of shape {x.shape} needs {want}"
+        )
+    return x
+
+
+def _bind_topk(stmt: ast.Builtin, x_name: str, x: TensorInfo, dims: dict[str, int]) -> TensorInfo:
+    """``topk(X, K, axis[, order])``: the int64 positions of ``K`` elements along
+    the axis, ``0 <= K <= X.shape[axis]``."""
+    axis = literal_int(stmt.args[2])
+    assert axis is not None  # the checks require an integer literal
+    what = f"'{x_name}' of shape {x.shape} in 'topk'"
+    axis = normalize_axis(axis, len(x.shape), what, stmt.args[2].pos, stmt)
+    k = _size(stmt.args[1], dims, f"the count '{format_expr(stmt.args[1])}' of 'topk'", stmt)
+    if k > x.shape[axis]:
+        raise ShapeError(
+            f"{where(stmt.pos, stmt.text)}topk of {k} elements from axis {axis} of "
+            f"'{x_name}' (shape {x.shape}), which has {x.shape[axis]}"
+        )
+    return TensorInfo(x.shape[:axis] + (k,) + x.shape[axis + 1 :], "i64")
 
 
 def _cast_hint(name: str, dtype: str) -> str:

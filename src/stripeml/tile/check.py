@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..errors import StripeError, TileNameError, TileTypeError, format_located
 from . import ast
 from .exprs import (
+    BUILTIN_WORDS,
     CAST_BITS,
     FUNCTION_ARITY,
     INT64_MAX,
@@ -298,6 +299,8 @@ class _Checker:
             for e in b.args[1:]:
                 self.size(e, "the sizes of 'reshape'")
             return len(b.args) - 1
+        if b.func != "gather":
+            return self.builtin_with_word(b, usage)
         if len(b.args) != 3:
             raise self.type_error(f"'gather' takes 3 arguments ('{usage}'), got {len(b.args)}")
         x = self.tensor_arg(b.args[0], "gather", "the tensor to gather from")
@@ -305,6 +308,40 @@ class _Checker:
         self.axis_arg(b.args[2], "gather")
         rx, ri = self.ranks[x], self.ranks[i]
         return None if rx is None or ri is None else rx + ri - 1
+
+    def builtin_with_word(self, b: ast.Builtin, usage: str) -> int | None:
+        """``scatter(X, I, U, axis[, word])``, ``scatter_nd(X, I, U[, word])``,
+        ``topk(X, K, axis[, word])``: their fixed arguments, then an optional
+        word (:data:`BUILTIN_WORDS`); the result has ``X``'s rank."""
+        func = b.func
+        words = BUILTIN_WORDS[func]
+        fixed = 3 if func != "scatter" else 4
+        what = "order" if func == "topk" else "reduction"
+        if len(b.args) not in (fixed, fixed + 1):
+            example = f"{usage[:-2]}, {words[1]});"
+            raise self.type_error(
+                f"'{func}' takes {fixed} arguments and an optional {what} ('{usage}' or "
+                f"'{example}'), got {len(b.args)}"
+            )
+        if func == "topk":
+            x = self.tensor_arg(b.args[0], func, "the tensor to rank")
+            self.size(b.args[1], "the count 'K' of 'topk'")
+            self.axis_arg(b.args[2], func)
+        else:
+            x = self.tensor_arg(b.args[0], func, "the tensor to scatter into")
+            self.tensor_arg(b.args[1], func, "the indices")
+            self.tensor_arg(b.args[2], func, "the updates")
+            if func == "scatter":
+                self.axis_arg(b.args[3], func)
+        if len(b.args) > fixed:
+            word = b.args[fixed]
+            if not isinstance(word, ast.Name) or word.name not in words:
+                raise self.type_error(
+                    f"the {what} of '{func}' must be one of {', '.join(words)}, got "
+                    f"'{format_expr(word)}'",
+                    word.pos,
+                )
+        return self.ranks[x]
 
     def tensor_arg(self, e: ast.Expr, func: str, role: str) -> str:
         """A builtin argument that must name a tensor defined earlier; its name."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..errors import TileTypeError
+from ..ir.stmt_rules import REDUCTIONS, TOPK_ORDERS
 from . import ast
 
 #: Sizes, index polynomials and constraint bounds are int64 values.
@@ -48,6 +49,17 @@ FUNCTION_ARITY: dict[str, int] = {
 STATEMENT_FUNCTIONS: dict[str, str] = {
     "reshape": "O = reshape(X, size, ...);",
     "gather": "O = gather(X, I, axis);",
+    "scatter": "O = scatter(X, I, U, axis);",
+    "scatter_nd": "O = scatter_nd(X, I, U);",
+    "topk": "O = topk(X, K, axis);",
+}
+#: The words that may end a ``scatter``/``scatter_nd`` (its reduction, ``none``
+#: when left out) and a ``topk`` (which elements, ``largest`` when left out):
+#: the IR's words for the specials' ``reduce`` and ``order`` params.
+BUILTIN_WORDS: dict[str, tuple[str, ...]] = {
+    "scatter": REDUCTIONS,
+    "scatter_nd": REDUCTIONS,
+    "topk": TOPK_ORDERS,
 }
 
 

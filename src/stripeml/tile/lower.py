@@ -4,8 +4,9 @@ The program block declares the parameters (``in``), results (``out``) and
 intermediates (``none``); each statement becomes one kernel block (a
 contraction may be preceded by a fill block when isl shows that some output
 elements are reached by no valid index tuple).  The source statement is kept
-as each block's comment.  The statement builtins ``reshape`` and ``gather``
-become root-level ``special`` statements between the kernels.
+as each block's comment.  The statement builtins (``reshape``, ``gather``,
+``scatter``, ``scatter_nd``, ``topk``) become root-level ``special`` statements
+between the kernels.
 """
 
 from __future__ import annotations
@@ -70,14 +71,41 @@ def lower(
 
 
 def lower_builtin(stmt: ast.Builtin, binding: Binding) -> Special:
-    """``reshape`` / ``gather``: a root-level ``special`` between the kernels."""
+    """A statement builtin: a root-level ``special`` between the kernels, its axis
+    made non-negative and its optional word written out (``reduce``, ``order``)."""
     names = tuple(a.name for a in stmt.args if isinstance(a, ast.Name))
     if stmt.func == "reshape":
         return Special("reshape", names[:1], (stmt.output,))
     x = binding.tensors[names[0]]
+    rank = len(x.shape)
+    if stmt.func == "topk":
+        axis = literal_int(stmt.args[2])
+        assert axis is not None
+        k = eval_size(stmt.args[1], binding.dims)
+        order = _word(stmt, 3, "largest")
+        params = (("axis", axis % rank), ("k", k), ("order", order))
+        return Special("topk", names[:1], (stmt.output,), params)
+    if stmt.func == "scatter":
+        axis = literal_int(stmt.args[3])
+        assert axis is not None
+        reduce = (("reduce", _word(stmt, 4, "none")),)
+        return Special("scatter", names[:3], (stmt.output,), (("axis", axis % rank), *reduce))
+    if stmt.func == "scatter_nd":
+        return Special(
+            "scatter_nd", names[:3], (stmt.output,), (("reduce", _word(stmt, 3, "none")),)
+        )
     axis = literal_int(stmt.args[2])
     assert axis is not None
-    return Special("gather", names[:2], (stmt.output,), (("axis", axis % len(x.shape)),))
+    return Special("gather", names[:2], (stmt.output,), (("axis", axis % rank),))
+
+
+def _word(stmt: ast.Builtin, k: int, default: str) -> str:
+    """The word argument ``k`` of a builtin (checked), ``default`` when left out."""
+    if len(stmt.args) <= k:
+        return default
+    arg = stmt.args[k]
+    assert isinstance(arg, ast.Name)
+    return arg.name
 
 
 def _root_ref(direction: str, name: str, info: TensorInfo) -> Refinement:

@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (each registers its operators)
     recurrent,
     reduce,
     resize,
+    scatter,
     shape,
     spectral,
     unary_math,
