@@ -40,6 +40,9 @@ Layout-aware:
   one copy instead of three); anything else materialises the logical tensor.
 * ``MatMul`` with laid-out operands: the contraction reads them through
   permuted indices (attention's transposed heads and keys are not copied).
+* ``QuantizeLinear``, ``DequantizeLinear`` (not blocked): elementwise, the
+  axis of a per-channel scale moved to its physical position (a quantised
+  CNN's QDQ pairs stay channels-last between its convolutions).
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
             return _concat(b, d, node)
         if op in UNARY or op in BINARY:
             return _eltwise(b, d, node)
+        if op in ("QuantizeLinear", "DequantizeLinear"):
+            return _quant(b, d, node)
         if op == "Transpose":
             return _transpose(node)
         if op in RESHAPES:
@@ -166,6 +171,22 @@ def _eltwise(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     outs = d.fn(b, replace(node, inputs=tuple(views)))
     for o in outs:
         _need(o is None or o.const is not None or o.rank == rank)
+    return [with_layout(o, layout) for o in outs]
+
+
+def _quant(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
+    """QuantizeLinear/DequantizeLinear of a laid-out tensor: elementwise, their
+    per-tensor or per-axis scale and zero point read along the axis's physical
+    position (blocked quantisation takes the logical tensor)."""
+    layout = _needed(_layout_of(node))
+    x = node.inputs[0]
+    _need(x is not None and x.layout == layout and not node.attr("block_size", 0))
+    assert x is not None
+    others = node.inputs[1:]
+    _need(all(v is None or v.layout is None for v in others))
+    ax = int(node.attr("axis", 1)) % len(layout)
+    attrs = dict(node.attrs, axis=layout.index(ax))
+    outs = d.fn(b, replace(node, inputs=(physical(x), *others), attrs=attrs))
     return [with_layout(o, layout) for o in outs]
 
 
