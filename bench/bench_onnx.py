@@ -154,13 +154,16 @@ def _load_avg() -> float | None:
         return None
 
 
-def set_case(name: str, blocks: int, tolerance: float = 1e-3) -> bool:
+def set_case(name: str, blocks: int, tolerance: float | None = None) -> bool:
     """Check, then time, the model ``name`` of the set; print its JSON line.  False when
-    stripeml's outputs are off by more than ``tolerance`` (a skipped model is not a failure)."""
+    stripeml's outputs are off by more than ``tolerance`` (default: the entry's) (a
+    skipped model is not a failure)."""
     import stripeml.onnx
     from stripeml.errors import StripeError
 
     entry = models.REGISTRY[name]
+    if tolerance is None:
+        tolerance = getattr(entry, "tolerance", 1e-3)
     record: dict[str, Any] = {"bench": "onnx", "case": "set", "model": name,
                               "family": entry.family, "threads": 2, "target": "cpu",
                               "load_avg_1m": _load_avg(), "env_unset": ENV_UNSET,

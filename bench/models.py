@@ -52,10 +52,18 @@ class Entry:
     params: dict[str, Any] = field(default_factory=dict)
     make: Callable[..., Any] | None = None  # (**params) -> (module, {input: tensor}); None: zoo
     dynamic: dict[int, str] = field(default_factory=dict)  # input axis -> symbolic name
+    # a quantised copy of the entry ``base``: "static" (QDQ, calibrated on random
+    # inputs) or "dynamic" (MatMulInteger), by onnxruntime's own quantisation tool
+    quantize: str = ""
+    base: str = ""
+    # how far stripeml's outputs may be from onnxruntime's, relative to the largest
+    tolerance: float = 1e-3
 
     def build(self, cache: Path | None = None) -> tuple[Any, dict[str, np.ndarray]]:
         """The model and its inputs; a PyTorch entry's export is cached in ``cache``
         (default ``build/models/``)."""
+        if self.quantize:
+            return _quantized(self, CACHE if cache is None else cache)
         if self.make is None:
             return load_light(self.name.removeprefix("zoo_"))
         return _exported(self, CACHE if cache is None else cache)
@@ -136,6 +144,46 @@ def _exported(entry: Entry, cache: Path) -> tuple[Any, dict[str, np.ndarray]]:
     with np.load(npz_path) as data:
         feeds = {k: data[k] for k in data.files}
     return onnx.load(str(onnx_path)), feeds
+
+
+def _quantized(entry: Entry, cache: Path) -> tuple[Any, dict[str, np.ndarray]]:
+    """``entry.base`` quantised by onnxruntime's tool (cached beside the exports,
+    keyed by the base's key and onnxruntime's version)."""
+    from importlib.metadata import version
+
+    import onnx
+
+    base_model, feeds = REGISTRY[entry.base].build(cache)
+    path = cache / f"{entry.name}.onnx"
+    key_path = cache / f"{entry.name}.key"
+    key = json.dumps({"base": _key(REGISTRY[entry.base]), "mode": entry.quantize,
+                      "onnxruntime": version("onnxruntime")}, sort_keys=True)  # fmt: skip
+    if not (path.exists() and key_path.exists() and key_path.read_text(encoding="utf-8") == key):
+        from onnxruntime import quantization as q
+
+        src = cache / f"{entry.name}.float.onnx"
+        onnx.save(base_model, str(src))
+        tmp = path.with_suffix(".tmp")
+        if entry.quantize == "static":
+            rng = np.random.default_rng(SEED)
+            batches = iter(
+                [{k: rng.standard_normal(v.shape).astype(v.dtype) for k, v in feeds.items()}
+                 for _ in range(4)]
+            )  # fmt: skip
+
+            class Reader(q.CalibrationDataReader):
+                def get_next(self) -> dict[str, np.ndarray] | None:
+                    return next(batches, None)
+
+            q.quantize_static(str(src), str(tmp), Reader(), quant_format=q.QuantFormat.QDQ,
+                              activation_type=q.QuantType.QUInt8,
+                              weight_type=q.QuantType.QInt8)  # fmt: skip
+        else:
+            q.quantize_dynamic(str(src), str(tmp), weight_type=q.QuantType.QInt8)
+        os.replace(tmp, path)
+        src.unlink()
+        key_path.write_text(key, encoding="utf-8")
+    return onnx.load(str(path)), feeds
 
 
 def export(entry: Entry, onnx_path: Path, npz_path: Path) -> None:
@@ -369,6 +417,84 @@ def convnext(
     return model, _image(size)
 
 
+def unet(size: int = 128, width: int = 32) -> tuple[Any, dict[str, Any]]:
+    """A small U-Net for segmentation: three stride-2 stages down, three bilinear
+    upsamplings (ONNX ``Resize``) back to the input's size with skip connections,
+    21 classes per pixel."""
+    import torch
+    import torch.nn as nn
+
+    class Up(nn.Module):
+        def __init__(self, cin: int, skip: int, cout: int) -> None:
+            super().__init__()
+            self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.conv = nn.Sequential(_cna(cin + skip, cout), _cna(cout, cout))
+
+        def forward(self, x: Any, skip: Any) -> Any:
+            return self.conv(torch.cat([self.up(x), skip], 1))
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            w = width
+            self.stem = nn.Sequential(_cna(3, w), _cna(w, w))
+            self.down = nn.ModuleList(
+                [nn.Sequential(_cna(w * 2**i, w * 2 ** (i + 1), s=2), _cna(w * 2 ** (i + 1), w * 2 ** (i + 1)))
+                 for i in range(3)]
+            )  # fmt: skip
+            self.ups = nn.ModuleList(
+                [Up(w * 2 ** (i + 1), w * 2**i, w * 2**i) for i in reversed(range(3))]
+            )
+            self.head = nn.Conv2d(w, 21, 1)
+
+        def forward(self, x: Any) -> Any:
+            skips = [self.stem(x)]
+            for d in self.down:
+                skips.append(d(skips[-1]))
+            y = skips.pop()
+            for up in self.ups:
+                y = up(y, skips.pop())
+            return self.head(y)
+
+    model = UNet()
+    _he_init(model)
+    return model, _image(size)
+
+
+def lstm(
+    seq: int = 32, features: int = 64, hidden: int = 128, layers: int = 2
+) -> tuple[Any, dict[str, Any]]:
+    """A stacked ``nn.LSTM`` over a sequence (batch 1), its outputs at every step."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.LSTM(features, hidden, layers)
+
+        def forward(self, x: Any) -> Any:
+            return self.rnn(x)[0]
+
+    x = torch.randn(seq, 1, features, generator=torch.Generator().manual_seed(2))
+    return Net(), {"input": x}
+
+
+def gru(seq: int = 32, features: int = 64, hidden: int = 128) -> tuple[Any, dict[str, Any]]:
+    """A bidirectional ``nn.GRU`` over a sequence (batch 1)."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.GRU(features, hidden, bidirectional=True)
+
+        def forward(self, x: Any) -> Any:
+            return self.rnn(x)[0]
+
+    x = torch.randn(seq, 1, features, generator=torch.Generator().manual_seed(2))
+    return Net(), {"input": x}
+
+
 # ---- transformers -----------------------------------------------------------------------
 
 
@@ -396,6 +522,22 @@ def gpt2(seq: int = 128, **config: Any) -> tuple[Any, dict[str, Any]]:
     model = GPT2Model(cfg)
     tokens = _tokens(seq, cfg.vocab_size)  # a mask: without one, a check for packed sequences
     return _last_hidden(model, list(tokens)), tokens  # uses torch.diff (no ONNX export)
+
+
+def mobilevit_seg(size: int = 256) -> tuple[Any, dict[str, Any]]:
+    """MobileViT-XXS-sized blocks (convolutions, unfolded patches through
+    transformer layers, folded back) with a DeepLabV3 head, whose image pooling
+    branch is upsampled (``Resize``); He-initialised (the library's own init
+    leaves activations near 1e-30 by the head)."""
+    from transformers import MobileViTConfig, MobileViTForSemanticSegmentation
+
+    cfg = MobileViTConfig(image_size=size, hidden_sizes=[64, 80, 96],
+                          neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320], num_labels=21,
+                          aspp_out_channels=128, attn_implementation="eager")  # fmt: skip
+    model = MobileViTForSemanticSegmentation(cfg)
+    _he_init(model)
+    _randomize_norms(model)
+    return _last_hidden(model, ["pixel_values"]), {"pixel_values": _image(size)["input"]}
 
 
 def transformer_encoder(
@@ -473,6 +615,34 @@ REGISTRY: dict[str, Entry] = {
             "nn.TransformerEncoder d=256, 4 heads, 2 layers, sequence 128",
             {},
             transformer_encoder,
+        ),  # fmt: skip
+        Entry(
+            "unet", "segmentation", "U-Net, 3 levels (32..256), bilinear Resize, 128x128", {}, unet
+        ),  # fmt: skip
+        Entry(
+            "mobilevit_seg",
+            "segmentation",
+            "MobileViT-XXS blocks + DeepLabV3 head (Resize), 256x256",
+            {},
+            mobilevit_seg,
+        ),  # fmt: skip
+        Entry("lstm", "recurrent", "nn.LSTM 64 -> 128, 2 layers, sequence 32", {}, lstm),
+        Entry("gru", "recurrent", "nn.GRU 64 -> 128, bidirectional, sequence 32", {}, gru),
+        Entry(
+            "resnet18_int8",
+            "quantized",
+            "ResNet-18, statically quantised (QDQ, uint8 activations, int8 weights)",
+            quantize="static",
+            base="resnet18",
+            tolerance=3e-2,
+        ),  # fmt: skip
+        Entry(
+            "bert_mini_int8",
+            "quantized",
+            "BERT 256 x 4 layers, sequence 128, dynamically quantised (int8 MatMulInteger)",
+            quantize="dynamic",
+            base="bert_mini_128",
+            tolerance=3e-2,
         ),  # fmt: skip
         *[Entry(f"zoo_{n}", "zoo", f"light_{n}.onnx of the onnx package") for n in LIGHT_NAMES],
     ]
