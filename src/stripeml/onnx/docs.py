@@ -64,8 +64,75 @@ tests it leaves out, grouped by reason.
 
 Errors are `stripeml.StripeError`s (`stripeml.onnx.OnnxError` for the
 importer) naming the node and operator: unsupported operators, attributes,
-element types (strings, bfloat16, float8), and values needed when compiling
-that are only known at run time.
+element types (strings, float8 E8M0), and values needed when compiling that
+are only known at run time.
+
+### Functions, control flow and run-time sizes
+
+* **Operators ONNX defines as functions** (`ops/functions.py`): `Attention`,
+  `RotaryEmbedding`, `LinearAttention`, `CausalConvWithState`, the losses
+  (`SoftmaxCrossEntropyLoss`, `NegativeLogLikelihoodLoss`), the windows,
+  `CenterCropPad`, `AffineGrid`, `SwiGLU`, `DynamicQuantizeLinear`.  The onnx
+  package ships their definitions (a function body in the schema, or one it
+  builds for the node's attributes and input types); the importer asks it for
+  the node's body and writes the body's nodes in the node's place, through
+  the same op library, so attention becomes the importer's matrix products
+  and softmax and fusion sees through it.  **A model's own functions**
+  (`model.functions`, exporters' repeated blocks) are inlined by
+  `onnx.inliner` when the model is read.
+* **`If`** (`ops/control.py`): a condition known when compiling (a constant,
+  or computed from shapes) writes only the branch taken, which reads the values
+  around the node by name.  A condition known only at run time compiles both
+  branches and selects each output elementwise; that needs each output to
+  have one shape and type in both branches (else its shape would depend on the
+  data, and the importer says so).
+* **`Scan`** (8 and 9+, any axes and directions) and **`Loop`** are unrolled:
+  a scan's length is part of its inputs' shapes; a loop is unrolled when its
+  trip count and condition are known when compiling (a trip count given as a
+  graph input is specialised on; a condition the body computes from run-time
+  values is refused).  Steps compile to identical kernels, which share one
+  compiled body; at most 4096 steps are unrolled.
+* **Run-time sizes** (`ops/dynamic.py`, `importer.py`): `NonZero`, `Unique`,
+  `NonMaxSuppression` and a `Compress` on a computed condition have outputs
+  whose shapes depend on values.  With known inputs they fold like any node.
+  Otherwise the model is split there: the graph before the node is compiled and
+  run, the node runs on the host (NumPy, or onnx's reference evaluator for
+  `Unique` and `NonMaxSuppression`), and the rest of the graph is compiled
+  for the sizes it produced, once per distinct set of sizes (cached like any
+  signature; the rest may split again).  Such a node inside a branch or a
+  function body is refused.
+* **Old opsets**: a model whose opset selects an operator version older than
+  the op library implements (`Add-1` with `broadcast`) is converted by
+  `onnx.version_converter` to the lowest opset that works; where the converter
+  cannot, the refusal says why.
+
+### Narrow and quantised types
+
+* **bfloat16, float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), float4 E2M1,
+  int4/uint4/int2/uint2** (`narrow.py`): Stripe has no dtype for them, so
+  each tensor is held exactly in a wider Tile type (float32; int8/uint8) with
+  its ONNX type beside it, and crosses the program's boundary as an
+  `ml_dtypes` array (converted exactly on the host).  A `Cast` (`CastLike`,
+  `QuantizeLinear`) to one of them rounds in Tile as `ml_dtypes` converts
+  (ties to even; each format's overflow rule; `saturate` clamps float8 as
+  `onnx.numpy_helper.saturate_cast`); any other operator given narrow inputs
+  computes in the wide type and rounds its results back, which is NumPy's
+  arithmetic on `ml_dtypes` arrays.  Checked bit for bit against `ml_dtypes`
+  on random float32 bit patterns.  Inside the program these tensors take the
+  wide type's memory.  float8 E8M0 (a scale type with its own rounding
+  modes) is not supported yet.
+* **Quantised models** (`ops/quantize.py`): `QuantizeLinear`/`DequantizeLinear`
+  per tensor, per axis and blocked (scales known or computed), to and from
+  (u)int8/16, float8, float4 and int4; `QLinearMatMul` and `QLinearConv` as the
+  integer `MatMulInteger`/`ConvInteger` rescaled in float64 as the reference
+  does.  A QDQ model (onnxruntime's `quantize_static`) runs as its graph says:
+  dequantised weights fold to float constants, and each activation's
+  quantise-dequantise pair is elementwise work fused into the convolution
+  before it (kept channels-last).  There are no integer kernels yet: a
+  quantised model runs at its float model's speed, not faster.
+* **DFT and STFT** (`ops/spectral.py`): one contraction with a constant
+  twiddle tensor each (summed in float64), an STFT reading its frames through
+  an affine index; a matrix DFT, quadratic in the transform's length.
 
 ## What a model must be
 
@@ -94,10 +161,11 @@ initializer or input (`load.py` reads, `validate.py` checks):
 * **Opsets.** One `ai.onnx` import, from opset 7 (when the binary operators
   took NumPy broadcasting) to the newest the installed `onnx` knows; the error
   names that range.  Below opset 7 a node is accepted only where its operator
-  has not changed since (`Not` of opset 1) or where the op library implements
+  has not changed since (`Not` of opset 1), where the op library implements
   the older definition (`Pad`'s `paddings`, `Reshape`'s `shape` attribute,
   `Clip`'s `min`/`max` attributes, `PRelu`'s per-channel slope, `Dropout`'s
-  `is_test`: `oldest` in the registry).  Each domain is imported once, and
+  `is_test`: `oldest` in the registry), or once `onnx.version_converter`
+  converted the model (above).  Each domain is imported once, and
   only domains `onnx` knows (`ai.onnx.ml`, `ai.onnx.preview` ...) or that a
   function of the model defines; a node's operator must exist in the opset,
   and `onnx.checker.check_node` must accept it (attribute types, unknown
