@@ -33,11 +33,6 @@ EXCLUDED: dict[str, list[str]] = {
         r"^test_dft_inverse_cpu$",
         r"^test_dft_inverse_opset19_cpu$",
     ],
-    "float8 E8M0 (opset 24's power-of-two scale type, with its own round_mode up, down "
-    "and nearest): its conversions are not written yet (the other narrow types are, "
-    "onnx/narrow.py)": [
-        r"^test_cast_e8m0_.*",
-    ],
     "sequences and optionals (not tensors)": [
         r"^test_sequence_.*",
         r"^test_optional_.*",

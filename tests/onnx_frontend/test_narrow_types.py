@@ -169,3 +169,20 @@ def test_quantize_to_float8_and_back():
     want = nh.saturate_cast(x / scale, np.dtype(ml_dtypes.float8_e4m3fn))
     _same(q, want)
     np.testing.assert_array_equal(y, want.astype(np.float32) * scale)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("mode", ["up", "down", "nearest"])
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_casts_to_float8_e8m0_as_onnx_converts(target, mode, saturate):
+    x = _samples()
+    node = h.make_node("Cast", ["X"], ["Y"], to=T.FLOAT8E8M0, saturate=saturate, round_mode=mode)
+    g = h.make_graph(
+        [node],
+        "e8m0",
+        [h.make_tensor_value_info("X", T.FLOAT, x.shape)],
+        [h.make_tensor_value_info("Y", T.FLOAT8E8M0, x.shape)],
+    )
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 25)])
+    got = stripeml.onnx.compile(model, target=target)(X=x)
+    _same(got, nh.to_float8e8m0(x, bool(saturate), mode))

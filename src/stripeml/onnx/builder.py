@@ -80,7 +80,7 @@ def tile_dtype(dtype: Any) -> str:
 #: The ``ml_dtypes`` types held in a wider Tile type (see narrow.py).
 NARROW_NAMES = frozenset(
     {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-     "float4_e2m1fn", "int4", "uint4", "int2", "uint2"}
+     "float4_e2m1fn", "float8_e8m0fnu", "int4", "uint4", "int2", "uint2"}
 )  # fmt: skip
 
 

@@ -64,8 +64,8 @@ tests it leaves out, grouped by reason.
 
 Errors are `stripeml.StripeError`s (`stripeml.onnx.OnnxError` for the
 importer) naming the node and operator: unsupported operators, attributes,
-element types (strings, float8 E8M0), and values needed when compiling that
-are only known at run time.
+element types (strings), and values needed when compiling that are only
+known at run time.
 
 ### Functions, control flow and run-time sizes
 
@@ -119,8 +119,8 @@ are only known at run time.
   computes in the wide type and rounds its results back, which is NumPy's
   arithmetic on `ml_dtypes` arrays.  Checked bit for bit against `ml_dtypes`
   on random float32 bit patterns.  Inside the program these tensors take the
-  wide type's memory.  float8 E8M0 (a scale type with its own rounding
-  modes) is not supported yet.
+  wide type's memory.  float8 E8M0 (a power-of-two scale type) converts as
+  onnx's `to_float8e8m0`, with each `round_mode` (`up`, `down`, `nearest`).
 * **Quantised models** (`ops/quantize.py`): `QuantizeLinear`/`DequantizeLinear`
   per tensor, per axis and blocked (scales known or computed), to and from
   (u)int8/16, float8, float4 and int4; `QLinearMatMul` and `QLinearConv` as the

@@ -1,5 +1,8 @@
 """Narrow element types: bfloat16, the float8 and float4 formats, int4/uint4/int2/uint2.
 
+(float8 E8M0, a power of two, converts as onnx's ``to_float8e8m0`` with its
+``round_mode``.)
+
 Stripe has no dtype for these.  The importer keeps each such tensor *as a wider
 Tile type holding exactly its values*: the floating formats as float32 (every
 bfloat16, float8 and float4 value is a float32), the narrow integers as int8 or
@@ -34,12 +37,19 @@ from .narrow_types import FORMATS, Format
 __all__ = ["round_array", "round_to"]
 
 
-def round_array(arr: np.ndarray, dtype: np.dtype, saturate: bool = False) -> np.ndarray:
+def round_array(
+    arr: np.ndarray, dtype: np.dtype, saturate: bool = False, mode: str = "up"
+) -> np.ndarray:
     """``arr`` rounded to ``dtype`` as ``ml_dtypes`` (or, with ``saturate``, onnx's
-    ``saturate_cast``) converts, held in the wide type: the folding counterpart of
+    ``saturate_cast``; for float8 E8M0, onnx's ``to_float8e8m0`` with rounding
+    ``mode``) converts, held in the wide type: the folding counterpart of
     :func:`round_to`."""
     fmt = FORMATS[np.dtype(dtype)]
     x = np.asarray(arr)
+    if fmt.kind == "e8m0":
+        from onnx.numpy_helper import to_float8e8m0
+
+        return np.asarray(to_float8e8m0(x, saturate, mode)).astype(fmt.wide)
     if saturate and fmt.kind == "float":
         from onnx.numpy_helper import saturate_cast
 
@@ -47,15 +57,20 @@ def round_array(arr: np.ndarray, dtype: np.dtype, saturate: bool = False) -> np.
     return x.astype(fmt.dtype).astype(fmt.wide)
 
 
-def round_to(b: Builder, v: Value, dtype: np.dtype, saturate: bool = False) -> Value:
+def round_to(
+    b: Builder, v: Value, dtype: np.dtype, saturate: bool = False, mode: str = "up"
+) -> Value:
     """``v`` (a float or integer tensor) rounded to the narrow type ``dtype``, as a
-    Tile tensor of the wide type marked ``narrow=dtype``."""
+    Tile tensor of the wide type marked ``narrow=dtype`` (``mode``: float8 E8M0's
+    rounding, ``up``, ``down`` or ``nearest``)."""
     fmt = FORMATS[np.dtype(dtype)]
     if v.const is not None:
-        arr = round_array(np.asarray(v.const), fmt.dtype, saturate)
+        arr = round_array(np.asarray(v.const), fmt.dtype, saturate, mode)
         return Value("", arr.shape, arr.dtype, arr, narrow=fmt.dtype)
     if fmt.kind == "int":
         expr = _wrap_int(b, v, fmt)
+    elif fmt.kind == "e8m0":
+        expr = _e8m0(b, v, saturate, mode)
     elif fmt.kind == "bf16":
         expr = _bf16(b, v)
     else:
@@ -134,3 +149,35 @@ def _wrap_int(b: Builder, v: Value, fmt: Format) -> str:
         half = 1 << (fmt.bits - 1)
         return f"as_int((({X} + {half}) & {mask}) - {half}, 8)"
     return f"as_uint({X} & {mask}, 8)"
+
+
+def _e8m0(b: Builder, v: Value, saturate: bool, mode: str) -> str:
+    """float8 E8M0 (a power of two, ``2 ** (code - 127)``; code 255 is NaN) as onnx's
+    ``to_float8e8m0``: the code is the float32 exponent field (the sign is
+    dropped), raised by one when ``mode`` rounds the fraction up (``up``: any
+    fraction; ``nearest``: guard bit and round, sticky or odd code), not past 254
+    with ``saturate``."""
+    if mode not in ("up", "down", "nearest"):
+        raise ValueError(f"round_mode {mode!r} is not up, down or nearest")
+    x = b.eltwise(_f32(b, v), v.shape, np.float32)
+    u = f"bitcast_uint({b.ref(x)}, 32)"
+    u32 = np.dtype(np.uint32)
+    exp = b.eltwise(f"({u} >> 23) & 255", v.shape, u32)
+    E = b.ref(exp)
+    if mode == "up":
+        bump = f"({u} & 8388607) > 0"
+    elif mode == "nearest":
+        bump = (
+            f"(({u} & 4194304) > 0) && ((({u} & 2097152) > 0) || (({u} & 2097151) > 0)"
+            f" || ({E} > 0))"
+        )
+    else:
+        bump = "0 > 1"
+    if saturate:
+        bump = f"({bump}) && ({E} != 254)"
+    code = b.eltwise(f"{E} == 255 ? {E} : {E} + as_uint({bump}, 32)", v.shape, u32)
+    C = b.ref(code)
+    value = f"bitcast_float({C} == 0 ? 4194304 : {C} << 23, 32)"
+    from .ops._util import scalar
+
+    return f"{C} == 255 ? {scalar(b, np.nan, np.float32)} : {value}"

@@ -15,7 +15,9 @@ class Format:
     """A narrow type: its ``ml_dtypes`` dtype and how values round into it."""
 
     dtype: np.dtype
-    kind: str  # "bf16" (rounded on the float32 bits), "float" (exponent/mantissa), "int"
+    # "bf16" (rounded on the float32 bits), "float" (exponent/mantissa), "e8m0" (a
+    # power of two: the float32 exponent), "int"
+    kind: str
     mantissa: int = 0  # stored mantissa bits
     min_exp: int = 0  # the exponent of the smallest normal value
     max: float = 0.0  # the largest finite value
@@ -65,6 +67,7 @@ def _formats() -> dict[np.dtype, Format]:
         negative_zero=False,
     )
     add(m.float4_e2m1fn, kind="float", mantissa=1, min_exp=0, max=6.0, overflow="max")
+    add(m.float8_e8m0fnu, kind="e8m0")
     add(m.int4, kind="int", bits=4, signed=True)
     add(m.uint4, kind="int", bits=4, signed=False)
     add(m.int2, kind="int", bits=2, signed=True)

@@ -237,7 +237,9 @@ def sign(b: Builder, n: Node) -> list[Value | None]:
 
 
 # -- casts -------------------------------------------------------------------
-def _cast_to(b: Builder, n: Node, x: Value, dtype: np.dtype, saturate: bool = False) -> Value:
+def _cast_to(
+    b: Builder, n: Node, x: Value, dtype: np.dtype, saturate: bool = False, mode: str = "up"
+) -> Value:
     """``x`` as ``dtype``; a narrow ``dtype`` (bfloat16, float8 ...) is rounded into
     (``saturate``: float8 values past the largest clamp to it), see narrow.py."""
     from ..narrow import round_to
@@ -248,7 +250,10 @@ def _cast_to(b: Builder, n: Node, x: Value, dtype: np.dtype, saturate: bool = Fa
     if is_narrow(dtype):
         if x.narrow == dtype:
             return x
-        return round_to(b, x, dtype, saturate)
+        try:
+            return round_to(b, x, dtype, saturate, mode)
+        except ValueError as exc:
+            raise n.error(str(exc)) from None
     try:
         tile_dtype(dtype)
     except OnnxError:
@@ -277,11 +282,8 @@ def cast_(b: Builder, n: Node) -> list[Value | None]:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(int(to)))
     except Exception:  # noqa: BLE001 - unknown enum values
         raise n.error(f"casting to element type {to} is not supported") from None
-    if int(to) == TensorProto.FLOAT8E8M0:
-        raise n.error(
-            "casting to float8 E8M0 (a scale type with its own rounding modes) is not supported"
-        )
-    return [_cast_to(b, n, n.input(0), dtype, _saturate(n))]
+    mode = str(n.attr("round_mode", "up"))
+    return [_cast_to(b, n, n.input(0), dtype, _saturate(n), mode)]
 
 
 def _saturate(n: Node) -> bool:
