@@ -289,10 +289,38 @@ def test_loop_with_a_trip_count_input_is_unrolled_per_count():
         np.testing.assert_allclose(ys, np.stack(steps), rtol=1e-6)
 
 
-def test_loop_ending_on_run_time_values_is_a_clear_error():
+def test_loop_ending_on_run_time_values_runs_around_its_compiled_body():
+    """The body's condition depends on the data: the model is split at the loop,
+    which runs on the host, calling its body compiled once; the steps it took
+    decide the scan output's length."""
     fn = stripeml.onnx.compile(_loop_model(cond_from_data=True), target="cpu")
-    with pytest.raises(stripeml.StripeError, match="would depend on the data"):
-        fn(M=np.array(3, np.int64), V0=np.ones(2, np.float32))
+    for v0 in ([1.0, -0.5], [0.1, 0.2], [30.0, 1.0], [-5.0, 2.0]):
+        feeds = {"M": np.array(20, np.int64), "V0": np.array(v0, np.float32)}
+        v, ys = fn(**feeds)
+        want, steps = feeds["V0"], []  # the body runs, then its condition decides
+        for i in range(20):
+            want = want * 2 + np.float32(i)
+            steps.append(want)
+            if not want.sum() < 100:
+                break
+        np.testing.assert_allclose(v, want, rtol=1e-6)
+        np.testing.assert_allclose(ys, np.stack(steps), rtol=1e-6)
+    spec = fn.specialise([feeds["M"], feeds["V0"]])
+    assert spec.host is not None and spec.host.run._fn is not None  # one compiled body
+
+
+def test_a_long_loop_is_not_unrolled():
+    fn = stripeml.onnx.compile(_loop_model(), target="cpu")
+    v0 = np.array([1e-30, -1e-30], np.float32)
+    v, ys = fn(M=np.array(100, np.int64), V0=v0)
+    want, steps = v0.copy(), []
+    for i in range(100):
+        want = want * 2 + i
+        steps.append(want)
+    np.testing.assert_allclose(v, want, rtol=1e-6)
+    np.testing.assert_allclose(ys, np.stack(steps), rtol=1e-6)
+    spec = fn.specialise([np.array(100, np.int64), v0])
+    assert spec.host is not None
 
 
 def _old_add(b_shape, axis):

@@ -151,6 +151,10 @@ class Nested(Protocol):
     def tensor(self, proto: Any, where: str) -> np.ndarray:
         """The value of ``TensorProto`` ``proto`` (a subgraph's initializer)."""
 
+    def compile_model(self, model: Any, target: Any) -> Any:
+        """``model`` (a ``ModelProto``: a loop's body) compiled for ``target``, as
+        ``stripeml.onnx.compile`` does."""
+
 
 @dataclass(frozen=True, eq=False)
 class Node:

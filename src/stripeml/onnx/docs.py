@@ -86,12 +86,15 @@ known at run time.
   branches and selects each output elementwise; that needs each output to
   have one shape and type in both branches (else its shape would depend on the
   data, and the importer says so).
-* **`Scan`** (8 and 9+, any axes and directions) and **`Loop`** are unrolled:
-  a scan's length is part of its inputs' shapes; a loop is unrolled when its
-  trip count and condition are known when compiling (a trip count given as a
-  graph input is specialised on; a condition the body computes from run-time
-  values is refused).  Steps compile to identical kernels, which share one
-  compiled body; at most 4096 steps are unrolled.
+* **`Scan`** (8 and 9+, any axes and directions) is unrolled: its length is
+  part of its inputs' shapes; steps compile to identical kernels, which share
+  one compiled body; at most 4096 steps are unrolled.  **`Loop`** is unrolled
+  when its steps are known when compiling and there are at most 64 (a trip
+  count given as a graph input is specialised on).  Otherwise (more steps, a
+  trip count or condition computed at run time, a body whose condition
+  depends on the data) it runs on the host around its body compiled as a
+  model of its own (once per signature), step by step, through the split
+  described next; the loop's scan outputs are stacked from the steps taken.
 * **Run-time sizes** (`ops/dynamic.py`, `importer.py`): `NonZero`, `Unique`,
   `NonMaxSuppression` and a `Compress` on a computed condition have outputs
   whose shapes depend on values.  With known inputs they fold like any node.

@@ -89,6 +89,7 @@ class Split:
     node_inputs: list[int | None]  # per input of the node: its position in ``outputs``
     rest: OnnxFunction
     feeds: list[tuple[str, int]]  # per input of ``rest``
+    names: list[str]  # per entry of ``outputs``: its ONNX name (the node's scope at run time)
 
 
 class OnnxFunction:
@@ -316,7 +317,10 @@ class OnnxFunction:
                 feeds.append(("host", j))
         rest_graph = g.remainder(k + 1, rest_inputs, known)
         rest = OnnxFunction._over(rest_graph, self)
-        return Split(exc.node, exc.host, node_inputs, rest, feeds)
+        bind = getattr(exc.host, "bind", None)
+        if bind is not None:  # a loop's body compiles for this model's target
+            bind(self.resolved_target)
+        return Split(exc.node, exc.host, node_inputs, rest, feeds, list(wanted))
 
     @classmethod
     def _over(cls, graph: Graph, parent: OnnxFunction) -> OnnxFunction:
@@ -360,8 +364,10 @@ class OnnxFunction:
         if split is None:
             return values
         given = [values[i] if i is not None else None for i in split.node_inputs]
+        # the values around the node, as a subgraph of it (a loop's body) reads them
+        scope = {name: Value("", v.shape, v.dtype, v) for name, v in zip(split.names, values)}
         with phase("host operators"):
-            made = split.run(split.node, given)  # type: ignore[arg-type]
+            made = split.run(replace(split.node, scope=scope), given)  # type: ignore[arg-type]
         rest = [values[i] if kind == "out" else made[i] for kind, i in split.feeds]
         return split.rest._run(rest)
 
@@ -524,6 +530,9 @@ class _Nested:
 
     def tensor(self, proto: Any, where: str) -> np.ndarray:
         return tensor_value(proto, where)
+
+    def compile_model(self, model: Any, target: Any) -> OnnxFunction:
+        return OnnxFunction(model, target if target is not None else "cpu")
 
 
 NESTED = _Nested()

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..builder import Builder, Node, Value
+from ..builder import Builder, NeedsHost, Node, Value
 from ..registry import op
 from ._util import axis as norm_axis
 from ._util import indices
@@ -236,45 +236,42 @@ def _scan(b: Builder, n: Node, inputs: list[Value]) -> list[Value | None]:
     return results[: n.n_outputs]
 
 
+#: A loop of more steps than this (when known), or whose steps depend on run-time
+#: values, runs on the host around its compiled body instead of being unrolled.
+UNROLL_STEPS = 64
+
+
 @op("Loop", foldable=False, static=(0, 1))
 def loop(b: Builder, n: Node) -> list[Value | None]:
-    """Loop: unrolled when the trip count and the condition are known when compiling.
+    """Loop: unrolled when short with its steps known when compiling; else a run-time loop around its compiled body.
 
     A trip count or condition given as a graph input is specialised on (each
     value compiles its own program)."""
     body = _branch(n, "body")
     trips, cond = n.opt(0), n.opt(1)
     carried = [n.input(i) for i in range(2, len(n.inputs))]
-    limit = MAX_STEPS
-    if trips is not None:
-        if trips.const is None:
-            raise n.error(
-                "the trip count M is computed at run time: only loops whose steps are known "
-                "when compiling are supported (they are unrolled)"
-            )
-        limit = int(np.asarray(trips.const).reshape(-1)[0])
-    going = True
-    if cond is not None:
-        if cond.const is None:
-            raise n.error("the loop condition is computed at run time (not supported)")
-        going = bool(np.asarray(cond.const).reshape(-1)[0])
     k = len(body.output) - 1 - len(carried)
     if k < 0:
         raise n.error(f"its body has {len(body.output)} outputs for {len(carried)} carried values")
+    if trips is None and cond is None:
+        raise n.error("has neither a trip count nor a condition: it would never end")
+    if (trips is not None and trips.const is None) or (cond is not None and cond.const is None):
+        raise _on_host(n, body, carried, k)
+    limit = MAX_STEPS if trips is None else int(np.asarray(trips.const).reshape(-1)[0])
+    if limit > UNROLL_STEPS:
+        raise _on_host(n, body, carried, k)
+    going = True if cond is None else bool(np.asarray(cond.const).reshape(-1)[0])
     per_step: list[list[Value]] = [[] for _ in range(k)]
     t = 0
     while going and t < limit:
-        if t >= MAX_STEPS:
-            raise n.error(f"runs more than {MAX_STEPS} steps; at most {MAX_STEPS} are unrolled")
+        if t >= UNROLL_STEPS:  # the body keeps saying go on: run it on the host
+            raise _on_host(n, body, [n.input(i) for i in range(2, len(n.inputs))], k)
         it = Value("", (), np.dtype(np.int64), np.array(t, np.int64))
         flag = Value("", (), np.dtype(np.bool_), np.array(True))
         outs = run_subgraph(b, n, body, f"body (step {t})", [it, flag, *carried])
         again = outs[0]
-        if again.const is None:
-            raise n.error(
-                "its body computes the condition from run-time values: the number of steps "
-                "would depend on the data (not supported; loops are unrolled when compiling)"
-            )
+        if again.const is None:  # the steps depend on run-time values
+            raise _on_host(n, body, [n.input(i) for i in range(2, len(n.inputs))], k)
         going = bool(np.asarray(again.const).reshape(-1)[0])
         carried = outs[1 : 1 + len(carried)]
         for j, v in enumerate(outs[1 + len(carried) :]):
@@ -286,3 +283,96 @@ def loop(b: Builder, n: Node) -> list[Value | None]:
             raise n.error("runs no step, so its scan outputs would be empty (not supported)")
         results.append(_stack(b, n, per_step[j], 0, f"scan output {j}"))
     return results[: n.n_outputs]
+
+
+def _on_host(n: Node, body: Any, carried: list[Value], k: int) -> NeedsHost:
+    """The run-time loop: the importer splits the model at the node (as for any
+    operator sized at run time) and runs :class:`HostLoop` there."""
+    from onnx import helper
+
+    dtypes = [np.dtype(v.narrow or v.dtype) for v in carried]
+    for vi in list(body.output)[1 + len(carried) :]:
+        elem = vi.type.tensor_type.elem_type
+        if not elem:
+            raise n.error(f"its body's scan output {vi.name!r} has no element type")
+        dtypes.append(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+    return NeedsHost(n, HostLoop(body, n.opset, len(carried), k), dtypes)
+
+
+class HostLoop:
+    """A ``Loop`` run on the host: its body compiled once per signature (as a model
+    of its own, whose inputs are the iteration number, the condition, the carried
+    values and the values it reads from around the node), called step by step
+    until the trip count or the condition ends it; the scan outputs stacked."""
+
+    def __init__(self, body: Any, opset: int, carried: int, scans: int) -> None:
+        self.body, self.opset = body, opset
+        self.carried, self.scans = carried, scans
+        self.target: Any = None  # set by the importer (the model's resolved target)
+        self._fn: Any = None
+        self._free: list[str] = []
+
+    def bind(self, target: Any) -> None:
+        self.target = target
+
+    def _compile(self, n: Node, given: list[np.ndarray]) -> Any:
+        from onnx import helper
+
+        g = type(self.body)()
+        g.CopyFrom(self.body)
+        for vi, arr in zip(g.input, given):
+            if not vi.type.tensor_type.elem_type:  # inferred from the values in ONNX
+                vi.CopyFrom(
+                    helper.make_tensor_value_info(
+                        vi.name, helper.np_dtype_to_tensor_dtype(arr.dtype), None
+                    )
+                )
+        scope = dict(n.scope or {})
+        made = {o for node in g.node for o in node.output} | {i.name for i in g.input}
+        made |= {t.name for t in g.initializer}
+        free = []
+        for node in g.node:
+            for name in node.input:
+                if name and name not in made and name not in free:
+                    free.append(name)
+        for name in free:
+            v = scope.get(name)
+            if v is None or v.const is None:
+                raise n.error(f"its body reads {name!r}, which is not known here")
+            g.input.append(
+                helper.make_tensor_value_info(
+                    name, helper.np_dtype_to_tensor_dtype(np.asarray(v.const).dtype), None
+                )
+            )
+        self._free = free
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
+        if n.nested is None:
+            raise n.error("a loop's body is compiled only by the importer")
+        return n.nested.compile_model(model, self.target)
+
+    def __call__(self, n: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        trips, cond = inputs[0], inputs[1]
+        carried = [np.asarray(a) for a in inputs[2 : 2 + self.carried]]
+        limit = None if trips is None else int(np.asarray(trips).reshape(-1)[0])
+        going = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
+        step = np.array(0, np.int64)
+        first = [step, np.array(going), *carried]
+        if self._fn is None:
+            self._fn = self._compile(n, first)
+        scope = dict(n.scope or {})
+        extra = [np.asarray(scope[name].const) for name in self._free]
+        stacks: list[list[np.ndarray]] = [[] for _ in range(self.scans)]
+        t = 0
+        while going and (limit is None or t < limit):
+            outs = self._fn.run([np.array(t, np.int64), np.array(True), *carried, *extra])
+            going = bool(np.asarray(outs[0]).reshape(-1)[0])
+            carried = list(outs[1 : 1 + self.carried])
+            for j, v in enumerate(outs[1 + self.carried :]):
+                stacks[j].append(v)
+            t += 1
+        scans = []
+        for got in stacks:
+            if not got:
+                raise n.error("ran no step, so its scan outputs would be empty (not supported)")
+            scans.append(np.stack(got))
+        return [*carried, *scans]
