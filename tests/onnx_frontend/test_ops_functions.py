@@ -204,7 +204,7 @@ def test_model_functions_are_inlined():
     )
 
 
-def _scan_model(in_dir, out_axis, out_dir):
+def _scan_model(in_dir, out_axis, out_dir, steps=5):
     """A running sum over the rows of X (state S), each step's sum a scan output."""
     body = h.make_graph(
         [h.make_node("Add", ["s", "x"], ["s2"]), h.make_node("Identity", ["s2"], ["y"])],
@@ -225,17 +225,21 @@ def _scan_model(in_dir, out_axis, out_dir):
     )
     return _model(
         [node],
-        [_vi("S0", T.FLOAT, [3]), _vi("X", T.FLOAT, [3, 5])],
+        [_vi("S0", T.FLOAT, [3]), _vi("X", T.FLOAT, [3, steps])],
         [_vi("S", T.FLOAT, None), _vi("Y", T.FLOAT, None)],
         opset=17,
     )
 
 
+@pytest.mark.parametrize("steps", [5, 100])
 @pytest.mark.parametrize("in_dir,out_axis,out_dir", [(0, 0, 0), (1, 0, 0), (0, 1, 1), (1, -1, 0)])
-def test_scan_axes_and_directions_against_numpy(in_dir, out_axis, out_dir):
+def test_scan_axes_and_directions_against_numpy(in_dir, out_axis, out_dir, steps):
+    """5 steps are unrolled; 100 run on the host around the compiled body."""
     s0 = RNG.standard_normal(3).astype(np.float32)
-    x = RNG.standard_normal((3, 5)).astype(np.float32)
-    s, y = stripeml.onnx.compile(_scan_model(in_dir, out_axis, out_dir), target="cpu")(S0=s0, X=x)
+    x = RNG.standard_normal((3, steps)).astype(np.float32)
+    fn = stripeml.onnx.compile(_scan_model(in_dir, out_axis, out_dir, steps), target="cpu")
+    s, y = fn(S0=s0, X=x)
+    assert (fn.specialise([s0, x]).host is not None) == (steps > 64)
     cols = x.T[::-1] if in_dir else x.T  # the steps, in the order they run
     acc, sums = s0, []
     for col in cols:  # in float32, in the order the body adds

@@ -134,7 +134,10 @@ HostFn = Callable[["Node", Sequence[np.ndarray]], "list[np.ndarray]"]
 
 
 class Nested(Protocol):
-    """What the importer offers op writers that write other nodes in a node's place."""
+    """What the importer offers op writers that write other nodes in a node's place;
+    ``top``: the node is in the main graph (not in a branch or a function body)."""
+
+    top: bool
 
     def run(
         self,

@@ -86,15 +86,17 @@ known at run time.
   branches and selects each output elementwise; that needs each output to
   have one shape and type in both branches (else its shape would depend on the
   data, and the importer says so).
-* **`Scan`** (8 and 9+, any axes and directions) is unrolled: its length is
-  part of its inputs' shapes; steps compile to identical kernels, which share
-  one compiled body; at most 4096 steps are unrolled.  **`Loop`** is unrolled
-  when its steps are known when compiling and there are at most 64 (a trip
-  count given as a graph input is specialised on).  Otherwise (more steps, a
-  trip count or condition computed at run time, a body whose condition
-  depends on the data) it runs on the host around its body compiled as a
-  model of its own (once per signature), step by step, through the split
-  described next; the loop's scan outputs are stacked from the steps taken.
+* **`Scan`** (8 and 9+, any axes and directions) and **`Loop`** are unrolled
+  when their steps are known when compiling and there are at most 64 (a scan's
+  length is part of its inputs' shapes; a loop's trip count given as a graph
+  input is specialised on): the steps compile to identical kernels, which
+  share one compiled body.  Otherwise (more steps, a trip count or condition
+  computed at run time, a body whose condition depends on the data) the node
+  runs on the host around its body compiled as a model of its own (once per
+  signature), step by step, through the split described next; the scan
+  outputs are stacked from the steps taken.  In a branch or a function body,
+  where the model cannot be split, a known loop is unrolled however long (up
+  to 4096 steps).
 * **Run-time sizes** (`ops/dynamic.py`, `importer.py`): `NonZero`, `Unique`,
   `NonMaxSuppression` and a `Compress` on a computed condition have outputs
   whose shapes depend on values.  With known inputs they fold like any node.
@@ -163,14 +165,17 @@ initializer or input (`load.py` reads, `validate.py` checks):
   knows; a graph with at least one node and one output.
 * **Opsets.** One `ai.onnx` import, from opset 7 (when the binary operators
   took NumPy broadcasting) to the newest the installed `onnx` knows; the error
-  names that range.  Below opset 7 a node is accepted only where its operator
-  has not changed since (`Not` of opset 1), where the op library implements
-  the older definition (`Pad`'s `paddings`, `Reshape`'s `shape` attribute,
-  `Clip`'s `min`/`max` attributes, `PRelu`'s per-channel slope, `Dropout`'s
-  `is_test`: `oldest` in the registry), or once `onnx.version_converter`
-  converted the model (above).  Each domain is imported once, and
-  only domains `onnx` knows (`ai.onnx.ml`, `ai.onnx.preview` ...) or that a
-  function of the model defines; a node's operator must exist in the opset,
+  names that range.  A model whose graph has only nodes of other domains (an
+  `ai.onnx.ml` `TreeEnsemble` alone) may leave it out.  Below opset 7 a node
+  is accepted only where its operator has not changed since (`Not` of opset
+  1), where the op library implements the older definition (`Pad`'s
+  `paddings`, `Reshape`'s `shape` attribute, `Clip`'s `min`/`max` attributes,
+  `PRelu`'s per-channel slope, `Dropout`'s `is_test`: `oldest` in the
+  registry), or once `onnx.version_converter` converted the model (above);
+  likewise an `ai.onnx.ml` operator against that domain's opset
+  (`TreeEnsemble` needs 5, `LabelEncoder` 2).  Each domain is imported once,
+  and only domains `onnx` knows (`ai.onnx.ml`, `ai.onnx.preview` ...) or that
+  a function of the model defines; a node's operator must exist in the opset,
   and `onnx.checker.check_node` must accept it (attribute types, unknown
   attributes, input and output counts).
 * **Initializers and tensor attributes** hold exactly the values their
@@ -238,22 +243,44 @@ functions that take them), `clip` (on each gate's input to its activation),
 `input_forget` and `sequence_lens`, which it ignores, follow the
 specification and onnxruntime.
 
+**TreeEnsemble** (`ops/ml.py`, domain `ai.onnx.ml`).  The trees are
+attributes, so their nodes and leaves become constant tables, a leaf an
+entry that leads to itself and a set-membership node a chain of equality
+tests.  Every (sample, tree) pair walks its tree at once, in as many steps as
+the deepest tree has levels: each step gathers the current entry's feature,
+threshold and comparison, the sample's feature value, and the next entry.
+The leaves reached are looked up in a table of weights per target and summed
+(or averaged, or their minimum or maximum taken) over the trees in float64.
+Only `post_transform` NONE is accepted: the ONNX reference ignores the
+attribute and onnxruntime reads its SOFTMAX and LOGISTIC codes swapped.
+
+**Det** (`ops/misc.py`).  Gaussian elimination with partial pivoting, as
+LAPACK's `getrf` under `numpy.linalg.det`, unrolled over the columns of the
+matrix (its size is known when compiling; at most 64): per column a max and
+a min contraction find the first largest pivot, a `gather` reads its row,
+and one elementwise statement swaps it in and eliminates below it, in
+float64 (as NumPy computes a float32 determinant), rounded once at the end.
+
 ## Supported operators
 """
 
 
 def render() -> str:
     ops = [d for d in supported_ops() if not d.name.startswith("_")]
-    lines = [HEADER, f"{len(ops)} operators (domain `ai.onnx`).\n"]
-    lines.append("| operator | supported | static inputs |")
-    lines.append("|---|---|---|")
+    counts: dict[str, int] = {}
+    for d in ops:
+        counts[d.domain or "ai.onnx"] = counts.get(d.domain or "ai.onnx", 0) + 1
+    per = ", ".join(f"{k} of domain `{dom}`" for dom, k in counts.items())
+    lines = [HEADER, f"{len(ops)} operators: {per}.\n"]
+    lines.append("| operator | domain | supported | static inputs |")
+    lines.append("|---|---|---|---|")
     for d in ops:
         doc = d.doc
         if doc.startswith(d.name + ":"):
             doc = doc[len(d.name) + 1 :].strip()
         doc = doc.replace("|", "\\|")
         static = ", ".join(str(i) for i in d.static) or ""
-        lines.append(f"| {d.name} | {doc} | {static} |")
+        lines.append(f"| {d.name} | {d.domain or 'ai.onnx'} | {doc} | {static} |")
     return "\n".join(lines) + "\n"
 
 

@@ -431,9 +431,12 @@ def run_node(
     env: MutableMapping[str, Value],
     opset: int,
     folds: Folds | None = None,
+    nested: _Nested | None = None,
 ) -> None:
     """Write one node into ``b`` (or fold it), binding its outputs in ``env``;
-    ``folds`` remembers what folding ``info`` gave for the input arrays it had."""
+    ``folds`` remembers what folding ``info`` gave for the input arrays it had;
+    ``nested``: the node stands in a branch or a function body (default: the
+    main graph)."""
     d = lookup(info.op_type, info.domain)
     if d is None:
         raise OnnxError(f"node {info.name!r}: unsupported operator {info.op_type}")
@@ -454,7 +457,7 @@ def run_node(
         len(info.outputs),
         info.domain,
         env,
-        NESTED,
+        nested or NESTED,
     )
     try:
         outs = _write(b, d, node, info, folds)
@@ -515,7 +518,11 @@ def _live(g: Graph, k: int, env: dict[str, Value]) -> list[str]:
 
 class _Nested:
     """:class:`~.builder.Nested`: how op writers write the nodes of an ``If``'s
-    branch or of a function's body (``ops/control.py``, ``ops/functions.py``)."""
+    branch or of a function's body (``ops/control.py``, ``ops/functions.py``).
+    ``top``: the node is in the main graph (where the model can be split)."""
+
+    def __init__(self, top: bool) -> None:
+        self.top = top
 
     def run(
         self,
@@ -526,7 +533,7 @@ class _Nested:
         opset: int,
         where: str,
     ) -> None:
-        run_node(b, node_info(proto, k, where=where), env, opset)
+        run_node(b, node_info(proto, k, where=where), env, opset, nested=INNER)
 
     def tensor(self, proto: Any, where: str) -> np.ndarray:
         return tensor_value(proto, where)
@@ -535,7 +542,8 @@ class _Nested:
         return OnnxFunction(model, target if target is not None else "cpu")
 
 
-NESTED = _Nested()
+NESTED = _Nested(top=True)
+INNER = _Nested(top=False)
 
 
 def _write(

@@ -218,6 +218,8 @@ def _scan(b: Builder, n: Node, inputs: list[Value]) -> list[Value | None]:
         raise n.error(f"its body has {len(body.output)} outputs for {len(states)} states")
     out_axes = _ints(n, "scan_output_axes", k)
     out_dirs = _ints(n, "scan_output_directions", k)
+    if steps > UNROLL_STEPS and (n.nested is None or n.nested.top) and n.opset >= 9:
+        raise _scan_on_host(n, body, states, k)
     per_step: list[list[Value]] = [[] for _ in range(k)]
     for t in range(steps):
         sliced = [
@@ -258,13 +260,16 @@ def loop(b: Builder, n: Node) -> list[Value | None]:
     if (trips is not None and trips.const is None) or (cond is not None and cond.const is None):
         raise _on_host(n, body, carried, k)
     limit = MAX_STEPS if trips is None else int(np.asarray(trips.const).reshape(-1)[0])
-    if limit > UNROLL_STEPS:
+    # in a branch or a function body, where the model cannot be split, a known
+    # loop is unrolled however long (up to MAX_STEPS)
+    top = n.nested is None or n.nested.top
+    if limit > UNROLL_STEPS and top:
         raise _on_host(n, body, carried, k)
     going = True if cond is None else bool(np.asarray(cond.const).reshape(-1)[0])
     per_step: list[list[Value]] = [[] for _ in range(k)]
     t = 0
     while going and t < limit:
-        if t >= UNROLL_STEPS:  # the body keeps saying go on: run it on the host
+        if t >= (UNROLL_STEPS if top else MAX_STEPS):  # the body keeps saying go on
             raise _on_host(n, body, [n.input(i) for i in range(2, len(n.inputs))], k)
         it = Value("", (), np.dtype(np.int64), np.array(t, np.int64))
         flag = Value("", (), np.dtype(np.bool_), np.array(True))
@@ -283,6 +288,19 @@ def loop(b: Builder, n: Node) -> list[Value | None]:
             raise n.error("runs no step, so its scan outputs would be empty (not supported)")
         results.append(_stack(b, n, per_step[j], 0, f"scan output {j}"))
     return results[: n.n_outputs]
+
+
+def _scan_on_host(n: Node, body: Any, states: list[Value], k: int) -> NeedsHost:
+    """A long ``Scan`` on the host, like a long ``Loop``: :class:`HostScan`."""
+    from onnx import helper
+
+    dtypes = [np.dtype(v.narrow or v.dtype) for v in states]
+    for vi in list(body.output)[len(states) :]:
+        elem = vi.type.tensor_type.elem_type
+        if not elem:
+            raise n.error(f"its body's scan output {vi.name!r} has no element type")
+        dtypes.append(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+    return NeedsHost(n, HostScan(body, n.opset, len(states), k), dtypes)
 
 
 def _on_host(n: Node, body: Any, carried: list[Value], k: int) -> NeedsHost:
@@ -376,3 +394,41 @@ class HostLoop:
                 raise n.error("ran no step, so its scan outputs would be empty (not supported)")
             scans.append(np.stack(got))
         return [*carried, *scans]
+
+
+class HostScan(HostLoop):
+    """A ``Scan`` run on the host around its compiled body: each step is given the
+    states and the step's slice of every scan input (along its axis, in its
+    direction); the scan outputs are stacked along their axes and directions."""
+
+    def __call__(self, n: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        arrays = [np.asarray(a) for a in inputs if a is not None]
+        m = len(arrays) - self.carried
+        states, xs = arrays[: self.carried], arrays[self.carried :]
+        in_axes = [a % x.ndim for a, x in zip(_ints(n, "scan_input_axes", m), xs)]
+        in_dirs = _ints(n, "scan_input_directions", m)
+        out_axes = _ints(n, "scan_output_axes", self.scans)
+        out_dirs = _ints(n, "scan_output_directions", self.scans)
+        steps = xs[0].shape[in_axes[0]]
+
+        def sliced(t: int) -> list[np.ndarray]:
+            return [
+                np.ascontiguousarray(np.take(x, steps - 1 - t if d else t, axis=a))
+                for x, a, d in zip(xs, in_axes, in_dirs)
+            ]
+
+        if self._fn is None:
+            self._fn = self._compile(n, [*states, *sliced(0)])
+        scope = dict(n.scope or {})
+        extra = [np.asarray(scope[name].const) for name in self._free]
+        stacks: list[list[np.ndarray]] = [[] for _ in range(self.scans)]
+        for t in range(steps):
+            outs = self._fn.run([*states, *sliced(t), *extra])
+            states = list(outs[: self.carried])
+            for j, v in enumerate(outs[self.carried :]):
+                stacks[j].append(v)
+        scans = []
+        for j, got in enumerate(stacks):
+            ordered = got[::-1] if out_dirs[j] else got
+            scans.append(np.stack(ordered, axis=out_axes[j] % (ordered[0].ndim + 1)))
+        return [*states, *scans]
