@@ -8,15 +8,20 @@ input at the first problem.  A valid model has:
   with at least one node and at least one output (an empty file parses as an
   empty ``ModelProto``: no IR version, no graph);
 * one opset import for the ``ai.onnx`` domain, from :data:`MIN_OPSET` to the
-  newest opset ``onnx`` knows; at most one import per domain, each of a domain
-  ``onnx`` knows (``ai.onnx.ml``, ``ai.onnx.preview`` ...) or that a function
-  of the model defines; every node's domain imported.  Operators of other
-  domains are unsupported (the importer names them).  Below :data:`MIN_OPSET` a
-  node is accepted only where the version of its operator that the opset
-  selects is one the op library implements (:attr:`~.registry.OpDef.oldest`,
-  by default the version in effect at :data:`MIN_OPSET`): ``Not`` of opset 1
-  has not changed since, ``Add`` of opset 1 (``broadcast``/``axis``
-  attributes) has;
+  newest opset ``onnx`` knows (a model whose main graph has only nodes of
+  other domains, and no functions, may leave it out: the ``ai.onnx.ml`` node
+  tests do); at most one import per domain, each of a domain ``onnx`` knows
+  (``ai.onnx.ml``, ``ai.onnx.preview`` ...) or that a function of the model
+  defines; every node's domain imported.  Operators of domains the op library
+  has no table for are unsupported (the importer names them).  Below
+  :data:`MIN_OPSET` a node is accepted only where the version of its operator
+  that the opset selects is one the op library implements
+  (:attr:`~.registry.OpDef.oldest`, by default the version in effect at
+  :data:`MIN_OPSET`): ``Not`` of opset 1 has not changed since, ``Add`` of
+  opset 1 (``broadcast``/``axis`` attributes) has.  The same holds for the
+  ``ai.onnx.ml`` operators the library implements, against that domain's
+  imported opset (``LabelEncoder-1``, whose keys are strings, is not
+  implemented; ``TreeEnsemble`` needs ``ai.onnx.ml`` opset 5);
 * initializers with unique names, non-negative dims and exactly as many
   stored values as their shape declares;
 * typed graph inputs (a tensor type with an element type) whose dims are
@@ -51,6 +56,9 @@ if TYPE_CHECKING:
 #: opset 7 brought NumPy broadcasting to the binary operators (before it,
 #: ``broadcast``/``axis`` attributes said how to align the operands).
 MIN_OPSET = 7
+
+#: The oldest opset of each other domain whose operators the op library implements.
+MIN_DOMAIN_OPSET = {"ai.onnx.ml": 1}
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -122,8 +130,11 @@ def check_model(model: Any, source: str | None = None) -> int:
     return opset
 
 
-def _opsets(model: Any, fail: Fail) -> tuple[int, set[str]]:
-    """The ai.onnx opset and the imported domains ("" for ai.onnx)."""
+def _opsets(model: Any, fail: Fail) -> tuple[int, dict[str, int]]:
+    """The ai.onnx opset and the imported domains' opsets ("" for ai.onnx).  A
+    model with no ai.onnx import (allowed where no node of its main graph is of
+    ai.onnx and it has no functions) gets the newest opset, which none of its
+    nodes reads."""
     versions: dict[str, int] = {}
     for imp in model.opset_import:
         domain = "" if imp.domain in DEFAULT_DOMAINS else imp.domain
@@ -143,6 +154,9 @@ def _opsets(model: Any, fail: Fail) -> tuple[int, set[str]]:
                 f"of the model defines (the importer supports {supported_range()})"
             )
     if "" not in versions:
+        others = all(n.domain not in DEFAULT_DOMAINS for n in model.graph.node)
+        if len(model.graph.node) and others and not len(model.functions):
+            return max_opset(), versions
         raise fail(
             f"no opset_import for the ai.onnx domain (the importer supports {supported_range()})"
         )
@@ -152,7 +166,7 @@ def _opsets(model: Any, fail: Fail) -> tuple[int, set[str]]:
             f"ai.onnx opset {opset} is newer than the installed onnx knows "
             f"(the importer supports {supported_range()})"
         )
-    return opset, set(versions)
+    return opset, versions
 
 
 def _initializers(onnx: Any, g: Any, fail: Fail) -> set[str]:
@@ -236,7 +250,7 @@ def node_where(n: Any, k: int) -> str:
 
 
 def _check_nodes(
-    g: Any, known: set[str], opset: int, domains: set[str], ctx: Any, fail: Fail
+    g: Any, known: set[str], opset: int, domains: dict[str, int], ctx: Any, fail: Fail
 ) -> None:
     """Single assignment, topological order, imported domains, operator versions and
     schemas (for the operators the op library implements)."""
@@ -273,8 +287,9 @@ def _check_nodes(
             raise fail(
                 f"{where} reads {name!r}, which no node, initializer or graph input produces"
             )
-        if domain == "" and lookup(n.op_type) is not None:
-            problem = _version_problem(n.op_type, opset)
+        if lookup(n.op_type, domain) is not None:
+            version = opset if domain == "" else domains[domain]
+            problem = _version_problem(n.op_type, version, domain)
             if problem is not None:
                 raise fail(f"{where}: {problem}")
             for a in n.attribute:
@@ -282,7 +297,8 @@ def _check_nodes(
                     problem = tensor_problem(onnx, a.t)
                     if problem is not None:
                         raise fail(f"{where} attribute {a.name!r}: {problem}")
-            problem = None if _deprecated(n.op_type, opset) else _schema_problem(n, ctx)
+            deprecated = _deprecated(n.op_type, version, domain)
+            problem = None if deprecated else _schema_problem(n, ctx)
             if problem is not None:
                 raise fail(f"{where}: {problem}")
     known.update(producer)
@@ -341,40 +357,44 @@ def conversion_target(model: Any) -> int | None:
 
 
 @lru_cache(maxsize=4096)
-def _version_problem(op_type: str, opset: int) -> str | None:
-    """Why the op library cannot run ``op_type`` as ai.onnx ``opset`` defines it."""
-    d = lookup(op_type)
+def _version_problem(op_type: str, opset: int, domain: str = "") -> str | None:
+    """Why the op library cannot run ``op_type`` as ``opset`` of ``domain`` ("":
+    ai.onnx) defines it."""
+    d = lookup(op_type, domain)
     if d is None:
         return None
-    version = _schema_version(op_type, opset)
+    shown = domain or "ai.onnx"
+    version = _schema_version(op_type, opset, domain)
     if version is None:
-        return f"operator {op_type} does not exist in ai.onnx opset {opset}"
-    lowest = d.oldest or _schema_version(op_type, MIN_OPSET) or 1
+        return f"operator {op_type} does not exist in {shown} opset {opset}"
+    oldest = MIN_DOMAIN_OPSET.get(domain, MIN_OPSET)
+    lowest = d.oldest or _schema_version(op_type, oldest, domain) or 1
     if version < lowest:
+        supports = f"; it supports {supported_range()}" if domain == "" else ""
         return (
-            f"ai.onnx opset {opset} selects {op_type}-{version}, which the importer does not "
-            f"implement ({op_type}-{lowest} and later are; it supports {supported_range()})"
+            f"{shown} opset {opset} selects {op_type}-{version}, which the importer does not "
+            f"implement ({op_type}-{lowest} and later are{supports})"
         )
     return None
 
 
 @lru_cache(maxsize=4096)
-def _deprecated(op_type: str, opset: int) -> bool:
+def _deprecated(op_type: str, opset: int, domain: str = "") -> bool:
     """Whether onnx marks the operator's definition in ``opset`` deprecated:
     ``check_node`` refuses those, but the op library implements the one it has
     (``GroupNormalization``-18, whose scale and bias are per group)."""
     import onnx
 
     try:
-        return bool(onnx.defs.get_schema(op_type, opset, "").deprecated)
+        return bool(onnx.defs.get_schema(op_type, opset, domain).deprecated)
     except onnx.defs.SchemaError:
         return False
 
 
-def _schema_version(op_type: str, opset: int) -> int | None:
+def _schema_version(op_type: str, opset: int, domain: str = "") -> int | None:
     import onnx
 
     try:
-        return int(onnx.defs.get_schema(op_type, opset, "").since_version)
+        return int(onnx.defs.get_schema(op_type, opset, domain).since_version)
     except onnx.defs.SchemaError:
         return None

@@ -7,7 +7,7 @@ table.  A new op module is added to the import list below.
 
 from __future__ import annotations
 
-from ..registry import OPS, OpDef
+from ..registry import DOMAINS, OpDef, canonical_domain
 from . import (  # noqa: F401  (each registers its operators)
     activations,
     basic,
@@ -19,6 +19,8 @@ from . import (  # noqa: F401  (each registers its operators)
     functions,
     linalg,
     logic,
+    misc,
+    ml,
     norm,
     pool,
     quantize,
@@ -33,12 +35,14 @@ from . import (  # noqa: F401  (each registers its operators)
 
 
 def lookup(op_type: str, domain: str = "") -> OpDef | None:
-    """The definition of ONNX operator ``op_type`` (``None``: not supported)."""
-    if domain not in ("", "ai.onnx"):
-        return None
-    return OPS.get(op_type)
+    """The definition of ONNX operator ``op_type`` of ``domain`` ("" or
+    "ai.onnx", "ai.onnx.ml"; ``None``: not supported)."""
+    table = DOMAINS.get(canonical_domain(domain))
+    return None if table is None else table.get(op_type)
 
 
 def supported_ops() -> list[OpDef]:
-    """Every registered operator, by name."""
-    return sorted(OPS.values(), key=lambda d: d.name)
+    """Every registered operator, by domain (ai.onnx first), then name."""
+    return sorted(
+        (d for t in DOMAINS.values() for d in t.values()), key=lambda d: (d.domain, d.name)
+    )
