@@ -48,8 +48,14 @@ class OpDef:
 OPS: dict[str, OpDef] = {}
 #: The ``ai.onnx.ml`` operators, by name.
 ML_OPS: dict[str, OpDef] = {}
+#: The ``ai.onnx.preview`` operators (``FlexAttention``), by name.
+PREVIEW_OPS: dict[str, OpDef] = {}
 #: Every domain's table, by domain ("" for ai.onnx).
-DOMAINS: dict[str, dict[str, OpDef]] = {"": OPS, "ai.onnx.ml": ML_OPS}
+DOMAINS: dict[str, dict[str, OpDef]] = {
+    "": OPS,
+    "ai.onnx.ml": ML_OPS,
+    "ai.onnx.preview": PREVIEW_OPS,
+}
 
 
 def canonical_domain(domain: str) -> str:

@@ -206,5 +206,10 @@ def _writer(b: Builder, n: Node) -> list[Value | None]:
     return expand(b, n)
 
 
+#: Operators of ``ai.onnx.preview`` defined by functions, likewise.
+PREVIEW_FUNCTION_OPS: dict[str, tuple[int, ...]] = {"FlexAttention": ()}
+
 for _name, _static in FUNCTION_OPS.items():
     op(_name, static=_static)(_writer)
+for _name, _static in PREVIEW_FUNCTION_OPS.items():
+    op(_name, static=_static, domain="ai.onnx.preview")(_writer)
