@@ -12,6 +12,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import stripeml.onnx  # noqa: E402
+from stripeml.errors import ExecutionError  # noqa: E402
 from stripeml.onnx.builder import OnnxError  # noqa: E402
 
 TARGETS = ["interp", "cpu"]
@@ -239,6 +240,68 @@ def test_gather_elements_and_nd(target):
     np.testing.assert_array_equal(g, np.take_along_axis(x, np.where(i < 0, i + 4, i), axis=1))
     want = np.stack([x[b][tuple(np.moveaxis(k[b], -1, 0))] for b in range(3)])
     np.testing.assert_array_equal(h, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    ("ax", "bad", "dtype"),
+    [(1, 4, np.int64), (1, -5, np.int64), (0, 3, np.int32), (2, 5, np.int64),
+     (-1, 2**64 - 1, np.uint64), (1, 2**64 - 4, np.uint64)],
+)  # fmt: skip
+def test_gather_elements_index_past_the_axis_fails_when_it_runs(target, ax, bad, dtype):
+    """An index outside the axis is an error, not a read of another row through
+    the flattened data (index 4 on an axis of 4 is still inside the buffer)."""
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    i = np.zeros((2, 3, 4), dtype)
+    node = helper.make_node("GatherElements", ["x", "i"], ["g"], axis=ax)
+    fn = stripeml.onnx.compile(_model(node, {"x": x, "i": i}, ["g"], 13), target=target)
+    bad_i = i.copy()
+    bad_i[1, 2, 3] = bad
+    dim = x.shape[ax]
+    with pytest.raises(ExecutionError, match=rf"index {bad} at position \(1, 2, 3\).*size {dim}"):
+        fn(x=x, i=bad_i)
+    # in range (negative ones wrap) it still reads the right elements
+    ok = RNG.integers(0 if dtype == np.uint64 else -dim, dim, i.shape).astype(dtype)
+    rows = tuple(slice(None) if k == ax % 3 else slice(0, i.shape[k]) for k in range(3))
+    want = np.take_along_axis(x[rows], ok.astype(np.int64) % dim, ax)
+    np.testing.assert_array_equal(fn(x=x, i=ok), want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    ("bd", "tup", "ax", "dim"), [(0, [0, 4], 1, 4), (0, [-4, 0], 0, 3), (1, [2, -5], 2, 4)]
+)
+def test_gather_nd_entry_past_its_axis_fails_when_it_runs(target, bd, tup, ax, dim):
+    """(0, 4) into a (3, 4) block is not the element (1, 0)."""
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x = x[0] if bd == 0 else x
+    i = np.zeros((2, 2), np.int64)
+    node = helper.make_node("GatherND", ["x", "i"], ["g"], batch_dims=bd)
+    fn = stripeml.onnx.compile(_model(node, {"x": x, "i": i}, ["g"], 13), target=target)
+    bad = i.copy()
+    bad[1] = tup
+    with pytest.raises(ExecutionError, match=rf"at position \(1,\) .* for axis {ax} of size {dim}"):
+        fn(x=x, i=bad)
+    ok = np.array([[1, -1], [-3, 2]], np.int64)
+    want = np.stack([x[b][tuple(ok[b])] for b in range(2)]) if bd else x[tuple(ok.T)]
+    np.testing.assert_array_equal(fn(x=x, i=ok), want)
+
+
+def test_gather_elements_constant_index_out_of_range_is_the_nodes_error():
+    x = np.zeros((3, 4), dtype=np.float32)
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1, name="pick")
+    i = np.array([[1, 4]], dtype=np.int64)
+    with pytest.raises(OnnxError, match=r"(?s)pick.*index 4 .*out of range"):
+        stripeml.onnx.compile(_model(node, {"x": x}, ["y"], 13, {"i": i}), target="interp")(x=x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_gather_elements_constant_indices(target):
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    i = np.array([[1, -1, 0], [3, -4, 2]], dtype=np.int64)
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)
+    fn = stripeml.onnx.compile(_model(node, {"x": x}, ["y"], 13, {"i": i}), target=target)
+    np.testing.assert_array_equal(fn(x=x), np.take_along_axis(x[:2], i % 4, 1))
 
 
 # -- trilu / onehot / eyelike -------------------------------------------------------------

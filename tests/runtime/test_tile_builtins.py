@@ -141,6 +141,19 @@ def test_gather_out_of_range_index(target: str, bad: int) -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("bad", [2**64 - 1, 2**63, 2**64 - 5, 5])
+def test_gather_uint64_index_past_int64_is_out_of_range(target: str, bad: int) -> None:
+    """A uint64 index is compared in its own dtype: 2**64 - 1 is not -1 (which
+    would wrap to the last element), it is out of range."""
+    src = "function (X[N], I[K]) -> (O) { O = gather(X, I, 0); }"
+    x = np.arange(10, 15, dtype=np.float32)
+    f = stripeml.compile(src, target=target)
+    with pytest.raises(ExecutionError, match=rf"gather index {bad} .*out of range"):
+        f(x, np.array([0, bad, 1], np.uint64))
+    _check(f(x, np.array([4, 0, 2], np.uint64)), np.array([14, 10, 12], np.float32))
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_gather_from_and_into_program_results(target: str) -> None:
     """A special reads a program result written by an earlier kernel, and
     writes one that a later kernel reads."""

@@ -294,6 +294,8 @@ def _gather_into(x: np.ndarray, idx: np.ndarray, axis: int, out: np.ndarray) -> 
     shape = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
     if out.shape != shape or out.dtype != x.dtype or not out.flags.c_contiguous:
         return False
+    if idx.dtype.kind == "u" and idx.size and idx.max() >= dim:
+        return False  # compared unconverted: a uint64 past int64 would wrap below
     flat = idx.astype(np.int64).ravel()
     flat = np.where(flat < 0, flat + dim, flat)
     if flat.size and (flat.min() < 0 or flat.max() >= dim):

@@ -405,14 +405,40 @@ def _progression(n: Node, values: np.ndarray, dim: int) -> tuple[int, int] | Non
     return int(v[0]), step
 
 
-def _wrap(i: str, dim: int | str) -> str:
-    """``i`` as int64 with negative entries counted from ``dim``."""
-    return f"as_int({i} < 0 ? {i} + {dim} : {i}, 64)"
+def checked_indices(b: Builder, n: Node, i: Value, dim: int, ax: int) -> Value:
+    """Indices ``i`` into axis ``ax`` (of size ``dim``) of a node's data, as
+    int64 in ``[0, dim)`` (negative ones counted from ``dim``): constant ones
+    checked here (the node's error), the others by a `gather` from
+    ``arange(dim)`` laid along axis ``ax`` (leading axes of size 1, so its
+    error at run time names the index, its position in ``i`` and the node's
+    axis).  Unsigned indices are compared in their own type, never wrapped."""
+    if i.is_const:
+        v = np.asarray(i.const)
+        bad = v >= dim if v.dtype.kind == "u" else (v < -dim) | (v >= dim)
+        if bad.any():
+            at = tuple(int(p) for p in np.argwhere(bad)[0])
+            raise n.error(
+                f"index {int(v[at])} at position {at} of the indices is out of range "
+                f"for axis {ax} of size {dim}"
+            )
+        wide = v.astype(np.int64)
+        return _const(np.where(wide < 0, wide + dim, wide))
+    ramp = _const(np.arange(dim, dtype=np.int64).reshape((1,) * ax + (dim,)))
+    taken = b.statement(
+        f"{{out}} = gather({b.ref(ramp)}, {b.ref(i)}, {ax})", (1,) * ax + i.shape, np.int64
+    )
+    return reshape(b, taken, i.shape)
 
 
 @op("GatherElements")
 def gather_elements(b: Builder, n: Node) -> list[Value | None]:
-    """GatherElements: any axis, negative indices; a `gather` from the flattened data."""
+    """GatherElements: any axis, negative indices (checked against the axis); a `gather` from the flattened data.
+
+    Each index is first checked against the axis and wrapped by a `gather` from
+    ``arange(size)`` laid along the axis (an index outside ``-size .. size-1``
+    is an ``ExecutionError`` naming it, its position and the axis when the
+    model runs; constant indices are checked when compiling), then turned
+    into a flat position: a bad index never reads another row."""
     x, i = n.input(0), n.input(1)
     _check_indices(n, i)
     if i.rank != x.rank:
@@ -424,10 +450,14 @@ def gather_elements(b: Builder, n: Node) -> list[Value | None]:
     e = empty(i.shape, x.dtype)
     if e is not None:
         return [e]
+    dim = x.shape[ax]
+    if dim == 0:
+        raise n.error(f"indices {i.shape} into axis {ax} of data {x.shape}, which is empty")
     strides = [int(np.prod(x.shape[k + 1 :], dtype=np.int64)) for k in range(x.rank)]
-    ir = b.ref(i)
-    terms = [f"{_wrap(ir, x.shape[ax])} * {strides[ax]}"]
-    terms += [f"index({ir}, {k}) * {strides[k]}" for k in range(x.rank) if k != ax]
+    wrapped = checked_indices(b, n, i, dim, ax)
+    wr = b.ref(wrapped)
+    terms = [f"{wr} * {strides[ax]}" if strides[ax] != 1 else wr]
+    terms += [f"index({wr}, {k}) * {strides[k]}" for k in range(x.rank) if k != ax]
     pos = b.eltwise(" + ".join(terms), i.shape, np.int64)
     flat = reshape(b, x, (x.size,))
     return [b.statement(f"{{out}} = gather({b.ref(flat)}, {pos.name}, 0)", i.shape, x.dtype)]
@@ -435,7 +465,11 @@ def gather_elements(b: Builder, n: Node) -> list[Value | None]:
 
 @op("GatherND")
 def gather_nd(b: Builder, n: Node) -> list[Value | None]:
-    """GatherND: `batch_dims`, negative indices; a `gather` from the flattened leading axes."""
+    """GatherND: `batch_dims`, negative indices (each checked against its axis); a `gather` from the flattened leading axes.
+
+    Each entry of an index tuple is checked against its axis and wrapped first
+    (as GatherElements' indices): one out of range is an error, never another
+    row's element."""
     x, i = n.input(0), n.input(1)
     _check_indices(n, i)
     bd = int(n.attr("batch_dims", 0))
@@ -449,23 +483,30 @@ def gather_nd(b: Builder, n: Node) -> list[Value | None]:
     block = x.shape[bd : bd + k]
     rest = x.shape[bd + k :]
     bsize = int(np.prod(block, dtype=np.int64))
-    dims = _const(np.array(block, dtype=i.dtype))
-    ir = b.ref(i)
-    wrapped = b.eltwise(_wrap(ir, b.ref(dims)), i.shape, np.int64)
-    idx = indices(i.rank - 1)
     pos_shape = i.shape[:-1]
-    if k == 1:
-        pos = reshape(b, wrapped, pos_shape)
-    else:
-        strides = _const(
-            np.array([np.prod(block[j + 1 :], dtype=np.int64) for j in range(k)], np.int64)
-        )
-        pos = b.contraction(
-            f"{{out}}[{', '.join(idx)} : {_sizes(pos_shape)}] = "
-            f"+({wrapped.name}[{', '.join(idx + ['j'])}] * {b.ref(strides)}[j])",
-            pos_shape,
-            np.int64,
-        )
+    if 0 in block and i.size:
+        raise n.error(f"indices {i.shape} into data {x.shape}, whose indexed axes are empty")
+    # each entry of the tuples checked against its axis and wrapped, then the
+    # tuple made one flat position in the block (a bad entry never reads the
+    # next row)
+    terms = []
+    for j in range(k):
+        if i.is_const:
+            col = _const(np.asarray(i.const)[..., j])
+        elif k == 1:
+            col = reshape(b, i, pos_shape)
+        else:
+            idx = indices(i.rank - 1)
+            col = b.contraction(
+                f"{{out}}[{', '.join(idx)} : {_sizes(pos_shape)}] = "
+                f"=({b.ref(i)}[{', '.join(idx + [str(j)])}])",
+                pos_shape,
+                i.dtype,
+            )
+        w = b.ref(checked_indices(b, n, col, block[j], bd + j))
+        stride = int(np.prod(block[j + 1 :], dtype=np.int64))
+        terms.append(w if stride == 1 else f"{w} * {stride}")
+    pos = b.eltwise(" + ".join(terms), pos_shape, np.int64)
     if bd:
         terms = [pos.name]
         for a in range(bd):

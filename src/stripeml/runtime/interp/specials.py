@@ -79,10 +79,17 @@ def _gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
         raise ExecutionError(f"gather axis {axis} out of range for rank {rank}")
     axis %= rank
     dim = x.shape[1 + axis]
+    # Checked in the indices' own dtype (as :func:`_wrapped`): a uint64 index
+    # past int64 must not wrap to a negative one, which would count from the end.
+    bad = idx >= dim if idx.dtype.kind == "u" else (idx < -dim) | (idx >= dim)
+    if bad.any():
+        at = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise ExecutionError(
+            f"gather index {int(idx[at])} at position {at[1:]} of the indices is out of "
+            f"range for axis {axis} of size {dim} (valid: {-dim} to {dim - 1})"
+        )
     idx = idx.astype(np.int64)
     idx = np.where(idx < 0, idx + dim, idx)
-    if idx.size and (idx.min() < 0 or idx.max() >= dim):
-        raise ExecutionError(f"gather index out of range for axis of size {dim}")
     n = x.shape[0]
     pre, post = x.shape[1 : 1 + axis], x.shape[2 + axis :]
     irank = idx.ndim - 1
