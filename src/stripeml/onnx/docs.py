@@ -261,6 +261,26 @@ a min contraction find the first largest pivot, a `gather` reads its row,
 and one elementwise statement swaps it in and eliminates below it, in
 float64 (as NumPy computes a float32 determinant), rounded once at the end.
 
+**GridSample, RoiAlign and DeformConv** (`ops/sampling.py`).  Where they
+read the input depends on run-time values (the grid, the rois, the
+offsets), so the taps are computed elementwise in Tile, as the ONNX reference
+implementations compute them: each sample's coordinate per spatial axis (in
+float32), its integer taps (`floor(x) + k`, one, two or four per axis) and
+their weights, and the padding (`border` clamps, `reflection` reflects in
+float64, `zeros` marks a tap invalid); the tap axes of the spatial axes
+broadcast into one flat position per tap.  The input is laid out once as
+rows of channels, one row per (batch, pixel) plus a row of zeros that
+invalid taps read, so one `gather` copies every tap's channels and one
+contraction sums the weighted taps (RoiAlign `max`: takes their maximum;
+DeformConv: then a grouped convolution of the sampled columns with the
+weights).  The gathered taps are materialised (samples x taps x channels).
+RoiAlign's batch indices are checked when the model runs (an
+`ExecutionError` outside `-N .. N-1`); its adaptive `sampling_ratio` 0 needs
+`ceil(roi size / output size)` samples per bin, a count that depends on the
+rois' values, so the rois must then be known when compiling (initializers
+or constants; not a static input, which would specialise every model on
+its rois and fold what computes them).
+
 ## Supported operators
 """
 

@@ -27,6 +27,7 @@ from . import (  # noqa: F401  (each registers its operators)
     recurrent,
     reduce,
     resize,
+    sampling,
     scatter,
     shape,
     spectral,
