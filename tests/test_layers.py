@@ -39,7 +39,8 @@ ALLOWED: dict[str, set[str]] = {
         "errors",
     },
     "onnx": {"phases", "gc_pause", "api", "tile", "ir", "errors"},
-    "package": {"api", "onnx", "targets", "ir", "errors"},
+    "edsl": {"api", "errors"},
+    "package": {"api", "onnx", "edsl", "targets", "ir", "errors"},
     "cli": {"*"},
     "demo": {"package", "api", "ir", "errors"},
 }

@@ -33,8 +33,8 @@ def __getattr__(name: str):
         from .api import compile
 
         return compile
-    if name == "onnx":
+    if name in ("onnx", "edsl"):
         import importlib
 
-        return importlib.import_module(".onnx", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(name)

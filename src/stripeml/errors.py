@@ -86,6 +86,17 @@ class ExecutionError(StripeError):
     """A program failed while running (for example a race on an ``assign`` output)."""
 
 
+class EdslError(StripeError):
+    """The Python EDSL (:mod:`stripeml.edsl`) was misused while tracing a function:
+    indexing with something that is not an index, binding a tensor's dims twice
+    differently, returning something that is not a tensor, ...  The message
+    starts with the user's ``file:line``; ``python_file`` and ``python_line``
+    hold them."""
+
+    python_file: str | None = None
+    python_line: int | None = None
+
+
 class InternalError(StripeError):
     """A bug in stripeml surfaced while handling valid-looking input.
 
