@@ -351,3 +351,44 @@ def test_bad_attributes(kw: dict[str, Any], message: str) -> None:
     x = data(X4, F32)
     with pytest.raises(StripeError, match=message):
         so.compile(resize_model(x, **kw), target="cpu")(x)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("how", ["scales", "sizes"])
+def test_resize_between_convolutions_stays_channels_last(mode, how):
+    """Conv -> Resize -> Conv: the resize reads and writes the channels-last
+    tensors the convolutions keep (no transposes around it), same results."""
+    rng = np.random.default_rng(4)
+    w1 = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((4, 6, 3, 3)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w1, "W1"),
+        numpy_helper.from_array(w2, "W2"),
+        numpy_helper.from_array(np.array([], np.float32), "roi"),
+    ]
+    if how == "scales":
+        inits.append(numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "s"))
+        names = ["c1", "roi", "s"]
+    else:
+        inits.append(numpy_helper.from_array(np.array([1, 6, 17, 9], np.int64), "z"))
+        names = ["c1", "roi", "", "z"]
+    nodes = [
+        helper.make_node("Conv", ["X", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Resize", names, ["r"], mode=mode),
+        helper.make_node("Conv", ["r", "W2"], ["Y"], pads=[1, 1, 1, 1]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "crc",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 8, 6])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    x = rng.standard_normal((1, 3, 8, 6)).astype(np.float32)
+    fn = so.compile(model, target="cpu")
+    want = ReferenceEvaluator(model).run(None, {"X": x})[0]
+    np.testing.assert_allclose(fn(X=x), want, rtol=1e-4, atol=1e-4)
+    source = fn.source(X=x)
+    transposes = [line for line in source.splitlines() if "[n, c, h, w])" in line]
+    assert len(transposes) == 1, source  # the input's NCHW -> NHWC only

@@ -40,6 +40,9 @@ Layout-aware:
   one copy instead of three); anything else materialises the logical tensor.
 * ``MatMul`` with laid-out operands: the contraction reads them through
   permuted indices (attention's transposed heads and keys are not copied).
+* ``Resize``, ``Upsample`` of the spatial axes: the stored tensor resized,
+  its per-axis scales, sizes and roi permuted (a segmentation net's
+  upsampling stays channels-last).
 * ``QuantizeLinear``, ``DequantizeLinear`` (not blocked): elementwise, the
   axis of a per-channel scale moved to its physical position (a quantised
   CNN's QDQ pairs stay channels-last between its convolutions).
@@ -112,6 +115,8 @@ def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
             return _eltwise(b, d, node)
         if op in ("QuantizeLinear", "DequantizeLinear"):
             return _quant(b, d, node)
+        if op in ("Resize", "Upsample"):
+            return _resize(b, d, node)
         if op == "Transpose":
             return _transpose(node)
         if op in RESHAPES:
@@ -187,6 +192,56 @@ def _quant(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     ax = int(node.attr("axis", 1)) % len(layout)
     attrs = dict(node.attrs, axis=layout.index(ax))
     outs = d.fn(b, replace(node, inputs=(physical(x), *others), attrs=attrs))
+    return [with_layout(o, layout) for o in outs]
+
+
+def _resize(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
+    """Resize/Upsample of a laid-out image over its spatial axes only: the same op
+    on the stored tensor, its per-axis ``scales``, ``sizes`` and ``roi`` permuted
+    to the physical order (the spatial axes keep their relative order, so they
+    are resized in the reference's order)."""
+    layout = _needed(_layout_of(node))
+    x = node.inputs[0]
+    _need(x is not None and x.layout == layout and not node.attr("axes"))
+    assert x is not None
+    rank = len(layout)
+    perm = list(layout)
+
+    def per_axis(v: Value | None, count: int) -> Value | None:
+        if v is None or v.size == 0:
+            return v
+        _need(v.const is not None and v.size == count * rank)
+        arr = np.asarray(v.const).reshape(count, rank)
+        out = np.ascontiguousarray(arr[:, perm]).reshape(-1)
+        return Value("", out.shape, v.dtype, out)
+
+    inputs = list(node.inputs)
+    attrs = dict(node.attrs)
+    if node.op_type == "Upsample" and node.opset < 9:
+        given = [float(s) for s in (node.attr("scales") or [])]
+        _need(len(given) == rank and given[0] == 1.0 and given[1] == 1.0)
+        attrs["scales"] = [given[k] for k in perm]
+    elif node.op_type == "Upsample" or node.opset < 11:
+        given = inputs[1] if len(inputs) > 1 else None
+        _need(given is not None and given.const is not None)
+        assert given is not None
+        _need(list(np.asarray(given.const).reshape(-1)[:2]) == [1.0, 1.0])
+        inputs[1] = per_axis(given, 1)
+    else:
+        # only the spatial axes may change (batch and channels: scale 1, same size)
+        scales = inputs[2] if len(inputs) > 2 else None
+        sizes = inputs[3] if len(inputs) > 3 else None
+        if scales is not None and scales.size:
+            _need(scales.const is not None)
+            _need(list(np.asarray(scales.const).reshape(-1)[:2]) == [1.0, 1.0])
+        if sizes is not None and sizes.size:
+            _need(sizes.const is not None)
+            _need(list(np.asarray(sizes.const).reshape(-1)[:2]) == [x.shape[0], x.shape[1]])
+        for k, count in ((1, 2), (2, 1), (3, 1)):
+            if k < len(inputs):
+                inputs[k] = per_axis(inputs[k], count)
+    inputs[0] = physical(x)
+    outs = d.fn(b, replace(node, inputs=tuple(inputs), attrs=attrs))
     return [with_layout(o, layout) for o in outs]
 
 
