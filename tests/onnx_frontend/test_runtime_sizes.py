@@ -122,3 +122,28 @@ def test_a_run_time_sized_operator_inside_a_branch_is_a_clear_error():
     fn = stripeml.onnx.compile(model, target="cpu")
     with pytest.raises(stripeml.StripeError, match="main graph only"):
         fn(X=np.ones(4, np.float32), B=np.array(True))
+
+
+def test_topk_with_a_k_computed_at_run_time():
+    """K from the data (the number of positive elements): the model splits at TopK."""
+    nodes = [
+        h.make_node("Greater", ["X", "zero"], ["pos"]),
+        h.make_node("Cast", ["pos"], ["posi"], to=T.INT64),
+        h.make_node("ReduceSum", ["posi"], ["K"], keepdims=1),
+        h.make_node("TopK", ["X", "K"], ["V", "I"], axis=0),
+        h.make_node("Mul", ["V", "V"], ["Y"]),
+    ]
+    model = _model(
+        nodes,
+        [_vi("X", T.FLOAT, [9])],
+        [_vi("Y", T.FLOAT), _vi("I", T.INT64)],
+        [nh.from_array(np.array(0.0, np.float32), "zero")],
+    )
+    fn = stripeml.onnx.compile(model, target="cpu")
+    for _ in range(3):
+        x = RNG.standard_normal(9).astype(np.float32)
+        y, idx = fn(X=x)
+        k = int((x > 0).sum())
+        order = np.argsort(-x, kind="stable")[:k]
+        np.testing.assert_array_equal(idx, order)
+        np.testing.assert_array_equal(y, x[order] ** 2)

@@ -218,9 +218,9 @@ def _resize(b: Builder, d: OpDef, node: Node) -> list[Value | None]:
     inputs = list(node.inputs)
     attrs = dict(node.attrs)
     if node.op_type == "Upsample" and node.opset < 9:
-        given = [float(s) for s in (node.attr("scales") or [])]
-        _need(len(given) == rank and given[0] == 1.0 and given[1] == 1.0)
-        attrs["scales"] = [given[k] for k in perm]
+        factors = [float(s) for s in (node.attr("scales") or [])]
+        _need(len(factors) == rank and factors[0] == 1.0 and factors[1] == 1.0)
+        attrs["scales"] = [factors[k] for k in perm]
     elif node.op_type == "Upsample" or node.opset < 11:
         given = inputs[1] if len(inputs) > 1 else None
         _need(given is not None and given.const is not None)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...ir.stmt_rules import REDUCTIONS
-from ..builder import Builder, Node, Value
+from ..builder import Builder, NeedsHost, Node, Value
 from ..registry import op
 from ._util import axis, checked_shape, ints
 from .shape import broadcast_to, empty, reshape
@@ -222,9 +222,17 @@ def take_along(b: Builder, x: Value, idx: Value, ax: int) -> Value:
     return b.statement(f"{{out}} = gather({b.ref(flat)}, {pos.name}, 0)", idx.shape, x.dtype)
 
 
+def _topk_on_host(n: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """TopK with a k computed at run time, on the host: onnx's reference
+    evaluator (the definition itself)."""
+    from .dynamic import _reference
+
+    return _reference(n, inputs)
+
+
 @op("TopK", static=(1,))
 def topk(b: Builder, n: Node) -> list[Value | None]:
-    """TopK: `k` known when compiling, any axis, `largest`, sorted; ties and NaN as the reference.
+    """TopK: any axis, `largest`, sorted; ties and NaN as the reference; a `k` computed at run time runs on the host.
 
     Ties go to the lower index, NaN ranks above every number.  Tile's `topk`
     gives the indices, then a `gather` from the flattened data the values."""
@@ -232,6 +240,9 @@ def topk(b: Builder, n: Node) -> list[Value | None]:
     if n.opset < 10:
         k = int(n.attr("k", -1))
     else:
+        given = n.input(1)
+        if given.const is None:  # computed at run time: the output's size too
+            raise NeedsHost(n, _topk_on_host, [x.narrow or x.dtype, np.dtype(np.int64)])
         arr = n.const_input(1, "K")
         if arr is None:
             raise n.error("input 1 (K) is required")
