@@ -40,7 +40,8 @@ ALLOWED: dict[str, set[str]] = {
     },
     "onnx": {"phases", "gc_pause", "api", "tile", "ir", "errors"},
     "edsl": {"api", "errors"},
-    "package": {"api", "onnx", "edsl", "targets", "ir", "errors"},
+    "autodiff": {"api", "tile", "errors"},
+    "package": {"api", "onnx", "edsl", "autodiff", "targets", "ir", "errors"},
     "cli": {"*"},
     "demo": {"package", "api", "ir", "errors"},
 }

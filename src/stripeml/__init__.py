@@ -21,6 +21,7 @@ __all__ = [
     "TileSyntaxError",
     "__version__",
     "compile",
+    "grad",
     "ir",
     "targets",
 ]
@@ -33,6 +34,10 @@ def __getattr__(name: str):
         from .api import compile
 
         return compile
+    if name == "grad":
+        from .autodiff import grad
+
+        return grad
     if name in ("onnx", "edsl"):
         import importlib
 
