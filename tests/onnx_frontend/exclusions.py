@@ -36,6 +36,15 @@ EXCLUDED: dict[str, list[str]] = {
         r"^test_dft_inverse_cpu$",
         r"^test_dft_inverse_opset19_cpu$",
     ],
+    "random draws: the stored values are one draw of a generator the onnx reference "
+    "does not reproduce either, even seeded (test_runtime_sizes.py checks the draws "
+    "against the reference's with a seed, and their statistics without)": [
+        r"^test_bernoulli.*",
+    ],
+    "image file codecs (JPEG, PNG, TIFF, WebP ...): decoding a file is not tensor "
+    "computation; decode images before calling the model": [
+        r"^test_image_decoder_.*",
+    ],
     "sequences and optionals (not tensors)": [
         r"^test_sequence_.*",
         r"^test_optional_.*",

@@ -147,3 +147,32 @@ def test_topk_with_a_k_computed_at_run_time():
         order = np.argsort(-x, kind="stable")[:k]
         np.testing.assert_array_equal(idx, order)
         np.testing.assert_array_equal(y, x[order] ** 2)
+
+
+def _random_model(op, **attrs):
+    nodes = [h.make_node("Relu", ["X"], ["r"]), h.make_node(op, ["r"], ["d"], **attrs)]
+    nodes.append(h.make_node("Add", ["d", "d"], ["Y"]))
+    return _model(nodes, [_vi("X", T.FLOAT, [4000])], [_vi("Y", T.FLOAT)])
+
+
+def test_seeded_random_draws_are_the_reference_evaluators():
+    """Bernoulli and RandomUniformLike run on the host: with a seed, exactly the
+    onnx reference's draws (then doubled by the compiled rest)."""
+    x = np.clip(RNG.standard_normal(4000).astype(np.float32), 0, 1)
+    for op, attrs in (("Bernoulli", {"seed": 3.0}), ("RandomUniformLike", {"seed": 5.0})):
+        model = _random_model(op, **attrs)
+        np.testing.assert_array_equal(
+            stripeml.onnx.compile(model, target="cpu")(X=x),
+            ReferenceEvaluator(model).run(None, {"X": x})[0],
+        )
+
+
+def test_unseeded_draws_change_per_call_with_the_right_statistics():
+    fn = stripeml.onnx.compile(_random_model("Bernoulli"), target="cpu")
+    x = np.full(4000, 0.25, np.float32)
+    a, b = fn(X=x), fn(X=x)
+    assert set(np.unique(a)) <= {0.0, 2.0} and not np.array_equal(a, b)
+    assert abs(a.mean() / 2 - 0.25) < 0.05
+    u = stripeml.onnx.compile(_random_model("RandomUniformLike", low=-1.0, high=3.0), target="cpu")
+    draw = u(X=x) / 2
+    assert draw.min() >= -1 and draw.max() < 3 and abs(draw.mean() - 1) < 0.15

@@ -105,7 +105,11 @@ known at run time.
   `Unique` and `NonMaxSuppression`), and the rest of the graph is compiled
   for the sizes it produced, once per distinct set of sizes (cached like any
   signature; the rest may split again).  Such a node inside a branch or a
-  function body is refused.
+  function body is refused.  `TopK` with a `k` computed at run time splits
+  the same way, and so do three operators that are not tensor algebra:
+  `TfIdfVectorizer` (n-gram counting) and the random `Bernoulli` and
+  `RandomUniformLike` (NumPy's generator, as the definition draws; seeded by
+  `seed`), run by onnx's reference evaluator.
 * **Old opsets**: a model whose opset selects an operator version older than
   the op library implements (`Add-1` with `broadcast`) is converted by
   `onnx.version_converter` to the lowest opset that works; where the converter

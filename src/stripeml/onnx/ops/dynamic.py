@@ -135,3 +135,48 @@ def compress(b: Builder, n: Node) -> list[Value | None]:
         x, ax = reshape(b, x, (x.size,)), 0
     idx = Value("", picked.shape, picked.dtype, picked)
     return gather(b, replace(n, op_type="Gather", inputs=(x, idx), attrs={"axis": int(ax)}))
+
+
+# -- run on the host through the reference ---------------------------------------
+# These are not data-dependent in size, but they are not tensor algebra either:
+# n-gram counting over token sequences, and random draws whose values are those
+# of NumPy's generator that the ONNX definition (and its seeded tests) use.  They
+# run on the host like the operators above (the model is split at them), through
+# onnx's reference evaluator.
+
+
+def _attr_dtype(n: Node, default: np.dtype) -> np.dtype:
+    from onnx import helper
+
+    code = n.attr("dtype")
+    if code is None:
+        return default
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(int(code)))
+    except Exception:  # noqa: BLE001 - unknown enum values
+        raise n.error(f"dtype {code} is not supported") from None
+
+
+@op("TfIdfVectorizer")
+def tfidf_vectorizer(b: Builder, n: Node) -> list[Value | None]:
+    """TfIdfVectorizer: n-gram counts (TF, IDF, TFIDF) of integer token sequences, on the host."""
+    known = _known(n)
+    if known is not None:
+        return _consts(_reference(n, known))
+    if n.input(0).dtype.kind not in "iu":
+        raise n.error("only integer token sequences are supported (strings are not tensors here)")
+    raise NeedsHost(n, _reference, [np.dtype(np.float32)])
+
+
+@op("Bernoulli", foldable=False)
+def bernoulli(b: Builder, n: Node) -> list[Value | None]:
+    """Bernoulli: random draws with the input's probabilities, NumPy's generator (seeded by ``seed``), on the host."""
+    x = n.input(0)
+    raise NeedsHost(n, _reference, [_attr_dtype(n, x.narrow or x.dtype)])
+
+
+@op("RandomUniformLike", foldable=False)
+def random_uniform_like(b: Builder, n: Node) -> list[Value | None]:
+    """RandomUniformLike: uniform draws of the input's shape, NumPy's generator (seeded by ``seed``), on the host."""
+    x = n.input(0)
+    raise NeedsHost(n, _reference, [_attr_dtype(n, x.narrow or x.dtype)])
