@@ -56,12 +56,12 @@ EXCLUDED: dict[str, list[str]] = {
         r"^test_loop13_seq_cpu$",  # the loop carries a sequence
         r"^test_loop16_seq_none_cpu$",  # an optional sequence
     ],
-    "training ops and training-mode attributes": [
+    "training-mode attributes (dropout and batch norm in training mode: the "
+    "importer compiles inference graphs)": [
         r"^test_.*training.*",
-        r"^test_adagrad.*",
-        r"^test_adam.*",
-        r"^test_momentum.*",
-        r"^test_nesterov.*",
+    ],
+    "the Gradient operator (differentiating the graph around it): not written yet "
+    "(stripeml.grad differentiates Tile programs; docs/autodiff.md)": [
         r"^test_gradient.*",
     ],
 }

@@ -50,11 +50,14 @@ OPS: dict[str, OpDef] = {}
 ML_OPS: dict[str, OpDef] = {}
 #: The ``ai.onnx.preview`` operators (``FlexAttention``), by name.
 PREVIEW_OPS: dict[str, OpDef] = {}
+#: The ``ai.onnx.preview.training`` operators (the optimizers), by name.
+TRAINING_OPS: dict[str, OpDef] = {}
 #: Every domain's table, by domain ("" for ai.onnx).
 DOMAINS: dict[str, dict[str, OpDef]] = {
     "": OPS,
     "ai.onnx.ml": ML_OPS,
     "ai.onnx.preview": PREVIEW_OPS,
+    "ai.onnx.preview.training": TRAINING_OPS,
 }
 
 

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 MIN_OPSET = 7
 
 #: The oldest opset of each other domain whose operators the op library implements.
-MIN_DOMAIN_OPSET = {"ai.onnx.ml": 1, "ai.onnx.preview": 1}
+MIN_DOMAIN_OPSET = {"ai.onnx.ml": 1, "ai.onnx.preview": 1, "ai.onnx.preview.training": 1}
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

@@ -31,6 +31,7 @@ from . import (  # noqa: F401  (each registers its operators)
     scatter,
     shape,
     spectral,
+    training,
     unary_math,
 )
 
