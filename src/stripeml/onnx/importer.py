@@ -23,7 +23,7 @@ backend computes once.  Weights are not copied into the source.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -214,8 +214,6 @@ class OnnxFunction:
             self.progress(text)
 
     def _build(self, arrays: Sequence[np.ndarray]) -> Specialised:
-        from .. import api
-
         g = self.graph
         b = Builder()
         env: dict[str, Value] = {}
@@ -249,41 +247,16 @@ class OnnxFunction:
         wanted = list(g.outputs)
         if split is not None:
             wanted = _live(g, split[0], env)
-        outputs: list[tuple[str, Any]] = []
-        out_names: list[str] = []
-        narrow: list[np.dtype | None] = []
-        input_names = {v.name for v in input_index}  # a transpose's result may be one, relabelled
+        produced: list[Value] = []
         for name in wanted:
-            produced = env.get(name)
-            if produced is None:
+            made = env.get(name)
+            if made is None:
                 raise OnnxError(f"graph output {name!r} is not produced by any node")
-            v = b.logical(produced)
-            narrow.append(produced.narrow)
-            if v.const is not None and not b.tile_name(v):
-                outputs.append(("const", v.const))
-                continue
-            if v.name in out_names or v.name in input_names or v.const is not None:
-                # Tile outputs are distinct tensors that are not parameters.
-                v = b.eltwise(b.ref(v), v.shape, v.dtype)
-            out_names.append(v.name)
-            outputs.append(("tile", v.name))
-        inputs: list[int] = []
-        constants: dict[str, np.ndarray] = {}
-        for p in b.params:
-            if p in input_index:
-                inputs.append(input_index[p])
-            else:
-                constants[b.tile_name(p)] = _frozen(p.const)
-        source = b.source(out_names) if out_names else ""
-        function = None
-        if out_names:
-            count = sum(1 for s in b.statements if not s.startswith("//"))
-            self._say(f"compiling {count} Tile statements for {self.target}")
-            function = api.compile(source, self.resolved_target, name=g.name, constants=constants)
-            b.check(function.ast)
-        spec = Specialised(source, function, inputs, outputs)
-        if any(t is not None for t in narrow):
-            spec.narrow = narrow
+            produced.append(made)
+        spec = finish(
+            b, produced, input_index, self.resolved_target, g.name,
+            lambda text: self._say(f"{text} for {self.target}"),
+        )  # fmt: skip
         if split is not None:
             spec.host = self._split(split[0], split[1], wanted, env)
         return spec
@@ -423,6 +396,58 @@ def _spec_footprint(spec: Specialised) -> int:
     """A specialised model counts what its compiled signatures count."""
     fn = spec.function
     return 0 if fn is None else fn._cache.nbytes
+
+
+def finish(
+    b: Builder,
+    produced: Sequence[Value],
+    input_index: Mapping[Value, int],
+    target: Any,
+    name: str,
+    say: Progress | None = None,
+) -> Specialised:
+    """The program ``b`` holds, with ``produced`` as its outputs, compiled for
+    ``target`` (a resolved ``Target`` or a name): the end of an import, for any
+    frontend that wrote its nodes with :func:`run_node`.  ``input_index``: per
+    runtime input ``b.input`` made, its position in the caller's arguments
+    (:attr:`Specialised.inputs`); the other parameters are constants, bound when
+    compiling."""
+    from .. import api
+
+    outputs: list[tuple[str, Any]] = []
+    out_names: list[str] = []
+    narrow: list[np.dtype | None] = []
+    input_names = {v.name for v in input_index}  # a transpose's result may be one, relabelled
+    for value in produced:
+        v = b.logical(value)
+        narrow.append(value.narrow)
+        if v.const is not None and not b.tile_name(v):
+            outputs.append(("const", v.const))
+            continue
+        if v.name in out_names or v.name in input_names or v.const is not None:
+            # Tile outputs are distinct tensors that are not parameters.
+            v = b.eltwise(b.ref(v), v.shape, v.dtype)
+        out_names.append(v.name)
+        outputs.append(("tile", v.name))
+    inputs: list[int] = []
+    constants: dict[str, np.ndarray] = {}
+    for p in b.params:
+        if p in input_index:
+            inputs.append(input_index[p])
+        else:
+            constants[b.tile_name(p)] = _frozen(p.const)
+    source = b.source(out_names) if out_names else ""
+    function = None
+    if out_names:
+        count = sum(1 for s in b.statements if not s.startswith("//"))
+        if say is not None:
+            say(f"compiling {count} Tile statements")
+        function = api.compile(source, target, name=name, constants=constants)
+        b.check(function.ast)
+    spec = Specialised(source, function, inputs, outputs)
+    if any(t is not None for t in narrow):
+        spec.narrow = narrow
+    return spec
 
 
 def run_node(

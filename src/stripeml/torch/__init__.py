@@ -1,0 +1,83 @@
+"""``torch.compile(model, backend="stripeml")``: PyTorch models through stripeml.
+
+Importing this package registers the backend (it is also found through the
+``torch_dynamo_backends`` entry point).  Inference only for now: graphs that
+need gradients run eagerly.  See docs/pytorch.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backend import STATS, GraphReport, backend
+
+__all__ = ["GraphReport", "backend", "explain", "stats"]
+
+
+def _register() -> None:
+    import torch._dynamo
+    from torch._dynamo.backends.registry import _COMPILER_FNS
+
+    if _COMPILER_FNS.get("stripeml") is backend:
+        return
+    if "stripeml" not in _COMPILER_FNS:
+        torch._dynamo.register_backend(compiler_fn=backend, name="stripeml")
+
+
+_register()
+
+
+def stats() -> dict[str, int]:
+    """Counts since import: ``graphs`` dynamo handed over, ``compiles`` (stripeml
+    programs built), ``fallbacks`` (graphs or signatures run eagerly), ``calls``."""
+    return dict(STATS)
+
+
+class Explanation:
+    """What ``torch.compile(model, backend="stripeml")`` would do with each graph."""
+
+    def __init__(self, graphs: list[GraphReport]):
+        self.graphs = graphs
+
+    @property
+    def compiles(self) -> bool:
+        """Every graph compiles (none falls back to eager)."""
+        return bool(self.graphs) and all(g.compiles for g in self.graphs)
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """Every operator that makes a graph fall back, and why."""
+        return {op: why for g in self.graphs for op, why in g.unsupported.items()}
+
+    def __str__(self) -> str:
+        lines = []
+        for k, g in enumerate(self.graphs):
+            head = f"graph {k}: {sum(g.ops.values())} ATen ops: "
+            if g.compiles:
+                lines.append(head + "compiles")
+            elif g.reason:
+                lines.append(head + f"runs eagerly ({g.reason})")
+            else:
+                bad = ", ".join(f"{op} ({why})" for op, why in sorted(g.unsupported.items()))
+                lines.append(head + f"runs eagerly, unsupported: {bad}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
+    """Trace ``model(*inputs, **kwargs)`` as ``torch.compile`` would (under
+    ``torch.no_grad``) and say, per captured graph, whether it would compile or
+    fall back to eager, and which ATen operators are why.  Nothing is compiled."""
+    import torch
+
+    from .backend import _backend
+
+    reports: list[GraphReport] = []
+
+    def record(gm: Any, example_inputs: Any) -> Any:
+        return _backend(gm, example_inputs, reports)
+
+    with torch.no_grad():
+        torch.compile(model, backend=record, dynamic=False)(*inputs, **kwargs)
+    return Explanation(reports)
