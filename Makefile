@@ -19,6 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/stripeml demo --target interp
 	$(VENV)/bin/stripeml demo --target cpu
 	$(VENV)/bin/stripeml onnx "$$($(ONNX_DEMO))" --random --check --bench 5
+	$(PY) examples/train_digits.py --quick
 
 # mypy reads its settings (files, strictness, untyped third-party modules) from pyproject.toml.
 test: $(STAMP)

@@ -18,9 +18,33 @@ import numpy as np
 from ..api import Function
 from ..errors import StripeError
 from ..tile.parser import parse
-from ._core import AutodiffError, GradientProgram, gradient_source
+from ._core import Adjoint, AutodiffError, GradientProgram, gradient_source
+from ._core import adjoint_statements as _adjoint_statements
 
-__all__ = ["AutodiffError", "GradFunction", "GradientProgram", "grad", "gradient_source"]
+__all__ = [
+    "Adjoint",
+    "AutodiffError",
+    "GradFunction",
+    "GradientProgram",
+    "adjoint_statements",
+    "grad",
+    "gradient_source",
+]
+
+
+def adjoint_statements(
+    source: str,
+    loss: str,
+    wrt: Sequence[str],
+    names: Sequence[str],
+    used: Sequence[str] = (),
+) -> Adjoint:
+    """The statements to append to the Tile function ``source`` so that
+    ``names[k]`` holds the gradient of ``sum(loss)`` (``loss``: a tensor one of
+    its statements computes; an all-ones cotangent) with respect to its
+    parameter ``wrt[k]``; new names avoid ``used``.  The EDSL's
+    ``E.gradients`` (docs/autodiff.md, "Inside a traced function")."""
+    return _adjoint_statements(parse(source), loss, tuple(wrt), tuple(names), used)
 
 
 class GradFunction(Function):

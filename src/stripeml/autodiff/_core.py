@@ -54,6 +54,16 @@ class GradientProgram:
 
 
 @dataclass(frozen=True)
+class Adjoint:
+    """What :func:`adjoint_statements` returns: Tile statements to append to a
+    function's body, and the dimensions they name for parameters declared
+    without any (the parameter's declaration must become ``X[X_D0, X_D1]``)."""
+
+    statements: tuple[str, ...]
+    param_dims: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class _Op:
     """One forward statement after splitting: an elementwise operation whose
     operands are atoms, or an original contraction / builtin."""
@@ -135,9 +145,16 @@ def _atom_text(e: ast.Expr) -> str:
 
 
 class _Differentiator:
-    def __init__(self, fn: ast.Function, wrt: Sequence[str], name_prefix: str = "D") -> None:
+    def __init__(
+        self,
+        fn: ast.Function,
+        wrt: Sequence[str],
+        name_prefix: str = "D",
+        used: Iterable[str] = (),
+    ) -> None:
         self.fn = fn
         self.names = _Names(fn.source)
+        self.names.used.update(used)
         self.dims: set[str] = set()
         self.tensors: set[str] = set()
         self.shapes: dict[str, Shape | None] = {}
@@ -330,6 +347,18 @@ class _Differentiator:
             self.shapes[name] = shape
             if self.active.get(o.name):
                 cot.setdefault(o.name, []).append(name)
+        self._reverse(cot)
+        outs = self._gradients(cot, [self.names.fresh(f"{self.prefix}{w}") for w in self.wrt])
+        keep = self._live(outs)
+        decls = [self.param_decl[p.name] for p in self.fn.params]
+        decls += [self.param_decl[c] for c in cot_params]
+        body = "\n".join(f"    {text}" for (out, text, _), k in zip(self.stmts, keep) if k)
+        source = f"function ({', '.join(decls)}) -> ({', '.join(outs)}) {{\n{body}\n}}\n"
+        return GradientProgram(source, self.wrt, tuple(cot_params), tuple(outs))
+
+    def _reverse(self, cot: dict[str, list[str]]) -> None:
+        """The adjoints of every active statement, in reverse order; ``cot``
+        holds each tensor's cotangent contributions (the outputs' on entry)."""
         for op in reversed(self.ops):
             if not self.active.get(op.out) or op.out not in cot:
                 continue
@@ -337,23 +366,39 @@ class _Differentiator:
             for tensor, contribution in self._adjoint(op, g):
                 if self.active.get(tensor):
                     cot.setdefault(tensor, []).append(contribution)
-        outs: list[str] = []
-        for w in self.wrt:
-            name = self.names.fresh(f"{self.prefix}{w}")
-            outs.append(name)
+
+    def _gradients(self, cot: dict[str, list[str]], names: Sequence[str]) -> list[str]:
+        """One statement per ``wrt`` parameter, defining ``names[k]`` as its total
+        cotangent (zeros of its shape where no path leads to an output)."""
+        for w, name in zip(self.wrt, names):
             parts = cot.get(w, [])
             if parts:
                 text = " + ".join(parts)
-            else:  # no path from w to an output: zeros of w's shape (cast by the caller)
-                text = f"{w} == {w} ? 0.0 : 0.0"
+            else:  # no path from w to an output: zeros of w's shape and dtype
+                text = f"{w} != {w} ? 0.0 : ({w} == {w} ? 0.0 : {w})"
                 parts = [w]
             self._emit(name, f"{name} = {text};", set(parts))
+        return list(names)
+
+    def embedded(self, loss: str, names: Sequence[str]) -> Adjoint:
+        """The statements to append to the function's own: ``names[k]`` is the
+        gradient of ``sum(loss)`` w.r.t. ``wrt[k]`` (an all-ones cotangent)."""
+        seed = self.names.fresh(f"ONES_{loss}")
+        # 1 in loss's dtype (a ternary of two literals would be float64), NaN included
+        ones = f"{loss} != {loss} ? 1.0 : ({loss} == {loss} ? 1.0 : {loss})"
+        self._define(seed, ones, self._shape_of(loss))
+        cot: dict[str, list[str]] = {loss: [seed]} if self.active.get(loss) else {}
+        self._reverse(cot)
+        outs = self._gradients(cot, names)
         keep = self._live(outs)
-        decls = [self.param_decl[p.name] for p in self.fn.params]
-        decls += [self.param_decl[c] for c in cot_params]
-        body = "\n".join(f"    {text}" for (out, text, _), k in zip(self.stmts, keep) if k)
-        source = f"function ({', '.join(decls)}) -> ({', '.join(outs)}) {{\n{body}\n}}\n"
-        return GradientProgram(source, self.wrt, tuple(cot_params), tuple(outs))
+        forward = {p.name for p in self.fn.params} | {st.output for st in self.fn.stmts}
+        stmts = [text for (out, text, _), k in zip(self.stmts, keep) if k and out not in forward]
+        dims = {
+            p.name: self.shapes[p.name] or ()
+            for p in self.fn.params
+            if p.dims is None and self.shapes.get(p.name) is not None
+        }
+        return Adjoint(tuple(stmts), dict(dims))
 
     def _live(self, outs: list[str]) -> list[bool]:
         need = set(outs)
@@ -530,6 +575,52 @@ class _Differentiator:
             "is not implemented (docs/autodiff.md)"
         )
 
+    def _solved(self, c: ast.Contraction, k: int) -> _Solved:
+        """The adjoint of ``c`` for operand ``k`` over indices where, if it can,
+        each of ``k``'s index polynomials is a plain index: in ``x + rest``
+        (``x`` an index with coefficient +-1, in no other of ``k``'s
+        polynomials) ``x`` becomes ``u - rest`` (``rest - u``) for a fresh
+        index ``u``.  A bijection of the index space, so the valid tuples (the
+        accesses in bounds, the constraints) are the same; the adjoint then
+        writes ``dA[u, ...]`` as a plain contraction instead of accumulating
+        into ``dA[x + kx - 1, ...]`` (a scatter the backends run slowly)."""
+        polys = list(c.operands[k].indices)
+        subs: dict[str, ast.Expr] = {}
+        for j, p in enumerate(polys):
+            terms = _terms(p)
+            if len(terms) < 2:
+                continue
+            elsewhere: set[str] = set()
+            for jj, q in enumerate(polys):
+                if jj != j:
+                    elsewhere |= _expr_names(q)
+            for t, (sign, term) in enumerate(terms):
+                if not isinstance(term, ast.Name) or term.name in self.dims:
+                    continue
+                x = term.name
+                rest = terms[:t] + terms[t + 1 :]
+                if x in elsewhere or any(x in _expr_names(e) for _, e in rest):
+                    continue
+                u = ast.Name(self.names.fresh(f"{x}_"), _P)
+                if sign > 0:  # x + rest == u: x = u - rest
+                    subs[x] = _sum([(1, u), *((-sg, tt) for sg, tt in rest)])
+                else:  # rest - x == u: x = rest - u
+                    subs[x] = _sum([*rest, (-1, u)])
+                polys[j] = u
+                break
+
+        def fmt(e: ast.Expr) -> str:
+            return format_expr(_substitute(e, subs))
+
+        return _Solved(
+            out=[fmt(e) for e in c.out_indices],
+            ops=[
+                [fmt(e) for e in (polys if kk == k else a.indices)]
+                for kk, a in enumerate(c.operands)
+            ],
+            cons=[(fmt(q.poly), format_expr(q.bound)) for q in c.constraints],
+        )
+
     def _contraction_adjoint(self, c: ast.Contraction, g: str) -> list[tuple[str, str]]:
         out_polys = [format_expr(e) for e in c.out_indices]
         cons = [(format_expr(k.poly), format_expr(k.bound)) for k in c.constraints]
@@ -538,44 +629,58 @@ class _Differentiator:
         if c.default is not None and self.active.get(c.default.name):
             res.append((c.default.name, self._default_adjoint(c, g, out_polys, polys, cons)))
 
-        def bounds(skip: int) -> list[tuple[str, str]]:
-            """Constraints keeping operands other than ``skip`` in bounds
-            (their accesses are not in the adjoint's combination)."""
-            extra = []
-            for k, a in enumerate(c.operands):
-                if k == skip:
-                    continue
-                shape = self._need_shape(a.tensor, "its bounds limit a contraction")
-                extra += list(zip(polys[k], shape))
-            return extra
-
-        def emit(k: int, combo: str, reads: set[str], extra: list[tuple[str, str]]) -> None:
+        def emit(
+            k: int, combo: Callable[[_Solved], str], reads: set[str], others_in_bounds: bool
+        ) -> None:
+            """``dA_k[...] = +(combo), constraints``; ``others_in_bounds``: the
+            operands the combination drops stay bounds (constraints)."""
             a = c.operands[k]
+            sv = self._solved(c, k)
+            extra: list[tuple[str, str]] = []
+            if others_in_bounds:
+                for kk, b in enumerate(c.operands):
+                    if kk != k:
+                        shape = self._need_shape(b.tensor, "its bounds limit a contraction")
+                        extra += list(zip(sv.ops[kk], shape))
             shape = self._need_shape(a.tensor, "its gradient is sized like it")
-            head = f"[{_idx(polys[k])} : {_idx(shape)}]" if shape else "[]"
-            clauses = "".join(f", {p} < {b}" for p, b in cons + extra)
-            name = self._contract(f"C_{a.tensor}", f"{head} = +({combo}){clauses}", reads, shape)
+            head = f"[{_idx(sv.ops[k])} : {_idx(shape)}]" if shape else "[]"
+            clauses = "".join(f", {p} < {b}" for p, b in sv.cons + extra)
+            text = f"{head} = +({combo(sv)}){clauses}"
+            name = self._contract(f"C_{a.tensor}", text, reads, shape)
             res.append((a.tensor, name))
 
-        gacc = _access(g, out_polys)
         ops = c.operands
+
+        def acc(k: int) -> Callable[[_Solved], str]:
+            return lambda sv: _access(ops[k].tensor, sv.ops[k])
+
+        def gacc(sv: _Solved) -> str:
+            return _access(g, sv.out)
+
+        def times(o: Callable[[_Solved], str]) -> Callable[[_Solved], str]:
+            return lambda sv: f"{gacc(sv)} * {o(sv)}"
+
         if c.agg in ("add", "assign"):
             if c.combo == "none":
                 if self.active.get(ops[0].tensor):
-                    emit(0, gacc, {g}, [])
+                    emit(0, gacc, {g}, False)
             elif c.combo == "mul":
                 for k, other in ((0, 1), (1, 0)):
                     if self.active.get(ops[k].tensor):
-                        oacc = _access(ops[other].tensor, polys[other])
-                        emit(k, f"{gacc} * {oacc}", {g, ops[other].tensor}, [])
+                        emit(k, times(acc(other)), {g, ops[other].tensor}, False)
             elif c.combo == "add":
                 for k in (0, 1):
                     if self.active.get(ops[k].tensor):
-                        emit(k, gacc, {g}, bounds(k))
+                        emit(k, gacc, {g}, True)
             elif c.combo == "cond":
                 if self.active.get(ops[2].tensor):
-                    x, y = (_access(ops[k].tensor, polys[k]) for k in (0, 1))
-                    emit(2, f"{x} == {y} ? ({gacc})", {g, ops[0].tensor, ops[1].tensor}, [])
+                    x, y = acc(0), acc(1)
+                    emit(
+                        2,
+                        lambda sv: f"{x(sv)} == {y(sv)} ? ({gacc(sv)})",
+                        {g, ops[0].tensor, ops[1].tensor},
+                        False,
+                    )
             return res
         if c.combo != "none":
             raise AutodiffError(
@@ -585,11 +690,14 @@ class _Differentiator:
         a = ops[0]
         if not self.active.get(a.tensor):
             return res
-        aacc = _access(a.tensor, polys[0])
         if c.agg in ("max", "min"):
             # every element equal to the extremum gets the gradient (ties included)
-            oacc = _access(c.output, out_polys)
-            emit(0, f"{aacc} == {oacc} ? ({gacc})", {g, a.tensor, c.output}, [])
+            emit(
+                0,
+                lambda sv: f"{acc(0)(sv)} == {_access(c.output, sv.out)} ? ({gacc(sv)})",
+                {g, a.tensor, c.output},
+                False,
+            )
             return res
         # product: exact with zeros, from the product of the nonzero factors and
         # the count of zero factors of each output element
@@ -609,8 +717,8 @@ class _Differentiator:
         )
         g1 = self._temp(f"G1_{t}", f"{zeros} == 0 ? {g} * {prod} : 0", sizes)
         g2 = self._temp(f"G2_{t}", f"{zeros} == 1 ? {g} * {prod} : 0", sizes)
-        emit(0, f"{_access(g1, out_polys)} * {_access(inv, polys[0])}", {g1, inv}, [])
-        emit(0, f"{_access(g2, out_polys)} * {_access(isz, polys[0])}", {g2, isz}, [])
+        emit(0, lambda sv: f"{_access(g1, sv.out)} * {_access(inv, sv.ops[0])}", {g1, inv}, False)
+        emit(0, lambda sv: f"{_access(g2, sv.out)} * {_access(isz, sv.ops[0])}", {g2, isz}, False)
         return res
 
     def _default_adjoint(
@@ -639,6 +747,61 @@ class _Differentiator:
         return self._temp(f"C_{default}", f"{hit} > 0 ? 0 : {g}", sizes)
 
 
+@dataclass(frozen=True)
+class _Solved:
+    """A contraction's index polynomials (text) after :meth:`_Differentiator._solved`."""
+
+    out: list[str]  # the output's
+    ops: list[list[str]]  # each operand's
+    cons: list[tuple[str, str]]  # (poly, bound) of each constraint
+
+
+def _terms(e: ast.Expr) -> list[tuple[int, ast.Expr]]:
+    """The signed additive terms of an index polynomial."""
+    if isinstance(e, ast.Binary) and e.op in ("+", "-"):
+        sign = 1 if e.op == "+" else -1
+        return _terms(e.lhs) + [(sign * s, t) for s, t in _terms(e.rhs)]
+    if isinstance(e, ast.Unary) and e.op == "-":
+        return [(-s, t) for s, t in _terms(e.operand)]
+    return [(1, e)]
+
+
+def _sum(terms: Sequence[tuple[int, ast.Expr]]) -> ast.Expr:
+    if not terms:
+        return ast.IntLit(0, _P)
+    sign, first = terms[0]
+    out: ast.Expr = first if sign > 0 else ast.Unary("-", first, _P)
+    for sign, t in terms[1:]:
+        out = ast.Binary("+" if sign > 0 else "-", out, t, _P)
+    return out
+
+
+def _expr_names(e: ast.Expr) -> set[str]:
+    if isinstance(e, ast.Name):
+        return {e.name}
+    if isinstance(e, ast.Unary):
+        return _expr_names(e.operand)
+    if isinstance(e, ast.Binary):
+        return _expr_names(e.lhs) | _expr_names(e.rhs)
+    if isinstance(e, ast.Ternary):
+        return _expr_names(e.cond) | _expr_names(e.then) | _expr_names(e.other)
+    if isinstance(e, ast.Call):
+        return set().union(*(_expr_names(a) for a in e.args))
+    return set()
+
+
+def _substitute(e: ast.Expr, subs: dict[str, ast.Expr]) -> ast.Expr:
+    if not subs:
+        return e
+    if isinstance(e, ast.Name):
+        return subs.get(e.name, e)
+    if isinstance(e, ast.Unary):
+        return ast.Unary(e.op, _substitute(e.operand, subs), e.pos)
+    if isinstance(e, ast.Binary):
+        return ast.Binary(e.op, _substitute(e.lhs, subs), _substitute(e.rhs, subs), e.pos)
+    return e
+
+
 def _reads_of(c: ast.Contraction) -> set[str]:
     reads = {a.tensor for a in c.operands}
     if c.default is not None:
@@ -663,8 +826,7 @@ def _contraction_text(c: ast.Contraction) -> str:
     return f"{c.output}{head} = {_AGG_TOKEN[c.agg]}({combo}){clauses};"
 
 
-def gradient_source(fn: ast.Function, wrt: Sequence[str]) -> GradientProgram:
-    """The Tile program computing the gradients of ``fn`` w.r.t. ``wrt``."""
+def _check_wrt(fn: ast.Function, wrt: Sequence[str]) -> None:
     params = [p.name for p in fn.params]
     for w in wrt:
         if w not in params:
@@ -676,7 +838,43 @@ def gradient_source(fn: ast.Function, wrt: Sequence[str]) -> GradientProgram:
         raise AutodiffError(f"grad: wrt names a parameter twice: {', '.join(wrt)}")
     if not wrt:
         raise AutodiffError("grad: wrt is empty; name at least one parameter")
+
+
+def gradient_source(fn: ast.Function, wrt: Sequence[str]) -> GradientProgram:
+    """The Tile program computing the gradients of ``fn`` w.r.t. ``wrt``."""
+    _check_wrt(fn, wrt)
     return _Differentiator(fn, wrt).run()
 
 
-__all__ = ["AutodiffError", "GradientProgram", "broadcast", "gradient_source"]
+def adjoint_statements(
+    fn: ast.Function,
+    loss: str,
+    wrt: Sequence[str],
+    names: Sequence[str],
+    used: Iterable[str] = (),
+) -> Adjoint:
+    """The adjoint of ``fn``'s statements, to be appended to them (the EDSL's
+    ``E.gradients``): statements defining ``names[k]``, the gradient of the sum
+    of the elements of the tensor ``loss`` (a statement of ``fn``; its
+    cotangent is all ones) with respect to the parameter ``wrt[k]``.  Forward
+    statements of ``fn`` are not repeated; the operands the rules need that
+    ``fn`` computes inside one of its statements are.  New names avoid ``used``
+    and ``names``, which the caller must keep free of ``fn``'s names."""
+    _check_wrt(fn, wrt)
+    if len(names) != len(wrt):
+        raise AutodiffError(f"grad: {len(wrt)} parameters but {len(names)} gradient names")
+    if loss not in {st.output for st in fn.stmts}:
+        raise AutodiffError(
+            f"grad: the loss '{loss}' is not computed by a statement of the function"
+        )
+    return _Differentiator(fn, wrt, used=[*used, *names]).embedded(loss, names)
+
+
+__all__ = [
+    "Adjoint",
+    "AutodiffError",
+    "GradientProgram",
+    "adjoint_statements",
+    "broadcast",
+    "gradient_source",
+]

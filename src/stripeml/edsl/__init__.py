@@ -56,6 +56,7 @@ from ._core import (
     dims,
     eltwise,
     emit,
+    gradients,
     indexes,
     misuse,
     output,
@@ -86,6 +87,7 @@ __all__ = [
     "floor",
     "function",
     "gather",
+    "gradients",
     "index",
     "indexes",
     "log",
@@ -270,7 +272,13 @@ def trace(fn: Callable[..., Any]) -> Emitted:
         outputs = _outputs(t, result, ret_loc)
     finally:
         _STATE.stack.pop()
-    return emit(t, params, outputs, def_loc, ret_loc)
+    try:
+        return emit(t, params, outputs, def_loc, ret_loc)
+    except StripeError as e:  # a Tile error in the statements E.gradients differentiates
+        prefix = getattr(e, "edsl_emitted", None)
+        if prefix is None:
+            raise
+        raise located(e, prefix) from None
 
 
 def _outputs(t: Trace, result: Any, loc: Loc) -> list[Tensor]:

@@ -22,7 +22,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from ..errors import EdslError
+from ..autodiff import AutodiffError, adjoint_statements
+from ..errors import EdslError, StripeError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -135,12 +136,24 @@ class Contraction:
     constraints: list[tuple[Poly, Poly, Loc]] = field(default_factory=list)
 
 
+@dataclass
+class GradNode:
+    """``E.gradients(loss, wrt)``: its results are written, when the program is
+    emitted, by the adjoint of the statements written before it."""
+
+    loss: Tensor
+    wrt: tuple[Tensor, ...]
+    want: list[str]  # the names the results are assigned to ('' for none)
+    loc: Loc
+    results: tuple[Tensor, ...] = ()
+
+
 class Trace:
     """One tracing of a Python function: the names it took and what it wrote, in order."""
 
     def __init__(self) -> None:
         self.used: set[str] = set()
-        self.nodes: list[Tensor | Contraction] = []  # creation order = a valid order
+        self.nodes: list[Tensor | Contraction | GradNode] = []  # creation order = a valid order
         self.last_on_line: dict[Loc, Tensor] = {}
         self.last_contraction: Contraction | None = None
         self.counter = 0
@@ -409,7 +422,7 @@ class Tensor:
 
     def __init__(self, trace: Trace, kind: str, name: str | None, loc: Loc) -> None:
         self.trace = trace
-        self.kind = kind  # param | output | eltwise | builtin
+        self.kind = kind  # param | output | eltwise | builtin | gradient
         self.name = name
         self.loc = loc
         self.tree: Tree | None = None  # eltwise: the expression; builtin: the call
@@ -887,6 +900,43 @@ def builtin(fn: str, tensors: Sequence[Any], rest: Sequence[Any]) -> Tensor:
     return node
 
 
+# --------------------------------------------------------------------- gradients
+def gradients(loss: Tensor, wrt: Sequence[Tensor]) -> list[Tensor]:
+    """``[d sum(loss) / d w for w in wrt]``: tensors of the traced function (each
+    of its input's shape), computed by the adjoint of the statements written so
+    far (:func:`stripeml.autodiff.adjoint_statements`).  ``loss`` is usually a
+    scalar; any other tensor has an implicit all-ones cotangent (the gradient
+    of the sum of its elements).  ``wrt``: inputs of the traced function."""
+    loc = user_loc()
+    trace = current("E.gradients")
+    if not isinstance(loss, Tensor) or loss.trace is not trace:
+        raise misuse(
+            f"E.gradients: the loss must be a tensor of this traced function, got {loss!r}", loc
+        )
+    if loss.kind == "param":
+        raise misuse(f"E.gradients: the loss {loss.name} is an input, not computed from one", loc)
+    _operand_tree(loss)
+    if isinstance(wrt, Tensor) or not isinstance(wrt, (list, tuple)):
+        raise misuse("E.gradients(loss, wrt): wrt is a list or tuple of input tensors", loc)
+    if not wrt:
+        raise misuse("E.gradients: wrt is empty; name at least one input", loc)
+    for w in wrt:
+        if not isinstance(w, Tensor) or w.trace is not trace or w.kind != "param":
+            raise misuse(
+                f"E.gradients differentiates with respect to inputs of the traced function; "
+                f"{w!r} is not one",
+                loc,
+            )
+    if len({id(w) for w in wrt}) != len(wrt):
+        raise misuse("E.gradients: wrt names an input twice", loc)
+    found = _assigned_names(loc)
+    want = found if found is not None and len(found) == len(wrt) else [""] * len(wrt)
+    node = GradNode(loss, tuple(wrt), want, loc)
+    trace.nodes.append(node)
+    node.results = tuple(Tensor(trace, "gradient", None, loc) for _ in wrt)
+    return list(node.results)
+
+
 # --------------------------------------------------------------------- emission
 @dataclass
 class Emitted:
@@ -916,7 +966,10 @@ def emit(
                     use(x, by)
 
     for n in trace.nodes:
-        if isinstance(n, Contraction):
+        if isinstance(n, GradNode):
+            use(n.loss, n)
+            use(n.loss, n)  # always named: the output of the adjoint's prefix
+        elif isinstance(n, Contraction):
             for a in n.combo.accesses:
                 use(a.tensor, n)
             if n.output.default is not None:
@@ -958,7 +1011,10 @@ def emit(
         if isinstance(n, Contraction):
             body.append((n.loc, _contraction_text(n)))
             continue
-        if n.kind in ("param", "output") or inlined(n):
+        if isinstance(n, GradNode):
+            _emit_gradients(trace, n, params, body, def_loc, ret_loc)
+            continue
+        if n.kind in ("param", "output", "gradient") or inlined(n):
             continue
         if n.name is None:
             found = _assigned_names(n.loc)
@@ -969,6 +1025,16 @@ def emit(
         assert n.tree is not None
         body.append((n.loc, f"{n.name} = {text_of(n.tree, resolve)};"))
 
+    return _assemble(params, [o.name or "" for o in outputs], body, def_loc, ret_loc)
+
+
+def _assemble(
+    params: list[Tensor],
+    outputs: list[str],
+    body: list[tuple[Loc, str]],
+    def_loc: Loc,
+    ret_loc: Loc,
+) -> Emitted:
     head = "function ("
     header = []
     for i, p in enumerate(params):
@@ -980,7 +1046,7 @@ def emit(
         header.append((len(head) + 1, len(head) + len(text), p.dims_loc or def_loc, text))
         head += text
     arrow = len(head) + 1
-    head += f") -> ({', '.join(o.name or '' for o in outputs)}) {{"
+    head += f") -> ({', '.join(outputs)}) {{"
     header.append((arrow, len(head), ret_loc, head))
     lines = {1: (def_loc, head)}
     src = [head]
@@ -990,6 +1056,43 @@ def emit(
     src.append("}")
     lines[len(src)] = (ret_loc, "}")
     return Emitted("\n".join(src) + "\n", lines, header)
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _emit_gradients(
+    trace: Trace,
+    n: GradNode,
+    params: list[Tensor],
+    body: list[tuple[Loc, str]],
+    def_loc: Loc,
+    ret_loc: Loc,
+) -> None:
+    """Append the adjoint of ``body`` (the statements written before ``n``) for
+    ``n``'s loss, naming ``n``'s results."""
+    names = [trace.fresh(want, True, f"D{w.name}") for want, w in zip(n.want, n.wrt)]
+    assert n.loss.name is not None
+    prefix = _assemble(params, [n.loss.name], body, def_loc, ret_loc)
+    try:
+        adj = adjoint_statements(
+            prefix.source, n.loss.name, [w.name or "" for w in n.wrt], names, sorted(trace.used)
+        )
+    except AutodiffError as e:
+        message = str(e).removeprefix("grad: ")
+        raise misuse(f"E.gradients: {message}", n.loc) from None
+    except StripeError as e:  # the Tile frontend, about a statement written before
+        e.edsl_emitted = prefix  # type: ignore[attr-defined]
+        raise
+    for p in params:
+        if p.name in adj.param_dims and p.dims is None:
+            p.dims = tuple(Dim(d) for d in adj.param_dims[p.name])
+            trace.used.update(adj.param_dims[p.name])
+    for text in adj.statements:
+        body.append((n.loc, text))
+        trace.used.update(_IDENT.findall(text))
+    for r, name in zip(n.results, names):
+        r.name = name
 
 
 def _contraction_text(c: Contraction) -> str:
