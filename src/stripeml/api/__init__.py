@@ -177,7 +177,7 @@ class Function:
         for p in self.params:
             v = values[p]
             try:
-                arr = np.asarray(v)
+                arr = as_array(v)
             except Exception as exc:  # noqa: BLE001 - any conversion failure is the caller's input
                 raise ShapeError(f"input '{p}' is not array-like: {exc}") from None
             if arr.dtype == object or arr.dtype.kind in "USVMmc":
@@ -295,6 +295,22 @@ class Function:
             exe = last
         named = dict(zip(self.params, arrays))
         return self._results(exe.run_named(named, exe.out_arrays(out)))
+
+
+def as_array(value: Any) -> np.ndarray:
+    """``value`` as a NumPy array: an object with ``__dlpack__`` (a CPU torch
+    tensor, say) through ``np.from_dlpack``, sharing its memory (no copy);
+    anything else through ``np.asarray``.  A DLPack tensor NumPy cannot view (on
+    another device) is an error saying so."""
+    if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack__"):
+        return np.asarray(value)
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        raise ShapeError(
+            f"a {type(value).__name__} that NumPy cannot view through DLPack ({exc}): "
+            "stripeml's inputs are host memory (move the tensor to the CPU first)"
+        ) from None
 
 
 def compile(  # noqa: A001

@@ -173,8 +173,10 @@ class OnnxFunction:
         if missing:
             raise ShapeError(f"missing input(s) {', '.join(missing)}")
         out = []
+        from ..api import as_array  # loaded by the first compile anyway
+
         for gi in self.graph.inputs:
-            arr = np.asarray(values[gi.name])
+            arr = as_array(values[gi.name])
             if arr.dtype != gi.dtype:
                 raise ShapeError(f"input {gi.name!r} must be {gi.dtype}, got {arr.dtype}")
             if gi.dims is not None:
