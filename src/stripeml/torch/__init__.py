@@ -29,7 +29,9 @@ _register()
 
 def stats() -> dict[str, int]:
     """Counts since import: ``graphs`` dynamo handed over, ``compiles`` (stripeml
-    programs built), ``fallbacks`` (graphs or signatures run eagerly), ``calls``."""
+    programs built), ``fallbacks`` (graphs or signatures run eagerly, wholly or in
+    part), ``partitions`` (supported parts of split graphs), ``eager_nodes`` (ATen
+    nodes of split graphs left to PyTorch), ``calls``."""
     return dict(STATS)
 
 
@@ -45,8 +47,13 @@ class Explanation:
         return bool(self.graphs) and all(g.compiles for g in self.graphs)
 
     @property
+    def partial(self) -> bool:
+        """Some graph is split: its supported partitions compile, the rest runs eagerly."""
+        return any(g.partial for g in self.graphs)
+
+    @property
     def unsupported(self) -> dict[str, str]:
-        """Every operator that makes a graph fall back, and why."""
+        """Every operator that makes a graph (or part of one) fall back, and why."""
         return {op: why for g in self.graphs for op, why in g.unsupported.items()}
 
     def __str__(self) -> str:
@@ -57,6 +64,14 @@ class Explanation:
                 lines.append(head + "compiles")
             elif g.reason:
                 lines.append(head + f"runs eagerly ({g.reason})")
+            elif g.partial:
+                sizes = " + ".join(str(sum(p.values())) for p in g.partitions)
+                eager = ", ".join(f"{op} x{n}" for op, n in sorted(g.eager.items()))
+                bad = ", ".join(f"{op} ({why})" for op, why in sorted(g.unsupported.items()))
+                lines.append(
+                    head + f"split: {len(g.partitions)} partitions compile ({sizes} ops); "
+                    f"runs eagerly: {eager}; unsupported: {bad}"
+                )
             else:
                 bad = ", ".join(f"{op} ({why})" for op, why in sorted(g.unsupported.items()))
                 lines.append(head + f"runs eagerly, unsupported: {bad}")
@@ -67,7 +82,8 @@ class Explanation:
 
 def explain(model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
     """Trace ``model(*inputs, **kwargs)`` as ``torch.compile`` would (under
-    ``torch.no_grad``) and say, per captured graph, whether it would compile or
+    ``torch.no_grad``) and say, per captured graph, whether it would compile,
+    be split (its supported partitions compiled, the other nodes run eagerly) or
     fall back to eager, and which ATen operators are why.  Nothing is compiled."""
     import torch
 

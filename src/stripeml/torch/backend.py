@@ -6,7 +6,10 @@ calls per graph dynamo captures.  It traces the graph to ATen with
 no in-place ops, no aliasing left to reason about), and returns a callable that,
 per input signature, translates the ATen graph (``lower.py``) and compiles it
 once with ``stripeml.compile``; parameters and buffers are constants of the
-program, bound per parameter version.
+program, bound per parameter version.  A graph with operators the translator
+lacks is split (``CapabilityBasedPartitioner``) into maximal supported
+partitions, each compiled as its own program, with the unsupported nodes run by
+PyTorch between them.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from .lower import IGNORED, Lowering, Unsupported, full_name, np_dtype, op_name,
 log = logging.getLogger("stripeml.torch")
 
 #: Counts, for tests and curiosity: graphs dynamo handed over, programs compiled,
-#: graphs run eagerly instead (fallbacks), calls of compiled graphs.
+#: graphs run eagerly instead, wholly or in part (fallbacks), calls of compiled
+#: graphs; for split graphs, ``partitions`` (supported parts, each compiled on
+#: its own) and ``eager_nodes`` (ATen nodes left to PyTorch between them).
 STATS: Counter[str] = Counter()
 _LOCK = threading.Lock()
 
@@ -51,10 +56,21 @@ class GraphReport:
     ops: Counter[str] = field(default_factory=Counter)  # ATen operator -> count
     unsupported: dict[str, str] = field(default_factory=dict)  # operator -> why
     reason: str = ""  # why the whole graph runs eagerly, when it does
+    #: when the graph is split: the ATen operators of each supported partition
+    #: (each compiles as its own program) ...
+    partitions: list[Counter[str]] = field(default_factory=list)
+    #: ... and the ATen operators of the nodes PyTorch runs between them -> count
+    eager: Counter[str] = field(default_factory=Counter)
 
     @property
     def compiles(self) -> bool:
+        """The whole graph compiles as one program."""
         return not self.unsupported and not self.reason
+
+    @property
+    def partial(self) -> bool:
+        """The graph is split: its partitions compile, the rest runs eagerly."""
+        return bool(self.partitions) and not self.reason
 
 
 # -- which inputs are parameters ----------------------------------------------
@@ -126,6 +142,9 @@ class CompiledGraph:
         # signature -> (the parameters' (id, version), the program or None: eager)
         self._cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], Specialised | None]] = {}
         self._folds: Folds = {}
+        #: nodes of known operators whose translation failed (left to PyTorch)
+        self._bad: set[Any] = set()
+        self._at: Any = None  # the node being translated
         report = GraphReport()
         for n in fx.graph.nodes:
             if n.op == "call_function":
@@ -136,13 +155,26 @@ class CompiledGraph:
         if self.state is None:
             report.reason = "its inputs could not be matched to the module's"
         self.report = report
-        if reports is not None:
+        #: the graph with its supported partitions as compiled graphs, when split
+        self.split: Any = None
+        if report.unsupported and not report.reason:
+            self.split = self._partition(explain=reports is not None)
+        if self.split is not None:
+            if reports is not None:
+                reports.append(report)
+            else:
+                _note(f"stripeml.torch: graph split: {_split_summary(report)}")
+                STATS["fallbacks"] += 1
+                STATS["partitions"] += len(report.partitions)
+                STATS["eager_nodes"] += sum(report.eager.values())
+        elif reports is not None:
             # explain(): translate now (for the precise reasons), compile nothing
             if report.compiles and self.static:
                 try:
                     self._lower([n.meta["val"] for n in self.placeholders], dry=True)
                 except Unsupported as exc:
                     report.unsupported[exc.op] = exc.reason
+                    self._split_at_failure(explain=True)
             reports.append(report)
         elif not report.compiles:
             _note(f"stripeml.torch: graph runs eagerly: {_summary(report)}")
@@ -154,6 +186,8 @@ class CompiledGraph:
         args = list(given)
 
         STATS["calls"] += 1
+        if self.split is not None:
+            return self.split(*args)
         if not self.report.compiles or self.state is None:
             return self.fx(*args)
         sig = tuple(
@@ -173,7 +207,7 @@ class CompiledGraph:
             self._cache[sig] = hit = (versions, spec)
         spec = hit[1]
         if spec is None:
-            return self.fx(*args)
+            return self.split(*args) if self.split is not None else self.fx(*args)
         arrays: dict[int, np.ndarray] = {}
         for k in spec.inputs:
             a = args[k]
@@ -193,6 +227,84 @@ class CompiledGraph:
             out.append(torch.from_numpy(np.asarray(values[x])) if kind == "value" else x)
         return out
 
+    def _partition(self, explain: bool) -> Any:
+        """Split the graph into maximal partitions of translatable nodes; each that
+        computes something becomes a :class:`CompiledGraph` of its own (under
+        ``explain``: is translated, not compiled, for the report).  The graph
+        module that calls them (and runs the other nodes), or None when no
+        partition is worth compiling."""
+        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+        from torch.fx.passes.operator_support import OperatorSupportBase
+        from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+        bad = self._bad
+
+        class Translatable(OperatorSupportBase):
+            def is_node_supported(self, submodules: Any, node: Any) -> bool:
+                return node.op == "call_function" and _known(node.target) and node not in bad
+
+        assert self.state is not None
+        state_of = dict(zip(self.placeholders, self.state))
+        partitioner = CapabilityBasedPartitioner(
+            self.fx, Translatable(), allows_single_node_partition=True
+        )
+        proposed = [p.nodes for p in partitioner.propose_partitions()]
+        _constants_to_consumers(self.fx, proposed, state_of)
+        kept = [
+            nodes
+            for nodes in proposed
+            if any(n.op == "call_function" and not _trivial(n.target) for n in nodes)
+        ]
+        if not kept:
+            return None
+        inside = {n for nodes in kept for n in nodes}
+        report = self.report
+        for n in self.fx.graph.nodes:
+            if n.op == "call_function" and n not in inside:
+                report.eager[full_name(n.target)] += 1
+        report.partitions = [
+            Counter(full_name(n.target) for n in nodes if n.op == "call_function") for nodes in kept
+        ]
+        prefix = "stripeml_partition_"
+        split = fuse_by_partitions(self.fx, kept, prefix=prefix, always_return_tuple=True)
+        split.recompile()
+        # (the fused graph's placeholders are new nodes, with the same names)
+        by_name = {n.name: s for n, s in state_of.items()}
+        for node in list(split.graph.nodes):
+            if node.op != "call_module" or not str(node.target).startswith(prefix):
+                continue
+            name = str(node.target)
+            sub = getattr(split, name)
+            state = [
+                by_name.get(a.name, False) if a.op == "placeholder" else a.op == "get_attr"
+                for a in node.args
+            ]
+            if explain:  # translate (for the reasons); the partition runs eagerly
+                scratch: list[GraphReport] = []
+                CompiledGraph(sub, state, scratch)
+                report.unsupported.update(scratch[0].unsupported if scratch else {})
+                continue
+            split.delete_submodule(name)
+            setattr(split, name, CompiledGraph(sub, state, None))
+        return split
+
+    def _split_at_failure(self, explain: bool) -> bool:
+        """After a translation failed at an operator node (``self._at``): split
+        the graph around that node (it runs eagerly, its neighbours compile);
+        False when that is not possible (an input's type, no such node, or a
+        graph already split)."""
+        import operator
+
+        n = self._at
+        if n is None or n.op != "call_function" or self.split is not None or self.state is None:
+            return False
+        if n.target is operator.getitem and isinstance(n.args[0], type(n)):
+            n = n.args[0]  # an output of a multi-output operator: that operator
+        self._bad.add(n)
+        self._bad.update(u for u in n.users if u.target is operator.getitem)
+        self.split = self._partition(explain)
+        return self.split is not None
+
     def _build(self, args: list[Any]) -> Specialised | None:
         import torch
 
@@ -204,7 +316,12 @@ class CompiledGraph:
             spec = self._lower(metas, args=args)
         except Unsupported as exc:
             self.report.unsupported[exc.op] = exc.reason
-            _note(f"stripeml.torch: graph runs eagerly: {_summary(self.report)}")
+            if self._split_at_failure(explain=False):
+                _note(f"stripeml.torch: graph split: {_split_summary(self.report)}")
+                STATS["partitions"] += len(self.report.partitions)
+                STATS["eager_nodes"] += sum(self.report.eager.values())
+            else:
+                _note(f"stripeml.torch: graph runs eagerly: {_summary(self.report)}")
             STATS["fallbacks"] += 1
             return None
         STATS["compiles"] += 1
@@ -241,12 +358,15 @@ class CompiledGraph:
                     input_index[v] = k
                 vals[n] = v
         output = None
+        self._at = None
         for n in self.fx.graph.nodes:
             if n.op == "placeholder":
                 continue
             if n.op == "output":
                 output = n
+                self._at = None
                 break
+            self._at = n
             if n.op == "get_attr":
                 t = getattr(self.fx, str(n.target))
                 vals[n] = (
@@ -282,6 +402,8 @@ class CompiledGraph:
             if isinstance(r, Value):
                 plan.append(("value", len(produced)))
                 produced.append(r)
+            elif isinstance(r, (tuple, list)):
+                raise Unsupported("output", "a tuple-valued output")
             else:
                 plan.append(("literal", r))
         self._plan = plan
@@ -296,6 +418,55 @@ def _summary(report: GraphReport) -> str:
     return "unsupported: " + ", ".join(
         f"{op} ({why})" if why else op for op, why in sorted(report.unsupported.items())
     )
+
+
+def _constants_to_consumers(
+    fx: Any, partitions: list[dict[Any, Any]], state_of: dict[Any, bool]
+) -> None:
+    """Move each node computed from parameters alone (a transposed weight) into
+    the partition that uses it, when one does: the partitioner's horizontal
+    merging may put it in an earlier partition, which would make it a runtime
+    input of its consumer's program instead of a constant folded into it."""
+    where: dict[Any, int] = {n: k for k, nodes in enumerate(partitions) for n in nodes}
+    constant: set[Any] = set()
+    for n in fx.graph.nodes:
+        if n.op == "get_attr" or (n.op == "placeholder" and state_of.get(n, False)):
+            constant.add(n)
+        elif n.op == "call_function" and all(a in constant for a in n.all_input_nodes):
+            constant.add(n)
+    for n in reversed(list(fx.graph.nodes)):
+        if n.op != "call_function" or n not in constant or n not in where or not n.users:
+            continue
+        homes = {where.get(u) for u in n.users}
+        if len(homes) == 1 and None not in homes and homes != {where[n]}:
+            (home,) = homes
+            assert home is not None
+            partitions[where[n]].pop(n)
+            partitions[home][n] = None
+            where[n] = home
+
+
+def _split_summary(report: GraphReport) -> str:
+    sizes = " + ".join(str(sum(p.values())) for p in report.partitions)
+    n = sum(report.eager.values())
+    eager = ", ".join(f"{op} x{k}" for op, k in sorted(report.eager.items()))
+    return (
+        f"{len(report.partitions)} partition(s) compile ({sizes} ATen ops), "
+        f"{n} node(s) fall back to eager: {eager}; {_summary(report)}"
+    )
+
+
+#: Operators that compute nothing (views, sizes): a partition of only these is
+#: left to PyTorch rather than compiled.
+_TRIVIAL = frozenset({
+    "view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "flatten", "expand",
+    "permute", "t", "transpose", "alias", "detach", "clone", "slice", "select",
+    "getitem", "sym_size", "sym_numel", "sym_stride", "sym_storage_offset",
+})  # fmt: skip
+
+
+def _trivial(target: Any) -> bool:
+    return op_name(target) in _TRIVIAL or op_name(target) in IGNORED or _is_size_op(target)
 
 
 def _known(target: Any) -> bool:
