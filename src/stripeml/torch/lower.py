@@ -196,11 +196,25 @@ def _binary(name: str, op: str) -> Rule:
     return write
 
 
+def promoted(a: Any, c: Any) -> np.dtype:
+    """The dtype PyTorch computes ``a`` and ``c`` (Values or Python numbers) in:
+    its type promotion, where an integer tensor with a Python float is float32
+    and a 0-d tensor does not widen a dimensioned one of its category (NumPy's
+    rules differ on both)."""
+    import torch
+
+    def probe(x: Any) -> Any:
+        if not isinstance(x, Value):
+            return x
+        return torch.from_numpy(np.zeros((1,) * min(x.rank, 1), x.dtype))
+
+    return np_dtype(torch.result_type(probe(a), probe(c)))
+
+
 def _compare(name: str, op: str) -> Rule:
     def write(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
         a, c = args[0], args[1]
-        types = [x.dtype if isinstance(x, Value) else np.asarray(x).dtype for x in (a, c)]
-        common = a.dtype if not isinstance(c, Value) else np.result_type(*types)
+        common = promoted(a, c)
         out = L.one(op, L.tensor(a, common), L.tensor(c, common))
         return L.one("Not", out) if name == "ne" else out
 
@@ -223,6 +237,23 @@ def _rsqrt(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
 @rule("bitwise_not")
 def _bitwise_not(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
     return L.one("Not" if args[0].dtype == np.bool_ else "BitwiseNot", args[0])
+
+
+@rule("bitwise_and", "bitwise_or", "bitwise_xor", "logical_xor")
+def _bitwise(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
+    """``&``, ``|``, ``^``: the logical operators on booleans, bitwise on integers."""
+    name, dtype = kw["__op__"], _dtype(meta)
+    kind = name.split("_", 1)[1]
+    if name == "logical_xor":
+        dtype = np.dtype(np.bool_)
+        a, c = L.tensor(args[0], dtype), L.tensor(args[1], dtype)  # nonzero: True
+    else:
+        a, c = L.tensor(args[0], dtype), L.tensor(args[1], dtype)
+    if dtype == np.bool_:
+        return L.one(kind.capitalize(), a, c)
+    if dtype.kind not in "iu":
+        raise Unsupported(name, f"element type {dtype}")
+    return L.one("Bitwise" + kind.capitalize(), a, c)
 
 
 @rule("gelu")
@@ -254,6 +285,15 @@ def _clamp(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
         hi = 1.0 if hi is None else hi
     elif name == "clamp_max":
         lo, hi = None, args[1]
+    if isinstance(lo, Value) or isinstance(hi, Value):
+        # tensor bounds (clamp.Tensor): Clip takes scalars only; PyTorch's
+        # clamp is min(max(x, lo), hi), which broadcasts
+        y = L.cast(x, dtype)
+        if lo is not None:
+            y = L.one("Max", y, L.tensor(lo, dtype))
+        if hi is not None:
+            y = L.one("Min", y, L.tensor(hi, dtype))
+        return y
     return L.one(
         "Clip",
         L.cast(x, dtype),
@@ -437,7 +477,16 @@ def _adaptive(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> A
         return L.one("GlobalAveragePool", x)
     if tuple(size) == x.shape[2:]:
         return x
-    raise Unsupported("adaptive_avg_pool2d", f"output size {size} (only 1x1)")
+    spatial = x.shape[2:]
+    if len(size) == len(spatial) and all(o > 0 and n % o == 0 for n, o in zip(spatial, size)):
+        # evenly divided: PyTorch's windows are then the same size and do not overlap
+        kernel = [n // o for n, o in zip(spatial, size)]
+        return L.one(
+            "AveragePool", x, kernel_shape=kernel, strides=kernel, pads=[0] * 2 * len(size)
+        )
+    raise Unsupported(
+        "adaptive_avg_pool2d", f"output size {size} does not divide the input's {list(spatial)}"
+    )
 
 
 def _reduce(op: str) -> Rule:
@@ -455,6 +504,21 @@ def _reduce(op: str) -> Rule:
         return L.one(op, x, L.ints(axes), keepdims=keep)
 
     return write
+
+
+@rule("max", "min")
+def _max_min(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
+    """``max()``/``min()`` (everything), ``.dim`` (values; the indices are not
+    produced) and ``.other`` (elementwise, as ``maximum``/``minimum``)."""
+    name = kw["__op__"]
+    other = args[1] if len(args) > 1 else kw.get("other", kw.get("dim"))
+    if isinstance(other, Value):
+        dtype = _dtype(meta)
+        return L.one(
+            "Max" if name == "max" else "Min", L.cast(args[0], dtype), L.cast(other, dtype)
+        )
+    y = _reduce("ReduceMax" if name == "max" else "ReduceMin")(L, args, kw, meta)
+    return y if other is None else (y, None)
 
 
 RULES["mean"] = _reduce("ReduceMean")
