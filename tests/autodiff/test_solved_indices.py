@@ -54,3 +54,23 @@ def test_negative_coefficient_and_full_convolution(target: str) -> None:
     da, db = g(a, b, dc)
     np.testing.assert_allclose(da, np.correlate(dc, b, "valid"), rtol=1e-6)
     np.testing.assert_allclose(db, np.correlate(dc, a, "valid"), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["interp", "cpu"])
+def test_chained_solutions_compose(target: str) -> None:
+    """``C[i + r, r + 1]``: ``i = i_ - r`` is solved first, then ``r = r_ - 1``,
+    which must reach the first solution too (found by the random contractions
+    of test_random_contractions.py: a stale ``r`` summed over every ``r``)."""
+    f = stripeml.compile(
+        "function (C[S, T]) -> (O) {\n    O[i : 3] = +(C[i + r, r + 1]);\n}", target=target
+    )
+    g = stripeml.grad(f)
+    assert "r_" in g.source and "i_ - r]" not in g.source
+    c = RNG.standard_normal((4, 3))
+    do = RNG.standard_normal(3)
+    want = np.zeros_like(c)
+    for i in range(3):
+        for r in range(-5, 5):  # every tuple with the accesses in bounds (r = -1 too)
+            if 0 <= i + r < 4 and 0 <= r + 1 < 3:
+                want[i + r, r + 1] += do[i]
+    np.testing.assert_allclose(g(c, do), want, rtol=1e-12)

@@ -11,7 +11,7 @@ The gradient is itself a Tile program (:mod:`._core` writes it), compiled for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -20,12 +20,15 @@ from ..errors import StripeError
 from ..tile.parser import parse
 from ._core import Adjoint, AutodiffError, GradientProgram, gradient_source
 from ._core import adjoint_statements as _adjoint_statements
+from ._model import ModelGradFunction, SpecialisingModel, is_model
 
 __all__ = [
     "Adjoint",
     "AutodiffError",
     "GradFunction",
     "GradientProgram",
+    "ModelGradFunction",
+    "SpecialisingModel",
     "adjoint_statements",
     "grad",
     "gradient_source",
@@ -95,11 +98,28 @@ class GradFunction(Function):
         return cast[0] if len(cast) == 1 else cast
 
 
-def grad(f: Function | str, wrt: Sequence[str] | str | None = None) -> GradFunction:
+@overload
+def grad(f: Function | str, wrt: Sequence[str] | str | None = None) -> GradFunction: ...
+
+
+@overload
+def grad(f: SpecialisingModel, wrt: Sequence[str] | str | None = None) -> ModelGradFunction: ...
+
+
+def grad(
+    f: Function | str | SpecialisingModel, wrt: Sequence[str] | str | None = None
+) -> GradFunction | ModelGradFunction:
     """The gradient of ``f`` (a :class:`~stripeml.api.Function`, or Tile source
     compiled for ``cpu``) with respect to the parameters named in ``wrt`` (a
     name or a sequence of names; default: every parameter passed at call
-    time)."""
+    time).
+
+    ``f`` may also be an ONNX model (:class:`~stripeml.onnx.OnnxFunction`),
+    which writes one Tile program per input signature: the result, a
+    :class:`ModelGradFunction`, differentiates each signature's program on its
+    first call with it; ``wrt`` names graph inputs (default: all of them)."""
+    if not isinstance(f, (Function, str)) and is_model(f):
+        return ModelGradFunction(f, wrt)
     if isinstance(f, str):
         from ..api import compile as compile_tile
 

@@ -603,9 +603,13 @@ class _Differentiator:
                     continue
                 u = ast.Name(self.names.fresh(f"{x}_"), _P)
                 if sign > 0:  # x + rest == u: x = u - rest
-                    subs[x] = _sum([(1, u), *((-sg, tt) for sg, tt in rest)])
+                    solved = _sum([(1, u), *((-sg, tt) for sg, tt in rest)])
                 else:  # rest - x == u: x = rest - u
-                    subs[x] = _sum([*rest, (-1, u)])
+                    solved = _sum([*rest, (-1, u)])
+                # An earlier solution may read x (``i = i_ - r``, then ``r + 1``
+                # solved for r): compose, so no old index is left behind.
+                subs = {y: _substitute(e, {x: solved}) for y, e in subs.items()}
+                subs[x] = solved
                 polys[j] = u
                 break
 
