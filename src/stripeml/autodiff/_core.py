@@ -273,6 +273,17 @@ class _Differentiator:
             return tuple(format_expr(a) for a in b.args[1:])
         if b.func in ("scatter", "scatter_nd") and isinstance(b.args[0], ast.Name):
             return self._shape_of(b.args[0].name)
+        if b.func == "gather" and len(b.args) == 3:
+            x, i = b.args[0], b.args[1]
+            if isinstance(x, ast.Name) and isinstance(i, ast.Name):
+                xs, ishape = self._shape_of(x.name), self._shape_of(i.name)
+                try:
+                    axis = int(format_expr(b.args[2]))
+                except ValueError:
+                    return None
+                if xs is not None and ishape is not None and xs:
+                    a = axis % len(xs)
+                    return (*xs[:a], *ishape, *xs[a + 1 :])
         return None
 
     def _emit(self, out: str, text: str, reads: set[str]) -> None:
@@ -570,10 +581,55 @@ class _Differentiator:
             shape = self._need_shape(x.name, "to reshape its gradient back")
             text = f"reshape({g}{''.join(', ' + s for s in shape)})"
             return [(x.name, self._temp(f"C_{x.name}", text, shape))]
+        if b.func == "gather" and isinstance(x, ast.Name):
+            if not self.active.get(x.name):
+                return []
+            return [(x.name, self._gather_adjoint(b, x.name, g))]
         raise AutodiffError(
             f"grad: '{b.text}' is not differentiable yet: the adjoint of '{b.func}' "
             "is not implemented (docs/autodiff.md)"
         )
+
+    def _gather_adjoint(self, b: ast.Builtin, x: str, g: str) -> str:
+        """``O = gather(X, I, axis)`` (NumPy's ``take``): ``dX`` is ``dO`` added into
+        zeros at the gathered positions, a ``scatter`` with ``add`` (repeated
+        indices accumulate).  The index tensor is flattened to one axis (``J``
+        positions) and broadcast over ``X``'s other axes, as ``scatter``'s
+        indices have the updates' shape."""
+        idx = b.args[1]
+        if not isinstance(idx, ast.Name) or len(b.args) != 3:
+            raise AutodiffError(f"grad: '{b.text}': a gather's indices must be a tensor")
+        axis_arg = b.args[2]
+        try:
+            axis = int(format_expr(axis_arg))
+        except ValueError:
+            raise AutodiffError(f"grad: '{b.text}': the gather's axis must be a number") from None
+        xs = self._need_shape(x, "to scatter its gradient back")
+        ishape = self._need_shape(idx.name, "to scatter the gradient of its gather")
+        rank = len(xs)
+        a = axis % rank if rank else 0
+        count = " * ".join(f"({d})" for d in ishape) if ishape else "1"
+        flat_i = self._temp(f"I_{x}", f"reshape({idx.name}, {count})", (count,))
+        before, after = list(xs[:a]), list(xs[a + 1 :])
+        g_shape = (*before, count, *after)
+        flat_g = self._temp(f"G_{x}", f"reshape({g}{''.join(', ' + d for d in g_shape)})", g_shape)
+        pre = [f"p{k}" for k in range(len(before))]
+        post = [f"q{k}" for k in range(len(after))]
+        out_idx = ", ".join([*pre, "j", *post])
+        sizes = ", ".join(g_shape)
+        spread = self._contract(
+            f"J_{x}", f"[{out_idx} : {sizes}] = =({flat_i}[j])", {flat_i}, g_shape
+        )
+        every = [f"i{k}" for k in range(rank)]
+        # X's shape and type, every element 0 (a constraint no index satisfies)
+        zeros = self._contract(
+            f"Z_{x}",
+            f"[{', '.join(every)} : {', '.join(xs)}] = +({x}[{', '.join(every)}])"
+            + (f", {every[0]} < 0" if every else ""),
+            {x},
+            xs,
+        )
+        return self._temp(f"C_{x}", f"scatter({zeros}, {spread}, {flat_g}, {a}, add)", xs)
 
     def _solved(self, c: ast.Contraction, k: int) -> _Solved:
         """The adjoint of ``c`` for operand ``k`` over indices where, if it can,
