@@ -108,7 +108,7 @@ def progress(items: Iterable[int], total: int, quiet: bool) -> Any:
         try:
             from tqdm import tqdm
 
-            return tqdm(items, total=total, leave=False, unit="batch")
+            return tqdm(items, total=total, leave=False, unit="batch", desc=f"epoch of {total}")
         except ImportError:
             pass
     return items
@@ -183,10 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(1, epochs + 1):
         order = rng.permutation(len(x_train))
         losses = []
-        for b in progress(range(batches), batches, args.quiet):
+        bar = progress(range(batches), batches, args.quiet)
+        for b in bar:
             idx = order[b * args.batch : (b + 1) * args.batch]
             *weights, loss = step(x_train[idx], eye[y_train[idx]], *weights)
             losses.append(float(loss))
+            if hasattr(bar, "set_postfix"):  # the bar shows the running loss, last accuracy
+                bar.set_postfix(loss=f"{np.mean(losses):.4f}", accuracy=f"{accuracy:.2%}")
         logits = predict(x_test, *weights)
         accuracy = float((np.argmax(logits, axis=1) == y_test).mean())
         print(
