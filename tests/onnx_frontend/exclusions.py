@@ -60,10 +60,6 @@ EXCLUDED: dict[str, list[str]] = {
     "importer compiles inference graphs)": [
         r"^test_.*training.*",
     ],
-    "the Gradient operator (differentiating the graph around it): not written yet "
-    "(stripeml.grad differentiates Tile programs; docs/autodiff.md)": [
-        r"^test_gradient.*",
-    ],
 }
 
 
