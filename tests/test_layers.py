@@ -41,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "onnx": {"phases", "gc_pause", "api", "tile", "ir", "errors"},
     "torch": {"onnx", "api", "errors"},
     "autodiff": {"api", "tile", "errors"},
-    "edsl": {"api", "autodiff", "errors"},
+    "edsl": {"api", "autodiff", "tile", "errors"},
     "package": {"api", "onnx", "edsl", "autodiff", "targets", "ir", "errors"},
     "cli": {"*"},
     "demo": {"package", "api", "ir", "errors"},

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..autodiff import AutodiffError, adjoint_statements
 from ..errors import EdslError, StripeError
+from ..tile.parser import BINARY_PREC
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -38,27 +39,9 @@ _RESERVED = frozenset(
     + "none add mul largest smallest".split()
 )
 
-#: Binary operator precedence (C's, as Tile's grammar has it); unary 11, primary 12.
-PREC = {
-    "||": 1,
-    "&&": 2,
-    "|": 3,
-    "^": 4,
-    "&": 5,
-    "==": 6,
-    "!=": 6,
-    "<": 7,
-    ">": 7,
-    "<=": 7,
-    ">=": 7,
-    "<<": 8,
-    ">>": 8,
-    "+": 9,
-    "-": 9,
-    "*": 10,
-    "/": 10,
-    "%": 10,
-}
+#: Binary operator precedence: the Tile parser's own table (C's order); unary 11,
+#: primary 12.
+PREC = BINARY_PREC
 
 Loc = tuple[str, int]
 
