@@ -40,7 +40,6 @@ from ._core import (
     Combo,
     Constraint,
     Dim,
-    Emitted,
     Index,
     Loc,
     Poly,
@@ -55,13 +54,13 @@ from ._core import (
     constraint,
     dims,
     eltwise,
-    emit,
     gradients,
     indexes,
     misuse,
     output,
     user_loc,
 )
+from ._emit import Emitted, emit
 
 __all__ = [
     "Access",
