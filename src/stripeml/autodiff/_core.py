@@ -887,17 +887,23 @@ def _contraction_text(c: ast.Contraction) -> str:
 
 
 def _check_wrt(fn: ast.Function, wrt: Sequence[str]) -> None:
-    params = [p.name for p in fn.params]
+    check_names(wrt, [p.name for p in fn.params], "a parameter of the function", "parameters")
+
+
+def check_names(wrt: Sequence[str], names: Sequence[str], what: str, listed: str) -> None:
+    """``wrt`` names each of ``names`` (``what`` each is, ``listed`` what they are
+    called in the message) at most once, and at least one."""
     for w in wrt:
-        if w not in params:
+        if w not in names:
             raise AutodiffError(
-                f"grad: '{w}' is not a parameter of the function (parameters: "
-                f"{', '.join(params) or 'none'})"
+                f"grad: '{w}' is not {what} ({listed}: {', '.join(names) or 'none'})"
             )
     if len(set(wrt)) != len(wrt):
-        raise AutodiffError(f"grad: wrt names a parameter twice: {', '.join(wrt)}")
+        raise AutodiffError(
+            f"grad: wrt names {what.split(' of ')[0].removeprefix('a ')} twice: {', '.join(wrt)}"
+        )
     if not wrt:
-        raise AutodiffError("grad: wrt is empty; name at least one parameter")
+        raise AutodiffError(f"grad: wrt is empty; name at least one of the {listed}")
 
 
 def gradient_source(fn: ast.Function, wrt: Sequence[str]) -> GradientProgram:

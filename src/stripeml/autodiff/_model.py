@@ -21,7 +21,7 @@ import numpy as np
 
 from ..api import Function
 from ..errors import StripeError
-from ._core import AutodiffError
+from ._core import AutodiffError, check_names
 
 
 class SpecialisingModel(Protocol):
@@ -68,16 +68,8 @@ class ModelGradFunction:
         elif isinstance(wrt, str):
             wrt = (wrt,)
         wrt = tuple(wrt)
-        if not wrt:
-            raise AutodiffError("grad: wrt is empty (name at least one graph input)")
-        for w in wrt:
-            if w not in names:
-                raise AutodiffError(
-                    f"grad: '{w}' is not a graph input of the model "
-                    f"(inputs: {', '.join(names)}; initializers are constants)"
-                )
-        if len(set(wrt)) != len(wrt):
-            raise AutodiffError(f"grad: a name is given twice in wrt {wrt}")
+        # initializers are constants of the program, not graph inputs
+        check_names(wrt, list(names), "a graph input of the model", "graph inputs")
         #: the model differentiated, and the graph inputs differentiated for
         self.forward = model
         self.wrt: tuple[str, ...] = wrt
