@@ -27,9 +27,11 @@ ALLOWED: dict[str, set[str]] = {
     "targets": {"phases", "passes", "ir", "errors"},
     "codegen": {"phases", "analysis", "ir", "errors"},
     "runtime": {"phases", "codegen", "targets", "analysis", "ir", "errors", "version"},
+    "explore": {"phases", "runtime", "targets", "analysis", "ir", "errors"},
     "api": {
         "phases",
         "gc_pause",
+        "explore",
         "runtime",
         "targets",
         "passes",

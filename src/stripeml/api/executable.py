@@ -9,8 +9,10 @@ path (no signature strings, no conversions): see ``Executable.__call__`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -160,6 +162,40 @@ class Executable:
                 )
             )
         return sorted(rows, key=lambda r: -r.seconds)
+
+    def explore(
+        self,
+        path: str | PathLike[str],
+        *args: Any,
+        progress: Callable[[str], None] | None = None,
+        **kwargs: Any,
+    ) -> Path:
+        """Write the compiler explorer's HTML page to ``path`` and return the path:
+        each pass's program and diff, where each buffer lives and when, each
+        kernel against the roofline (docs/explorer.md; needs matplotlib, the
+        ``explore`` extra).  The kernels run on ``args``/``kwargs`` as for a
+        call, by default on seeded random arrays of the compiled signature;
+        ``progress``: a callable given a line of text per step."""
+        from ..explore import Subject, random_inputs, write_report
+
+        self.stages  # noqa: B018 - after a warm start, runs the pipeline again
+        assert self._stages is not None
+        if args or kwargs:
+            arrays = self.function._arrays(args, kwargs)
+            if signature_of(arrays) != self.signature:
+                raise ShapeError(f"this executable was built for {_fmt_sig(self.signature)}")
+        else:
+            arrays = random_inputs(self.signature)
+        named = {**dict(zip(self.function.params, arrays)), **self.function.constants}
+        subject = Subject(
+            self.function.name,
+            self.function.target,
+            self._stages.programs,
+            self.timings,
+            named,
+            lambda: self.profile(*arrays, repeat=3),
+        )
+        return write_report(path, subject, progress)
 
     @property
     def work(self) -> dict[str, Work]:

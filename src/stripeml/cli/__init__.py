@@ -7,6 +7,7 @@
     stripeml demo [NAME ...] [--target T] [--list]
     stripeml targets [NAME_OR_FILE ...]
     stripeml onnx MODEL.onnx [--target T] [--random] [--check] [--bench N]
+    stripeml explore FILE.tile --input ... | MODEL.onnx [--target T] -o report.html
     stripeml cache [--info | --clear] [--dir PATH]
 
 ``--target`` is ``interp``, a bundled target name (``cpu``, ``examples/npu``;
@@ -28,7 +29,7 @@ parameters); 130 when interrupted (Ctrl-C).  Never a traceback, except for an
 internal error with ``--debug`` (or ``STRIPEML_DEBUG=1``).
 
 One module per command group, each adding its subcommands to the parser:
-:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets`, :mod:`.cache` and
+:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets`, :mod:`.explore`, :mod:`.cache` and
 :mod:`stripeml.onnx.cli` (``onnx``); :mod:`.common` holds what they share.
 """
 
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 import stripeml
 
 from ..errors import InternalError, StripeError
-from . import cache, demo, program, targets
+from . import cache, demo, explore, program, targets
 from .common import (
     INTERNAL_HINT,
     PROG,
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_onnx_parser(sub, positive_int)
     targets.add_parser(sub)
+    explore.add_parser(sub)
     cache.add_parser(sub)
     for command in sub.choices.values():  # `stripeml run ... --debug` works too
         if "--debug" not in command._option_string_actions:
