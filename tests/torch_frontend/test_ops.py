@@ -554,21 +554,27 @@ def test_adaptive_avg_pool2d() -> None:
     _compiled(f, _randn(2, 3, 9, 8))
 
 
+def test_max_pool2d_indices_and_bfloat16_cast() -> None:
+    """(Both fell back before training support: now they compile.)"""
+    _compiled(lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), _randn(1, 2, 7, 6))
+    _compiled(lambda a: a.to(torch.bfloat16) * 2, _randn(3, 4))
+
+
+def test_remainder_and_fmod() -> None:
+    i, j = torch.tensor([-7, -3, 0, 4, 9]), torch.tensor([3, -2, 5, -4, 2])
+    _compiled(lambda a, b: (torch.remainder(a, b), torch.fmod(a, b), a % 3), i, j)
+    _compiled(lambda x: (torch.remainder(x, 0.7), torch.fmod(x, -0.7)), _randn(4, 5))
+
+
 # -- what must fall back -----------------------------------------------------
 #: name -> (function, inputs, the operator explain() names as the reason)
 FALLBACKS: dict[str, tuple[Callable[..., Any], tuple[Any, ...], str]] = {
     "floor_divide": (lambda i, j: torch.div(i, j, rounding_mode="floor"), (INTS, INTS2), "div"),
     "conv_transpose2d": (nn.ConvTranspose2d(3, 4, 3), (_randn(1, 3, 5, 5),), "convolution"),
-    "bfloat16": (lambda a: a.to(torch.bfloat16) * 2, (X,), ""),
     "adaptive_avg_pool2d_uneven": (
         lambda x: F.adaptive_avg_pool2d(x, (4, 3)),
         (_randn(1, 2, 9, 8),),
         "adaptive_avg_pool2d",
-    ),
-    "max_pool2d_indices": (
-        lambda x: F.max_pool2d(x, 2, return_indices=True)[1],
-        (_randn(1, 2, 6, 6),),
-        "getitem",
     ),
     "max_dim_indices": (lambda a: a.max(dim=1), (X,), "getitem"),
     "avg_pool2d_divisor_override": (

@@ -1,8 +1,8 @@
 """``torch.compile(model, backend="stripeml")``: PyTorch models through stripeml.
 
 Importing this package registers the backend (it is also found through the
-``torch_dynamo_backends`` entry point).  Inference only for now: graphs that
-need gradients run eagerly.  See docs/pytorch.md.
+``torch_dynamo_backends`` entry point).  Inference graphs and AOTAutograd's
+forward and backward graphs of training compile; see docs/pytorch.md.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from .backend import STATS, GraphReport, backend
+from .programs import Program, last_programs
 
-__all__ = ["GraphReport", "backend", "explain", "stats"]
+__all__ = ["GraphReport", "Program", "backend", "explain", "last_programs", "stats"]
 
 
 def _register() -> None:
@@ -29,9 +30,12 @@ _register()
 
 def stats() -> dict[str, int]:
     """Counts since import: ``graphs`` dynamo handed over, ``compiles`` (stripeml
-    programs built), ``fallbacks`` (graphs or signatures run eagerly, wholly or in
-    part), ``partitions`` (supported parts of split graphs), ``eager_nodes`` (ATen
-    nodes of split graphs left to PyTorch), ``calls``."""
+    programs built; by kind ``inference_compiles``, ``forward_compiles``,
+    ``backward_compiles``), ``compiled_ops`` (ATen operators, not counting views
+    and sizes, in the programs built), ``fallbacks`` (graphs or signatures run
+    eagerly, wholly or in part), ``partitions`` (supported parts of split graphs),
+    ``eager_nodes`` (ATen nodes left to PyTorch: of split graphs, and the
+    operators of graphs run eagerly as a whole), ``calls``."""
     return dict(STATS)
 
 

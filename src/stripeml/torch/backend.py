@@ -19,14 +19,27 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ..onnx.builder import Builder, Value
 from ..onnx.importer import Folds, Specialised, finish
-from .lower import IGNORED, Lowering, Unsupported, full_name, np_dtype, op_name, write
+from ..onnx.narrow_types import is_narrow, wide_dtype
+from . import lower_backward  # noqa: F401  (registers the training operators' rules)
+from .lower import (
+    IGNORED,
+    Lowering,
+    Unsupported,
+    from_numpy,
+    full_name,
+    np_dtype,
+    op_name,
+    to_numpy,
+    write,
+)  # fmt: skip
+from .programs import record
 
 log = logging.getLogger("stripeml.torch")
 
@@ -93,46 +106,32 @@ def backend(gm: Any, example_inputs: Sequence[Any]) -> Any:
 
 
 def _backend(gm: Any, example_inputs: Sequence[Any], reports: list[GraphReport] | None) -> Any:
-    import torch
-    from torch._decomp import core_aten_decompositions
-    from torch._functorch.aot_autograd import aot_module_simplified
+    from .training import trace
 
     STATS["graphs"] += 1
-    if torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
-    ):
-        why = "gradients are required (training and backward are not compiled yet)"
-        _note(f"stripeml.torch: graph runs eagerly: {why}")
-        STATS["fallbacks"] += 1
-        if reports is not None:
-            reports.append(GraphReport(reason=why))
-        return gm.forward
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     state = [_is_state(n, x) for n, x in zip(placeholders, example_inputs)]
     lifted = len(list(gm.parameters())) + len(list(gm.buffers()))
     state = [True] * lifted + state
-
-    def inference(fx: Any, _inputs: Any) -> Any:
-        from torch._functorch.aot_autograd import make_boxed_func
-
-        compiled = CompiledGraph(fx, state, reports)
-        return make_boxed_func(compiled)
-
-    aot: Any = aot_module_simplified  # its compiler protocols are stricter than a function
-    return aot(
-        gm,
-        example_inputs,
-        fw_compiler=inference,
-        inference_compiler=inference,
-        decompositions=core_aten_decompositions(),
-    )
+    return trace(gm, example_inputs, state, reports)
 
 
 class CompiledGraph:
     """One ATen graph: a stripeml program per input signature, else the graph itself."""
 
-    def __init__(self, fx: Any, state: list[bool], reports: list[GraphReport] | None):
+    def __init__(
+        self,
+        fx: Any,
+        state: list[bool],
+        reports: list[GraphReport] | None,
+        kind: str = "inference",
+    ):
         self.fx = fx
+        #: "inference", "forward" or "backward" (AOTAutograd's graphs)
+        self.kind = kind
+        self.n_ops = sum(
+            1 for n in fx.graph.nodes if n.op == "call_function" and not _trivial(n.target)
+        )
         self.placeholders = [n for n in fx.graph.nodes if n.op == "placeholder"]
         self.state = state if len(state) == len(self.placeholders) else None
         self.reports = reports
@@ -141,6 +140,9 @@ class CompiledGraph:
         )
         # signature -> (the parameters' (id, version), the program or None: eager)
         self._cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], Specialised | None]] = {}
+        #: per program built: what each graph output is (see ``_lower``)
+        self._plans: dict[int, list[tuple[str, Any]]] = {}
+        self._plan: list[tuple[str, Any]] = []
         self._folds: Folds = {}
         #: nodes of known operators whose translation failed (left to PyTorch)
         self._bad: set[Any] = set()
@@ -163,7 +165,7 @@ class CompiledGraph:
             if reports is not None:
                 reports.append(report)
             else:
-                _note(f"stripeml.torch: graph split: {_split_summary(report)}")
+                _note(f"stripeml.torch: {self.kind} graph split: {_split_summary(report)}")
                 STATS["fallbacks"] += 1
                 STATS["partitions"] += len(report.partitions)
                 STATS["eager_nodes"] += sum(report.eager.values())
@@ -177,8 +179,9 @@ class CompiledGraph:
                     self._split_at_failure(explain=True)
             reports.append(report)
         elif not report.compiles:
-            _note(f"stripeml.torch: graph runs eagerly: {_summary(report)}")
+            _note(f"stripeml.torch: {self.kind} graph runs eagerly: {_summary(report)}")
             STATS["fallbacks"] += 1
+            STATS["eager_nodes"] += self.n_ops
 
     def __call__(self, *given: Any) -> Any:
         import torch
@@ -213,7 +216,7 @@ class CompiledGraph:
             a = args[k]
             if a.device.type != "cpu":
                 return self.fx(*args)
-            arrays[k] = a.detach().numpy()
+            arrays[k] = to_numpy(a.detach())
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
             outs = spec.function(*spec.call_args(arrays))  # type: ignore[arg-type]
@@ -221,10 +224,17 @@ class CompiledGraph:
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
         values = [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
-        plan = self._plan
+        if spec.narrow is not None:  # exact: the program holds bfloat16 values in float32
+            values = [
+                v if t is None else np.asarray(v).astype(t) for v, t in zip(values, spec.narrow)
+            ]
+        plan = self._plans[id(spec)]
         out: list[Any] = []
         for kind, x in plan:
-            out.append(torch.from_numpy(np.asarray(values[x])) if kind == "value" else x)
+            if kind == "value":
+                out.append(from_numpy(np.asarray(values[x])))
+            else:
+                out.append(args[x] if kind == "input" else x)
         return out
 
     def _partition(self, explain: bool) -> Any:
@@ -281,11 +291,11 @@ class CompiledGraph:
             ]
             if explain:  # translate (for the reasons); the partition runs eagerly
                 scratch: list[GraphReport] = []
-                CompiledGraph(sub, state, scratch)
+                CompiledGraph(sub, state, scratch, kind=self.kind)
                 report.unsupported.update(scratch[0].unsupported if scratch else {})
                 continue
             split.delete_submodule(name)
-            setattr(split, name, CompiledGraph(sub, state, None))
+            setattr(split, name, CompiledGraph(sub, state, None, kind=self.kind))
         return split
 
     def _split_at_failure(self, explain: bool) -> bool:
@@ -317,14 +327,21 @@ class CompiledGraph:
         except Unsupported as exc:
             self.report.unsupported[exc.op] = exc.reason
             if self._split_at_failure(explain=False):
-                _note(f"stripeml.torch: graph split: {_split_summary(self.report)}")
+                _note(f"stripeml.torch: {self.kind} graph split: {_split_summary(self.report)}")
                 STATS["partitions"] += len(self.report.partitions)
                 STATS["eager_nodes"] += sum(self.report.eager.values())
             else:
-                _note(f"stripeml.torch: graph runs eagerly: {_summary(self.report)}")
+                _note(f"stripeml.torch: {self.kind} graph runs eagerly: {_summary(self.report)}")
+                STATS["eager_nodes"] += self.n_ops
             STATS["fallbacks"] += 1
             return None
+        if spec is not None:
+            self._plans[id(spec)] = self._plan  # (sizes among the outputs differ per signature)
         STATS["compiles"] += 1
+        STATS[f"{self.kind}_compiles"] += 1
+        STATS["compiled_ops"] += self.n_ops
+        if spec is not None:
+            record(self.kind, spec, metas)
         return spec
 
     def _lower(
@@ -349,14 +366,15 @@ class CompiledGraph:
                 t = args[k].detach()
                 if t.device.type != "cpu":
                     raise Unsupported("input", "a parameter not on the CPU")
-                vals[n] = L.const(t.numpy())
+                vals[n] = L.const(to_numpy(t))
             elif s:
                 vals[n] = L.const(np.zeros(tuple(m.shape), dtype))
             else:
-                v = b.input(tuple(int(d) for d in m.shape), dtype)
+                v = b.input(tuple(int(d) for d in m.shape), wide_dtype(dtype))
                 if v.const is None:
                     input_index[v] = k
-                vals[n] = v
+                # bfloat16 is held in float32 (onnx/narrow.py), rounded after each operator
+                vals[n] = replace(v, narrow=dtype) if is_narrow(dtype) else v
         output = None
         self._at = None
         for n in self.fx.graph.nodes:
@@ -370,7 +388,7 @@ class CompiledGraph:
             if n.op == "get_attr":
                 t = getattr(self.fx, str(n.target))
                 vals[n] = (
-                    L.const(t.detach().cpu().numpy().copy()) if isinstance(t, torch.Tensor) else t
+                    L.const(to_numpy(t.detach().cpu()).copy()) if isinstance(t, torch.Tensor) else t
                 )
                 continue
             if n.op != "call_function":
@@ -390,16 +408,28 @@ class CompiledGraph:
             a = _resolve(list(n.args), vals)
             kw = _resolve(dict(n.kwargs), vals)
             L.where = n.name
+            L.used = {u.args[1] for u in n.users if op_name(u.target) == "getitem"}
+            if any(op_name(u.target) != "getitem" for u in n.users):
+                L.used = None
             first = meta[0] if isinstance(meta, (tuple, list)) else meta
-            v = write(L, n.target, a, kw, first)
-            if isinstance(v, Value) and isinstance(meta, torch.Tensor):
-                v = _checked(L, v, meta, n)
-            vals[n] = v
+            out: Any = write(L, n.target, a, kw, first)
+            if isinstance(out, Value) and isinstance(meta, torch.Tensor):
+                out = _checked(L, out, meta, n)
+            elif isinstance(out, tuple) and isinstance(meta, (tuple, list)):
+                out = tuple(
+                    _checked(L, x, m, n) if isinstance(x, Value) and isinstance(m, torch.Tensor)
+                    else x
+                    for x, m in zip(out, meta)
+                )  # fmt: skip
+            vals[n] = out
         assert output is not None
         produced: list[Value] = []
         plan: list[tuple[str, Any]] = []
+        given = {v.name: k for v, k in input_index.items()}
         for r in _resolve(list(output.args[0]), vals):
-            if isinstance(r, Value):
+            if isinstance(r, Value) and r.const is None and r.layout is None and r.name in given:
+                plan.append(("input", given[r.name]))  # (a saved input: no copy)
+            elif isinstance(r, Value):
                 plan.append(("value", len(produced)))
                 produced.append(r)
             elif isinstance(r, (tuple, list)):

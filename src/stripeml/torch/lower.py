@@ -51,10 +51,32 @@ def np_dtype(dtype: Any) -> np.dtype:
         torch.int64: "int64", torch.int32: "int32", torch.int16: "int16", torch.int8: "int8",
         torch.uint8: "uint8", torch.bool: "bool",
     }  # fmt: skip
+    if dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
     name = table.get(dtype)
     if name is None:
         raise Unsupported("dtype", f"element type {dtype} is not supported")
     return np.dtype(name)
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A CPU tensor's NumPy view (no copy; bfloat16 as ``ml_dtypes.bfloat16``)."""
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np_dtype(t.dtype))
+    return t.numpy()
+
+
+def from_numpy(a: np.ndarray) -> Any:
+    """A tensor sharing ``a``'s memory (``ml_dtypes.bfloat16`` as ``torch.bfloat16``)."""
+    import torch
+
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def op_name(target: Any) -> str:
@@ -78,6 +100,12 @@ class Lowering:
         self.folds = folds
         self._k = 0
         self.where = ""
+        #: which outputs of the node being written are read (None: all of them)
+        self.used: set[int] | None = None
+
+    def wants(self, i: int) -> bool:
+        """Whether output ``i`` of the node being written is read."""
+        return self.used is None or i in self.used
 
     def _key(self, v: Value) -> str:
         self._k += 1
@@ -111,9 +139,9 @@ class Lowering:
         return self.const(np.asarray([int(v) for v in values], dtype=np.int64))
 
     def cast(self, v: Value, dtype: np.dtype) -> Value:
-        if v.dtype == dtype:
+        if (v.narrow or v.dtype) == dtype:
             return v
-        to = _ONNX_TYPES.get(np.dtype(dtype))
+        to = 16 if np.dtype(dtype).name == "bfloat16" else _ONNX_TYPES.get(np.dtype(dtype))
         if to is None:
             raise Unsupported("cast", f"element type {dtype}")
         return self.one("Cast", v, to=to)
@@ -232,6 +260,18 @@ for _n, _o in _COMPARE.items():
 @rule("rsqrt")
 def _rsqrt(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
     return L.one("Reciprocal", L.one("Sqrt", L.cast(args[0], _dtype(meta))))
+
+
+@rule("remainder", "fmod")
+def _remainder(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
+    """``remainder``: the sign of the divisor (Python's ``%``); ``fmod``: of the dividend."""
+    dtype = _dtype(meta)
+    a, c = L.tensor(args[0], dtype), L.tensor(args[1], dtype)
+    if kw["__op__"] == "fmod":
+        return L.one("Mod", a, c, fmod=1)
+    if dtype.kind in "iu":
+        return L.one("Mod", a, c, fmod=0)
+    return L.one("Sub", a, L.one("Mul", L.one("Floor", L.one("Div", a, c)), c))
 
 
 @rule("bitwise_not")
@@ -455,8 +495,16 @@ def _max_pool(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> A
     dil = [int(d) for d in dil] if isinstance(dil, (list, tuple)) else [int(dil)]
     attrs["dilations"] = dil * n if len(dil) == 1 else dil
     attrs["ceil_mode"] = int(bool(_arg(args, kw, 5, "ceil_mode", False)))
-    y = L.one("MaxPool", x, **attrs)
-    return (y, None) if kw.get("__op__", "").endswith("with_indices") else y
+    if not kw.get("__op__", "").endswith("with_indices"):
+        return L.one("MaxPool", x, **attrs)
+    if not L.wants(1):
+        return (L.one("MaxPool", x, **attrs), None)
+    # the op library's index is flat over the whole tensor, PyTorch's over the
+    # spatial plane; both are the first tap (row-major) equal to the maximum
+    y, flat = L.onnx("MaxPool", [x], 2, **attrs)
+    assert y is not None and flat is not None
+    plane = int(np.prod(x.shape[2:]))
+    return (y, L.one("Mod", flat, L.const(plane, np.int64)))
 
 
 @rule("avg_pool2d", "avg_pool1d", "avg_pool3d")
@@ -544,7 +592,15 @@ def _layer_norm(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) ->
     if w is None:
         w = L.const(np.ones(shape, x.dtype))
     y = L.one("LayerNormalization", x, w, bias, axis=-len(shape), epsilon=float(eps))
-    return (y, None, None)
+    if not (L.wants(1) or L.wants(2)):
+        return (y, None, None)
+    # the statistics a backward graph reads (shape: the normalised axes kept as 1)
+    axes = L.ints(range(x.rank - len(shape), x.rank))
+    mean = L.one("ReduceMean", x, axes, keepdims=1)
+    xc = L.one("Sub", x, mean)
+    var = L.one("ReduceMean", L.one("Mul", xc, xc), axes, keepdims=1)
+    rstd = L.one("Reciprocal", L.one("Sqrt", L.one("Add", var, L.const(float(eps), x.dtype))))
+    return (y, mean, rstd)
 
 
 @rule("_native_batch_norm_legit_no_training")
