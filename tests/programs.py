@@ -1000,5 +1000,66 @@ function (A[N]) -> (O) {
     lambda a: (a["A"] + 1.0,),
 )
 
+
+def _packed_int8(w: np.ndarray) -> np.ndarray:
+    """int8 weights ``W[K, N]`` packed four rows to an int32 word: ``W4[K / 4, N]``,
+    byte ``t`` of ``W4[k, n]`` being ``W[4 k + t, n]`` (little-endian)."""
+    k, n = w.shape
+    return np.ascontiguousarray(w.reshape(k // 4, 4, n).transpose(0, 2, 1)).view("<i4")[..., 0]
+
+
+# Integer GEMM of quantised models: uint8 activations viewed as int32 words, int8
+# weights packed four to a word; dot4 multiplies byte by byte and sums exactly.
+add(
+    "dot4_gemm_uint8_int8",
+    """
+function (X[M, K], W4[K4, N]) -> (C) {
+    X4 = view_int(X, 32);
+    C[m, n : M, N] = +(dot4(X4[m, k], W4[k, n]));
+}
+""",
+    lambda rng: {
+        "X": ints(rng, np.uint8, 7, 12, lo=0, hi=255),
+        "W4": _packed_int8(ints(rng, np.int8, 12, 9, lo=-128, hi=127)),
+    },
+    lambda a: (
+        (
+            a["X"].astype(np.int64)
+            @ a["W4"].view(np.int8).reshape(3, 9, 4).transpose(0, 2, 1).reshape(12, 9)
+        ).astype(np.int32),
+    ),
+)
+
+add(
+    "dot4_conv_requantize",
+    """
+function (I[N, X, C], K4[T, C4, CO], S[CO]) -> (Y) {
+    I4 = view_int(I, 32);
+    A[n, x, co : N, X, CO] = +(dot4(I4[n, x + t - 1, c], K4[t, c, co])), t < T;
+    Y = as_float(max(A, 0), 32) * S;
+}
+""",
+    lambda rng: {
+        "I": ints(rng, np.uint8, 2, 6, 8, lo=0, hi=255),
+        "K4": np.stack([_packed_int8(ints(rng, np.int8, 8, 5, lo=-128, hi=127)) for _ in range(3)]),
+        "S": f32(rng, 5, lo=0.001, hi=0.01),
+    },
+    lambda a: (
+        np.maximum(
+            sum(
+                np.einsum(
+                    "nxc,cd->nxd",
+                    np.pad(a["I"].astype(np.int64), ((0, 0), (1, 1), (0, 0)))[:, t : t + 6],
+                    a["K4"][t].view(np.int8).reshape(2, 5, 4).transpose(0, 2, 1).reshape(8, 5),
+                )
+                for t in range(3)
+            ),
+            0,
+        ).astype(np.float32)
+        * a["S"],
+    ),
+    **SUM32,
+)
+
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "duplicate case names"

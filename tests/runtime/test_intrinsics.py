@@ -253,9 +253,24 @@ def test_bitcast(src, dst):
     np.testing.assert_array_equal(got.view(bits), x.view(bits))
 
 
+def test_dot4():
+    """Four uint8 bytes of a times four int8 bytes of b (little-endian), summed;
+    the reference views the words' bytes with NumPy and sums in int64."""
+    edges = np.array([0, -1, 2**31 - 1, -(2**31), 0x7F7F7F7F, 0x01020304, -0x7F7F7F80])
+    a = rng.integers(-(2**31), 2**31, N).astype(np.int32)
+    b = rng.integers(-(2**31), 2**31, N).astype(np.int32)
+    a[: len(edges)], b[-len(edges):] = edges, edges  # fmt: skip
+    a[len(edges) : 2 * len(edges)] = -1
+    b[len(edges) : 2 * len(edges)] = np.int32(0x80808080 - 2**32)
+    ua = a.astype("<i4").view(np.uint8).reshape(N, 4).astype(np.int64)
+    sb = b.astype("<i4").view(np.int8).reshape(N, 4).astype(np.int64)
+    np.testing.assert_array_equal(call("dot4", [a, b], "i32"), (ua * sb).sum(1))
+
+
 def test_every_intrinsic_is_covered():
     covered = set(UNARY_F) | set(BINARY) | set(CMP) | set(BITWISE) | {
-        "div", "mod", "erf", "and", "or", "not", "select", "cast", "bit_not", "bitcast"}  # fmt: skip
+        "div", "mod", "erf", "and", "or", "not", "select", "cast", "bit_not", "bitcast",
+        "dot4"}  # fmt: skip
     assert covered == set(INTRINSICS)
 
 

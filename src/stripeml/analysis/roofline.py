@@ -10,7 +10,10 @@ from the final (optimised) IR, one root statement at a time:
   one FLOP (arithmetic, ``min``/``max``/``relu``, comparisons, ``select``,
   logic, bitwise operations and shifts, and each math function such as
   ``exp`` or ``tanh``, whatever it costs in instructions), except ``ident``,
-  ``cast`` and ``bitcast``, which move data (0);
+  ``cast`` and ``bitcast``, which move data (0), and ``dot4``, four byte
+  products and the three sums that join them (7: with the ``add`` of its
+  store, a ``dot4`` contraction counts 2 per byte product, as a float GEMM
+  counts 2 per multiply-accumulate);
   a ``store`` through an aggregating view (``add``, ``mul``, ``max``,
   ``min``) is one more (the combining operation), a plain store 0.  So a
   multiply-accumulate ``C += A * B`` is 2 (``mul`` and the ``add`` of the
@@ -70,6 +73,8 @@ __all__ = [
 
 #: Intrinsics that move data rather than compute: 0 FLOPs (every other one is 1).
 FREE_INTRINSICS = frozenset({"ident", "cast", "bitcast"})
+#: Intrinsics that do several operations: ``dot4`` is four products and three sums.
+INTRINSIC_WEIGHTS = {"dot4": 7}
 #: Aggregations whose stores combine values: one FLOP per store.
 AGGREGATING = frozenset({"add", "mul", "max", "min"})
 
@@ -107,7 +112,7 @@ def intrinsic_flops(op: str) -> int:
     """FLOPs of one intrinsic ``op`` (see the module docstring)."""
     if op not in INTRINSICS:
         raise KeyError(op)
-    return 0 if op in FREE_INTRINSICS else 1
+    return 0 if op in FREE_INTRINSICS else INTRINSIC_WEIGHTS.get(op, 1)
 
 
 # -- FLOPs -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..errors import StripeError
 from ..tile import ast
-from ..tile.exprs import CAST_BITS, format_expr
+from ..tile.exprs import CAST_BITS, VIEW_BITS, format_expr
 
 _P = ast.Pos(0, 0)
 _AGG_TOKEN = {v: k for k, v in ast.AGG_OPS.items()}
@@ -370,6 +370,7 @@ class _Differentiator:
     def _reverse(self, cot: dict[str, list[str]]) -> None:
         """The adjoints of every active statement, in reverse order; ``cot``
         holds each tensor's cotangent contributions (the outputs' on entry)."""
+        self._refuse_integer_paths(set(cot))
         for op in reversed(self.ops):
             if not self.active.get(op.out) or op.out not in cot:
                 continue
@@ -377,6 +378,16 @@ class _Differentiator:
             for tensor, contribution in self._adjoint(op, g):
                 if self.active.get(tensor):
                     cot.setdefault(tensor, []).append(contribution)
+
+    def _refuse_integer_paths(self, seeds: set[str]) -> None:
+        """Refuse, before any adjoint is written (some need shapes a byte view
+        hides), a gradient path from ``seeds`` back to a ``wrt`` parameter that
+        crosses an integer-only operation (:func:`_refuse_integer_only`)."""
+        reached = set(seeds)
+        for op in reversed(self.ops):
+            if op.out in reached and self.active.get(op.out):
+                _refuse_integer_only(op)
+                reached.update(t for t in self._diff_operands(op) if self.active.get(t))
 
     def _gradients(self, cot: dict[str, list[str]], names: Sequence[str]) -> list[str]:
         """One statement per ``wrt`` parameter, defining ``names[k]`` as its total
@@ -862,6 +873,31 @@ def _substitute(e: ast.Expr, subs: dict[str, ast.Expr]) -> ast.Expr:
     return e
 
 
+#: Statement builtins that reinterpret bytes: no value of theirs is a smooth
+#: function of their input's, so no gradient flows through them.
+BYTE_VIEWS = frozenset(VIEW_BITS)
+
+
+def _refuse_integer_only(op: _Op) -> None:
+    """A gradient that would flow through ``dot4`` (the function or the
+    combination) or a byte view is refused: they compute on the bytes of
+    integers, and have no derivative (docs/autodiff.md)."""
+    node = op.node
+    if isinstance(node, ast.Contraction) and node.combo == "dot4":
+        what, text = "the combination 'dot4' multiplies integer bytes", node.text
+    elif isinstance(node, ast.Builtin) and node.func in BYTE_VIEWS:
+        what, text = f"'{node.func}' reinterprets bytes", node.text
+    elif isinstance(node, ast.Call) and node.func == "dot4":
+        what, text = "'dot4' multiplies integer bytes", format_expr(node)
+    else:
+        return
+    raise AutodiffError(
+        f"grad: '{text}': {what}, an integer operation with no gradient, and a parameter "
+        "named in wrt flows through it to an output; differentiate with respect to the "
+        "parameters that do not reach it (a quantised model's float scales, say)"
+    )
+
+
 def _reads_of(c: ast.Contraction) -> set[str]:
     reads = {a.tensor for a in c.operands}
     if c.default is not None:
@@ -876,6 +912,7 @@ def _contraction_text(c: ast.Contraction) -> str:
         "mul": "{0} * {1}",
         "add": "{0} + {1}",
         "eq": "{0} == {1}",
+        "dot4": "dot4({0}, {1})",
         "cond": "{0} == {1} ? ({2})",
     }[c.combo].format(*accs)
     outs = [format_expr(e) for e in c.out_indices]

@@ -207,6 +207,8 @@ class CStyle:
             return f"(!{args[0]})" if dt == "bool" else f"({t})(~{args[0]})"
         if op in ("shl", "shr"):
             return f"{need(op, dt)}({args[0]}, {args[1]})"
+        if op == "dot4":
+            return f"{need('dot4', dt)}({args[0]}, {args[1]})"
         if dt == "bool":
             table = {"add": "||", "mul": "&&", "sub": "!=", "max": "||", "min": "&&"}
             if op in table:
@@ -338,6 +340,8 @@ class CStyle:
                     f" : ({t}){conv})"
                 )
             return name, f"{fq} {t} {name}({s} x) {{ return ({t}){conv}; }}"
+        if kind == "dot4":
+            return self._dot4_helper()
         if kind == "fdiv_idx":
             name = "sm_floordiv"
             body = (
@@ -346,6 +350,25 @@ class CStyle:
             )
             return name, body
         raise AssertionError(kind)
+
+    def _dot4_helper(self) -> tuple[str, str]:
+        """``sm_dot4``: byte ``t`` of ``a`` (unsigned) times byte ``t`` of ``b``
+        (signed), summed over the four little-endian bytes.  The bytes come out of
+        the unsigned word by shifts (no byte order of memory involved); a signed
+        byte is ``(u ^ 0x80) - 0x80``, which C defines (a cast of 200 to a signed
+        char is implementation-defined).  The sum lies within +-4 * 255 * 128,
+        so ``int`` holds it with no overflow."""
+        fq = self.function_qualifier
+        t, ut = self.ctype("i32"), self.ctype("u32")
+        terms = " + ".join(
+            f"({t})((ua >> {8 * k}) & 0xffu) * ((({t})((ub >> {8 * k}) & 0xffu) ^ 0x80) - 0x80)"
+            for k in range(4)
+        )
+        name = "sm_dot4"
+        body = (
+            f"{fq} {t} {name}({t} a, {t} b) {{ {ut} ua = ({ut})a, ub = ({ut})b; return {terms}; }}"
+        )
+        return name, body
 
     def _shift_helper(self, kind: str, dt: str) -> tuple[str, str]:
         """``sm_shl_<dt>`` / ``sm_shr_<dt>``: the amount read as unsigned, and from the

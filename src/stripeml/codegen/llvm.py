@@ -46,6 +46,7 @@ def generate(
     known: Known | None = None,
     on_body: Callable[[Body], None] | None = None,
     vector_registers: int = 16,
+    int8_dot: bool = False,
 ) -> CpuModule:
     """Generate the LLVM code and the metadata the CPU runtime needs.
 
@@ -63,6 +64,9 @@ def generate(
     ``fma``: float multiplies and the additions they feed carry LLVM's
     ``contract`` flag, so LLVM may fuse them into one FMA (one rounding instead
     of two; results may differ from the interpreter in the last bits).
+
+    ``int8_dot``: a ``dot4`` added into an int32 accumulator of 4, 8 or 16 lanes
+    is one ``vpdpbusd`` (x86 VNNI: exact, so no result changes).
     """
     if not triple:
         import llvmlite.binding as llvm
@@ -88,7 +92,9 @@ def generate(
                 if info is not None:
                     body = Body(symbol, None, info, body_opt_level(stmt))
                 else:
-                    body = _body(canon, symbol, vector_width, triple, fma, vector_registers)
+                    body = _body(
+                        canon, symbol, vector_width, triple, fma, vector_registers, int8_dot
+                    )
                     if on_body is not None:
                         on_body(body)
                 bodies[symbol] = body
@@ -155,6 +161,7 @@ def _body(
     triple: str,
     fma: bool,
     vector_registers: int = 16,
+    int8_dot: bool = False,
 ) -> Body:
     module = ir.Module(name=symbol)
     module.triple = triple
@@ -168,6 +175,7 @@ def _body(
         fma,
         body_only=True,
         vector_registers=vector_registers,
+        int8_dot=int8_dot,
     ).run()
     text = str(module)
     release(module)

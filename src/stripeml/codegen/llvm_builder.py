@@ -84,8 +84,10 @@ class KernelBuilder:
         fma: bool = False,
         body_only: bool = False,
         vector_registers: int = 16,
+        int8_dot: bool = False,
     ):
         self.module = module
+        self.int8_dot = int8_dot
         # Accumulators a register tile may keep (the ISA's registers less operands).
         self.tile_vectors = max_tile_vectors(vector_registers)
         self.fma = fma

@@ -218,10 +218,74 @@ _LLVM_UNARY = {
 }
 
 
+#: The x86 VNNI instruction ``vpdpbusd`` by lanes: ``acc + dot4(a, b)`` in each
+#: int32 lane (``a``'s bytes unsigned, ``b``'s signed), exact (no saturation).
+_VPDPBUSD = {
+    4: "llvm.x86.avx512.vpdpbusd.128",
+    8: "llvm.x86.avx512.vpdpbusd.256",
+    16: "llvm.x86.avx512.vpdpbusd.512",
+}
+
+
+def _vpdpbusd(b: ir.IRBuilder, acc: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+    lanes = lanes_of(acc) or 0
+    name = _VPDPBUSD[lanes]
+    fn = b.module.globals.get(name)
+    if fn is None:
+        t = acc.type
+        fn = ir.Function(b.module, ir.FunctionType(t, [t, t, t]), name)
+    return b.call(fn, [acc, x, y])
+
+
+def _dot4(b: ir.IRBuilder, x: ir.Value, y: ir.Value, int8_dot: bool) -> ir.Value:
+    """``dot4``: per int32 (lane), its four bytes of ``x`` (unsigned) times those of
+    ``y`` (signed), summed.  With ``int8_dot``, a vector of 4, 8 or 16 lanes is one
+    ``vpdpbusd`` from zero, which :func:`combine` folds into the accumulator it is
+    added to; otherwise the bytes are widened, multiplied and summed in groups."""
+    lanes = lanes_of(x)
+    if int8_dot and lanes in _VPDPBUSD:
+        return _vpdpbusd(b, ir.Constant(x.type, None), x, y)
+    n = 4 * (lanes or 1)
+    i32 = ir.IntType(32)
+    wide = ir.VectorType(i32, n)
+    bytes_t = ir.VectorType(ir.IntType(8), n)
+    p = b.mul(b.zext(b.bitcast(x, bytes_t), wide), b.sext(b.bitcast(y, bytes_t), wide))
+    if lanes is None:
+        return call_intrinsic(b, "llvm.vector.reduce.add", [p], ret=i32, overloads=[wide])
+    parts = [
+        b.shuffle_vector(
+            p,
+            ir.Constant(wide, None),
+            ir.Constant(ir.VectorType(i32, lanes), [4 * j + t for j in range(lanes)]),
+        )
+        for t in range(4)
+    ]
+    return b.add(b.add(parts[0], parts[1]), b.add(parts[2], parts[3]))
+
+
+def _dot4_from_zero(v: ir.Value) -> ir.CallInstr | None:
+    """``v`` when it is a ``vpdpbusd`` from a zero accumulator (a ``dot4`` alone)."""
+    if isinstance(v, ir.CallInstr) and v.callee.name in _VPDPBUSD.values():
+        acc = v.args[0]
+        if isinstance(acc, ir.Constant) and all(
+            isinstance(e, ir.Constant) and e.constant == 0 for e in acc.constant
+        ):
+            return v
+    return None
+
+
 def intrinsic(
-    b: ir.IRBuilder, op: str, args: list[ir.Value], in_dts: list[str], dt: str, fma: bool = False
+    b: ir.IRBuilder,
+    op: str,
+    args: list[ir.Value],
+    in_dts: list[str],
+    dt: str,
+    fma: bool = False,
+    int8_dot: bool = False,
 ) -> ir.Value:
     """Emit Stripe intrinsic ``op`` producing dtype ``dt``."""
+    if op == "dot4":
+        return _dot4(b, args[0], args[1], int8_dot)
     if op == "bitcast":  # before the float16 path: bits, not values
         return _bitcast(b, args[0], in_dts[0], dt)
     if dt == "f16" or "f16" in in_dts:
@@ -409,6 +473,9 @@ def combine(
             return _narrow(b, b.fadd(x, y) if agg == "add" else b.fmul(x, y))
         return _narrow(b, _minmax(b, agg, x, y, "f32"))
     flags = ("reassoc", "contract") if fma else ("reassoc",)
+    dot = _dot4_from_zero(v) if agg == "add" else None
+    if dot is not None:  # acc + dot4(x, y): one vpdpbusd into the accumulator
+        return _vpdpbusd(b, acc, dot.args[1], dot.args[2])
     if agg == "add":
         return (
             b.fadd(acc, v, flags=flags)

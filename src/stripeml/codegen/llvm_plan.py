@@ -100,7 +100,7 @@ def register_tile_plan(
 _VECTOR_OPS = frozenset(
     "add sub mul div neg abs ident max min relu exp log sqrt tanh sigmoid sin cos tan erf floor ceil "
     "round pow cmp_lt cmp_le cmp_gt cmp_ge cmp_eq cmp_ne and or not select cast bitcast "
-    "bit_and bit_or bit_xor bit_not shl shr".split()
+    "bit_and bit_or bit_xor bit_not shl shr dot4".split()
 )
 
 

@@ -53,6 +53,7 @@ from ._core import (
     cond,
     constraint,
     dims,
+    dot4,
     eltwise,
     gradients,
     indexes,
@@ -81,6 +82,7 @@ __all__ = [
     "constraint",
     "cos",
     "dims",
+    "dot4",
     "erf",
     "exp",
     "floor",
@@ -110,6 +112,7 @@ __all__ = [
     "tanh",
     "topk",
     "trace",
+    "view",
 ]
 
 
@@ -200,6 +203,16 @@ _REDUCTIONS = ("none", "add", "mul", "max", "min")
 def reshape(x: Tensor, *sizes: Any) -> Tensor:
     """``x``'s elements in row-major order with shape ``sizes`` (dims or ints)."""
     return builtin("reshape", [x], sizes)
+
+
+def view(x: Tensor, dtype: Any) -> Tensor:
+    """``x``'s bytes read as ``dtype`` (NumPy's ``x.view(dtype)``): Tile's
+    ``view_int/uint/float``; the last dimension scales by the ratio of the widths."""
+    loc = user_loc()
+    fn, bits, _ = cast_spec(dtype, loc)
+    if bits is None:
+        raise misuse("no byte view gives a bool", loc)
+    return builtin(fn.replace("as_", "view_"), [x], [bits])
 
 
 def gather(x: Tensor, indices: Tensor, axis: int) -> Tensor:

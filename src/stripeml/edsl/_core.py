@@ -33,8 +33,8 @@ BINARY = ("pow", "max", "min")
 STATEMENT_BUILTINS = ("reshape", "gather", "scatter", "scatter_nd", "topk")
 #: Lower-case words an index must not be named (functions, keywords, builtin words).
 _RESERVED = frozenset(
-    [*UNARY, *BINARY, *STATEMENT_BUILTINS, "function", "default", "index", "as_bool"]
-    + [f"{k}{t}" for k in ("as_", "bitcast_") for t in ("float", "int", "uint")]
+    [*UNARY, *BINARY, *STATEMENT_BUILTINS, "function", "default", "index", "as_bool", "dot4"]
+    + [f"{k}{t}" for k in ("as_", "bitcast_", "view_") for t in ("float", "int", "uint")]
     + "none add mul largest smallest".split()
 )
 
@@ -719,7 +719,7 @@ _AGG_OP = {"+": "+=", "*": "*=", ">": ">=", "<": "<=", "=": "="}
 @dataclass
 class Combo:
     """The value of one contribution: ``none`` (one access), ``mul``, ``add``,
-    ``eq`` or ``cond`` (``A == B ? (C)``)."""
+    ``eq``, ``dot4`` or ``cond`` (``A == B ? (C)``)."""
 
     kind: str
     accesses: tuple[Access, ...]
@@ -748,6 +748,24 @@ def cond(eq: Combo, value: Access) -> Combo:
     if not isinstance(value, Access):
         raise misuse(f"E.cond's value must be an access C[...], got {value!r}", loc)
     return Combo("cond", (*eq.accesses, value), loc)
+
+
+def dot4(a: Any, b: Any) -> Combo | Tensor:
+    """Tile's ``dot4``: of two accesses, the combination ``dot4(A[...], B[...])``
+    (``C[m, n] += E.dot4(A[m, k], B[k, n])``); of two tensors (or a tensor and an
+    integer), the elementwise function.  Both operands are int32 words: four bytes,
+    ``a``'s read as uint8 and ``b``'s as int8, multiplied byte by byte and summed."""
+    loc = user_loc()
+    accesses = [isinstance(x, Access) for x in (a, b)]
+    if all(accesses):
+        return Combo("dot4", (a, b), loc)
+    if any(accesses):
+        raise misuse(
+            f"E.dot4 takes two accesses (a contraction's combination) or two tensors (an "
+            f"elementwise function), not one of each: got {a!r} and {b!r}",
+            loc,
+        )
+    return eltwise(("call", "dot4", [_operand_tree(a), _operand_tree(b)]), loc)
 
 
 def _as_combo(value: Any, loc: Loc, what: str) -> Combo:
@@ -801,6 +819,12 @@ def _cast_operands(combo: Combo, dtype: str, loc: Loc) -> Combo:
     if combo.kind == "eq":
         raise misuse(
             "dtype= with a bare A[...] == B[...] combination: cast the result instead", loc
+        )
+    if combo.kind == "dot4":
+        raise misuse(
+            "dtype= with E.dot4(A[...], B[...]): dot4 reads the bytes of int32 operands and "
+            "gives int32; cast the result instead",
+            loc,
         )
     values = combo.accesses[2:] if combo.kind == "cond" else combo.accesses
     cast = {id(a): Access(cast_to(a.tensor, dtype, loc), a.indices, a.loc) for a in values}

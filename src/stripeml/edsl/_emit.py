@@ -193,6 +193,7 @@ def _contraction_text(c: Contraction) -> str:
         "mul": lambda: f"{acc[0]} * {acc[1]}",
         "add": lambda: f"{acc[0]} + {acc[1]}",
         "eq": lambda: f"{acc[0]} == {acc[1]}",
+        "dot4": lambda: f"dot4({acc[0]}, {acc[1]})",
         "cond": lambda: f"{acc[0]} == {acc[1]} ? ({acc[2]})",
     }[c.combo.kind]()
     text = f"{lhs} = {c.agg}({combo})"

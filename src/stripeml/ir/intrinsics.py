@@ -18,6 +18,11 @@ and the code generators.  Typing rules (checked by the verifier):
   ``shr`` is logical on unsigned dtypes and arithmetic on signed ones.
 * ``bitcast``: the bits of the input reinterpreted as the declared dtype, of the
   same width (``bool`` may be the source, as a byte of 0 or 1, not the target).
+* ``dot4``: ``dot4(a: i32, b: i32) -> i32``, the dot product of ``a``'s four
+  bytes read as unsigned (uint8) with ``b``'s four bytes read as signed (int8),
+  byte ``t`` with byte ``t`` (little-endian: byte 0 is the low byte), summed
+  exactly in int32: the integer dot product of quantised models (uint8
+  activations, int8 weights; x86's ``vpdpbusd``, CUDA's ``dp4a``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 class IntrinsicInfo:
     name: str
     arity: int
-    kind: str  # arith | math | minmax | cmp | logic | select | cast | bitwise | bitcast
+    kind: str  # arith | math | minmax | cmp | logic | select | cast | bitwise | bitcast | dot4
     float_only: bool = False
 
 
@@ -79,6 +84,8 @@ _TABLE = [
     # shl/shr: amounts >= the width shift every bit out; shr is arithmetic on signed.
     IntrinsicInfo("shl", 2, "bitwise"),
     IntrinsicInfo("shr", 2, "bitwise"),
+    # dot4: four uint8 bytes of a times four int8 bytes of b, summed in int32.
+    IntrinsicInfo("dot4", 2, "dot4"),
 ]
 
 #: The bitwise intrinsics that also take ``bool`` (logical and/or/xor/not).

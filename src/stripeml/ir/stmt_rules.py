@@ -55,6 +55,7 @@ TOPK_ORDERS = ("largest", "smallest")
 SPECIALS: dict[str, SpecialInfo] = {
     "copy": SpecialInfo(1, 1),
     "reshape": SpecialInfo(1, 1),
+    "bitview": SpecialInfo(1, 1),
     "gather": SpecialInfo(2, 1, ("axis",)),
     "scatter": SpecialInfo(3, 1, ("axis",), (("reduce", REDUCTIONS),)),
     "scatter_nd": SpecialInfo(3, 1, (), (("reduce", REDUCTIONS),)),
@@ -191,6 +192,8 @@ def intrinsic(stmt: Intrinsic, env: Env) -> Iterator[str]:
         yield from _bitwise(stmt.op, types, out)
     elif info.kind == "bitcast":
         yield from _bitcast(types[0], out)
+    elif info.kind == "dot4" and (any(t != "i32" for t in types) or out != "i32"):
+        yield f"{stmt.op} takes and yields i32 (inputs {types}, result {out})"
     if info.float_only and out in DTYPES and not is_float(out):
         yield f"{stmt.op} is defined on floats only, not {out}"
 
@@ -276,6 +279,8 @@ def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
         yield f"copy between sizes {src.sizes} and {dst.sizes}"
     elif stmt.op == "reshape" and src.elem_count != dst.elem_count:
         yield f"reshape from {src.elem_count} to {dst.elem_count} elements"
+    elif stmt.op == "bitview":
+        yield from _bitview_shapes(src, dst)
     elif stmt.op == "gather":
         index = refs[1]
         if not is_int(index.dtype):
@@ -295,6 +300,18 @@ def special_shapes(stmt: Special, env: Env) -> Iterator[str]:
         yield from _scatter_nd_shapes(src, refs[1], refs[2], dst)
     elif stmt.op == "topk":
         yield from _topk_shapes(src, dst, axis, params.get("k"))
+
+
+def _bitview_shapes(src: TensorShape, dst: TensorShape) -> Iterator[str]:
+    """bitview: the source's bytes in row-major order read as the result's dtype
+    (NumPy's ``view``): the same number of bytes, no ``bool``."""
+    if "bool" in (src.dtype, dst.dtype):
+        yield "bitview of bool is not defined: a bool holds only 0 or 1"
+    elif src.dtype in DTYPES and dst.dtype in DTYPES:
+        have = src.elem_count * bits(src.dtype)
+        want = dst.elem_count * bits(dst.dtype)
+        if have != want:
+            yield f"bitview from {have // 8} to {want // 8} bytes"
 
 
 def _scatter_common(

@@ -93,6 +93,7 @@ def generate_module(
     known: Known | None = None,
     on_body: Callable[[Body], None] | None = None,
     vector_registers: int = 16,
+    int8_dot: bool = False,
 ) -> CpuModule:
     """The code generator (imported lazily; tests replace this function).
     ``known``: finds the bodies compiled before (they are not generated again);
@@ -106,6 +107,7 @@ def generate_module(
         known=known,
         on_body=on_body,
         vector_registers=vector_registers,
+        int8_dot=int8_dot,
     )
 
 
@@ -117,7 +119,8 @@ class CpuOptions:
     process may use).  ``vector_width``: f32 lanes of the generated vector code
     (default: the host's widest unit).  ``vector_registers``: how many the ISA
     has (a register tile holds at most 4 fewer accumulators).  ``fma``: contract a multiply feeding an
-    add into an FMA.  ``min_chunk_work`` / ``chunks_per_thread``: when and how
+    add into an FMA.  ``int8_dot``: ``dot4`` aggregated by addition becomes the
+    CPU's integer dot-product instruction.  ``min_chunk_work`` / ``chunks_per_thread``: when and how
     finely a kernel is split over threads (see :data:`MIN_WORK_PER_CHUNK`,
     :data:`CHUNKS_PER_THREAD`).  ``cache_dir``: the kernel cache root (``None``:
     read from the environment at each compile, see
@@ -128,6 +131,7 @@ class CpuOptions:
     vector_width: int = field(default_factory=detect_vector_width)
     fma: bool = False
     vector_registers: int = 16
+    int8_dot: bool = False
     min_chunk_work: int = MIN_WORK_PER_CHUNK
     chunks_per_thread: int = CHUNKS_PER_THREAD
     cache_dir: str | os.PathLike[str] | None = None
@@ -144,6 +148,7 @@ class CpuOptions:
             vector_width=target.vector_width,
             fma=target.fma,
             vector_registers=target.vector_registers,
+            int8_dot=target.int8_dot,
         )
 
 
@@ -168,7 +173,7 @@ class CpuBackend:
         o = self.options
         return (
             f"cpu vector_width={o.vector_width} vector_registers={o.vector_registers} "
-            f"fma={o.fma}; {jit.target_description()}"
+            f"fma={o.fma} int8_dot={o.int8_dot}; {jit.target_description()}"
         )
 
     def compile(self, program: Program) -> CpuCompiled:
@@ -235,6 +240,7 @@ class CpuBackend:
                     known=known,
                     on_body=made,
                     vector_registers=o.vector_registers,
+                    int8_dot=o.int8_dot,
                 )
             todo = [b for b in module.bodies if b.llvm_ir is not None]
             for b in todo:

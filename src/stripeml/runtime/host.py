@@ -231,7 +231,7 @@ def run_root_special(
 # interpreter's whole-array functions (``interp.specials.WHOLE``, which a test
 # keeps equal to ``_WHOLE``), imported only when one runs.
 _WHOLE = ("scatter", "scatter_nd", "topk")
-_DIRECT = ("copy", "reshape", "gather", *_WHOLE)
+_DIRECT = ("copy", "reshape", "bitview", "gather", *_WHOLE)
 
 
 def _direct_special(
@@ -260,6 +260,10 @@ def _direct_special(
         result = ins[0]
     elif special.op == "reshape" and len(ins) == 1 and ins[0].size == int(np.prod(sizes)):
         result = ins[0].reshape(sizes)
+    elif special.op == "bitview" and len(ins) == 1:
+        from .interp.specials import bitview
+
+        result = bitview(ins[0].reshape(-1), out_buf.dtype).reshape(sizes)
     elif special.op == "gather" and len(ins) == 2:
         if _gather_into(ins[0], ins[1], special.int_param("axis"), out_buf.logical(out_storage)):
             return True

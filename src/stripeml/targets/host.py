@@ -12,6 +12,8 @@ imaginary machine:
 * ``vector_registers``: the vector registers the ISA names (32 with
   AVX-512F or on AArch64, else 16), what a register tile may hold;
 * ``fma``: whether the CPU has fused multiply-add;
+* ``int8_dot``: whether it has an integer dot-product instruction
+  (uint8 x int8 -> int32, x86's VNNI);
 * ``caches``: size and line size per level from
   ``/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size,coherency_line_size}``
   (instruction caches skipped), with :data:`FALLBACK_CACHE_BYTES` and
@@ -155,6 +157,15 @@ def fma_of(cpu: CpuId) -> bool:
     return bool(cpu.features & {"fma", "neon"}) or "aarch64" in cpu.triple
 
 
+def int8_dot_of(cpu: CpuId) -> bool:
+    """Whether ``cpu`` has an integer dot-product instruction for the vector width
+    the code generator uses: x86 AVX512-VNNI (``vpdpbusd``: four uint8 x int8
+    products summed into each int32 lane), or AVX-VNNI on an AVX2 machine."""
+    if "avx512f" in cpu.features:
+        return bool({"avx512vnni", "avx512vl"} <= cpu.features)
+    return "avxvnni" in cpu.features and "avx2" in cpu.features
+
+
 def detect_vector_width() -> int:
     """f32 lanes of this machine's widest vector unit (:func:`vector_width_of`)."""
     return vector_width_of(detect_cpu())
@@ -218,6 +229,7 @@ class HostFacts:
         vector_width: int | None = None,
         vector_registers: int | None = None,
         fma: bool | None = None,
+        int8_dot: bool | None = None,
         dram_bytes: int | None = None,
         cpu: CpuId | None = None,
         cache_root: str | os.PathLike[str] = CACHE_ROOT,
@@ -232,6 +244,7 @@ class HostFacts:
             "dram_bytes": dram_bytes,
         }
         self._fma = fma
+        self._int8_dot = int8_dot
         self._cpu = cpu
         self.cache_root = Path(cache_root)
         for name, value in (("peak_gflops", peak_gflops), ("dram_gbps", dram_gbps)):
@@ -273,6 +286,12 @@ class HostFacts:
         if self._fma is not None:
             return self._fma
         return fma_of(self._cpu) if self._cpu is not None else detect_fma()
+
+    @cached_property
+    def int8_dot(self) -> bool:
+        if self._int8_dot is not None:
+            return self._int8_dot
+        return int8_dot_of(self.cpu)
 
     @cached_property
     def dram_bytes(self) -> int:

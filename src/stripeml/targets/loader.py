@@ -69,6 +69,7 @@ _TOP_KEYS = (
     "vector_width",
     "vector_registers",
     "fma",
+    "int8_dot",
     "max_threads_per_group",
     "subgroup_size",
     "shared_memory",
@@ -203,6 +204,11 @@ class _Reader:
             fma = self.host.fma
         if not isinstance(fma, bool):
             raise self.fail("fma", f'expected true, false or "auto", got {fma!r}')
+        int8_dot = data.get("int8_dot", False)
+        if int8_dot == "auto":
+            int8_dot = self.host.int8_dot
+        if not isinstance(int8_dot, bool):
+            raise self.fail("int8_dot", f'expected true, false or "auto", got {int8_dot!r}')
         for key in _GPU_COUNTS:
             if key in data:
                 facts[key] = self.count(data[key], key)
@@ -245,6 +251,7 @@ class _Reader:
             compute_units=facts.get("compute_units"),
             work_item_strip=strip,
             fma=fma,
+            int8_dot=int8_dot,
             description=self.string(data, "description", "description", default=""),
             source=self.source,
             peak_gflops=None if peak is None else float(peak),

@@ -120,6 +120,8 @@ class Target:
     work_item_strip: int = 0
     # Fuse a multiply feeding an add into one FMA (one rounding instead of two).
     fma: bool = False
+    # An integer dot-product instruction (uint8 x int8 -> int32) for ``dot4``.
+    int8_dot: bool = False
     # Vector registers of the ISA: the code generator's bound on a register tile.
     vector_registers: int = 16
     description: str = ""

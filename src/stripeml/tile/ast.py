@@ -99,8 +99,9 @@ class TileConstraint:
 
 
 AGG_OPS = {"+": "add", "*": "mul", ">": "max", "<": "min", "=": "assign"}
-# combo: "none" (one operand), "mul", "add", "eq" (two), "cond" (three: a == b ? (c))
-COMBO_OPS = ("none", "mul", "add", "eq", "cond")
+# combo: "none" (one operand), "mul", "add", "eq", "dot4" (two: dot4(a, b)),
+# "cond" (three: a == b ? (c))
+COMBO_OPS = ("none", "mul", "add", "eq", "dot4", "cond")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,15 @@ import numpy as np
 from ..errors import ShapeError, TileTypeError, format_bytes, source_excerpt
 from ..ir import dtypes
 from . import ast
-from .exprs import INT64_MAX, INT64_MIN, eval_size, format_expr, literal_int, poly_to_affine
+from .exprs import (
+    INT64_MAX,
+    INT64_MIN,
+    VIEW_BITS,
+    eval_size,
+    format_expr,
+    literal_int,
+    poly_to_affine,
+)
 from .types import TensorInfo, expr_type, normalize_axis
 
 #: The most bytes one tensor, and all of a program's tensors together, may
@@ -211,6 +219,8 @@ def _bind_contraction(
         dt = "bool"
     elif stmt.combo == "cond":
         dt = ops[2]
+    elif stmt.combo == "dot4":
+        dt = _dot4_dtype(stmt, tensors)
     else:
         dt = promote(*ops)
     if stmt.default is not None:
@@ -231,6 +241,23 @@ def _bind_contraction(
             err.line, err.column = stmt.default.pos.line, stmt.default.pos.column
             raise err
     return TensorInfo(tuple(sizes), dt)
+
+
+def _dot4_dtype(stmt: ast.Contraction, tensors: dict[str, TensorInfo]) -> str:
+    """``dot4(A[..], B[..])`` reads the bytes of int32 words: both operands must be
+    int32 (no implicit conversion: it would change the bytes); the result is int32."""
+    for acc in stmt.operands:
+        dt = tensors[acc.tensor].dtype
+        if dt != "i32":
+            err = TileTypeError(
+                f"{where(acc.pos, stmt.text)}dot4 takes two int32 operands (each holds four "
+                f"bytes: the first's read as uint8, the second's as int8), but '{acc.tensor}' "
+                f"has dtype {dt}; pack the bytes into int32 words first (view_int({acc.tensor}, "
+                "32) of a uint8 or int8 tensor)"
+            )
+            err.line, err.column = acc.pos.line, acc.pos.column
+            raise err
+    return "i32"
 
 
 def _tensor_name(e: ast.Expr) -> str:
@@ -263,6 +290,8 @@ def _bind_builtin(
                 "counts differ"
             )
         return TensorInfo(tuple(sizes), x.dtype)
+    if stmt.func in VIEW_BITS:
+        return _bind_view(stmt, x_name, x)
     if stmt.func in ("scatter", "scatter_nd"):
         return _bind_scatter(stmt, x_name, x, tensors)
     if stmt.func == "topk":
@@ -280,6 +309,41 @@ def _bind_builtin(
             f"dtype {idx.dtype}; they must be integers (convert with as_int({i_name}, 64))"
         )
     return TensorInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
+
+
+def _bind_view(stmt: ast.Builtin, x_name: str, x: TensorInfo) -> TensorInfo:
+    """``view_int/uint/float(X, bits)``: ``X``'s bytes read as the new dtype (NumPy's
+    ``X.view(dtype)``): the last dimension scales by the ratio of the widths and
+    must come out whole; a rank-0 ``X`` keeps its width; no ``bool`` either way."""
+    kind, _ = VIEW_BITS[stmt.func]
+    bits_arg = stmt.args[1]
+    assert isinstance(bits_arg, ast.IntLit)  # the checks require an allowed literal
+    target = f"{kind}{bits_arg.value}"
+    at = where(stmt.pos, stmt.text)
+    if x.dtype == "bool":
+        err = TileTypeError(
+            f"{at}'{x_name}' is bool, which {stmt.func} cannot view: a bool holds only 0 or "
+            f"1 (convert it first: as_uint({x_name}, 8))"
+        )
+        err.line, err.column = stmt.args[0].pos.line, stmt.args[0].pos.column
+        raise err
+    have, want = dtypes.bits(x.dtype), bits_arg.value
+    if have == want:
+        return TensorInfo(x.shape, target)
+    if not x.shape:
+        raise ShapeError(
+            f"{at}'{x_name}' is a rank-0 {x.dtype} ({have} bits), which {stmt.func}(X, "
+            f"{want}) cannot view: a view of another width scales the last dimension, and "
+            f"'{x_name}' has none (reshape it to rank 1 first)"
+        )
+    last = x.shape[-1] * have
+    if last % want:
+        raise ShapeError(
+            f"{at}the last dimension of '{x_name}' (shape {x.shape}, {x.dtype}) holds "
+            f"{last // 8} bytes, not a whole number of {target} elements ({want // 8} bytes "
+            "each)"
+        )
+    return TensorInfo(x.shape[:-1] + (last // want,), target)
 
 
 def _bind_scatter(

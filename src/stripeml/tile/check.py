@@ -24,6 +24,7 @@ from .exprs import (
     FUNCTION_ARITY,
     INT64_MAX,
     STATEMENT_FUNCTIONS,
+    VIEW_BITS,
     children,
     format_expr,
     is_index_name,
@@ -32,7 +33,7 @@ from .exprs import (
 )
 
 # combo -> number of operands
-COMBO_ARITY = {"none": 1, "mul": 2, "add": 2, "eq": 2, "cond": 3}
+COMBO_ARITY = {"none": 1, "mul": 2, "add": 2, "eq": 2, "dot4": 2, "cond": 3}
 _SIZE_OPS = ("+", "-", "*", "/")
 
 
@@ -299,6 +300,8 @@ class _Checker:
             for e in b.args[1:]:
                 self.size(e, "the sizes of 'reshape'")
             return len(b.args) - 1
+        if b.func in VIEW_BITS:
+            return self.view(b, usage)
         if b.func != "gather":
             return self.builtin_with_word(b, usage)
         if len(b.args) != 3:
@@ -308,6 +311,24 @@ class _Checker:
         self.axis_arg(b.args[2], "gather")
         rx, ri = self.ranks[x], self.ranks[i]
         return None if rx is None or ri is None else rx + ri - 1
+
+    def view(self, b: ast.Builtin, usage: str) -> int | None:
+        """``view_int/uint/float(X, bits)``: a tensor and an allowed bit width (a
+        literal); the result has ``X``'s rank."""
+        if len(b.args) != 2:
+            raise self.type_error(f"'{b.func}' takes 2 arguments ('{usage}'), got {len(b.args)}")
+        x = self.tensor_arg(b.args[0], b.func, "the tensor to view")
+        arg = b.args[1]
+        _, bits = VIEW_BITS[b.func]
+        if not isinstance(arg, ast.IntLit):
+            raise self.type_error(
+                f"the bit width of '{b.func}' must be an integer literal, got '{format_expr(arg)}'",
+                arg.pos,
+            )
+        if arg.value not in bits:
+            allowed = ", ".join(map(str, bits))
+            raise self.type_error(f"'{b.func}' supports {allowed} bits, got {arg.value}", arg.pos)
+        return self.ranks[x]
 
     def builtin_with_word(self, b: ast.Builtin, usage: str) -> int | None:
         """``scatter(X, I, U, axis[, word])``, ``scatter_nd(X, I, U[, word])``,

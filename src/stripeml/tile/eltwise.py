@@ -189,6 +189,10 @@ class _ExprLowering:
         if f in BITCASTS:
             _, src, target = bitcast_types(e, self.binding.dims, self.binding.tensors, self.stmt)
             return self.em.op("bitcast", (self.value(e.args[0], src),), target)
+        if f == "dot4":
+            return self.em.op(
+                "dot4", (self.value(e.args[0], "i32"), self.value(e.args[1], "i32")), "i32"
+            )
         if f in FLOAT_FUNCS or f in SAME_FUNCS:
             return self.em.op(f, (self.value(e.args[0], dt),), dt)
         assert f in BINARY_FUNCS

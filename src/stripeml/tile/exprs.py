@@ -43,6 +43,8 @@ FUNCTION_ARITY: dict[str, int] = {
     **{f: 2 for f in BINARY_FUNCTIONS},
     **{f: (2 if bits else 1) for f, bits in CAST_BITS.items()},
     "index": 2,  # index(X, axis): each element's position along an axis of X (int64)
+    # dot4(a, b): int32 words as four uint8 (a) times four int8 (b) bytes, summed in int32.
+    "dot4": 2,
 }
 # Builtins that are whole statements (``O = reshape(X, 2, N);``), not expressions:
 # the function name -> how a statement using it reads (for error messages).
@@ -52,6 +54,16 @@ STATEMENT_FUNCTIONS: dict[str, str] = {
     "scatter": "O = scatter(X, I, U, axis);",
     "scatter_nd": "O = scatter_nd(X, I, U);",
     "topk": "O = topk(X, K, axis);",
+    "view_int": "O = view_int(X, bits);",
+    "view_uint": "O = view_uint(X, bits);",
+    "view_float": "O = view_float(X, bits);",
+}
+#: The byte views (``O = view_int(X, 32);``): the kind of the result's dtype, and
+#: the allowed bit widths (the bit casts' own).
+VIEW_BITS: dict[str, tuple[str, tuple[int, ...]]] = {
+    "view_int": ("i", CAST_BITS["bitcast_int"]),
+    "view_uint": ("u", CAST_BITS["bitcast_uint"]),
+    "view_float": ("f", CAST_BITS["bitcast_float"]),
 }
 #: The words that may end a ``scatter``/``scatter_nd`` (its reduction, ``none``
 #: when left out) and a ``topk`` (which elements, ``largest`` when left out):

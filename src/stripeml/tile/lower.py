@@ -5,8 +5,8 @@ intermediates (``none``); each statement becomes one kernel block (a
 contraction may be preceded by a fill block when isl shows that some output
 elements are reached by no valid index tuple).  The source statement is kept
 as each block's comment.  The statement builtins (``reshape``, ``gather``,
-``scatter``, ``scatter_nd``, ``topk``) become root-level ``special`` statements
-between the kernels.
+``scatter``, ``scatter_nd``, ``topk``, and the byte views ``view_int/uint/float``
+as ``bitview``) become root-level ``special`` statements between the kernels.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ..ir.nodes import (
 from . import ast
 from .bind import Binding, where
 from .eltwise import ScalarEmitter, lower_eltwise
-from .exprs import eval_size, indices_of, literal_int, poly_to_affine
+from .exprs import VIEW_BITS, eval_size, indices_of, literal_int, poly_to_affine
 from .types import TensorInfo
 
 
@@ -76,6 +76,8 @@ def lower_builtin(stmt: ast.Builtin, binding: Binding) -> Special:
     names = tuple(a.name for a in stmt.args if isinstance(a, ast.Name))
     if stmt.func == "reshape":
         return Special("reshape", names[:1], (stmt.output,))
+    if stmt.func in VIEW_BITS:
+        return Special("bitview", names[:1], (stmt.output,))
     x = binding.tensors[names[0]]
     rank = len(x.shape)
     if stmt.func == "topk":
@@ -271,6 +273,8 @@ def _combine(
     if stmt.combo in ("mul", "add"):
         a, b = (em.cast(v, out_dtype) for v in values)
         return em.op(stmt.combo, (a, b), out_dtype)
+    if stmt.combo == "dot4":  # both operands are int32 (checked when shapes bind)
+        return em.op("dot4", (values[0][0], values[1][0]), "i32")
     from .bind import promote
 
     cmp_dt = promote(values[0][1], values[1][1])

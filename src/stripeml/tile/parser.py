@@ -301,6 +301,8 @@ class _Parser:
 
     def combination(self, out: str) -> tuple[str, tuple[ast.Access, ...]]:
         """The operands up to and including the closing ``)``."""
+        if self.at("ident") and self.peek().text == "dot4" and self.peek(1).kind == "(":
+            return self.dot4_combination(out)
         operands = [self.access(out, "the first operand")]
         if not self.at(*_COMBO_TOKENS):
             if not self.at(")"):
@@ -321,6 +323,18 @@ class _Parser:
                 self.expect(")", "to close the value after '?'")
         self.expect(")", f"to close the aggregation of '{out}'")
         return combo, tuple(operands)
+
+    def dot4_combination(self, out: str) -> tuple[str, tuple[ast.Access, ...]]:
+        """``dot4(A[..], B[..]))``: the integer dot product of two accesses' bytes
+        (an operand name is upper-case, so ``dot4`` cannot be a tensor)."""
+        self.next()  # 'dot4'
+        self.next()  # '('
+        a = self.access(out, "the first operand of 'dot4'")
+        self.expect(",", "between the two operands of 'dot4'")
+        b = self.access(out, "the second operand of 'dot4'")
+        self.expect(")", "to close 'dot4(...)'")
+        self.expect(")", f"to close the aggregation of '{out}'")
+        return "dot4", (a, b)
 
     def clauses(self, out: str) -> tuple[tuple[ast.TileConstraint, ...], ast.Name | None]:
         """``, constraint`` and ``, default T`` clauses, up to (not past) the ``;``."""

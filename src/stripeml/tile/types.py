@@ -475,6 +475,38 @@ def bitcast_types(
     return t, src, target
 
 
+def dot4_type(
+    call: ast.Call, dims: Mapping[str, int], tensors: Mapping[str, TensorInfo], stmt: object
+) -> Typed:
+    """``dot4(a, b)``: both operands int32 (an integer constant takes int32 and must
+    fit it), broadcast; the result is int32.  A :class:`TileTypeError` at the call
+    names the operands' types otherwise: ``dot4`` reads the bytes of int32 words, and
+    an implicit conversion would change which bytes it reads."""
+    args = [type_of(a, dims, tensors, stmt) for a in call.args]
+    wrong = [
+        (a, t)
+        for a, t in zip(call.args, args)
+        if not (is_weak_int(t) or (isinstance(t, Typed) and t.dtype == "i32"))
+    ]
+    if wrong:
+        what = "; ".join(
+            f"'{format_expr(a)}' is {t.dtype}"
+            if isinstance(t, Typed)
+            else f"'{format_expr(a)}' is a {type(t.const).__name__} constant"
+            for a, t in wrong
+        )
+        raise type_error(
+            call.pos,
+            stmt,
+            f"dot4(a, b) takes two int32 operands (each holds four bytes: a's read as uint8, "
+            f"b's as int8), but {what}; pack the bytes into int32 words first (view_int(X, 32) "
+            "of a uint8 or int8 tensor)",
+        )
+    for a, t in zip(call.args, args):
+        check_fits(t, "i32", a, stmt)
+    return Typed(broadcast(args[0].shape, args[1].shape, call.pos, stmt), "i32")
+
+
 def index_axis(
     call: ast.Call, dims: Mapping[str, int], tensors: Mapping[str, TensorInfo], stmt: object
 ) -> tuple[Typed, int]:
@@ -514,6 +546,8 @@ def _call_type(
     if f in BITCASTS:
         t, _, target = bitcast_types(call, dims, tensors, stmt)
         return Typed(t.shape, target)
+    if f == "dot4":
+        return dot4_type(call, dims, tensors, stmt)
     args = [type_of(a, dims, tensors, stmt) for a in call.args]
     if f in FLOAT_FUNCS or f in SAME_FUNCS:
         t = args[0]

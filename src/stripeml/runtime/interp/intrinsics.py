@@ -124,7 +124,18 @@ def _evaluate(op: str, vals: list[np.ndarray], out_dt: np.dtype) -> np.ndarray:
         return erf(vals[0])
     if op == "select":
         return np.where(vals[0], vals[1], vals[2])
+    if op == "dot4":
+        return dot4(vals[0], vals[1])
     raise ExecutionError(f"unknown intrinsic {op!r}")
+
+
+def dot4(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``dot4``: the four little-endian bytes of each int32 of ``a`` (as uint8)
+    times those of ``b`` (as int8), summed in int32."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.int32), np.asarray(b, np.int32))
+    ua = np.ascontiguousarray(a).astype("<i4").view(np.uint8).reshape(*a.shape, 4)
+    sb = np.ascontiguousarray(b).astype("<i4").view(np.int8).reshape(*b.shape, 4)
+    return (ua.astype(np.int32) * sb.astype(np.int32)).sum(axis=-1, dtype=np.int32)
 
 
 # Cephes (ndtr.c) rational approximations: erf on |x| <= 1, erfc beyond.

@@ -42,6 +42,13 @@ def read_view(state: RefState) -> np.ndarray:
     return state.storage[element_offsets(state)].reshape((n, *state.ref.shape.sizes))
 
 
+def bitview(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``x``'s bytes in row-major order read as ``dtype`` along the last axis
+    (NumPy's ``view``; the byte order is the machine's, as the compiled
+    backends store values)."""
+    return np.ascontiguousarray(x).view(dtype)
+
+
 def run_special(stmt: Special, refs: dict[str, RefState], write: Writer) -> None:
     """Execute ``stmt`` for every point; ``write(state, offsets, values)`` stores."""
     ins = [read_view(refs[name]) for name in stmt.inputs]
@@ -54,6 +61,8 @@ def run_special(stmt: Special, refs: dict[str, RefState], write: Writer) -> None
         result = ins[0]
     elif stmt.op == "reshape":
         result = ins[0].reshape(n, -1).reshape((n, *sizes))
+    elif stmt.op == "bitview":
+        result = bitview(ins[0].reshape(n, -1), to_numpy(out.ref.shape.dtype)).reshape((n, *sizes))
     elif stmt.op == "gather":
         result = _gather(ins[0], ins[1], stmt.int_param("axis"))
     elif stmt.op in WHOLE:
