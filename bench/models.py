@@ -351,6 +351,34 @@ def efficientnet_b0(size: int = 224) -> tuple[Any, dict[str, Any]]:
     return model, _image(size)
 
 
+def resnet50(size: int = 224) -> tuple[Any, dict[str, Any]]:
+    """ResNet-50's shape: bottleneck blocks (1x1, 3x3, 1x1), [3, 4, 6, 3] of them."""
+    import torch.nn as nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin: int, mid: int, stride: int) -> None:
+            super().__init__()
+            cout = 4 * mid
+            self.body = nn.Sequential(
+                _cna(cin, mid, 1), _cna(mid, mid, 3, stride), _cna(mid, cout, 1, act=None)
+            )
+            self.down = _cna(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else None
+            self.relu = nn.ReLU()
+
+        def forward(self, x: Any) -> Any:
+            return self.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+    layers: list[nn.Module] = [_cna(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for mid, n, s in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(n):
+            layers.append(Bottleneck(cin, mid, s if i == 0 else 1))
+            cin = 4 * mid
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+    _he_init(model)
+    return model, _image(size)
+
+
 def resnet18(size: int = 224) -> tuple[Any, dict[str, Any]]:
     import torch.nn as nn
 
@@ -571,6 +599,7 @@ REGISTRY: dict[str, Entry] = {
             efficientnet_b0,
         ),  # fmt: skip
         Entry("resnet18", "cnn", "ResNet-18, 224x224", {}, resnet18),
+        Entry("resnet50", "cnn", "ResNet-50 (bottlenecks [3, 4, 6, 3]), 224x224", {}, resnet50),
         Entry("convnext_t", "cnn", "ConvNeXt-T (3,3,9,3) x (96..768), 224x224", {}, convnext),
         Entry(
             "vit_tiny", "transformer", "ViT-Ti/16 (192 wide, 12 layers), 224x224", _VIT_TINY, vit
@@ -642,6 +671,14 @@ REGISTRY: dict[str, Entry] = {
             "BERT 256 x 4 layers, sequence 128, dynamically quantised (int8 MatMulInteger)",
             quantize="dynamic",
             base="bert_mini_128",
+            tolerance=3e-2,
+        ),  # fmt: skip
+        Entry(
+            "resnet50_int8",
+            "quantized",
+            "ResNet-50, statically quantised (QDQ, uint8 activations, int8 weights)",
+            quantize="static",
+            base="resnet50",
             tolerance=3e-2,
         ),  # fmt: skip
         *[Entry(f"zoo_{n}", "zoo", f"light_{n}.onnx of the onnx package") for n in LIGHT_NAMES],

@@ -38,6 +38,7 @@ from .layout import dispatch, fuse_conv_bn
 from .load import full_model, read_model
 from .narrow_types import is_narrow, wide_dtype
 from .ops import lookup
+from .qdq import fuse_qdq
 from .registry import OpDef
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class OnnxFunction:
             )
         with phase("onnx read"):
             self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
+            self.graph.nodes = fuse_qdq(self.graph.nodes, self.graph.initializers)
         self.target = target
         # Resolved once, here at the API boundary (``threads``, else the variable
         # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.

@@ -103,6 +103,10 @@ def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
     try:
         if op in ("Conv", "_ConvBN"):
             return _conv(b, node)
+        if op == "_QConv":
+            return _qconv(b, node)
+        if op == "QLinearConv":
+            return _qlinear_conv(b, node)
         if op == "BatchNormalization":
             return _batchnorm(b, node)
         if op in ("MaxPool", "AveragePool"):
@@ -352,6 +356,56 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     if np.any(bias != 0):
         bv = b.ref(Value("", (co,), dt, np.asarray(bias, dt)))
         out = b.eltwise(f"{b.ref(out)} + {bv}", out.shape, dt)
+    return [with_layout(out, NHWC)]
+
+
+def _qconv(b: Builder, node: Node) -> list[Value | None]:
+    """A quantised convolution (:mod:`.ops.integer`): integer dot products on
+    channels-last bytes, else the float convolution of the dequantised values."""
+    from .ops.integer import dequantized_conv, qconv_nhwc
+    from .ops.quantize import dequantize_linear
+
+    x = node.input(0)
+    _need(x.rank == 4 and x.layout in (None, NHWC))
+    out = qconv_nhwc(b, node, lambda v: _nhwc_input(b, v))
+    if out is not None:
+        return [with_layout(out, NHWC)]
+    dq = OpDef("DequantizeLinear", dequantize_linear)
+
+    def dequantize(b: Builder, n: Node) -> list[Value | None]:
+        v = n.inputs[0]
+        if v is not None and v.layout is not None:
+            return _quant(b, dq, n)
+        return dequantize_linear(b, n)
+
+    return _conv(b, dequantized_conv(b, node, dequantize))
+
+
+def _qlinear_conv(b: Builder, node: Node) -> list[Value | None]:
+    """QLinearConv on channels-last bytes: the int32 sum of dot products (see
+    :func:`.ops.integer.conv_accumulator`) plus the int32 bias, requantised as
+    the op defines (scales known when compiling)."""
+    from .ops.integer import conv_accumulator
+    from .ops.quantize import out_type, requantize
+
+    x, sx, zx, w, sw, zw, sy, zy, bias = (node.opt(i) for i in range(9))
+    _need(x is not None and x.rank == 4 and x.layout in (None, NHWC))
+    assert x is not None
+    scales = [_needed(None if v is None else v.const) for v in (sx, sw, sy)]
+    _need(all(np.asarray(v).dtype == np.float32 for v in scales))
+    co = x.shape[1] if w is None else w.shape[0]
+    _need(np.asarray(scales[1]).size in (1, co) and np.asarray(scales[0]).size == 1)
+    _need(np.asarray(scales[2]).size == 1)
+    _need(bias is None or (bias.const is not None and bias.dtype == np.int32 and bias.shape == (co,)))
+    _need(zy is None or zy.const is not None)
+    acc = _needed(conv_accumulator(b, node, x, zx, w, zw, lambda v: _nhwc_input(b, v)))
+    if bias is not None and np.any(bias.const):
+        acc = b.eltwise(f"{b.ref(acc)} + {b.ref(bias)}", acc.shape, np.int32)
+    s0, s1, s2 = (np.asarray(v, np.float32).reshape(-1) for v in scales)
+    mult = np.broadcast_to((s0 * s1) / s2, (co,)).astype(np.float32)  # as the reference: in float32
+    m = Value("", (co,), np.dtype(np.float32), mult)
+    z = None if zy is None else Value("", (), zy.dtype, np.asarray(zy.const).reshape(()))
+    out = requantize(b, node, acc, m, z, out_type(node, x, zy))
     return [with_layout(out, NHWC)]
 
 

@@ -17,6 +17,7 @@ from . import (  # noqa: F401  (each registers its operators)
     dynamic,
     elementwise,
     functions,
+    integer,
     linalg,
     logic,
     misc,

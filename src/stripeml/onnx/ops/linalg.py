@@ -125,6 +125,11 @@ def matmul_integer(b: Builder, n: Node) -> list[Value | None]:
     for v in (x, y):
         if v.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
             raise n.error(f"element type {v.dtype} is not supported (int8/uint8)")
+    from .integer import matmul_integer_dot4
+
+    fast = matmul_integer_dot4(b, n)  # constant weights: integer dot products
+    if fast is not None:
+        return [fast]
     xa = _int_operand(b, n, 0, x, 2)
     ya = _int_operand(b, n, 1, y, 3)
     return [matmul_contraction(b, n, xa, x.shape, ya, y.shape, np.dtype(np.int32))]

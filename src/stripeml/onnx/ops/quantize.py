@@ -195,7 +195,7 @@ def dequantize_linear(b: Builder, n: Node) -> list[Value | None]:
     return [b.eltwise(expr, x.shape, dtype)]
 
 
-def _requantize(
+def requantize(
     b: Builder, n: Node, acc: Value, multiplier: Value, zp: Value | None, dtype: np.dtype
 ) -> Value:
     """``saturate(round(acc * multiplier + zp))`` as ``dtype``: an int32 accumulator
@@ -226,7 +226,7 @@ def _multiplier(b: Builder, n: Node, scales: list[Value], shape: tuple[int, ...]
     return b.eltwise(f"{b.ref(a)} * {b.ref(w)} / {b.ref(y)}", w.shape, np.float32)
 
 
-def _out_type(n: Node, x: Value, zp: Value | None) -> np.dtype:
+def out_type(n: Node, x: Value, zp: Value | None) -> np.dtype:
     return _quantised(n, zp.dtype if zp is not None else x.dtype, "output type")
 
 
@@ -257,7 +257,7 @@ def qlinear_matmul(b: Builder, n: Node) -> list[Value | None]:
         sa.dtype,
     )
     zy_s = reshape(b, zy, ()) if zy is not None else None
-    return [_requantize(b, n, acc, mult, zy_s, _out_type(n, a, zy))]
+    return [requantize(b, n, acc, mult, zy_s, out_type(n, a, zy))]
 
 
 @op("QLinearConv")
@@ -284,4 +284,16 @@ def qlinear_conv(b: Builder, n: Node) -> list[Value | None]:
         raise n.error(f"w_scale of shape {list(sw.shape)} must be a scalar or one per channel")
     mult = _multiplier(b, n, [sx, sw, sy], acc.shape)
     zy_s = reshape(b, zy, ()) if zy is not None else None
-    return [_requantize(b, n, acc, mult, zy_s, _out_type(n, x, zy))]
+    return [requantize(b, n, acc, mult, zy_s, out_type(n, x, zy))]
+
+
+
+@op("_QConv")
+def qconv(b: Builder, n: Node) -> list[Value | None]:
+    """_QConv: a Conv of DequantizeLinear'd input and weights (internal, from
+    :func:`~stripeml.onnx.qdq.fuse_qdq`) where the channels-last integer form does
+    not apply: the dequantised values convolved as the model writes them."""
+    from .conv import conv
+    from .integer import dequantized_conv
+
+    return conv(b, dequantized_conv(b, n, dequantize_linear))
