@@ -229,3 +229,16 @@ def test_a_constant_computation_runs_once() -> None:
     exe = f.lower(a)
     assert constness(exe.program).statements  # the exp of the transpose is constant
     np.testing.assert_allclose(f(a), a @ np.exp(b.T), rtol=1e-4, atol=1e-4)
+
+
+def test_float_to_int_casts_stay_vector_code():
+    """Float -> int32 casts are a masked ``fptosi`` (one ``vcvttps2dq`` on AVX-512),
+    not ``llvm.fptosi.sat``, which LLVM scalarises on x86 vectors; NaN and
+    out-of-range values still give the minimum integer, as NumPy's astype."""
+    src = "function (X) -> (Y) { Y = as_int(X, 32); }"
+    x = np.array([0.5, -1.7, np.nan, 3e9, -3e9, 2147483520.0, -2147483648.0, 7.9] * 4, np.float32)
+    text = generate(program(src, x), vector_width=16).all_ir()
+    assert "fptosi.sat" not in text and "fptosi <16 x float>" in text
+    with np.errstate(invalid="ignore"):
+        want = x.astype(np.int32)
+    np.testing.assert_array_equal(run(src, x)["Y"], want)
