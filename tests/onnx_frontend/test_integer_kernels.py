@@ -86,6 +86,8 @@ def _weights(co, ci, k, dtype=np.int8):
         (8, 16, 3, 2, [1, 1, 1, 1], 0),  # stride 2
         (32, 8, 1, 1, [0, 0, 0, 0], 128),  # pointwise
         (4, 20, 5, 1, [2, 1, 0, 2], 33),  # uneven padding, odd output channels
+        (3, 16, 7, 2, [3, 3, 3, 3], 120),  # an image's 3 channels: padded to a word
+        (6, 8, 1, 1, [0, 0, 0, 0], 9),  # channels padded, no spatial padding
     ],
 )
 def test_qdq_conv_is_integer_and_matches_the_reference(ci, co, k, stride, pads, zx):
@@ -115,7 +117,6 @@ def test_signed_activations_and_unsigned_weights():
 @pytest.mark.parametrize(
     "why, ci, group, zw",
     [
-        ("input channels not a multiple of four", 3, 1, 0),
         ("a grouped convolution", 8, 2, 0),
         ("asymmetric weights", 8, 1, 3),
     ],

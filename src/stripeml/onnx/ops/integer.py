@@ -107,8 +107,8 @@ def conv_accumulator(
     """``sum (xq - zx) * (wq - zw)`` of a 2-D convolution (``node``'s window
     attributes, one group) as an NHWC int32 tensor: one dot4 contraction and the
     zero point's term; ``None`` unless ``xq`` is 8-bit, ``wq`` constant 8-bit with a
-    zero point of 0 (or 128 everywhere for uint8), ``zx`` a constant scalar and the
-    input channels a multiple of four."""
+    zero point of 0 (or 128 everywhere for uint8) and ``zx`` a constant scalar.
+    Input channels are padded to a multiple of four (zero weights)."""
     if xq is None or wq_v is None or wq_v.const is None:
         return None
     wq = np.asarray(wq_v.const)
@@ -120,7 +120,7 @@ def conv_accumulator(
     n_, ci2, h, wd = xq.shape
     zx = _scalar(zx_v) if zx_v is not None else 0
     zw = _per_channel(zw_v, co, 0.0)
-    if zx is None or zw is None or ci != ci2 or ci % 4:
+    if zx is None or zw is None or ci != ci2:
         return None
     kernel = node.attr("kernel_shape")
     if kernel is not None and list(kernel) != [kh, kw]:
@@ -139,26 +139,28 @@ def conv_accumulator(
         zx = int(zx) + 128
     win = window(node, (h, wd), (kh, kw))
     oh, ow = win.out
+    # input channels in words of four: zero weights for the channels added
+    words = -(-ci // 4)
+    wp = np.zeros((co, 4 * words, kh, kw), np.int8)
+    wp[:, :ci] = w
     # (CO, CI, KH, KW) -> (KH, KW, CI/4, CO, 4) int8 -> int32 words (KH, KW, CI/4, CO)
     packed = np.ascontiguousarray(
-        w.astype(np.int8)
-        .transpose(2, 3, 1, 0)
-        .reshape(kh, kw, ci // 4, 4, co)
-        .transpose(0, 1, 2, 4, 3)
+        wp.transpose(2, 3, 1, 0).reshape(kh, kw, words, 4, co).transpose(0, 1, 2, 4, 3)
     ).view(np.int32)[..., 0]
-    x4 = b.statement(f"{{out}} = view_int({b.ref(x)}, 32)", (n_, h, wd, ci // 4), I32)
+    # One copy into zero bytes around the image (and after its channels, when
+    # they are not whole words): the convolution then has no constraints, so its
+    # register tiles span rows of pixels.  Zero bytes add nothing; ``_tap_sums``
+    # leaves the padding out of the zero point's term.  The spatial padding is
+    # copied as words, after the view: a copy of the bytes would take the
+    # producer's elementwise epilogue (the quantisation) out of its kernel.
+    pads = (win.begin[0], win.begin[1], win.end[0], win.end[1])
+    if 4 * words != ci:
+        x = _padded(b, x, pads, 4 * words, U8)
+        pads = (0, 0, 0, 0)
+    x4 = b.statement(f"{{out}} = view_int({b.ref(x)}, 32)", (*x.shape[:3], words), I32)
+    if any(pads):
+        x4 = _padded(b, x4, pads, words, I32)
     wr = b.ref(Value("", packed.shape, I32, packed))
-    if any(win.begin) or any(win.end):
-        # padded with zero words first: the convolution then has no constraints,
-        # so its register tiles span rows of pixels (zero bytes add nothing;
-        # ``_tap_sums`` leaves the padding out of the zero point's term)
-        ph, pw = h + win.begin[0] + win.end[0], wd + win.begin[1] + win.end[1]
-        x4 = b.contraction(
-            f"{{out}}[n, y + {win.begin[0]}, x + {win.begin[1]}, c : {n_}, {ph}, {pw}, {ci // 4}]"
-            f" = =({b.ref(x4)}[n, y, x, c])",
-            (n_, ph, pw, ci // 4),
-            I32,
-        )
     ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"))
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"))
     acc = b.contraction(
@@ -169,9 +171,25 @@ def conv_accumulator(
     )
     if int(zx) == 0:
         return acc
-    corr = int(zx) * _tap_sums(w, win, (h, wd))  # (OH, OW, CO) or (CO,)
+    corr = int(zx) * _tap_sums(w, win, (xq.shape[2], xq.shape[3]))  # (OH, OW, CO) or (CO,)
     cv = b.ref(Value("", corr.shape, I32, corr.astype(np.int32)))
     return b.eltwise(f"{b.ref(acc)} - {cv}", acc.shape, I32)
+
+
+def _padded(
+    b: Builder, x: Value, pads: tuple[int, int, int, int], channels: int, dtype: np.dtype
+) -> Value:
+    """NHWC ``x`` copied into zeros: ``pads`` (top, left, bottom, right) around the
+    image and ``channels`` channels (``x``'s first, then zeros)."""
+    n_, h, wd, _ = x.shape
+    t, left, bot, right = pads
+    shape = (n_, h + t + bot, wd + left + right, channels)
+    return b.contraction(
+        f"{{out}}[n, y + {t}, x + {left}, c : {', '.join(str(d) for d in shape)}]"
+        f" = =({b.ref(x)}[n, y, x, c])",
+        shape,
+        dtype,
+    )
 
 
 def _tap_sums(w: np.ndarray, win: object, spatial: tuple[int, int]) -> np.ndarray:
