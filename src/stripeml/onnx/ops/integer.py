@@ -310,4 +310,3 @@ def matmul_integer_dot4(b: Builder, n: Node) -> Value | None:
         zs = b.eltwise(f"as_int({b.ref(z)}, 32) + {shift}", (), I32)
         zterm = f"{b.ref(zs)} * {cs}"
     return b.eltwise(f"{b.ref(acc)} - {zterm}", (*lead, cols), I32)
-
