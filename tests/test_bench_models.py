@@ -30,7 +30,7 @@ import stripeml.onnx  # noqa: E402
         "transformer_encoder",
         *(
             pytest.param(n, marks=pytest.mark.slow)
-            for n in ("bert_mini_128", "unet", "mobilevit_seg", "lstm", "gru")
+            for n in ("bert_mini_128", "unet", "mobilevit_seg", "lstm", "gru", "resnet50")
         ),
     ],
 )
@@ -70,7 +70,7 @@ def test_unsupported_operator_is_a_skip_not_a_crash(monkeypatch, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet18_int8", "bert_mini_int8"])
+@pytest.mark.parametrize("name", ["resnet18_int8", "resnet50_int8", "bert_mini_int8"])
 def test_quantized_entry_agrees_with_onnxruntime(name, tmp_path):
     """A model quantised by onnxruntime's tool, against onnxruntime running the same
     graph: within the entry's tolerance (activations are rounded to 8 bits between
@@ -83,6 +83,11 @@ def test_quantized_entry_agrees_with_onnxruntime(name, tmp_path):
     assert {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"} & {
         n.op_type for n in model.graph.node
     }
-    got = stripeml.onnx.compile(model, target="cpu", threads=2)(**feeds)
+    fn = stripeml.onnx.compile(model, target="cpu", threads=2)
+    got = fn(**feeds)
     want = bench_onnx.ort_session(model).run(None, feeds)
     assert bench_onnx.relative_error(got, want) < models.REGISTRY[name].tolerance
+    # the integer dot products ran: every convolution or matrix product of 8-bit
+    # weights as dot4 (docs/onnx.md, "Quantised models")
+    exe = fn.lower(**feeds)
+    assert exe is not None and exe.ir.count("dot4(") >= 4

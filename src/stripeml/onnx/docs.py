@@ -130,15 +130,28 @@ known at run time.
   on random float32 bit patterns.  Inside the program these tensors take the
   wide type's memory.  float8 E8M0 (a power-of-two scale type) converts as
   onnx's `to_float8e8m0`, with each `round_mode` (`up`, `down`, `nearest`).
-* **Quantised models** (`ops/quantize.py`): `QuantizeLinear`/`DequantizeLinear`
-  per tensor, per axis and blocked (scales known or computed), to and from
-  (u)int8/16, float8, float4 and int4; `QLinearMatMul` and `QLinearConv` as the
-  integer `MatMulInteger`/`ConvInteger` rescaled in float64 as the reference
-  does.  A QDQ model (onnxruntime's `quantize_static`) runs as its graph says:
-  dequantised weights fold to float constants, and each activation's
-  quantise-dequantise pair is elementwise work fused into the convolution
-  before it (kept channels-last).  There are no integer kernels yet: a
-  quantised model runs at its float model's speed, not faster.
+* **Quantised models** (`ops/quantize.py`, `ops/integer.py`, `qdq.py`):
+  `QuantizeLinear`/`DequantizeLinear` per tensor, per axis and blocked (scales
+  known or computed), to and from (u)int8/16, float8, float4 and int4.
+  Convolutions and matrix products run on **integer dot products**: a QDQ
+  `Conv` (onnxruntime's `quantize_static`: `DequantizeLinear` of uint8/int8
+  activations and of constant weights) is fused into one node, and it,
+  `QLinearConv` and `MatMulInteger`/`QLinearMatMul` with constant weights
+  become a `dot4` contraction over the activations' bytes viewed as int32
+  words of four channels (`view_int`, no copy of values) and the weights
+  packed when compiling; the CPU backend runs it as `vpdpbusd` where the CPU
+  has VNNI (see `docs/cpu-backend.md`).  The activations' zero point is a
+  constant sum of weights (per output pixel where padding leaves taps out),
+  signed activations are shifted to unsigned and uint8 weights with zero point
+  128 to signed; the scales, the bias, a residual add and the next
+  quantisation are the kernel's epilogue.  The sums are exact, so a QDQ
+  convolution matches the reference's float convolution of the dequantised
+  values to float rounding, and `QLinearConv`/`MatMulInteger` its integers
+  exactly.  Grouped and depthwise convolutions, weights with non-zero zero
+  points and scales computed at run time keep the float convolution of the
+  dequantised values (the same numbers, float speed).  Measured in
+  `docs/performance.md`: a quantised ResNet-50 in two-thirds of its float
+  model's time.
 * **DFT and STFT** (`ops/spectral.py`): one contraction with a constant
   twiddle tensor each (summed in float64), an STFT reading its frames through
   an affine index; a matrix DFT, quadratic in the transform's length.
