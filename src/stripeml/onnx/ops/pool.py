@@ -74,18 +74,30 @@ def max_pool(b: Builder, n: Node) -> list[Value | None]:
     y = _contraction(b, x, win, ">", _access(xref, win), x.dtype)
     if n.n_outputs < 2:
         return [y]
-    # Indices: the first flat index (row-major) of a tap equal to the maximum,
-    # as  BIG - max(BIG - flat)  over the taps equal to the maximum.
+    # Indices: the flat index (row-major) of the first tap equal to the maximum.
+    # Each tap t of the window is the constant  (KK - t) << 32 | offset(t), its
+    # offset from the window's origin in the flat input; the largest over the
+    # taps equal to the maximum is the first one, its low 32 bits its offset.
+    # A constant of the kernel's size, and no division at run time.
     order = int(n.attr("storage_order", 0))
     if order not in (0, 1):
         raise n.error(f"storage_order must be 0 or 1, got {order}")
-    big = x.size
-    flat = big - np.arange(big, dtype=np.int64).reshape(x.shape)
-    fref = b.ref(Value("", x.shape, np.dtype(np.int64), flat))
+    spatial = x.shape[2:]
+    kk = int(np.prod(win.kernel))
+    strides_flat = [int(np.prod(spatial[i + 1 :])) for i in range(r)]
+    grid = np.indices(win.kernel).reshape(r, -1)
+    offsets = sum(win.dilations[i] * strides_flat[i] * grid[i] for i in range(r))
+    taps = ((kk - np.arange(kk, dtype=np.int64)) << 32 | offsets).reshape(win.kernel)
+    tref = b.ref(Value("", taps.shape, np.dtype(np.int64), taps))
+    ks = ", ".join(f"k{i}" for i in range(r))
     operand = f"{_access(xref, win)} == {b.ref(y)}[n, c, {', '.join(f'y{i}' for i in range(r))}]"
-    operand += f" ? ({_access(fref, win)})"
+    operand += f" ? ({tref}[{ks}])"
     m = _contraction(b, x, win, ">", operand, np.dtype(np.int64))
-    idx = b.eltwise(f"{big} - {b.ref(m)}", m.shape, np.int64)
+    mr = b.ref(m)
+    flat = f"index({mr}, 0) * {x.shape[1]} + index({mr}, 1)"
+    for i in range(r):
+        flat = f"({flat}) * {spatial[i]} + {win.strides[i]} * index({mr}, {2 + i}) - {win.begin[i]}"
+    idx = b.eltwise(f"{flat} + ({mr} & {(1 << 32) - 1})", m.shape, np.int64)
     if order == 1:
         # column-major over the spatial axes: the first spatial axis varies fastest
         spatial = x.shape[2:]
