@@ -305,7 +305,11 @@ def _channels_last(w: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray
 def _conv(b: Builder, node: Node) -> list[Value | None]:
     x = node.input(0)
     _need(x.rank == 4 and x.dtype.kind == "f" and x.layout in (None, NHWC))
-    w = _needed(_const(node, 1))
+    wv = node.input(1)
+    w_const = _const(node, 1) if wv.const is not None else None
+    if w_const is None:  # weights computed at run time (a training graph's parameters)
+        return _conv_runtime_weights(b, node, x, wv)
+    w = w_const
     _need(w.ndim == 4 and w.dtype == x.dtype)
     bias = _const(node, 2)
     co, cig, kh, kw = w.shape
@@ -356,6 +360,44 @@ def _conv(b: Builder, node: Node) -> list[Value | None]:
     if np.any(bias != 0):
         bv = b.ref(Value("", (co,), dt, np.asarray(bias, dt)))
         out = b.eltwise(f"{b.ref(out)} + {bv}", out.shape, dt)
+    return [with_layout(out, NHWC)]
+
+
+def _conv_runtime_weights(b: Builder, node: Node, x: Value, wv: Value) -> list[Value | None]:
+    """``Conv`` (one group, or depthwise) whose weights are computed at run time:
+    the same NHWC contraction, reading the weights through one transposing copy
+    ``(KH, KW, CI, CO)`` made in the program (output channels contiguous)."""
+    _need(node.op_type == "Conv" and wv.rank == 4 and wv.dtype == x.dtype and wv.layout is None)
+    co, cig, kh, kw = wv.shape
+    groups = int(node.attr("group", 1))
+    n_, ci, h, wd = x.shape
+    _need(groups >= 1 and ci == cig * groups and (groups == 1 or (groups == ci and co == ci)))
+    kernel = node.attr("kernel_shape")
+    _need(kernel is None or list(kernel) == [kh, kw])
+    bias = node.opt(2)
+    _need(bias is None or (bias.shape == (co,) and bias.layout is None))
+    dt = x.dtype
+    win = window(node, (h, wd), (kh, kw))
+    oh, ow = win.out
+    xr = b.ref(_nhwc_input(b, x))
+    wref = b.ref(wv)
+    ys = affine((win.strides[0], "y"), (win.dilations[0], "ky"), const=-win.begin[0])
+    xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
+    if groups == 1:
+        wt = b.contraction(
+            f"{{out}}[ky, kx, ci, co : {kh}, {kw}, {ci}, {co}] = =({wref}[co, ci, ky, kx])",
+            (kh, kw, ci, co),
+            dt,
+        )
+        text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {b.ref(wt)}[ky, kx, ci, co])"
+    else:
+        wt = b.contraction(
+            f"{{out}}[ky, kx, c : {kh}, {kw}, {co}] = =({wref}[c, 0, ky, kx])", (kh, kw, co), dt
+        )
+        text = f"{{out}}[n, y, x, c : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, c] * {b.ref(wt)}[ky, kx, c])"
+    out = b.contraction(text, (n_, oh, ow, co), dt)
+    if bias is not None:
+        out = b.eltwise(f"{b.ref(out)} + {b.ref(bias)}", out.shape, dt)
     return [with_layout(out, NHWC)]
 
 
