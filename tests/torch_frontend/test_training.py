@@ -191,3 +191,137 @@ def test_parameters_are_inputs_of_the_training_graphs() -> None:
     assert st.stats()["compiles"] == n
     src = st.last_programs(2)
     assert [p.kind for p in src] == ["forward", "backward"], src
+
+
+# float16: PyTorch CPU computes each operator in float32 and rounds its result;
+# the programs round at the same operators but a fused reduction sums in another
+# order: gradients a few units of the last place apart, relative to the largest.
+HALF_TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_training_matches_eager(dtype: Any) -> None:
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    eager = _mlp().to(dtype).train()
+    mine = copy.deepcopy(eager)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 16, generator=g).to(dtype)
+    target = torch.randn(8, 5, generator=g).to(dtype)
+    compiled = torch.compile(mine, backend="stripeml")
+    tol = HALF_TOLERANCE[dtype]
+    before = st.stats()
+    want, got = eager(x), compiled(x)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    F.mse_loss(want, target).backward()
+    F.mse_loss(got, target).backward()
+    for (pname, p), q in zip(eager.named_parameters(), mine.parameters()):
+        assert q.grad is not None and q.grad.dtype == dtype, pname
+        scale = p.grad.abs().max().item()
+        torch.testing.assert_close(q.grad, p.grad, rtol=tol, atol=tol * scale, msg=pname)
+    d = _delta(before)
+    assert d["forward_compiles"] == 1 and d["backward_compiles"] == 1, d
+    assert d["fallbacks"] == 0 and d["eager_nodes"] == 0, d
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
+    opt_m = torch.optim.SGD(mine.parameters(), lr=0.05)
+    for step in range(10):
+        losses = []
+        for model, opt in ((eager, opt_e), (compiled, opt_m)):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=2 * tol), (step, losses)
+    assert _delta(before)["compiles"] == 2, "a training step recompiled"
+
+
+class _DropoutMlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.drop = nn.Dropout(0.1)
+        self.b = nn.Linear(32, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.b(self.drop(torch.relu(self.a(x))))
+
+
+def test_dropout_in_training_runs_eagerly_and_trains() -> None:
+    """Dropout's mask is PyTorch's random draw: its node runs eagerly (the rest
+    of the forward compiles, and the whole backward), so with the same seed the
+    compiled step draws eager's mask and computes eager's gradients."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    eager = _DropoutMlp().train()
+    mine = copy.deepcopy(eager)
+    g = torch.Generator().manual_seed(1)
+    x, target = torch.randn(16, 16, generator=g), torch.randn(16, 4, generator=g)
+    compiled = torch.compile(mine, backend="stripeml")
+    before = st.stats()
+    torch.manual_seed(5)
+    want = eager(x)
+    torch.manual_seed(5)
+    got = compiled(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert (want == eager.b(torch.relu(eager.a(x)))).logical_not().any(), "dropout inactive"
+    F.mse_loss(want, target).backward()
+    F.mse_loss(got, target).backward()
+    for (pname, p), q in zip(eager.named_parameters(), mine.parameters()):
+        assert q.grad is not None, pname
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=pname)
+    d = _delta(before)
+    assert d["fallbacks"] == 1 and d["eager_nodes"] >= 1, d  # the dropout node
+    assert d["forward_compiles"] >= 1 and d["backward_compiles"] == 1, d
+    opt = torch.optim.SGD(mine.parameters(), lr=0.05)
+    compiles = st.stats()["compiles"]
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = F.mse_loss(compiled(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert st.stats()["compiles"] == compiles, "a training step recompiled"
+
+    torch._dynamo.reset()
+    e = st.explain(eager, x)
+    (fwd,) = e.of("forward")
+    assert fwd.partial and fwd.eager["aten.native_dropout.default"] == 1, fwd
+    assert "training mode" in e.unsupported["aten.native_dropout.default"]
+    assert all(g.compiles for g in e.of("backward")), e
+
+
+def test_explain_reports_forward_and_backward_graphs() -> None:
+    """``explain`` of a model in training mode reports AOTAutograd's forward and
+    backward graphs, compiles nothing and leaves the model's state alone."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    m = _cnn().train()
+    x = _inputs("cnn")[0]
+    buffers = [b.clone() for b in m.buffers()]
+    before = st.stats()
+    e = st.explain(m, x)
+    assert [g.kind for g in e.graphs] == ["forward", "backward"], e
+    assert e.compiles, e
+    fwd, bwd = e.graphs
+    assert fwd.ops["aten._native_batch_norm_legit_functional.default"] == 2, fwd.ops
+    assert bwd.ops["aten.convolution_backward.default"] == 2, bwd.ops
+    assert "(forward)" in str(e) and "(backward)" in str(e)
+    d = _delta(before)
+    assert d["compiles"] == 0 and d["calls"] == 0, d
+    assert all(torch.equal(a, b) for a, b in zip(buffers, m.buffers()))
+    assert all(p.grad is None for p in m.parameters())
+
+    # an operator without a translation: its backward is reported too
+    torch._dynamo.reset()
+    e = st.explain(_Sandwich().train(), torch.randn(3, 8))
+    fwd, bwd = e.of("forward"), e.of("backward")
+    assert fwd and bwd and fwd[0].partial and bwd[0].partial, e
+    assert "aten.cumsum.default" in e.unsupported
+    # in eval mode (or under no_grad): one inference graph
+    torch._dynamo.reset()
+    e = st.explain(_cnn().eval(), x)
+    assert [g.kind for g in e.graphs] == ["inference"] and e.compiles, e

@@ -60,10 +60,14 @@ class Explanation:
         """Every operator that makes a graph (or part of one) fall back, and why."""
         return {op: why for g in self.graphs for op, why in g.unsupported.items()}
 
+    def of(self, kind: str) -> list[GraphReport]:
+        """The reports of one kind of graph: "inference", "forward" or "backward"."""
+        return [g for g in self.graphs if g.kind == kind]
+
     def __str__(self) -> str:
         lines = []
         for k, g in enumerate(self.graphs):
-            head = f"graph {k}: {sum(g.ops.values())} ATen ops: "
+            head = f"graph {k} ({g.kind}): {sum(g.ops.values())} ATen ops: "
             if g.compiles:
                 lines.append(head + "compiles")
             elif g.reason:
@@ -85,10 +89,19 @@ class Explanation:
 
 
 def explain(model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
-    """Trace ``model(*inputs, **kwargs)`` as ``torch.compile`` would (under
-    ``torch.no_grad``) and say, per captured graph, whether it would compile,
-    be split (its supported partitions compiled, the other nodes run eagerly) or
-    fall back to eager, and which ATen operators are why.  Nothing is compiled."""
+    """Trace ``model(*inputs, **kwargs)`` as ``torch.compile`` would and say, per
+    captured graph, whether it would compile, be split (its supported partitions
+    compiled, the other nodes run eagerly) or fall back to eager, and which ATen
+    operators are why.  Nothing is compiled.
+
+    A model in training mode with a parameter that requires a gradient (or an
+    input that requires one) is traced as a training step: the report has
+    AOTAutograd's ``forward`` and ``backward`` graphs (``GraphReport.kind``).
+    Anything else is traced under ``torch.no_grad()``: ``inference`` graphs.
+    The model's buffers (BatchNorm's running statistics) and the random number
+    generator are left as they were."""
+    import contextlib
+
     import torch
 
     from .backend import _backend
@@ -98,6 +111,34 @@ def explain(model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
     def record(gm: Any, example_inputs: Any) -> Any:
         return _backend(gm, example_inputs, reports)
 
-    with torch.no_grad():
-        torch.compile(model, backend=record, dynamic=False)(*inputs, **kwargs)
+    buffers = list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+    saved = [b.detach().clone() for b in buffers]
+    with contextlib.ExitStack() as scope:
+        scope.enter_context(torch.random.fork_rng(devices=[]))
+        if _trains(model, inputs, kwargs):
+            scope.enter_context(torch.enable_grad())
+            # AOTAutograd compiles a backward graph at its first backward() unless told
+            # otherwise: compile (here: report) it with the forward
+            scope.enter_context(
+                torch._functorch.config.patch(force_non_lazy_backward_lowering=True)
+            )
+        else:
+            scope.enter_context(torch.no_grad())
+        try:
+            torch.compile(model, backend=record, dynamic=False)(*inputs, **kwargs)
+        finally:
+            with torch.no_grad():
+                for b, v in zip(buffers, saved):
+                    b.copy_(v)
     return Explanation(reports)
+
+
+def _trains(model: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``explain`` traces a training step (see there)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module) and model.training:
+        if any(p.requires_grad for p in model.parameters()):
+            return True
+    given = [*inputs, *kwargs.values()]
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in given)

@@ -8,11 +8,17 @@ attributes), which :func:`stripeml.onnx.importer.run_node` writes into a single
 nodes: convolution, matmul, pooling, reductions and normalisations are the op
 library's, written once.  Nodes whose inputs are all constants (the
 parameters, transposed or reshaped) fold at import.
+
+This module holds the machinery (:class:`Lowering`, the rule table
+:data:`RULES`, :func:`write`) and the rules of the network operators (matmul,
+convolution, pooling, normalisation, embedding); the elementwise operators,
+reductions and constants are in ``lower_elementwise.py``, views and other shape
+operators in ``lower_shape.py``, the operators training adds in
+``lower_backward.py``.  Importing this module registers them all.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +46,9 @@ class Unsupported(Exception):
         super().__init__(f"{op}: {reason}" if reason else op)
         self.op = op
         self.reason = reason
+        #: the FX node whose translation failed (set by ``translate``; None: an
+        #: input, the output, or not known)
+        self.node: Any = None
 
 
 def np_dtype(dtype: Any) -> np.dtype:
@@ -59,24 +68,6 @@ def np_dtype(dtype: Any) -> np.dtype:
     if name is None:
         raise Unsupported("dtype", f"element type {dtype} is not supported")
     return np.dtype(name)
-
-
-def to_numpy(t: Any) -> np.ndarray:
-    """A CPU tensor's NumPy view (no copy; bfloat16 as ``ml_dtypes.bfloat16``)."""
-    import torch
-
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np_dtype(t.dtype))
-    return t.numpy()
-
-
-def from_numpy(a: np.ndarray) -> Any:
-    """A tensor sharing ``a``'s memory (``ml_dtypes.bfloat16`` as ``torch.bfloat16``)."""
-    import torch
-
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
 
 
 def op_name(target: Any) -> str:
@@ -189,263 +180,7 @@ def _axis(d: int, rank: int) -> int:
     return d + rank if d < 0 else d
 
 
-_UNARY = {
-    "relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log",
-    "sqrt": "Sqrt", "abs": "Abs", "neg": "Neg", "erf": "Erf", "sin": "Sin", "cos": "Cos",
-    "reciprocal": "Reciprocal", "floor": "Floor", "ceil": "Ceil", "sign": "Sign",
-    "logical_not": "Not", "hardswish": "HardSwish", "isnan": "IsNaN",
-}  # fmt: skip
-_BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "maximum": "Max",
-           "minimum": "Min", "pow": "Pow", "logical_and": "And", "logical_or": "Or"}  # fmt: skip
-_COMPARE = {"eq": "Equal", "lt": "Less", "le": "LessOrEqual", "gt": "Greater",
-            "ge": "GreaterOrEqual", "ne": "Equal"}  # fmt: skip
-
-
-def _unary(op: str) -> Rule:
-    def write(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-        return L.one(op, L.cast(args[0], _dtype(meta)) if op != "IsNaN" else args[0])
-
-    return write
-
-
-def _binary(name: str, op: str) -> Rule:
-    def write(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-        dtype = _dtype(meta)
-        a, c = L.tensor(args[0], dtype), args[1]
-        if name == "div" and kw.get("rounding_mode") is not None:
-            raise Unsupported("div", f"rounding_mode={kw['rounding_mode']!r}")
-        if name == "pow" and not isinstance(c, Value) and float(c) == 2.0:
-            return L.one("Mul", a, a)
-        alpha = _arg(args, kw, 2, "alpha", 1)
-        if alpha != 1 and name in ("add", "sub"):
-            c = L.one("Mul", L.tensor(c, dtype), L.const(alpha, dtype))
-        return L.one(op, a, L.tensor(c, dtype))
-
-    return write
-
-
-def promoted(a: Any, c: Any) -> np.dtype:
-    """The dtype PyTorch computes ``a`` and ``c`` (Values or Python numbers) in:
-    its type promotion, where an integer tensor with a Python float is float32
-    and a 0-d tensor does not widen a dimensioned one of its category (NumPy's
-    rules differ on both)."""
-    import torch
-
-    def probe(x: Any) -> Any:
-        if not isinstance(x, Value):
-            return x
-        return torch.from_numpy(np.zeros((1,) * min(x.rank, 1), x.dtype))
-
-    return np_dtype(torch.result_type(probe(a), probe(c)))
-
-
-def _compare(name: str, op: str) -> Rule:
-    def write(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-        a, c = args[0], args[1]
-        common = promoted(a, c)
-        out = L.one(op, L.tensor(a, common), L.tensor(c, common))
-        return L.one("Not", out) if name == "ne" else out
-
-    return write
-
-
-for _n, _o in _UNARY.items():
-    RULES[_n] = _unary(_o)
-for _n, _o in _BINARY.items():
-    RULES[_n] = _binary(_n, _o)
-for _n, _o in _COMPARE.items():
-    RULES[_n] = _compare(_n, _o)
-
-
-@rule("rsqrt")
-def _rsqrt(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("Reciprocal", L.one("Sqrt", L.cast(args[0], _dtype(meta))))
-
-
-@rule("remainder", "fmod")
-def _remainder(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    """``remainder``: the sign of the divisor (Python's ``%``); ``fmod``: of the dividend."""
-    dtype = _dtype(meta)
-    a, c = L.tensor(args[0], dtype), L.tensor(args[1], dtype)
-    if kw["__op__"] == "fmod":
-        return L.one("Mod", a, c, fmod=1)
-    if dtype.kind in "iu":
-        return L.one("Mod", a, c, fmod=0)
-    return L.one("Sub", a, L.one("Mul", L.one("Floor", L.one("Div", a, c)), c))
-
-
-@rule("bitwise_not")
-def _bitwise_not(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("Not" if args[0].dtype == np.bool_ else "BitwiseNot", args[0])
-
-
-@rule("bitwise_and", "bitwise_or", "bitwise_xor", "logical_xor")
-def _bitwise(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    """``&``, ``|``, ``^``: the logical operators on booleans, bitwise on integers."""
-    name, dtype = kw["__op__"], _dtype(meta)
-    kind = name.split("_", 1)[1]
-    if name == "logical_xor":
-        dtype = np.dtype(np.bool_)
-        a, c = L.tensor(args[0], dtype), L.tensor(args[1], dtype)  # nonzero: True
-    else:
-        a, c = L.tensor(args[0], dtype), L.tensor(args[1], dtype)
-    if dtype == np.bool_:
-        return L.one(kind.capitalize(), a, c)
-    if dtype.kind not in "iu":
-        raise Unsupported(name, f"element type {dtype}")
-    return L.one("Bitwise" + kind.capitalize(), a, c)
-
-
-@rule("gelu")
-def _gelu(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("Gelu", args[0], approximate=str(_arg(args, kw, 1, "approximate", "none")))
-
-
-@rule("silu")
-def _silu(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("Mul", args[0], L.one("Sigmoid", args[0]))
-
-
-@rule("leaky_relu")
-def _leaky(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("LeakyRelu", args[0], alpha=float(_arg(args, kw, 1, "negative_slope", 0.01)))
-
-
-@rule("hardsigmoid")
-def _hardsigmoid(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("HardSigmoid", args[0], alpha=1.0 / 6.0, beta=0.5)
-
-
-@rule("clamp", "hardtanh", "clamp_min", "clamp_max")
-def _clamp(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x, dtype, name = args[0], _dtype(meta), kw["__op__"]
-    lo, hi = _arg(args, kw, 1, "min"), _arg(args, kw, 2, "max")
-    if name == "hardtanh":
-        lo = -1.0 if lo is None else lo
-        hi = 1.0 if hi is None else hi
-    elif name == "clamp_max":
-        lo, hi = None, args[1]
-    if isinstance(lo, Value) or isinstance(hi, Value):
-        # tensor bounds (clamp.Tensor): Clip takes scalars only; PyTorch's
-        # clamp is min(max(x, lo), hi), which broadcasts
-        y = L.cast(x, dtype)
-        if lo is not None:
-            y = L.one("Max", y, L.tensor(lo, dtype))
-        if hi is not None:
-            y = L.one("Min", y, L.tensor(hi, dtype))
-        return y
-    return L.one(
-        "Clip",
-        L.cast(x, dtype),
-        None if lo is None else L.tensor(lo, dtype),
-        None if hi is None else L.tensor(hi, dtype),
-    )
-
-
-@rule("where")
-def _where(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    dtype = _dtype(meta)
-    return L.one("Where", args[0], L.tensor(args[1], dtype), L.tensor(args[2], dtype))
-
-
-@rule("_to_copy", "convert_element_type", "to")
-def _to_copy(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.cast(args[0], _dtype(meta))
-
-
-@rule("clone", "alias", "detach", "lift_fresh_copy", "contiguous", "dropout", "native_dropout")
-def _identity(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    if kw.get("__op__") in ("dropout", "native_dropout") and _arg(args, kw, 2, "train", False):
-        raise Unsupported("dropout", "in training mode")
-    if kw.get("__op__") == "native_dropout":
-        return (args[0], None)
-    return args[0]
-
-
-@rule("view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "flatten", "view_as",
-      "_reshape_alias", "unflatten")  # fmt: skip
-def _reshape(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    if x.shape == _shape(meta):
-        return x
-    return L.one("Reshape", x, L.ints(_shape(meta)), allowzero=1)
-
-
-@rule("expand")
-def _expand(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    return x if x.shape == _shape(meta) else L.one("Expand", x, L.ints(_shape(meta)))
-
-
-@rule("permute")
-def _permute(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    return L.one("Transpose", x, perm=[_axis(int(d), x.rank) for d in args[1]])
-
-
-@rule("t", "numpy_T")
-def _t(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    return x if x.rank < 2 else L.one("Transpose", x, perm=list(range(x.rank))[::-1])
-
-
-@rule("transpose")
-def _transpose(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    perm = list(range(x.rank))
-    a, c = _axis(int(args[1]), x.rank), _axis(int(args[2]), x.rank)
-    perm[a], perm[c] = perm[c], perm[a]
-    return L.one("Transpose", x, perm=perm)
-
-
-@rule("cat", "concat")
-def _cat(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    dtype = _dtype(meta)
-    parts = [L.cast(v, dtype) for v in args[0] if v.size or v.rank > 1]
-    axis = _axis(int(_arg(args, kw, 1, "dim", 0)), len(_shape(meta)))
-    return parts[0] if len(parts) == 1 else L.onnx("Concat", parts, 1, axis=axis)[0]
-
-
-@rule("slice")
-def _slice(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    dim = _axis(int(_arg(args, kw, 1, "dim", 0)), x.rank)
-    start = _arg(args, kw, 2, "start", None)
-    end = _arg(args, kw, 3, "end", None)
-    step = int(_arg(args, kw, 4, "step", 1))
-    size = x.shape[dim]
-    start = 0 if start is None else max(-size, min(int(start), size))
-    end = size if end is None else max(-size, min(int(end), size))
-    if (start, end, step) == (0, size, 1):
-        return x
-    return L.one("Slice", x, L.ints([start]), L.ints([end]), L.ints([dim]), L.ints([step]))
-
-
-@rule("select")
-def _select(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    axis = _axis(int(args[1]), x.rank)
-    return L.one("Gather", x, L.const(int(args[2]), np.int64), axis=axis)
-
-
-@rule("split_with_sizes", "split")
-def _split(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x, sizes = args[0], args[1]
-    axis = _axis(int(_arg(args, kw, 2, "dim", 0)), x.rank)
-    if isinstance(sizes, int):
-        n = x.shape[axis]
-        sizes = [min(sizes, n - s) for s in range(0, n, sizes)]
-    outs = L.onnx("Split", [x, L.ints(sizes)], len(sizes), axis=axis)
-    return tuple(outs)
-
-
-@rule("unbind")
-def _unbind(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    x = args[0]
-    axis = _axis(int(_arg(args, kw, 1, "dim", 0)), x.rank)
-    return tuple(L.one("Gather", x, L.const(i, np.int64), axis=axis) for i in range(x.shape[axis]))
-
-
+# -- linear algebra, convolution, pooling ---------------------------------
 @rule("mm", "bmm", "matmul")
 def _matmul(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
     return L.one("MatMul", args[0], args[1])
@@ -537,54 +272,6 @@ def _adaptive(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> A
     )
 
 
-def _reduce(op: str) -> Rule:
-    def write(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-        x = L.cast(args[0], _dtype(meta)) if op != "ReduceMax" else args[0]
-        dims = _arg(args, kw, 1, "dim", None)
-        if isinstance(dims, int):
-            dims = [dims]
-        if not dims:
-            dims = list(range(x.rank))
-        keep = int(bool(_arg(args, kw, 2, "keepdim", False)))
-        if x.rank == 0:
-            return x
-        axes = sorted({_axis(int(d), x.rank) for d in dims})
-        return L.one(op, x, L.ints(axes), keepdims=keep)
-
-    return write
-
-
-@rule("max", "min")
-def _max_min(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    """``max()``/``min()`` (everything), ``.dim`` (values; the indices are not
-    produced) and ``.other`` (elementwise, as ``maximum``/``minimum``)."""
-    name = kw["__op__"]
-    other = args[1] if len(args) > 1 else kw.get("other", kw.get("dim"))
-    if isinstance(other, Value):
-        dtype = _dtype(meta)
-        return L.one(
-            "Max" if name == "max" else "Min", L.cast(args[0], dtype), L.cast(other, dtype)
-        )
-    y = _reduce("ReduceMax" if name == "max" else "ReduceMin")(L, args, kw, meta)
-    return y if other is None else (y, None)
-
-
-RULES["mean"] = _reduce("ReduceMean")
-RULES["sum"] = _reduce("ReduceSum")
-RULES["amax"] = _reduce("ReduceMax")
-RULES["amin"] = _reduce("ReduceMin")
-
-
-@rule("_softmax", "softmax")
-def _softmax(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("Softmax", args[0], axis=int(args[1]))
-
-
-@rule("_log_softmax", "log_softmax")
-def _log_softmax(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    return L.one("LogSoftmax", args[0], axis=int(args[1]))
-
-
 @rule("native_layer_norm")
 def _layer_norm(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
     x, shape, w, bias, eps = args[:5]
@@ -618,41 +305,9 @@ def _embedding(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> 
     return L.one("Gather", args[0], args[1], axis=0)
 
 
-def _const_rule(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-    name = kw["__op__"]
-    shape, dtype = _shape(meta), _dtype(meta)
-    if name in ("zeros", "zeros_like", "new_zeros"):
-        return L.const(np.zeros(shape, dtype))
-    if name in ("ones", "ones_like", "new_ones"):
-        return L.const(np.ones(shape, dtype))
-    if name in ("full", "full_like", "new_full", "fill"):
-        return L.const(np.full(shape, args[1], dtype))
-    if name == "scalar_tensor":
-        return L.const(np.asarray(args[0], dtype))
-    if name == "arange":
-        nums = [a for a in args if isinstance(a, (int, float))]
-        start, end, step = (
-            (0, nums[0], 1) if len(nums) == 1 else (*nums[:2], nums[2] if len(nums) > 2 else 1)
-        )
-        return L.const(np.arange(start, end, step).astype(dtype))
-    raise Unsupported(name)
-
-
-for _n in ("zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full",
-           "full_like", "new_full", "scalar_tensor", "arange"):  # fmt: skip
-    RULES[_n] = _const_rule
-
 #: Operators with no value: checks PyTorch traces in.
 IGNORED = frozenset({"_assert_async", "_assert_scalar", "sym_constrain_range_for_size",
                      "_assert_tensor_metadata", "sym_constrain_range"})  # fmt: skip
-
-#: Python operators on sizes (their values come from the concrete trace).
-SIZE_OPS = {operator.getitem}
-
-
-def supported(target: Any) -> bool:
-    name = op_name(target)
-    return name in RULES or name in IGNORED or target is operator.getitem
 
 
 def write(L: Lowering, target: Any, args: list[Any], kwargs: dict[str, Any], meta: Meta) -> Any:
@@ -663,7 +318,9 @@ def write(L: Lowering, target: Any, args: list[Any], kwargs: dict[str, Any], met
         raise Unsupported(full_name(target), "no translation")
     try:
         return fn(L, args, {**kwargs, "__op__": name}, meta)
-    except Unsupported:
+    except Unsupported as exc:
+        if exc.op == name:  # a rule naming its own operator: report it by its ATen name
+            exc.op = full_name(target)
         raise
     except OnnxError as exc:
         raise Unsupported(full_name(target), str(exc)) from exc
@@ -671,23 +328,5 @@ def write(L: Lowering, target: Any, args: list[Any], kwargs: dict[str, Any], met
         raise Unsupported(full_name(target), f"{type(exc).__name__}: {exc}") from exc
 
 
-def _any_all(op: str) -> Rule:
-    def write(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
-        x = L.cast(args[0], np.dtype(np.float32))
-        r = _reduce(op)(L, [x, *args[1:]], kw, _F32(meta))
-        return L.cast(r, np.dtype(np.bool_))
-
-    return write
-
-
-class _F32:
-    """``meta`` as float32 (the reduction of ``any``/``all`` runs on 0/1 floats)."""
-
-    def __init__(self, meta: Meta):
-        import torch
-
-        self.shape, self.dtype = meta.shape, torch.float32
-
-
-RULES["any"] = _any_all("ReduceMax")
-RULES["all"] = _any_all("ReduceMin")
+# the other rule modules (they import this one, so they come last)
+from . import lower_backward, lower_elementwise, lower_shape  # noqa: E402, F401

@@ -86,7 +86,7 @@ def trace(gm: Any, example_inputs: Sequence[Any], state: list[bool], reports: An
 
     def backward(fx: Any, _inputs: Any) -> Any:
         n = sum(1 for node in fx.graph.nodes if node.op == "placeholder")
-        return make_boxed_func(CompiledGraph(fx, [False] * n, None, kind="backward"))
+        return make_boxed_func(CompiledGraph(fx, [False] * n, reports, kind="backward"))
 
     training = needs_grad(example_inputs)
     aot: Any = aot_module_simplified  # its compiler protocols are stricter than a function

@@ -1,0 +1,208 @@
+"""One ATen graph, for one input signature, written into one Tile program.
+
+:func:`translate` walks an FX graph's nodes in order and writes each through
+the rule table (:func:`~.lower.write`) into one
+:class:`~stripeml.onnx.builder.Builder`; every node's result is checked against
+the shape PyTorch's trace gives it.  Parameters bound as constants (inference)
+fold at import; runtime inputs become the program's parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..onnx.builder import Builder, Value
+from ..onnx.importer import Folds
+from ..onnx.narrow_types import is_narrow, wide_dtype
+from .lower import IGNORED, Lowering, Unsupported, full_name, np_dtype, op_name, write
+from .tensors import to_numpy
+
+
+@dataclass
+class Translation:
+    """A graph written into a Builder, ready for ``stripeml.onnx.importer.finish``."""
+
+    builder: Builder
+    produced: list[Value]  # the program's outputs
+    input_index: dict[Value, int]  # per program input: the graph input's index
+    #: per graph output: ("value", k) (the k-th of ``produced``), ("input", k)
+    #: (graph input k handed back, no copy) or ("literal", x)
+    plan: list[tuple[str, Any]]
+
+
+def translate(
+    fx: Any,
+    state: list[bool],
+    metas: list[Any],
+    args: list[Any] | None,
+    folds: Folds,
+    static: bool,
+) -> Translation:
+    """Write ``fx`` for these inputs (real tensors in ``args``; fake or real in
+    ``metas``; ``state``: which inputs are parameters, bound as constants when
+    ``args`` are given).  Raises :class:`~.lower.Unsupported` with ``node`` set
+    to the operator node that failed (None: an input or the output)."""
+    import torch
+
+    placeholders = [n for n in fx.graph.nodes if n.op == "placeholder"]
+    concrete = None if static or args is None else _concrete(fx, args)
+    b = Builder()
+    L = Lowering(b, folds)
+    vals: dict[Any, Any] = {}
+    input_index: dict[Value, int] = {}
+    for k, (n, m, s) in enumerate(zip(placeholders, metas, state)):
+        if not isinstance(m, torch.Tensor):
+            vals[n] = m
+            continue
+        dtype = np_dtype(m.dtype)
+        if s and args is not None:
+            t = args[k].detach()
+            if t.device.type != "cpu":
+                raise Unsupported("input", "a parameter not on the CPU")
+            vals[n] = L.const(to_numpy(t))
+        elif s:
+            vals[n] = L.const(np.zeros(tuple(m.shape), dtype))
+        else:
+            v = b.input(tuple(int(d) for d in m.shape), wide_dtype(dtype))
+            if v.const is None:
+                input_index[v] = k
+            # bfloat16 is held in float32 (onnx/narrow.py), rounded after each operator
+            vals[n] = replace(v, narrow=dtype) if is_narrow(dtype) else v
+    output = None
+    for n in fx.graph.nodes:
+        if n.op == "output":
+            output = n
+            break
+        if n.op != "placeholder":
+            try:
+                _node(fx, n, L, vals, concrete)
+            except Unsupported as exc:
+                exc.node = n
+                raise
+    assert output is not None
+    produced: list[Value] = []
+    plan: list[tuple[str, Any]] = []
+    given = {v.name: k for v, k in input_index.items()}
+    for r in _resolve(list(output.args[0]), vals):
+        if isinstance(r, Value) and r.const is None and r.layout is None and r.name in given:
+            plan.append(("input", given[r.name]))  # (a saved input: no copy)
+        elif isinstance(r, Value):
+            plan.append(("value", len(produced)))
+            produced.append(r)
+        elif isinstance(r, (tuple, list)):
+            raise Unsupported("output", "a tuple-valued output")
+        else:
+            plan.append(("literal", r))
+    return Translation(b, produced, input_index, plan)
+
+
+def _node(fx: Any, n: Any, L: Lowering, vals: dict[Any, Any], concrete: Any) -> None:
+    """Write node ``n`` (not a placeholder or the output); its value in ``vals``."""
+    import torch
+
+    if n.op == "get_attr":
+        t = getattr(fx, str(n.target))
+        vals[n] = L.const(to_numpy(t.detach().cpu()).copy()) if isinstance(t, torch.Tensor) else t
+        return
+    if n.op != "call_function":
+        raise Unsupported(n.op, "only ATen operator calls are translated")
+    meta = concrete[n] if concrete is not None else n.meta.get("val")
+    if not isinstance(meta, (torch.Tensor, tuple, list)) or op_name(n.target) == "getitem":
+        if op_name(n.target) == "getitem" and not isinstance(meta, (int, float)):
+            vals[n] = _resolve(n.args[0], vals)[n.args[1]]
+            if vals[n] is None:
+                raise Unsupported("getitem", "an output the translation does not produce")
+            return
+        if op_name(n.target) in IGNORED:
+            return
+        if meta is not None and not isinstance(meta, torch.Tensor):
+            vals[n] = _number(meta)  # a size, computed by PyTorch's trace
+            return
+    a = _resolve(list(n.args), vals)
+    kw = _resolve(dict(n.kwargs), vals)
+    L.where = n.name
+    L.used = {u.args[1] for u in n.users if op_name(u.target) == "getitem"}
+    if any(op_name(u.target) != "getitem" for u in n.users):
+        L.used = None
+    first = meta[0] if isinstance(meta, (tuple, list)) else meta
+    out: Any = write(L, n.target, a, kw, first)
+    if isinstance(out, Value) and isinstance(meta, torch.Tensor):
+        out = _checked(L, out, meta, n)
+    elif isinstance(out, tuple) and isinstance(meta, (tuple, list)):
+        out = tuple(
+            _checked(L, x, m, n) if isinstance(x, Value) and isinstance(m, torch.Tensor) else x
+            for x, m in zip(out, meta)
+        )
+    vals[n] = out
+
+
+def symbolic(n: Any) -> bool:
+    """A placeholder whose value dynamo left with symbolic sizes (or a SymInt)."""
+    import torch
+
+    val = n.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in val.shape)
+    return val is not None
+
+
+def _number(x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.SymInt):
+        return int(x)
+    if isinstance(x, torch.SymFloat):
+        return float(x)
+    if isinstance(x, torch.SymBool):
+        return bool(x)
+    return x
+
+
+def _resolve(x: Any, vals: dict[Any, Any]) -> Any:
+    import torch
+
+    if isinstance(x, torch.fx.Node):
+        return vals[x]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_resolve(a, vals) for a in x)
+    if isinstance(x, dict):
+        return {k: _resolve(a, vals) for k, a in x.items()}
+    return _number(x)
+
+
+def _checked(L: Lowering, v: Value, meta: Any, n: Any) -> Value:
+    """``v`` with the shape PyTorch says the node has, in its dtype."""
+    shape = tuple(int(d) for d in meta.shape)
+    if v.shape != shape:
+        raise Unsupported(full_name(n.target), f"made shape {v.shape}, PyTorch says {shape}")
+    return L.cast(v, np_dtype(meta.dtype))
+
+
+def _concrete(fx: Any, args: list[Any]) -> dict[Any, Any]:
+    """Every node's value for these real inputs (tensors as their metadata only):
+    the graph run once, eagerly, where dynamo left sizes symbolic."""
+    import torch
+
+    seen: dict[Any, Any] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            seen[n] = (
+                torch.empty(out.shape, dtype=out.dtype, device="meta")
+                if isinstance(out, torch.Tensor)
+                else tuple(
+                    torch.empty(o.shape, dtype=o.dtype, device="meta")
+                    if isinstance(o, torch.Tensor) else o for o in out
+                )
+                if isinstance(out, (tuple, list))
+                else out
+            )  # fmt: skip
+            return out
+
+    with torch.no_grad():
+        Recorder(fx).run(*args)
+    return seen
