@@ -58,7 +58,9 @@ def _convolution_backward(L: Lowering, args: list[Any], kw: dict[str, Any], meta
     s, p, d = _per_axis(stride, r, 1), _per_axis(padding, r, 0), _per_axis(dilation, r, 1)
     g = int(groups)
     gi = gw = gb = None
-    if mask[0]:
+    if mask[0] and r == 2 and s == [1, 1] and _flip_pads(w, p, d) is not None:
+        gi = _conv_input_grad_stride1(L, go, w, p, d, g)
+    elif mask[0]:
         # the input's gradient: the transposed convolution of the output's,
         # sized back to the input (a strided conv's last rows may be unread)
         kernel = list(w.shape[2:])
@@ -72,11 +74,82 @@ def _convolution_backward(L: Lowering, args: list[Any], kw: dict[str, Any], meta
             "ConvTranspose", go, w, strides=s, pads=p + end, dilations=d, group=g,
             output_padding=extra_out, kernel_shape=kernel,
         )  # fmt: skip
-    if mask[1]:
+    if mask[1] and r == 2 and g == 1 and _nhwc_readable(x) and _nhwc_readable(go):
+        gw = _conv_weight_grad_nhwc(L, go, x, w, s, p, d)
+    elif mask[1]:
         gw = _conv_weight_grad(L, go, x, w, s, p, d, g)
     if mask[2]:
         gb = L.one("ReduceSum", go, L.ints([0, *range(2, go.rank)]), keepdims=0)
     return (gi, gw, gb)
+
+
+def _nhwc_readable(v: Value) -> bool:
+    """Whether ``v`` is a computed 4-D tensor stored NCHW or NHWC (so it can be
+    read channels-last, with at most one transposing copy)."""
+    return v.const is None and v.rank == 4 and v.layout in (None, (0, 2, 3, 1))
+
+
+def _flip_pads(w: Value, p: list[int], d: list[int]) -> list[int] | None:
+    """The padding of a stride-1 convolution's input gradient written as a
+    convolution (``d * (k - 1) - p`` each side), or ``None`` where it is negative."""
+    pads = [d[i] * (w.shape[2 + i] - 1) - p[i] for i in range(len(p))]
+    return pads if all(q >= 0 for q in pads) else None
+
+
+def _conv_input_grad_stride1(
+    L: Lowering, go: Value, w: Value, p: list[int], d: list[int], g: int
+) -> Value:
+    """A stride-1 convolution's input gradient as a convolution of the output's
+    gradient with the weights flipped and their channels swapped (one copy of
+    the weights), so it runs channels-last like the forward convolution."""
+    b = L.b
+    co, cig, kh, kw = w.shape
+    if g == 1:
+        wf = b.contraction(
+            f"{{out}}[ci, co, ky, kx : {cig}, {co}, {kh}, {kw}] = "
+            f"=({b.ref(w)}[co, ci, {kh - 1} - ky, {kw - 1} - kx])",
+            (cig, co, kh, kw),
+            w.dtype,
+        )
+    else:  # grouped: flipped within each group, channels swapped per group
+        cog = co // g
+        wf = b.contraction(
+            f"{{out}}[{cig} * gr + ci, co, ky, kx : {g * cig}, {cog}, {kh}, {kw}] = "
+            f"=({b.ref(w)}[{cog} * gr + co, ci, {kh - 1} - ky, {kw - 1} - kx]), "
+            f"ci < {cig}, co < {cog}",
+            (g * cig, cog, kh, kw),
+            w.dtype,
+        )
+    pads = _flip_pads(w, p, d)
+    assert pads is not None
+    return L.one("Conv", go, wf, pads=pads * 2, dilations=d, group=g, kernel_shape=[kh, kw])
+
+
+def _conv_weight_grad_nhwc(
+    L: Lowering, go: Value, x: Value, w: Value, s: list[int], p: list[int], d: list[int]
+) -> Value:
+    """``dW`` of a 2-D convolution (one group) read channels-last: one contraction
+    into ``(KH, KW, CI, CO)`` (output channels contiguous: register tiles over
+    the input channels), then one transposing copy into PyTorch's layout."""
+    from ..onnx.layout import _nhwc_input
+
+    b = L.b
+    co, ci, kh, kw = w.shape
+    xr = b.ref(_nhwc_input(b, x))
+    gr = b.ref(_nhwc_input(b, go))
+    ys = affine((s[0], "y"), (d[0], "ky"), const=-p[0])
+    xs = affine((s[1], "x"), (d[1], "kx"), const=-p[1])
+    t = b.contraction(
+        f"{{out}}[ky, kx, ci, co : {kh}, {kw}, {ci}, {co}] = "
+        f"+({xr}[n, {ys}, {xs}, ci] * {gr}[n, y, x, co]), ky < {kh}, kx < {kw}",
+        (kh, kw, ci, co),
+        go.dtype,
+    )
+    return b.contraction(
+        f"{{out}}[co, ci, ky, kx : {co}, {ci}, {kh}, {kw}] = =({b.ref(t)}[ky, kx, ci, co])",
+        w.shape,
+        go.dtype,
+    )
 
 
 def _conv_weight_grad(
