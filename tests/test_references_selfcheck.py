@@ -371,6 +371,44 @@ def loops_int64(a):
     return ([p * q + 3 for p, q in zip(a["A"].tolist(), a["B"].tolist())],)
 
 
+def _bytes_of(word: int, signed: bool) -> list[int]:
+    """The four little-endian bytes of an int32, read as int8 or uint8."""
+    u = int(word) & 0xFFFFFFFF
+    out = [(u >> (8 * t)) & 0xFF for t in range(4)]
+    return [b - 256 if signed and b > 127 else b for b in out]
+
+
+def loops_dot4_gemm(a):
+    x, w4 = a["X"], a["W4"]
+    m, k = x.shape
+    n = w4.shape[1]
+    out = [[0] * n for _ in range(m)]
+    for i in range(m):
+        for j in range(n):
+            for kw in range(k // 4):
+                ws = _bytes_of(w4[kw, j], True)
+                out[i][j] += sum(int(x[i, 4 * kw + t]) * ws[t] for t in range(4))
+    return (np.array(out, np.int32),)
+
+
+def loops_dot4_conv(a):
+    i_, k4, s = a["I"], a["K4"], a["S"]
+    n, xs, c = i_.shape
+    taps, c4, co = k4.shape
+    out = np.zeros((n, xs, co), np.float32)
+    for b in range(n):
+        for x in range(xs):
+            for o in range(co):
+                acc = 0
+                for t in range(taps):
+                    if 0 <= x + t - 1 < xs:
+                        for cw in range(c4):
+                            ws = _bytes_of(k4[t, cw, o], True)
+                            acc += sum(int(i_[b, x + t - 1, 4 * cw + q]) * ws[q] for q in range(4))
+                out[b, x, o] = float(max(acc, 0)) * float(s[o])
+    return (out,)
+
+
 def loops_f64_chain(a):
     return (
         [
@@ -436,6 +474,8 @@ LOOPS = {
     "int32_dims_in_elementwise": loops_int_dims,
     "int64_elementwise": loops_int64,
     "float64_elementwise_chain": loops_f64_chain,
+    "dot4_gemm_uint8_int8": loops_dot4_gemm,
+    "dot4_conv_requantize": loops_dot4_conv,
     **{n: _loops_fn(n[3:]) for n in CASES_BY_NAME if n.startswith("fn_")},
 }
 

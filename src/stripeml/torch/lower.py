@@ -190,6 +190,13 @@ def _matmul(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any
 def _addmm(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
     beta = float(_arg(args, kw, 3, "beta", 1))
     alpha = float(_arg(args, kw, 4, "alpha", 1))
+    a, b = args[1], args[2]
+    wide = all(v.dtype == np.float32 and v.narrow is None for v in (a, b, args[0]))
+    if alpha == beta == 1.0 and a.rank == b.rank == 2 and wide:
+        # MatMul reads a transposed operand (``t(W)`` of a linear layer's
+        # parameter, an input of a training graph) through a view; Gemm would
+        # copy it into the logical order first.  The bias add is its epilogue.
+        return L.one("Add", L.one("MatMul", args[1], args[2]), args[0])
     return L.one("Gemm", args[1], args[2], args[0], alpha=alpha, beta=beta)
 
 
