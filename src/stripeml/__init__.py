@@ -5,6 +5,7 @@ Public API (pinned, see DESIGN §2)::
     f = stripeml.compile(source)   # target="cpu" by default; "interp", a name or a .toml path
     y = f(a, b)            # or f(A=a, B=b)
     exe = f.lower(a, b)    # .ir, .stages, .code
+    report = stripeml.tune(f, a, b, budget_s=60)   # measured tuning (docs/tuning.md)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "grad",
     "ir",
     "targets",
+    "tune",
 ]
 
 
@@ -34,6 +36,10 @@ def __getattr__(name: str):
         from .api import compile
 
         return compile
+    if name == "tune":
+        from .tuning import tune
+
+        return tune
     if name == "grad":
         from .autodiff import grad
 

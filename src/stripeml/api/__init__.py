@@ -131,11 +131,15 @@ class Function:
         name: str = "main",
         constants: Mapping[str, Any] | None = None,
         threads: int | None = None,
+        tuned: bool = True,
     ) -> None:
         if not isinstance(source, str):
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
         self.source = source
         self.name = name
+        #: Whether compiles use the tuning database's choices (docs/tuning.md);
+        #: ``stripeml tune`` compiles its "before" with ``False``.
+        self.tuned = tuned
         with phase("tile parse + check"):
             self.ast: ast.Function = parse(source)
             check(self.ast)
@@ -219,12 +223,29 @@ class Function:
     def _optimise(self, sig: Signature) -> PipelineResult:
         """Bind, lower and run the target's pipeline (no backend compile)."""
         from ..passes import manager
+
+        return manager.run_pipeline(
+            self.lowered(sig), self.target.passes, verify_all=verify_all(), choices=self._choices()
+        )
+
+    def lowered(self, sig: Signature) -> Program:
+        """The program of signature ``sig`` (of the parameters a call passes), as
+        lowered: bound and lowered, before any pass."""
         from ..tile.lower import lower
 
         with phase("bind + lower"):
             binding = bind(self.ast, self._every_signature(sig))
-            program = lower(self.ast, binding, self.name, frozenset(self.constants))
-        return manager.run_pipeline(program, self.target.passes, verify_all=verify_all())
+            return lower(self.ast, binding, self.name, frozenset(self.constants))
+
+    def _choices(self) -> dict[str, Any]:
+        """The tuning database's choices for this target (``{}``: none, or not
+        asked for; only backends with a disk cache are tuned)."""
+        if not self.tuned or self.backend.describe() is None or not self.target.pipeline:
+            return {}
+        from ..runtime.tuning_db import choices_for
+
+        with phase("tuning database"):
+            return choices_for(self.target, self.backend.cache_dir)
 
     def _every_signature(self, sig: Signature) -> Signature:
         """``sig`` (of the parameters a call passes) with the constants' in place."""
@@ -240,8 +261,13 @@ class Function:
         if described is None:
             return None
         from ..runtime.kernel_cache import cache_key, compiler_fingerprint
+        from ..runtime.tuning_db import choices_digest
 
+        # the choices the program was optimised with: a tune changes the key
         target = self.target.fingerprint()
+        digest = choices_digest(self._choices())
+        if digest:
+            target += f"\0tuned={digest}"
         every = self._every_signature(sig)
         consts = sorted(self.constants)  # which parameters are const (not their values)
         text = (

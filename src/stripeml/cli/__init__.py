@@ -9,6 +9,8 @@
     stripeml onnx MODEL.onnx [--target T] [--random] [--check] [--bench N]
     stripeml explore FILE.tile --input ... | MODEL.onnx [--target T] -o report.html
     stripeml cache [--info | --clear] [--dir PATH]
+    stripeml tune FILE.tile --input ... | MODEL.onnx [--target T] [--budget S] [--executor local|ray]
+    stripeml tune --show | --export FILE.json | --import FILE.json
 
 ``--target`` is ``interp``, a bundled target name (``cpu``, ``examples/npu``;
 see ``stripeml targets``) or the path of a target ``.toml`` file.
@@ -29,7 +31,8 @@ parameters); 130 when interrupted (Ctrl-C).  Never a traceback, except for an
 internal error with ``--debug`` (or ``STRIPEML_DEBUG=1``).
 
 One module per command group, each adding its subcommands to the parser:
-:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets`, :mod:`.explore`, :mod:`.cache` and
+:mod:`.program` (``run``, ``ir``), :mod:`.demo`, :mod:`.targets`, :mod:`.explore`, :mod:`.cache`,
+:mod:`.tune` and
 :mod:`stripeml.onnx.cli` (``onnx``); :mod:`.common` holds what they share.
 """
 
@@ -44,7 +47,7 @@ from collections.abc import Sequence
 import stripeml
 
 from ..errors import InternalError, StripeError
-from . import cache, demo, explore, program, targets
+from . import cache, demo, explore, program, targets, tune
 from .common import (
     INTERNAL_HINT,
     PROG,
@@ -89,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     targets.add_parser(sub)
     explore.add_parser(sub)
     cache.add_parser(sub)
+    tune.add_parser(sub)
     for command in sub.choices.values():  # `stripeml run ... --debug` works too
         if "--debug" not in command._option_string_actions:
             command.add_argument(

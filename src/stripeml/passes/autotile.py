@@ -101,6 +101,13 @@ class Autotile:
     max_candidates: int = 4096
     ragged: bool = True
     name: ClassVar[str] = "autotile"
+    # The search space of ``stripeml tune`` (docs/tuning.md): each kernel is tiled
+    # on its own, so its share of the level may differ from the file's.
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {
+        "fraction": (0.125, 0.25, 0.5, 0.75, 1.0),
+        "only_outputs": (False, True),
+        "ragged": (False, True),
+    }
 
     def __post_init__(self) -> None:
         check_selector(self)

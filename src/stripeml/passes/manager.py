@@ -10,18 +10,23 @@ program is recorded as a stage only when the pass changed it (an identity
 check on the immutable IR; the stages' texts are printed when first asked
 for), and the time each pass took is kept.  With ``check`` set, the interpreter re-runs the program after each
 pass and compares with the unoptimised result (semantic preservation).
+
+``choices`` (structural kernel key -> pass -> options, what ``stripeml tune``
+stored) run the passes from the tuning point on with each tuned kernel's own
+options (:mod:`._kernel_choices`); without any the pipeline is the target's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..ir.nodes import Program
 from ..ir.printer import format as format_ir
 from ..ir.verifier import verify
 from ..phases import phase
+from ._kernel_choices import Choice, KernelChoices, tuning_point
 from .registry import Pass
 
 
@@ -51,6 +56,7 @@ def run_pipeline(
     *,
     check: Callable[[str, Program], None] | None = None,
     verify_all: bool = False,
+    choices: Mapping[str, Choice] | None = None,
 ) -> PipelineResult:
     """Run ``passes`` in order; the first stage is ``("lower", text)``."""
     memo: dict = {}
@@ -62,10 +68,14 @@ def run_pipeline(
         verify(program, verified())
     stages: list[tuple[str, Program]] = [("lower", program)]
     timings: list[tuple[str, float]] = []
-    for p in passes:
+    point = tuning_point(passes) if choices else None
+    tuned: KernelChoices | None = None
+    for n, p in enumerate(passes):
+        if n == point and choices:
+            tuned = KernelChoices.at_tuning_point(program, choices)
         start = time.perf_counter()
         with phase(f"pass {p.name}"):
-            new = p.run(program)
+            new = tuned.run(p, program) if tuned is not None and tuned.by_name else p.run(program)
         timings.append((p.name, time.perf_counter() - start))
         if new is program:
             continue

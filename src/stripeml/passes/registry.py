@@ -217,3 +217,40 @@ def check_names(p: object, locations: Collection[str]) -> None:
                     f"pass '{name}': option '{option}': {', '.join(map(repr, unknown))} is not a "
                     f"tag (tags: {', '.join(sorted(DECLARED))})",
                 )
+
+
+# --------------------------------------------------------------------------
+# Tunable options (the search space of ``stripeml tune``, docs/tuning.md)
+#
+# A pass whose options change how fast its kernels run, not what they compute,
+# declares them in a class attribute ``tunable``: option name -> the values
+# worth trying, in order (neighbours in that order are what the search steps
+# between).  Only passes that decide each root kernel on its own (no look at
+# the kernels around it) may declare any: the pass manager then runs such a
+# pass with other options on one kernel only (:mod:`._kernel_choices`).  A pass
+# whose options are reshaped before use (``unroll``'s ``registers``) gives
+# ``tuning_start()``: the options the analytic choice really uses, which the
+# search starts from and every candidate replaces fields of.
+
+
+def tunable_options(p: object) -> dict[str, tuple[object, ...]]:
+    """Option -> values to try, of a pass (object or class); ``{}``: none."""
+    declared = getattr(p, "tunable", None) or {}
+    return {name: tuple(values) for name, values in dict(declared).items()}
+
+
+def tuning_start(p: Pass) -> Pass:
+    """The options the pass ``p`` decides with (its ``tuning_start()``, else ``p``)."""
+    start = getattr(p, "tuning_start", None)
+    return start() if callable(start) else p
+
+
+def with_choice(p: Pass, choice: typing.Mapping[str, object]) -> Pass:
+    """``p`` from its tuning start with ``choice``'s options replaced, each checked
+    to be one of its tunable options (an :class:`OptionError` naming it if not)
+    and by the pass's own ``__post_init__``."""
+    allowed = tunable_options(p)
+    for key in choice:
+        if key not in allowed:
+            raise OptionError(key, f"pass '{p.name}': option '{key}' is not tunable")
+    return dataclasses.replace(tuning_start(p), **dict(choice))  # type: ignore[type-var]

@@ -36,7 +36,7 @@ from ..analysis.select import parse_selector
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Statement
 from ._common import box_interval, index_stride
-from .registry import check_positive, check_selector, register
+from .registry import check_non_negative, check_positive, check_selector, register
 
 
 @register
@@ -52,11 +52,17 @@ class Thread:
 
     threads: int = 4
     select: str = "kernel"
+    # Which race-free index: 0 the analytic choice, n the n-th next in
+    # :func:`thread_candidates` (past the last: the last).  ``stripeml tune``
+    # varies it per kernel; a target file has no reason to.
+    rank: int = 0
     name: ClassVar[str] = "thread"
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"rank": (0, 1, 2, 3)}
 
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "threads")
+        check_non_negative(self, "rank")
 
     def run(self, program: Program) -> Program:
         if self.threads < 2:
@@ -68,13 +74,31 @@ class Thread:
             if isinstance(s, Block) and wanted(s.tags) and "thread" not in s.tags:
                 key = canonical_kernel(program.root, s).text
                 if key not in chosen:
-                    chosen[key] = choose_thread_index(s, self.threads)
+                    chosen[key] = self._choose(s)
                 index = chosen[key]
                 if index is not None:
                     s = mark_threaded(s, index)
             stmts.append(s)
         root = program.root.with_stmts(tuple(stmts))
         return program if root is program.root else Program(root)
+
+    def _choose(self, block: Block) -> str | None:
+        if not self.rank:
+            return choose_thread_index(block, self.threads)
+        ranked = thread_candidates(block, self.threads)
+        return ranked[min(self.rank, len(ranked) - 1)] if ranked else None
+
+
+def thread_candidates(block: Block, threads: int) -> list[str]:
+    """The race-free indices of ``block`` with 2 or more values, the analytic
+    choice (:func:`choose_thread_index`) first, then the rest by range, largest
+    first (the first in index order among equals)."""
+    first = choose_thread_index(block, threads)
+    if first is None:
+        return []
+    ranges = {i.name: i.range for i in block.idxs}
+    rest = [n for n in race_free_indices(block) if ranges[n] >= 2 and n != first]
+    return [first, *sorted(rest, key=lambda n: -ranges[n])]
 
 
 def choose_thread_index(block: Block, threads: int) -> str | None:

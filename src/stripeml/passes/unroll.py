@@ -147,6 +147,17 @@ class Unroll:
     # vectors stay three 4 x 1 tiles, a second kernel costing more than it saves).
     vector_groups: int = 4
     name: ClassVar[str] = "unroll"
+    # The search space of ``stripeml tune`` (docs/tuning.md), from the shape
+    # :meth:`shaped` gives: every root kernel is tiled on its own.
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {
+        "rows": (1, 2, 3, 4, 5, 6, 7, 8),
+        "vectors": (1, 2, 3, 4, 6),
+        "max_rows": (0, 7, 14),
+        "pack_max_bytes": (0, 1 << 16, 1 << 18, 1 << 20, 1 << 22),
+        "row_blocks": (1, 2, 4),
+        "k_block": (0, 64, 128, 256, 512),
+        "channel_rows": (False, True),
+    }
 
     def __post_init__(self) -> None:
         check_selector(self)
@@ -186,6 +197,10 @@ class Unroll:
             rows=rows,
             max_vectors=max(self.max_vectors, budget),
         )
+
+    def tuning_start(self) -> Unroll:
+        """The options a kernel is tiled with (:meth:`shaped`), where tuning starts."""
+        return self.shaped()
 
     def run(self, program: Program) -> Program:
         if self.registers:

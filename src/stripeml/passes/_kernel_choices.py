@@ -1,0 +1,115 @@
+"""Per-kernel options: a tuned choice applied to one root kernel only.
+
+A *choice* is what ``stripeml tune`` measured best for one kernel: pass name
+-> {tunable option -> value} (docs/tuning.md).  Choices are keyed by the
+kernel's structural key, :func:`kernel_key` (a hash of its canonical form,
+:mod:`stripeml.analysis.canonical`, so a model's repeated layers share one),
+taken at the *tuning point*: the input of the first pass of the pipeline that
+declares tunable options (:func:`tuning_point`).  Passes before it run as the
+target file says; from there on each kernel keeps its identity through its
+name (the passes that may be tuned keep a kernel's name, and name the parts
+they split it into ``NAME_...``), so :class:`KernelChoices` maps names to
+choices once, at the tuning point.
+
+A pass with choices for some kernels runs on *segments*: maximal runs of
+consecutive root statements that get the same options.  Each segment is run
+as a program of its own (the root's buffers, its statements only) with its
+options; the results are put back in order, and buffers a segment added to the
+root (packed constant panels) are added once.  That is exact for the passes
+that may declare tunable options (the registry's rule: each root kernel
+decided on its own).  A pass without choices, or a pipeline without any, runs
+as usual: tuning changes nothing for kernels it has not measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from ..analysis.canonical import canonical_kernel
+from ..ir.nodes import Block, Program, Refinement, Statement
+from .registry import Pass, tunable_options, with_choice
+
+#: One kernel's choice: pass name -> option -> value.
+Choice = Mapping[str, Mapping[str, object]]
+
+__all__ = ["Choice", "KernelChoices", "kernel_key", "tuning_point"]
+
+
+def kernel_key(root: Block, kernel: Block) -> str:
+    """The structural key of root kernel ``kernel``: sha256 of its canonical text."""
+    return hashlib.sha256(canonical_kernel(root, kernel).text.encode()).hexdigest()
+
+
+def tuning_point(passes: Sequence[Pass]) -> int | None:
+    """Index of the first pass of ``passes`` with tunable options (None: none)."""
+    for n, p in enumerate(passes):
+        if tunable_options(p):
+            return n
+    return None
+
+
+class KernelChoices:
+    """The choices that apply to one program: root kernel name -> choice."""
+
+    def __init__(self, by_name: Mapping[str, Choice], names: frozenset[str] = frozenset()) -> None:
+        self.by_name = dict(by_name)
+        #: the kernels' names at the tuning point (a part's name never is one)
+        self.names = names | frozenset(by_name)
+
+    @classmethod
+    def at_tuning_point(cls, program: Program, choices: Mapping[str, Choice]) -> KernelChoices:
+        """Each root kernel of ``program`` whose key has a choice; a name two
+        kernels share (never made by the frontends) is left untuned."""
+        by_name: dict[str, Choice] = {}
+        seen: set[str] = set()
+        for s in program.root.stmts:
+            if not isinstance(s, Block):
+                continue
+            if s.name in seen:
+                by_name.pop(s.name, None)
+                continue
+            seen.add(s.name)
+            choice = choices.get(kernel_key(program.root, s))
+            if choice:
+                by_name[s.name] = choice
+        return cls(by_name, frozenset(seen))
+
+    def options_for(self, kernel: Block, pass_name: str) -> Mapping[str, object] | None:
+        """The options ``pass_name`` takes for ``kernel`` (None: the file's)."""
+        name = kernel.name
+        while name:
+            if name in self.names:
+                choice = self.by_name.get(name)
+                return (choice.get(pass_name) or None) if choice is not None else None
+            name = name.rpartition("_")[0]  # a part ``k0_Z_rest`` of a kernel ``k0_Z``
+        return None
+
+    def run(self, p: Pass, program: Program) -> Program:
+        """``p`` over ``program``, each kernel with its own options."""
+        segments: list[tuple[tuple[tuple[str, object], ...] | None, list[Statement]]] = []
+        for s in program.root.stmts:
+            options = self.options_for(s, p.name) if isinstance(s, Block) else None
+            key = tuple(sorted(options.items())) if options else None
+            if segments and segments[-1][0] == key:
+                segments[-1][1].append(s)
+            else:
+                segments.append((key, [s]))
+        if all(key is None for key, _ in segments) or not tunable_options(p):
+            return p.run(program)
+        root = program.root
+        refs: dict[str, Refinement] = {r.into: r for r in root.refs}
+        stmts: list[Statement] = []
+        changed = False
+        for key, part in segments:
+            runner = p if key is None else with_choice(p, dict(key))
+            sub = Program(replace(root, refs=tuple(refs.values()), stmts=tuple(part)))
+            done = runner.run(sub)
+            changed |= done is not sub
+            stmts.extend(done.root.stmts)
+            for r in done.root.refs:
+                refs[r.into] = r
+        if not changed:
+            return program
+        return Program(replace(root, refs=tuple(refs.values()), stmts=tuple(stmts)))

@@ -1,0 +1,1 @@
+from .helpers import cache  # noqa: F401  (the fixture)
