@@ -185,8 +185,6 @@ class CompiledGraph:
         for kind, x in plan:
             if kind == "value":
                 out.append(from_numpy(np.asarray(values[x])))
-            elif kind == "view":
-                out.append(args[x[0]].permute(x[1]))
             else:
                 out.append(args[x] if kind == "input" else x)
         return out

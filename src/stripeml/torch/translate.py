@@ -29,8 +29,7 @@ class Translation:
     produced: list[Value]  # the program's outputs
     input_index: dict[Value, int]  # per program input: the graph input's index
     #: per graph output: ("value", k) (the k-th of ``produced``), ("input", k)
-    #: (graph input k handed back, no copy), ("view", (k, perm)) (graph input k
-    #: permuted, a view) or ("literal", x)
+    #: (graph input k handed back, no copy) or ("literal", x)
     plan: list[tuple[str, Any]]
 
 
@@ -90,13 +89,6 @@ def translate(
     for r in _resolve(list(output.args[0]), vals):
         if isinstance(r, Value) and r.const is None and r.layout is None and r.name in given:
             plan.append(("input", given[r.name]))  # (a saved input: no copy)
-        elif (
-            isinstance(r, Value) and r.const is None and r.layout is not None and r.name in given
-        ):
-            # a permutation of an input (``t(W)`` a backward graph saves): PyTorch's
-            # view of the input, not a transposed copy written by the program
-            perm = tuple(int(i) for i in np.argsort(r.layout))
-            plan.append(("view", (given[r.name], perm)))
         elif isinstance(r, Value):
             plan.append(("value", len(produced)))
             produced.append(r)
