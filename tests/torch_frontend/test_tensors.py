@@ -48,8 +48,8 @@ def conversions(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, np.ndarray]]
     backend = importlib.import_module("stripeml.torch.backend")
     seen: list[tuple[Any, np.ndarray]] = []
 
-    def spy(t: Any) -> np.ndarray:
-        arr = tensors.host_array(t)
+    def spy(t: Any, layout: Any = None) -> np.ndarray:
+        arr = tensors.host_array(t, layout)
         seen.append((t, arr))
         return arr
 
@@ -108,10 +108,11 @@ def test_training_inputs_and_parameters_reach_the_kernels_without_a_copy(
 def test_non_contiguous_input_is_converted_once(
     kernel_pointers: list[set[int]], conversions: list[tuple[Any, np.ndarray]]
 ) -> None:
-    """A transposed view is copied exactly once, by the backend, into a
-    C-contiguous array that the kernels then read as it is."""
-    base = torch.randn(6, 4)
-    x = base.t()
+    """A strided view whose memory is no permutation of a dense array (every other
+    column) is copied exactly once, by the backend, into a C-contiguous array
+    that the kernels then read as it is."""
+    base = torch.randn(6, 8)
+    x = base[:, ::2]
     c = _compiled(lambda t: torch.tanh(t) * 2.0 + 1.0)
     with torch.no_grad():
         y = c(x)
@@ -124,6 +125,24 @@ def test_non_contiguous_input_is_converted_once(
     np.testing.assert_array_equal(arr, x.numpy())
     assert any(arr.ctypes.data in run for run in kernel_pointers), "converted more than once"
     assert not any(base.data_ptr() in run for run in kernel_pointers)
+
+
+def test_transposed_input_is_read_in_place(
+    kernel_pointers: list[set[int]], conversions: list[tuple[Any, np.ndarray]]
+) -> None:
+    """A transposed (permuted) view of a contiguous tensor is not copied: the
+    program is built for the input stored in that order and its kernels read the
+    tensor's own memory."""
+    base = torch.randn(6, 4)
+    x = base.t()
+    c = _compiled(lambda t: torch.tanh(t) * 2.0 + 1.0)
+    with torch.no_grad():
+        y = c(x)
+    torch.testing.assert_close(y, torch.tanh(x) * 2.0 + 1.0, rtol=1e-5, atol=1e-6)
+    given = [(t, a) for t, a in conversions if t.data_ptr() == base.data_ptr()]
+    assert len(given) == 1, given
+    assert given[0][1].ctypes.data == base.data_ptr()
+    assert any(base.data_ptr() in run for run in kernel_pointers), "the kernels read a copy"
 
 
 def test_bfloat16_input_is_widened_once(

@@ -325,3 +325,30 @@ def test_explain_reports_forward_and_backward_graphs() -> None:
     torch._dynamo.reset()
     e = st.explain(_cnn().eval(), x)
     assert [g.kind for g in e.graphs] == ["inference"] and e.compiles, e
+
+
+def test_saved_transposed_parameters_are_views_not_copies() -> None:
+    """A linear layer's forward graph saves ``t(W)`` for the backward: the forward
+    program does not write that transpose (the output is PyTorch's view of ``W``)
+    and the backward program reads the view in place (built for an input stored
+    transposed), with eager's gradients."""
+    import re
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="stripeml")
+    x = torch.randn(5, 8)
+    for _ in range(2):  # the second step: the programs built for the views
+        for m in (model, eager):
+            m.zero_grad()
+        compiled(x).sum().backward()
+        eager(x).sum().backward()
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
+    programs = st.last_programs(4)
+    forward = [p for p in programs if p.kind == "forward"]
+    assert forward, "no forward program was compiled"
+    transposes = re.findall(r"= =\(\w+\[i1, i0\]\)", forward[-1].source)
+    assert not transposes, transposes

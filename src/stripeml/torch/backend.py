@@ -26,7 +26,7 @@ from .lower import Unsupported, full_name
 from .partition import known, partition, trivial
 from .programs import record
 from .report import STATS, GraphReport, note, split_summary, summary
-from .tensors import from_numpy, host_array
+from .tensors import dense_layout, from_numpy, host_array
 from .translate import symbolic, translate
 
 __all__ = ["STATS", "CompiledGraph", "GraphReport", "backend"]
@@ -93,6 +93,9 @@ class CompiledGraph:
         self._cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], Specialised | None]] = {}
         #: per program built: what each graph output is (see ``translate``)
         self._plans: dict[int, list[tuple[str, Any]]] = {}
+        #: per program built: the inputs it reads stored permuted (index -> order)
+        self._layouts: dict[int, dict[int, tuple[int, ...]]] = {}
+        self._layout_of: dict[int, tuple[int, ...]] = {}
         self._plan: list[tuple[str, Any]] = []
         self._folds: Folds = {}
         #: nodes of known operators whose translation failed (left to PyTorch)
@@ -146,7 +149,9 @@ class CompiledGraph:
         if not self.report.compiles or self.state is None:
             return self.fx(*args)
         sig = tuple(
-            (tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor) else a
+            (tuple(a.shape), a.dtype, a.device.type, dense_layout(a))
+            if isinstance(a, torch.Tensor)
+            else a
             for a, s in zip(args, self.state)
             if not s
         )
@@ -164,11 +169,12 @@ class CompiledGraph:
         if spec is None:
             return self.split(*args) if self.split is not None else self.fx(*args)
         arrays: dict[int, np.ndarray] = {}
+        layouts = self._layouts.get(id(spec), {})
         for k in spec.inputs:
             a = args[k]
             if a.device.type != "cpu":
                 return self.fx(*args)
-            arrays[k] = host_array(a)
+            arrays[k] = host_array(a, layouts.get(k))
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
             outs = spec.function(*spec.call_args(arrays))  # type: ignore[arg-type]
@@ -185,6 +191,8 @@ class CompiledGraph:
         for kind, x in plan:
             if kind == "value":
                 out.append(from_numpy(np.asarray(values[x])))
+            elif kind == "view":
+                out.append(args[x[0]].permute(x[1]))
             else:
                 out.append(args[x] if kind == "input" else x)
         return out
@@ -241,6 +249,7 @@ class CompiledGraph:
             return None
         if spec is not None:
             self._plans[id(spec)] = self._plan  # (sizes among the outputs differ per signature)
+            self._layouts[id(spec)] = dict(self._layout_of)
         STATS["compiles"] += 1
         STATS[f"{self.kind}_compiles"] += 1
         STATS["compiled_ops"] += self.n_ops
@@ -253,8 +262,18 @@ class CompiledGraph:
     ) -> Specialised | None:
         """Translate the graph for these inputs (real tensors in ``args``; fake or
         real in ``metas``) and, unless ``dry``, compile it."""
+        import torch
+
         assert self.state is not None
-        t = translate(self.fx, self.state, metas, args, self._folds, self.static)
+        layouts = None
+        self._layout_of = {}
+        if args is not None and not dry:
+            layouts = [
+                dense_layout(a) if isinstance(a, torch.Tensor) and not s else None
+                for a, s in zip(args, self.state)
+            ]
+            self._layout_of = {k: lay for k, lay in enumerate(layouts) if lay is not None}
+        t = translate(self.fx, self.state, metas, args, self._folds, self.static, layouts)
         self._plan = t.plan
         if dry:
             return None

@@ -11,6 +11,13 @@ The rule for a graph input a program reads at run time (:func:`host_array`):
   **once**, here, into a new C-contiguous array of the type the program holds,
   which the kernels then read as is.
 
+A **permutation** of a contiguous tensor (``t(W)`` of a parameter, which a
+forward graph hands to the backward) is no exception to "converted once" when
+the program is built for it: :func:`dense_layout` finds the order in which its
+memory is contiguous, the program declares that input stored in that order
+(a laid-out value, read through index remapping, see ``onnx/layout.py``), and
+:func:`host_array` hands over the contiguous permuted view, not a copy.
+
 Results come back with :func:`from_numpy`, sharing the result array's memory.
 """
 
@@ -33,13 +40,31 @@ def to_numpy(t: Any) -> np.ndarray:
     return t.numpy()
 
 
-def host_array(t: Any) -> np.ndarray:
+def dense_layout(t: Any) -> tuple[int, ...] | None:
+    """For a non-contiguous CPU tensor whose memory is a C-contiguous array in
+    another axis order (a transposed or permuted view, of a type the program holds
+    as is): that order, ``layout`` with ``t.permute(layout)`` contiguous; else
+    ``None``."""
+    import torch
+
+    if t.dtype == torch.bfloat16 or t.is_contiguous() or t.dim() < 2:
+        return None
+    order = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
+    return order if t.permute(order).is_contiguous() else None
+
+
+def host_array(t: Any, layout: tuple[int, ...] | None = None) -> np.ndarray:
     """The array a program reads for the CPU tensor ``t`` (see the module
     docstring): a DLPack view of ``t`` when it is C-contiguous and of a type the
-    program holds as is, else one C-contiguous copy in the type it holds."""
+    program holds as is (of ``t.permute(layout)`` when the program reads ``t``
+    stored in that order), else one C-contiguous copy in the type it holds."""
     import torch
 
     t = t.detach()
+    if layout is not None:
+        p = t.permute(layout)
+        if p.is_contiguous():
+            return np.from_dlpack(p)
     if t.dtype == torch.bfloat16:
         held = wide_dtype(np_dtype(t.dtype))
         return np.ascontiguousarray(to_numpy(t), dtype=held)  # the one conversion

@@ -29,7 +29,8 @@ class Translation:
     produced: list[Value]  # the program's outputs
     input_index: dict[Value, int]  # per program input: the graph input's index
     #: per graph output: ("value", k) (the k-th of ``produced``), ("input", k)
-    #: (graph input k handed back, no copy) or ("literal", x)
+    #: (graph input k handed back, no copy), ("view", (k, perm)) (graph input k
+    #: permuted, a view) or ("literal", x)
     plan: list[tuple[str, Any]]
 
 
@@ -40,11 +41,14 @@ def translate(
     args: list[Any] | None,
     folds: Folds,
     static: bool,
+    layouts: list[tuple[int, ...] | None] | None = None,
 ) -> Translation:
     """Write ``fx`` for these inputs (real tensors in ``args``; fake or real in
     ``metas``; ``state``: which inputs are parameters, bound as constants when
-    ``args`` are given).  Raises :class:`~.lower.Unsupported` with ``node`` set
-    to the operator node that failed (None: an input or the output)."""
+    ``args`` are given; ``layouts``: per input, the axis order its memory is
+    contiguous in when that is not the logical one, see
+    :func:`~.tensors.dense_layout`).  Raises :class:`~.lower.Unsupported` with
+    ``node`` set to the operator node that failed (None: an input or the output)."""
     import torch
 
     placeholders = [n for n in fx.graph.nodes if n.op == "placeholder"]
@@ -53,6 +57,7 @@ def translate(
     L = Lowering(b, folds)
     vals: dict[Any, Any] = {}
     input_index: dict[Value, int] = {}
+    stored: dict[str, tuple[int, tuple[int, ...]]] = {}  # input name -> (k, its layout)
     for k, (n, m, s) in enumerate(zip(placeholders, metas, state)):
         if not isinstance(m, torch.Tensor):
             vals[n] = m
@@ -66,9 +71,17 @@ def translate(
         elif s:
             vals[n] = L.const(np.zeros(tuple(m.shape), dtype))
         else:
-            v = b.input(tuple(int(d) for d in m.shape), wide_dtype(dtype))
+            shape = tuple(int(d) for d in m.shape)
+            lay = layouts[k] if layouts is not None else None
+            if lay is not None:  # stored permuted: declared in its memory's order
+                v = b.input(tuple(shape[i] for i in lay), wide_dtype(dtype))
+            else:
+                v = b.input(shape, wide_dtype(dtype))
             if v.const is None:
                 input_index[v] = k
+                stored[v.name] = (k, lay or tuple(range(len(shape))))
+            if lay is not None:
+                v = replace(v, shape=shape, layout=lay)
             # bfloat16 is held in float32 (onnx/narrow.py), rounded after each operator
             vals[n] = replace(v, narrow=dtype) if is_narrow(dtype) else v
     output = None
@@ -85,10 +98,15 @@ def translate(
     assert output is not None
     produced: list[Value] = []
     plan: list[tuple[str, Any]] = []
-    given = {v.name: k for v, k in input_index.items()}
     for r in _resolve(list(output.args[0]), vals):
-        if isinstance(r, Value) and r.const is None and r.layout is None and r.name in given:
-            plan.append(("input", given[r.name]))  # (a saved input: no copy)
+        if isinstance(r, Value) and r.const is None and r.name in stored:
+            # an input handed back, or a permutation of one (``t(W)`` a forward
+            # graph saves): PyTorch's view of the input, not a copy
+            k, lay = stored[r.name]
+            out = r.layout or tuple(range(r.rank))
+            inv = [int(i) for i in np.argsort(out)]
+            perm = tuple(lay[i] for i in inv)
+            plan.append(("input", k) if perm == tuple(range(r.rank)) else ("view", (k, perm)))
         elif isinstance(r, Value):
             plan.append(("value", len(produced)))
             produced.append(r)
