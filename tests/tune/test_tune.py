@@ -27,12 +27,18 @@ from .helpers import MATMUL, compile_matmul, matmul_inputs, wrong_when
 def test_analytic_choice_is_measured_first(cache, monkeypatch):
     timed: list[list[dict]] = []
     original = executors.LocalMeasurer.time
+    together = executors.LocalMeasurer.baselines
 
     def spy(self, job, choices, rounds):
         timed.append(choices)
         return original(self, job, choices, rounds)
 
+    def spy_baselines(self, jobs, rounds):
+        timed.append([{}])  # every kernel's analytic choice, from the same runs
+        return together(self, jobs, rounds)
+
     monkeypatch.setattr(executors.LocalMeasurer, "time", spy)
+    monkeypatch.setattr(executors.LocalMeasurer, "baselines", spy_baselines)
     f = compile_matmul()
     report = stripeml.tune(f, *matmul_inputs(), budget_s=20, pause_s=0.0, measure_program=False)
     assert timed and timed[0] == [{}]

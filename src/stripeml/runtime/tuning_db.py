@@ -315,7 +315,8 @@ def choices_for(
     target: Target, directory: str | os.PathLike[str] | None = None
 ) -> dict[str, Choice]:
     """Kernel key -> stored choice, for ``target`` with this compiler (``{}``
-    when nothing was tuned for it, without creating anything).  Choices that
+    when nothing was tuned for it, without creating anything; rows holding
+    the analytic choice are left out, so they change no compile).  Choices that
     name a pass the target's pipeline lacks, or an option it does not declare
     tunable, are left out."""
     db = TuningDB(directory)
@@ -332,6 +333,8 @@ def choices_for(
     }
     found: dict[str, Choice] = {}
     for row in db.rows(memo_key[1], compiler_key()):
+        if not row.choice:
+            continue  # the analytic choice (kept, or stored disabled): nothing to apply
         if all(p in tunable and set(opts) <= tunable[p] for p, opts in row.choice.items()):
             found[row.kernel] = row.choice
     with _MEMO_LOCK:

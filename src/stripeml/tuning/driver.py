@@ -7,9 +7,14 @@ holds for this target and compiler is answered from it (nothing measured).
 The others are first measured with the analytic choice, then searched
 (:mod:`.search`) in order of the time they cost in the program (median time
 times occurrences), each given a share of the budget left proportional to that
-cost, and each result is stored as soon as it is known, so a tune cut short
-keeps what it found.  Last, the whole program is compiled without and with the
-stored choices and the two are timed interleaved: the latency before and after.
+cost.  Last, the safety check (:func:`_program_latency`): the whole program
+compiled with the target's choices and with every choice (the database's and
+the new ones) is checked against the interpreter and the two are timed
+interleaved; the new choices are stored only when the whole program is faster
+beyond noise (:func:`_faster`).  Otherwise they are stored *disabled* (the
+analytic choice, gain 1: a later tune measures nothing and compiles use the
+target's choices) and the report says so.  A tune must never leave a model
+slower.
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ import numpy as np
 
 from ..api import Function
 from ..errors import StripeError
+from ..passes._kernel_choices import Choice
+from ..passes.manager import run_pipeline
+from ..runtime.backend import backend_for
 from ..runtime.tuning_db import Row, TuningDB, compiler_key, target_key
 from ..tile.bind import signature_of
 from .executors import make_measurer
-from .kernels import kernel_jobs
-from .measure import time_interleaved
+from .kernels import KernelJob, check_outputs, kernel_jobs
+from .measure import Timing, time_interleaved
 from .search import KernelResult, KernelSearch
 from .space import axes
 
@@ -60,6 +68,10 @@ class TuneReport:
     after_s: float | None = None
     elapsed_s: float = 0.0
     measured: int = 0  # candidates timed (0: every kernel came from the database)
+    #: whether the new choices were stored (None: nothing new, or not checked)
+    kept: bool | None = None
+    #: why not, or what the safety check found
+    verdict: str = ""
 
     @property
     def hits(self) -> int:
@@ -80,6 +92,8 @@ class TuneReport:
         ]
         for k in rows:
             source = "db" if k.from_db else ("error" if k.error else "measured")
+            if k.dropped:
+                source = "dropped"
             choice = _describe(k.choice) if not k.error else k.error
             lines.append(
                 f"{k.saved_s * 1e3:9.3f} {k.gain:5.2f}x {k.count:3d} {k.base_s * 1e3:9.3f} "
@@ -92,6 +106,8 @@ class TuneReport:
                 f"whole program: {self.before_s * 1e3:.3f} ms before, {self.after_s * 1e3:.3f} ms "
                 f"after ({self.before_s / self.after_s:.2f}x, medians of interleaved rounds)"
             )
+        if self.verdict:
+            lines.append(self.verdict)
         lines.append(
             f"{len(self.kernels)} kernels ({self.hits} from the database), {self.measured} "
             f"candidates timed, {self.elapsed_s:.1f} s"
@@ -153,7 +169,8 @@ def tune(
         )
     report = TuneReport(target.name)
     sig = signature_of(args)
-    jobs, report.skipped = kernel_jobs(fn.lowered(sig), target, fn.constants, seed)
+    named = dict(zip(fn.params, args))
+    jobs, report.skipped = kernel_jobs(fn.lowered(sig), target, fn.constants, seed, named)
     db = TuningDB(fn.backend.cache_dir)
     tkey, ckey = target_key(target), compiler_key()
     stored = {row.kernel: row for row in db.rows(tkey, ckey)}
@@ -180,12 +197,33 @@ def tune(
     if todo:
         measurer = make_measurer(executor, target, ray_address, pause_s)
         try:
-            _search(todo, target, measurer, deadline, db, (tkey, ckey), report, say)
+            _search(todo, target, measurer, deadline, report, say)
         finally:
             measurer.close()
     report.measured = sum(k.timed for k in report.kernels)
-    if measure_program:
-        report.before_s, report.after_s = _program_latency(fn, args, pause_s)
+    new = [k for k in report.kernels if not k.from_db and k.error is None]
+    old_choices = {k: r.choice for k, r in stored.items() if r.choice}
+    new_choices = {k.key: k.choice for k in new if k.choice}
+    if measure_program and jobs:
+        before, after, error = _program_latency(
+            fn, jobs[0], {**old_choices, **new_choices}, pause_s
+        )
+        report.before_s = before.median_s
+        report.after_s = after.median_s if after is not None else None
+        if new_choices:
+            report.kept = error is None and after is not None and _faster(before, after)
+            if not report.kept:
+                why = error or "the whole program is not faster beyond noise"
+                report.verdict = (
+                    f"new choices NOT kept: {why}; stored disabled (the target's choices)"
+                )
+            else:
+                report.verdict = "new choices kept: the whole program is faster"
+    if report.kept is False:
+        for k in new:
+            if k.choice:
+                k.dropped = True
+    db.put([_row(k, (tkey, ckey), target.name) for k in new])
     report.elapsed_s = time.monotonic() - t0
     say()
     return report
@@ -196,20 +234,27 @@ def _search(
     target: Any,
     measurer: Any,
     deadline: float,
-    db: TuningDB,
-    keys: tuple[str, str],
     report: TuneReport,
     say: Callable[..., None],
 ) -> None:
     point = todo[0].point
     space = axes(target, point)
     searches = []
-    for job in todo:  # the analytic choice of every kernel first: what each one costs
+    # the analytic choice of every kernel first: what each one costs (one
+    # program's runs time every kernel's window at once, where the executor can)
+    baselines: list[Any] = [None] * len(todo)
+    together = getattr(measurer, "baselines", None)
+    if together is not None:
+        say(todo[0].label)
+        ((_, error),) = measurer.check(todo[0], [{}])
+        if error is None:
+            baselines = together(todo, KernelSearch.ROUNDS)
+    for job, baseline in zip(todo, baselines):
         if time.monotonic() >= deadline:
             break
         say(job.label)
         s = KernelSearch(job, space, measurer)
-        s.start()
+        s.start(baseline)
         searches.append(s)
     searches.sort(key=lambda s: -(s.result.base_s * s.result.count))
     weights = [s.result.base_s * s.result.count for s in searches]
@@ -224,25 +269,63 @@ def _search(
         if forget is not None:
             forget(s.job)
         report.kernels.append(result)
-        if result.error is None:  # cut short too: a later tune answers from the database
-            db.put([_row(result, keys, target.name)])
         say()
 
 
 def _row(r: KernelResult, keys: tuple[str, str], target_name: str) -> Row:
+    """``r`` as a database row; a dropped choice is stored disabled (the
+    analytic choice, gain 1), so a later tune measures nothing."""
+    if r.dropped:
+        return Row(keys[0], keys[1], r.key, {}, r.base_s, r.base_s, r.compiled, r.label,
+                   target_name)  # fmt: skip
     choice = {p: dict(opts) for p, opts in r.choice.items()}
     return Row(keys[0], keys[1], r.key, choice, r.base_s, r.best_s, r.compiled, r.label,
                target_name)  # fmt: skip
 
 
-def _program_latency(fn: Function, args: list[np.ndarray], pause_s: float) -> tuple[float, float]:
-    """The program's median latency compiled without and with the stored choices,
-    timed interleaved."""
-    before = Function(fn.source, fn.target, fn.name, fn.constants, tuned=False)
-    after = Function(fn.source, fn.target, fn.name, fn.constants, tuned=True)
-    for g in (before, after):
-        g.lower(*args)
-    t = time_interleaved(
-        [lambda: before(*args), lambda: after(*args)], rounds=9, pause_s=pause_s, margin=1e9
-    )
-    return t[0].median_s, t[1].median_s
+#: The whole program must be this much faster (median of interleaved rounds) ...
+MIN_PROGRAM_GAIN = 0.01
+#: ... and faster in at least this share of the paired rounds.
+MIN_ROUNDS_WON = 2 / 3
+
+
+def _faster(before: Timing, after: Timing) -> bool:
+    """Whether ``after`` is faster than ``before`` beyond noise: its median at
+    least :data:`MIN_PROGRAM_GAIN` lower, and faster in at least
+    :data:`MIN_ROUNDS_WON` of the rounds (each round timed both, adjacently)."""
+    if not after.median_s < before.median_s * (1 - MIN_PROGRAM_GAIN):
+        return False
+    pairs = list(zip(before.batches, after.batches))
+    if not pairs:
+        return True
+    won = sum(1 for b, a in pairs if a < b)
+    return won >= MIN_ROUNDS_WON * len(pairs)
+
+
+def _program_latency(
+    fn: Function, job: KernelJob, choices: Mapping[str, Choice], pause_s: float, rounds: int = 21
+) -> tuple[Timing, Timing | None, str | None]:
+    """The whole program at ``job``'s tuning point optimised with the target's
+    choices and with ``choices``, timed interleaved (``rounds`` rounds of
+    batches of about 50 ms: a loaded machine's preemptions average out); the
+    tuned one is first checked against the interpreter (its timing is None and
+    the reason given when it differs)."""
+    target = fn.target
+    passes = target.passes[job.point :]
+    backend = backend_for(target)
+    plain = backend.compile(run_pipeline(job.parsed, passes).program)
+    if not choices:
+        (t,) = time_interleaved([lambda: plain.run(dict(job.inputs))], rounds=rounds,
+                                pause_s=pause_s)  # fmt: skip
+        return t, t, None
+    tuned = backend.compile(run_pipeline(job.parsed, passes, choices=choices).program)
+    error = check_outputs(tuned.run(dict(job.inputs)), job.expected)
+    if error is not None:
+        (t,) = time_interleaved([lambda: plain.run(dict(job.inputs))], rounds=rounds,
+                                pause_s=pause_s)  # fmt: skip
+        return t, None, f"with every choice {error}"
+    before, after = time_interleaved(
+        [lambda: plain.run(dict(job.inputs)), lambda: tuned.run(dict(job.inputs))],
+        rounds=rounds, pause_s=pause_s, margin=1e9, batch_s=0.05,
+    )  # fmt: skip
+    return before, after, None

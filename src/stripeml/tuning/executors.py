@@ -18,14 +18,16 @@ them into its database.  Ray is optional (``pip install stripeml[tune]``).
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from typing import Any
 
 from ..errors import StripeError, TargetError
 from ..passes._kernel_choices import Choice
 from ..runtime.tuning_db import target_key
 from ..targets import Target, resolve
-from .kernels import Built, KernelJob, build_candidate
-from .measure import Timing, time_interleaved
+from .kernels import Built, KernelJob, build_candidate, owner_seconds, window_seconds
+from .measure import COUNTER, Timing, time_interleaved
 from .space import choice_key
 
 __all__ = ["EXECUTORS", "LocalMeasurer", "RayMeasurer", "make_measurer"]
@@ -40,12 +42,19 @@ class LocalMeasurer:
         self.target = target
         self.pause_s = pause_s
         self._built: dict[tuple[str, str], Built] = {}
+        # optimised whole program -> its build: the analytic program is every job's
+        self._by_text: dict[str, Built] = {}
+        self._analytic: dict[str, str] = {}  # program at the tuning point -> analytic text
 
     def _build(self, job: KernelJob, choice: Choice) -> Built:
         k = (job.key, choice_key(choice))
         built = self._built.get(k)
+        if built is None and not choice and job.program in self._analytic:
+            built = self._built[k] = self._by_text[self._analytic[job.program]]
         if built is None:
-            built = self._built[k] = build_candidate(job, self.target, choice)
+            built = self._built[k] = build_candidate(job, self.target, choice, self._by_text)
+            if not choice:
+                self._analytic[job.program] = built.text
         return built
 
     def check(self, job: KernelJob, choices: list[Choice]) -> list[tuple[str, str | None]]:
@@ -57,16 +66,43 @@ class LocalMeasurer:
             compiled = self._build(job, c).compiled
             if compiled is None:
                 raise StripeError("only checked candidates are timed")
-            inputs = dict(job.inputs)
-            runs.append(lambda compiled=compiled, inputs=inputs: compiled.run(inputs))
-        return time_interleaved(runs, rounds=rounds, pause_s=self.pause_s)
+            owners: dict[str, str] = {}
+            runs.append(
+                lambda compiled=compiled, owners=owners: window_seconds(compiled, job, owners)
+            )
+        return time_interleaved(
+            runs, rounds=rounds, pause_s=self.pause_s, self_timed=True, min_calls=3
+        )
+
+    def baselines(self, jobs: list[KernelJob], rounds: int) -> list[Timing]:
+        """The analytic choice of each of ``jobs`` (one program, checked), timed
+        from the same runs: each run of the program times every job's window."""
+        built = self._build(jobs[0], {})
+        if built.compiled is None or any(j.program != jobs[0].program for j in jobs):
+            raise StripeError("baselines are for the checked analytic program of one program")
+        compiled, owners = built.compiled, {}  # type: ignore[var-annotated]
+        compiled.run(dict(jobs[0].inputs))  # warm
+        per_job: list[list[float]] = [[] for _ in jobs]
+        for _ in range(rounds):
+            if self.pause_s:
+                time.sleep(self.pause_s)
+            runs = [owner_seconds(compiled, jobs[0], owners) for _ in range(3)]
+            for n, j in enumerate(jobs):
+                per_run = [r[""] if "" in r else sum(r.get(w, 0.0) for w in j.window) for r in runs]
+                per_job[n].append(sum(per_run) / len(per_run))
+        COUNTER.batches += rounds
+        COUNTER.candidates += 1
+        return [Timing(statistics.median(t), len(t), batches=tuple(t)) for t in per_job]
 
     def forget(self, job: KernelJob) -> None:
-        """Drop a finished kernel's compiled candidates."""
+        """Drop a finished kernel's compiled candidates (the analytic program stays)."""
         self._built = {k: v for k, v in self._built.items() if k[0] != job.key}
+        keep = set(self._analytic.values())
+        self._by_text = {t: b for t, b in self._by_text.items() if t in keep}
 
     def close(self) -> None:
         self._built.clear()
+        self._by_text.clear()
 
 
 # -- Ray ------------------------------------------------------------------------

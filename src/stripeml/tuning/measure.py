@@ -8,7 +8,10 @@ runtime's spinning threads, or the previous candidate's, would otherwise
 distort the next one's first calls).  A candidate's time is the median of its
 batches.  From the third round on, a candidate whose *fastest* batch is slower
 than ``1 + margin`` times the best median so far is clearly slower and stops
-being timed (early stop).  Every batch timed counts in :data:`COUNTER`, which
+being timed (early stop).  With ``self_timed`` each call returns the seconds it measured itself (a
+kernel's steps inside a whole program's run, :func:`.kernels.window_seconds`)
+and a batch's time is their mean; every batch has at least ``min_calls``
+calls.  Every batch timed counts in :data:`COUNTER`, which
 tests read to prove that a tune answered from the database measured nothing.
 """
 
@@ -35,12 +38,14 @@ COUNTER = _Counter()
 
 @dataclass(frozen=True)
 class Timing:
-    """Median seconds per call, the batches it is the median of, and whether the
-    candidate was stopped early (its median is then an upper bound's estimate)."""
+    """Median seconds per call, the batches it is the median of, whether the
+    candidate was stopped early (its median is then an upper bound's estimate),
+    and each round's batch time in order (rounds of two candidates pair up)."""
 
     median_s: float
     samples: int
     stopped: bool = False
+    batches: tuple[float, ...] = ()
 
 
 def time_interleaved(
@@ -50,6 +55,8 @@ def time_interleaved(
     pause_s: float = 0.05,
     batch_s: float = 0.01,
     margin: float = 0.3,
+    self_timed: bool = False,
+    min_calls: int = 1,
 ) -> list[Timing]:
     """Time each of ``runs`` (a call of one compiled candidate) as the module
     docstring says; the first is the reference the batch size is set from."""
@@ -61,7 +68,7 @@ def time_interleaved(
     start = time.perf_counter()
     runs[0]()
     once = max(time.perf_counter() - start, 1e-7)
-    calls = max(1, min(10_000, int(batch_s / once)))
+    calls = max(min_calls, min(10_000, int(batch_s / once)))
     samples: list[list[float]] = [[] for _ in runs]
     alive = list(range(len(runs)))
     for r in range(rounds):
@@ -71,11 +78,22 @@ def time_interleaved(
                 time.sleep(pause_s)
             run = runs[n]
             t0 = time.perf_counter()
-            for _ in range(calls):
-                run()
-            samples[n].append((time.perf_counter() - t0) / calls)
+            took = 0.0
+            if self_timed:
+                for _ in range(calls):
+                    got = run()
+                    assert isinstance(got, float), "a self-timed run returns its seconds"
+                    took += got
+            else:
+                for _ in range(calls):
+                    run()
+                took = time.perf_counter() - t0
+            samples[n].append(took / calls)
             COUNTER.batches += 1
         if r >= 2 and len(alive) > 1:
             best = min(statistics.median(samples[n]) for n in alive)
             alive = [n for n in alive if min(samples[n]) <= (1 + margin) * best]
-    return [Timing(statistics.median(s), len(s), stopped=len(s) < rounds) for s in samples]
+    return [
+        Timing(statistics.median(s), len(s), stopped=len(s) < rounds, batches=tuple(s))
+        for s in samples
+    ]

@@ -20,7 +20,8 @@ analytic choice are timed against each other in more rounds; a winner less
 than ``min_gain`` faster is not kept (the analytic choice is stored: a later
 tune measures nothing).
 
-The first thing measured is always the analytic choice (``{}``), alone: it
+The first thing measured is always the analytic choice (``{}``), on its own
+or, where the executor can, with every other kernel's from the same runs: it
 is the reference every ratio starts from.
 """
 
@@ -69,6 +70,9 @@ class KernelResult:
     timed: int = 0
     from_db: bool = False
     error: str | None = None
+    #: measured faster in its window, but the whole program with the new choices was
+    #: not faster: stored disabled (docs/tuning.md, the safety check)
+    dropped: bool = False
 
     @property
     def gain(self) -> float:
@@ -77,11 +81,15 @@ class KernelResult:
     @property
     def saved_s(self) -> float:
         """Seconds saved per run of the program (each occurrence of the kernel)."""
+        if self.dropped:
+            return 0.0
         return max(0.0, self.base_s - self.best_s) * self.count
 
 
 class KernelSearch:
     """The beam search of one kernel, run in slices (see the module docstring)."""
+
+    ROUNDS = 5
 
     def __init__(
         self,
@@ -90,7 +98,7 @@ class KernelSearch:
         measurer: Measurer,
         *,
         width: int = 2,
-        rounds: int = 5,
+        rounds: int = ROUNDS,
         min_gain: float = 0.02,
     ) -> None:
         self.job = job
@@ -108,8 +116,9 @@ class KernelSearch:
         self.best_rel = 1.0
         self.done = False
 
-    def start(self) -> None:
-        """Compile, check and time the analytic choice (the first measurement)."""
+    def start(self, baseline: Timing | None = None) -> None:
+        """Compile, check and time the analytic choice (the first measurement;
+        ``baseline``: its timing, already measured with other kernels')."""
         ((text, error),) = self.measurer.check(self.job, [{}])
         self.result.compiled += 1
         self.seen.add(choice_key({}))
@@ -117,7 +126,7 @@ class KernelSearch:
             self.result.error = f"the analytic choice does not match the interpreter: {error}"
             self.done = True
             return
-        (timing,) = self.measurer.time(self.job, [{}], self.rounds)
+        timing = baseline or self.measurer.time(self.job, [{}], self.rounds)[0]
         self.result.timed += 1
         self.result.base_s = self.result.best_s = timing.median_s
         self.by_text[text] = 1.0
