@@ -431,3 +431,46 @@ def test_rejects_bad_input() -> None:
         emit_math(b, "exp", [fn.args[0]])
     with pytest.raises(ValueError):
         emit_math(b, "nope", [fn.args[0]])
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["ldexp", "two_steps"])
+@pytest.mark.parametrize("variant", [(np.float32, 16), (np.float32, 0), (np.float64, 4)], ids=_ids)
+def test_both_ways_of_scaling_by_two_to_the_n(
+    native: bool, variant: tuple[type, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exp, sigmoid and pow scale by 2^n with one ``llvm.ldexp`` on AVX-512 hosts
+    (``vscalef``) and in two exponent-bit steps elsewhere: both keep the accuracy,
+    overflow and subnormal results of the table (both are tested on every host
+    where the native one exists)."""
+    import stripeml.codegen.llvm_math as lm
+
+    dtype, lanes = variant
+    if native and not lm._native_ldexp(llvm.get_process_triple()):
+        pytest.skip("llvm.ldexp is not one instruction on this host")
+    monkeypatch.setattr(lm, "_native_ldexp", lambda triple: native)
+    info = np.finfo(dtype)
+    big = 700.0 if dtype == np.float64 else 88.0
+    x = np.concatenate(
+        [samples(dtype, 1e-6, big * 1.05, n=50_000), np.array([-1000.0, 1000.0, np.nan], dtype)]
+    )
+    for name in ("exp", "sigmoid"):
+        mod = build_module(name, dtype, lanes, 1)
+        assert ("llvm.ldexp" in str(mod)) == native
+        addr, _ = compile_module(mod)
+        cfunc = ctypes.CFUNCTYPE(
+            None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64
+        )(addr)
+        step = lanes or 1
+        n = -(-x.size // step) * step
+        buf = np.zeros(n, dtype)
+        buf[: x.size] = x
+        out = np.empty(n, dtype)
+        cfunc(buf.ctypes.data, buf.ctypes.data, out.ctypes.data, n)
+        got = out[: x.size]
+        ref = _ref(name, x, None, dtype)
+        err = ulp_error(got, ref, dtype)
+        assert err.max() <= (1.5 if name == "exp" else 3.0), f"{name}: {worst(err, x)}"
+        if name == "exp":  # the subnormal results, rounded once, and the saturation
+            sub = (ref > 0) & (ref < info.tiny)
+            assert sub.any() and np.all(np.abs(got[sub] - ref[sub]) <= info.smallest_subnormal)
+            assert got[-3] == 0.0 and got[-2] == np.inf and np.isnan(got[-1])

@@ -25,8 +25,9 @@ function many times.
 Algorithms and sources (coefficients are copied, not fitted)
 ------------------------------------------------------------
 * exp: ``n = roundeven(x/ln2)``, Cody-Waite ``r = x - n*ln2`` with FMA, a
-  polynomial for ``e^r`` and ``2^n`` applied as two exponent-bit scalings, so
-  overflow gives inf and underflow gives correctly rounded subnormals.
+  polynomial for ``e^r`` and ``2^n`` applied as two exponent-bit scalings (one
+  ``vscalef`` with AVX-512), so overflow gives inf and underflow gives
+  correctly rounded subnormals.
   Polynomials: Cephes ``expf.c`` (float), SLEEF ``xexp`` (double).
 * log: float: Cephes ``logf.c``; double: fdlibm ``e_log.c`` (as in musl).
   Subnormal inputs are scaled by a power of two first.
@@ -82,6 +83,7 @@ the special-value selects after inlining.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from fractions import Fraction
@@ -339,6 +341,28 @@ def _suffix(ty: ir.Type) -> str:
     raise TypeError(f"llvm_math: unsupported type {ty}")
 
 
+def _int_suffix(ty: ir.Type) -> str:
+    """LLVM's overload suffix for i32 lanes: i32, v8i32, ..."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}i32"
+    return "i32"
+
+
+@functools.cache
+def _native_ldexp(triple: str) -> bool:
+    """Whether ``llvm.ldexp`` is one instruction for modules of ``triple``:
+    on the host, with AVX-512 (``vscalef``); anywhere else LLVM may expand it
+    into calls of libm's ``ldexp``, which the JIT does not link."""
+    import llvmlite.binding as llvm
+
+    if triple != llvm.get_process_triple() or not triple.startswith("x86_64"):
+        return False
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    except RuntimeError:
+        return False
+
+
 class _Emit:
     """Arithmetic helpers for one floating type (scalar or vector) at a builder."""
 
@@ -483,7 +507,19 @@ class _Emit:
         return self.from_bits(self.b.shl(self.b.add(k, self.i(127)), self.i(23)))
 
     def scale(self, x: ir.Value, k: ir.Value) -> ir.Value:
-        """x * 2^k in two exact steps, so |k| may reach twice the exponent range."""
+        """x * 2^k, for |k| up to twice the exponent range.
+
+        One ``llvm.ldexp`` where the host scales in one instruction (AVX-512's
+        ``vscalefps``/``vscalefpd``, every width: rounded once, overflow to inf
+        and subnormal results as C's ``ldexp``); elsewhere, where LLVM would
+        call libm's ``ldexp`` per lane, two exact exponent-bit steps.
+        """
+        if _native_ldexp(self.b.module.triple):
+            name = f"llvm.ldexp.{_suffix(self.ty)}.{_int_suffix(self.i32)}"
+            fn = self.b.module.globals.get(name)
+            if fn is None:
+                fn = ir.Function(self.b.module, ir.FunctionType(self.ty, [self.ty, self.i32]), name)
+            return self.b.call(fn, [x, k])
         k1 = self.b.ashr(k, self.i(1, self.i32))
         k2 = self.b.sub(k, k1)
         return self.mul(self.mul(x, self.pow2(k1)), self.pow2(k2))
