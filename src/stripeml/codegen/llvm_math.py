@@ -351,14 +351,15 @@ def _int_suffix(ty: ir.Type) -> str:
 @functools.cache
 def _native_ldexp(triple: str) -> bool:
     """Whether ``llvm.ldexp`` is one instruction for modules of ``triple``:
-    on the host, with AVX-512 (``vscalef``); anywhere else LLVM may expand it
+    on the host, with AVX-512F and VL (``vscalef`` at every width); anywhere else LLVM may expand it
     into calls of libm's ``ldexp``, which the JIT does not link."""
     import llvmlite.binding as llvm
 
     if triple != llvm.get_process_triple() or not triple.startswith("x86_64"):
         return False
     try:
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+        features = llvm.get_host_cpu_features()
+        return bool(features.get("avx512f", False) and features.get("avx512vl", False))
     except RuntimeError:
         return False
 
@@ -477,6 +478,11 @@ class _Emit:
     def sel(self, cond: ir.Value, a: ir.Value | float, c: ir.Value | float) -> ir.Value:
         return self.b.select(cond, self._v(a), self._v(c))
 
+    def clamp_keeping_nan(self, x: ir.Value, lo: float, hi: float) -> ir.Value:
+        """Clamp to [lo, hi]; NaN stays NaN (ordered comparisons are false)."""
+        x = self.sel(self.cmp("<", x, lo), lo, x)
+        return self.sel(self.cmp(">", x, hi), hi, x)
+
     def clamp(self, x: ir.Value, lo: float, hi: float) -> ir.Value:
         """Clamp to [lo, hi] with NaN going to ``lo`` (safe to convert to int)."""
         x = self.sel(self.ucmp("<", x, lo), lo, x)
@@ -524,6 +530,34 @@ class _Emit:
         k2 = self.b.sub(k, k1)
         return self.mul(self.mul(x, self.pow2(k1)), self.pow2(k2))
 
+    def has_scalef(self) -> bool:
+        """Whether :meth:`scalef` exists here: an AVX-512 host and a vector of
+        128, 256 or 512 bits (scalars keep ``llvm.ldexp``, which LLVM's loop
+        vectoriser can widen; a target intrinsic would stop it)."""
+        width = self.lanes * (64 if self.is64 else 32)
+        return _native_ldexp(self.b.module.triple) and width in (128, 256, 512)
+
+    def scalef(self, x: ir.Value, n: ir.Value) -> ir.Value:
+        """x * 2^floor(n) for float lanes ``n`` in one AVX-512 ``vscalef`` (only
+        where :meth:`has_scalef`): NaN in either gives NaN, no integer detour."""
+        width = self.lanes * (64 if self.is64 else 32)
+        kind = "pd" if self.is64 else "ps"
+        mask = ir.IntType(max(8, self.lanes))
+        name = f"llvm.x86.avx512.mask.scalef.{kind}.{width}"
+        return self._scalef_call(name, self.ty, x, n, mask, rounding=width == 512)
+
+    def _scalef_call(
+        self, name: str, ty: ir.Type, x: ir.Value, n: ir.Value, mask: ir.IntType, rounding: bool
+    ) -> ir.Value:
+        args = [ty, ty, ty, mask] + ([ir.IntType(32)] if rounding else [])
+        fn = self.b.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.b.module, ir.FunctionType(ty, args), name)
+        vals = [x, n, ir.Constant(ty, None), ir.Constant(mask, -1)]
+        if rounding:
+            vals.append(ir.Constant(ir.IntType(32), 4))  # _MM_FROUND_CUR_DIRECTION
+        return self.b.call(fn, vals)
+
 
 # ---------------------------------------------------------------------------
 # The functions
@@ -539,9 +573,11 @@ def _exp(e: _Emit, x: ir.Value, lo: ir.Value | None = None) -> ir.Value:
     else:
         lo_b, hi_b = -104.0, 89.0
         (ln2_hi, ln2_lo), coeffs = _EXPF_LN2, _EXPF_P
-    # Past the bounds e^x is 0 or inf in this precision; clamping keeps n an
-    # in-range integer (NaN is clamped too and patched back at the end).
-    xc = e.clamp(x, lo_b, hi_b)
+    native = e.has_scalef()
+    # Past the bounds e^x is 0 or inf in this precision.  With ``vscalef``, n
+    # stays a float and a NaN flows through every step; otherwise clamping keeps
+    # n an in-range integer (NaN is clamped too and patched back at the end).
+    xc = e.clamp_keeping_nan(x, lo_b, hi_b) if native else e.clamp(x, lo_b, hi_b)
     n = e.roundeven(e.mul(xc, _LOG2E))
     r = e.fma(n, -ln2_hi, xc)
     r = e.fma(n, -ln2_lo, r)
@@ -549,6 +585,8 @@ def _exp(e: _Emit, x: ir.Value, lo: ir.Value | None = None) -> ir.Value:
         r = e.add(r, e.sel(e.cmp("==", xc, x), lo, 0.0))
     u = e.poly(r, coeffs)
     p = e.add(e.fma(e.mul(r, r), u, r), 1.0)
+    if native:
+        return e.scalef(p, n)
     return e.sel(e.isnan(x), x, e.scale(p, e.to_i32(n)))
 
 
