@@ -28,9 +28,8 @@ from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
 from ..ir.nodes import Block, Program, Special
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
-from .llvm_builder import emit_forwarder
+from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
-from .llvm_types import I64, PTR
 from .plan import kernel_symbol
 
 #: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
@@ -72,14 +71,14 @@ def generate(
         import llvmlite.binding as llvm
 
         triple = llvm.get_process_triple()
-    glue = ir.Module(name=program.root.name or "stripeml")
-    glue.triple = triple
+    name = (program.root.name or "stripeml").replace("\\", "").replace('"', "")
+    glue = [f'; ModuleID = "{name}"\ntarget triple = "{triple}"\n\n']
     root = program.root
     slot = {r.into: i for i, r in enumerate(root.refs)}
     buffers = root_buffers(root)
     steps: list[Step] = []
     bodies: dict[str, Body] = {}
-    declared: dict[str, ir.Function] = {}
+    declared: set[str] = set()
     for n, stmt in enumerate(root.stmts):
         if isinstance(stmt, Special):
             steps.append(Step(special=stmt))
@@ -98,17 +97,15 @@ def generate(
                     if on_body is not None:
                         on_body(body)
                 bodies[symbol] = body
-            fn = declared.get(symbol)
-            if fn is None:  # the body's entry: (its own pointer array, start, end)
-                entry = ir.FunctionType(ir.VoidType(), [PTR, I64, I64])
-                fn = declared[symbol] = ir.Function(glue, entry, symbol)
+            if symbol not in declared:  # the body's entry: (its own pointer array, start, end)
+                declared.add(symbol)
+                glue.append(entry_declaration(symbol))
             wrapper = kernel_symbol(n, stmt)
-            emit_forwarder(glue, wrapper, fn, [slot[name] for name in canon.buffers])
+            glue.append(forwarder_text(wrapper, symbol, [slot[name] for name in canon.buffers]))
             steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
-    text = str(glue)
-    release(glue)
+    text = "".join(glue)
     return CpuModule(text, buffers, tuple(steps), tuple(bodies.values()))
 
 

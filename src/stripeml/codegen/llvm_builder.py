@@ -42,20 +42,34 @@ def emit_wrapper(module: ir.Module, symbol: str, body: ir.Function, slots: list[
     wb.ret_void()
 
 
-def emit_forwarder(module: ir.Module, symbol: str, entry: ir.Function, slots: list[int]) -> None:
-    """The ABI function ``symbol(void **buffers, start, end)`` of a kernel step:
-    gathers ``buffers[slots[i]]`` into an array of its own and calls ``entry``
-    (a body's entry, taking that array) with it."""
-    wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), symbol)
-    wb = ir.IRBuilder(wrapper.append_basic_block("entry"))
-    bufs, start, end = wrapper.args
-    local = wb.alloca(ir.ArrayType(PTR, max(1, len(slots))))
+def forwarder_text(symbol: str, entry: str, slots: list[int]) -> str:
+    """The LLVM text of the ABI function ``symbol(void **buffers, start, end)`` of
+    a kernel step: it gathers ``buffers[slots[i]]`` into an array of its own and
+    calls ``entry`` (a body's entry, declared with :func:`entry_declaration`)
+    with it.  Written as text, not through llvmlite's builder: a model has one
+    per kernel step (BERT-base: 295), and building and printing them with
+    llvmlite objects cost more than the text."""
+    n = max(1, len(slots))
+    lines = [
+        f'define void @"{symbol}"(ptr %bufs, i64 %start, i64 %end)',
+        "{",
+        "entry:",
+        f"  %local = alloca [{n} x ptr]",
+    ]
     for i, slot in enumerate(slots):
-        at = wb.gep(bufs, [ir.Constant(I64, slot)], source_etype=PTR)
-        to = wb.gep(local, [ir.Constant(I64, 0), ir.Constant(I64, i)])
-        wb.store(wb.load(at, typ=PTR), to)
-    wb.call(entry, [local, start, end])
-    wb.ret_void()
+        lines += [
+            f"  %at{i} = getelementptr ptr, ptr %bufs, i64 {slot}",
+            f"  %p{i} = load ptr, ptr %at{i}",
+            f"  %to{i} = getelementptr [{n} x ptr], ptr %local, i64 0, i64 {i}",
+            f"  store ptr %p{i}, ptr %to{i}",
+        ]
+    lines += [f'  call void @"{entry}"(ptr %local, i64 %start, i64 %end)', "  ret void", "}", ""]
+    return "\n".join(lines)
+
+
+def entry_declaration(symbol: str) -> str:
+    """The declaration of a body's entry ``symbol(ptr args, i64 start, i64 end)``."""
+    return f'declare void @"{symbol}"(ptr, i64, i64)\n'
 
 
 class KernelBuilder:
