@@ -44,7 +44,7 @@ constraints (the rest multiply their ranges), so a kernel costs milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -67,6 +67,7 @@ __all__ = [
     "kernel_work",
     "peak_fraction",
     "points",
+    "profile_rows",
     "program_work",
     "step_name",
 ]
@@ -355,3 +356,39 @@ class ProfileRow(_Timed):
     def __repr__(self) -> str:
         body = ", ".join(f"{k}={v!r}" for k, v in self._asdict().items())
         return f"ProfileRow({body})"
+
+
+def profile_rows(
+    timed: Iterable[tuple[str, str, float]],
+    work: Mapping[str, Work],
+    peak_gflops: float | None,
+    dram_gbps: float | None,
+) -> list[ProfileRow]:
+    """A :class:`ProfileRow` per ``(kernel, statement, seconds)`` of ``timed``,
+    slowest first: the kernel's ``work`` (none when absent) over its seconds
+    (rates 0 when it took no time), with its share of the roofline bound and
+    which ceiling that is when both ``peak_gflops`` and ``dram_gbps`` are known.
+    What :meth:`stripeml.api.Executable.profile` and the explorer's
+    interpreter timings both report."""
+    rows = []
+    for kernel, statement, seconds in timed:
+        w = work.get(kernel, NO_WORK)
+        rate = 1e-9 / seconds if seconds > 0 else 0.0
+        fraction = bound = None
+        if peak_gflops is not None and dram_gbps is not None:
+            fraction = peak_fraction(w.flops, w.bytes, seconds, peak_gflops, dram_gbps)
+            bound = bound_kind(w.flops, w.bytes, peak_gflops, dram_gbps)
+        rows.append(
+            ProfileRow(
+                kernel,
+                statement,
+                seconds,
+                w.flops,
+                w.bytes,
+                w.flops * rate,
+                w.bytes * rate,
+                fraction,
+                bound,
+            )
+        )
+    return sorted(rows, key=lambda r: -r.seconds)

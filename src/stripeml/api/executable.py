@@ -114,7 +114,7 @@ class Executable:
         import statistics
         import time
 
-        from ..analysis.roofline import NO_WORK, ProfileRow, bound_kind, peak_fraction
+        from ..analysis.roofline import NO_WORK, profile_rows
         from ..runtime.peaks import target_peaks  # numpy and LLVM: only when profiling
 
         compiled = self._compiled
@@ -139,29 +139,11 @@ class Executable:
             work = {"program": total}
         comments = {b.name: b.comment for b in self.program.root.sub_blocks}
         peaks = target_peaks(self.function.target)
-        rows = []
-        for name in per_run[0]:
-            seconds = statistics.median(r.get(name, 0.0) for r in per_run)
-            w = work.get(name, NO_WORK)
-            rate = 1e-9 / seconds if seconds > 0 else 0.0
-            fraction = bound = None
-            if peaks.gflops is not None and peaks.gbps is not None:
-                fraction = peak_fraction(w.flops, w.bytes, seconds, peaks.gflops, peaks.gbps)
-                bound = bound_kind(w.flops, w.bytes, peaks.gflops, peaks.gbps)
-            rows.append(
-                ProfileRow(
-                    name,
-                    comments.get(name, ""),
-                    seconds,
-                    w.flops,
-                    w.bytes,
-                    w.flops * rate,
-                    w.bytes * rate,
-                    fraction,
-                    bound,
-                )
-            )
-        return sorted(rows, key=lambda r: -r.seconds)
+        timed = (
+            (name, comments.get(name, ""), statistics.median(r.get(name, 0.0) for r in per_run))
+            for name in per_run[0]
+        )
+        return profile_rows(timed, work, peaks.gflops, peaks.gbps)
 
     def explore(
         self,

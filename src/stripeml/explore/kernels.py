@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..analysis.roofline import NO_WORK, ProfileRow, Work, bound_kind, peak_fraction, step_name
+from ..analysis.roofline import ProfileRow, Work, profile_rows, step_name
 from ..ir.dtypes import to_numpy
 from ..ir.nodes import Block, Program, Special, Statement
 from ..runtime.interp import Traffic, run
@@ -97,28 +97,7 @@ def interpreter_rows(
     gbps: float | None,
 ) -> list[ProfileRow]:
     """:class:`ProfileRow` per kernel from the interpreter's step times, slowest first."""
-    rows = []
-    for s in steps:
-        w = work.get(s.kernel, NO_WORK)
-        rate = 1e-9 / s.seconds if s.seconds > 0 else 0.0
-        fraction = bound = None
-        if gflops is not None and gbps is not None:
-            fraction = peak_fraction(w.flops, w.bytes, s.seconds, gflops, gbps)
-            bound = bound_kind(w.flops, w.bytes, gflops, gbps)
-        rows.append(
-            ProfileRow(
-                s.kernel,
-                s.statement,
-                s.seconds,
-                w.flops,
-                w.bytes,
-                w.flops * rate,
-                w.bytes * rate,
-                fraction,
-                bound,
-            )
-        )
-    return sorted(rows, key=lambda r: -r.seconds)
+    return profile_rows(((s.kernel, s.statement, s.seconds) for s in steps), work, gflops, gbps)
 
 
 def can_run_steps(program: Program) -> bool:
