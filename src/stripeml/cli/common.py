@@ -1,6 +1,7 @@
 """What the ``stripeml`` subcommands share: ``--input`` specs, error messages,
-loading a program (a file or a bundled example), ``--target`` checks, the
-program options of ``run`` and ``ir``, and small formatting helpers.
+loading a program (a file or a bundled example) or an ONNX model's inputs,
+``--target`` checks, the program options of ``run`` and ``ir``, and small
+formatting helpers.
 
 Failures a command reports are of three kinds, each with its exit status (the
 table is in the README): :class:`UsageError` (bad command-line use, 2), a
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import re
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,11 +29,16 @@ from ..demo import InputSpec, find_example, random_inputs
 from ..errors import InternalError, StripeError, TargetError
 from ..ir.dtypes import DTYPES
 
+if TYPE_CHECKING:  # the ONNX frontend loads only for a model
+    from ..onnx import OnnxFunction
+
 PROG = "stripeml"
 TARGET_HELP = (
     "interp, a bundled target (cpu, opencl, cuda, examples/npu ...; see `stripeml targets`) "
     "or a target .toml file (default: interp)"
 )
+#: ``--target``'s help for the commands that default to ``cpu`` (explore, tune).
+CPU_TARGET_HELP = TARGET_HELP.replace("interp)", "cpu)")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DIMS = re.compile(r"[0-9]+(x[0-9]+)*\Z")
 _LOCATION = re.compile(r"([0-9]+):([0-9]+): ")
@@ -199,16 +207,49 @@ def display_name(file: str, path: Path) -> str:
     return file if Path(file).is_file() else str(path)
 
 
-def input_specs(path: Path, given: Sequence[InputSpec]) -> tuple[InputSpec, ...]:
+def _check_distinct(given: Sequence[InputSpec]) -> None:
+    """A :class:`UsageError` when two ``--input`` name the same input."""
     seen: set[str] = set()
     for spec in given:
         if spec.name in seen:
             raise UsageError(f"--input {spec.name} is given twice")
         seen.add(spec.name)
+
+
+def input_specs(path: Path, given: Sequence[InputSpec]) -> tuple[InputSpec, ...]:
+    _check_distinct(given)
     if given:
         return tuple(given)
     example = find_example(path)
     return example.inputs if example is not None else ()
+
+
+def onnx_input_shapes(file: str, given: Sequence[InputSpec]) -> dict[str, tuple[int, ...]]:
+    """The shapes ``--input`` gives an ONNX model's inputs, by name (their dtypes
+    are the model's); a :class:`UsageError` when ``file`` is no file or a name is
+    given twice."""
+    if not os.path.isfile(file):
+        raise UsageError(f"no such ONNX model: {file}")
+    _check_distinct(given)
+    return {spec.name: spec.shape for spec in given}
+
+
+def onnx_inputs(
+    fn: OnnxFunction, shapes: dict[str, tuple[int, ...]], seed: int
+) -> list[np.ndarray]:
+    """Seeded random inputs for the compiled model ``fn``, ``shapes`` (from
+    :func:`onnx_input_shapes`) fixing its symbolic dimensions; a
+    :class:`UsageError` when ``shapes`` names no graph input."""
+    from ..onnx.cli import make_inputs
+
+    names = [gi.name for gi in fn.graph.inputs]
+    unknown = [n for n in shapes if n not in names]
+    if unknown:
+        raise UsageError(
+            f"--input {', '.join(unknown)}: no such graph input "
+            f"(the model takes {', '.join(names) or 'no inputs'})"
+        )
+    return make_inputs(fn, shapes, True, seed)
 
 
 def ordered_specs(f: object, specs: Sequence[InputSpec]) -> tuple[InputSpec, ...]:

@@ -18,7 +18,6 @@ or the ``explore`` extra (matplotlib) is missing.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -27,14 +26,16 @@ from typing import Any
 import stripeml
 
 from .common import (
+    CPU_TARGET_HELP,
     PROG,
-    TARGET_HELP,
     UsageError,
     display_name,
     doing,
     function_name,
     input_specs,
     load_source,
+    onnx_input_shapes,
+    onnx_inputs,
     ordered_arrays,
     parse_input_spec,
     print_error,
@@ -79,27 +80,13 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 def _explore_onnx(args: argparse.Namespace, out: Path, say: Any) -> int:
     from ..onnx import compile as onnx_compile
-    from ..onnx.cli import make_inputs
 
-    if not os.path.isfile(args.file):
-        raise UsageError(f"no such ONNX model: {args.file}")
-    shapes: dict[str, tuple[int, ...]] = {}
-    for spec in args.input:
-        if spec.name in shapes:
-            raise UsageError(f"--input {spec.name} is given twice")
-        shapes[spec.name] = spec.shape
+    shapes = onnx_input_shapes(args.file, args.input)
     try:
         say(f"importing {args.file}")
         with doing(f"compiling {args.file}"):
             fn = onnx_compile(args.file, target=args.target, progress=say)
-            names = [gi.name for gi in fn.graph.inputs]
-            unknown = [n for n in shapes if n not in names]
-            if unknown:
-                raise UsageError(
-                    f"--input {', '.join(unknown)}: no such graph input "
-                    f"(the model takes {', '.join(names) or 'no inputs'})"
-                )
-            arrays = make_inputs(fn, shapes, True, args.seed)
+            arrays = onnx_inputs(fn, shapes, args.seed)
             exe = fn.lower(*arrays)
         if exe is None:
             print(
@@ -155,7 +142,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "the shape of an ONNX input with symbolic dimensions (its dtype is the model's)"
         ),
     )
-    p.add_argument("-t", "--target", default="cpu", help=TARGET_HELP.replace("interp)", "cpu)"))
+    p.add_argument("-t", "--target", default="cpu", help=CPU_TARGET_HELP)
     p.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="the page to write")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.set_defaults(handler=cmd_explore, parser=p)

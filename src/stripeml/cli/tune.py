@@ -26,14 +26,16 @@ from typing import Any
 import stripeml
 
 from .common import (
+    CPU_TARGET_HELP,
     PROG,
-    TARGET_HELP,
     UsageError,
     display_name,
     doing,
     function_name,
     input_specs,
     load_source,
+    onnx_input_shapes,
+    onnx_inputs,
     ordered_arrays,
     parse_input_spec,
     print_error,
@@ -57,24 +59,10 @@ def _function(args: argparse.Namespace) -> tuple[Any, list[Any], str]:
     """The compiled function, its example inputs and the name to show."""
     if args.file.lower().endswith(".onnx"):
         from ..onnx import compile as onnx_compile
-        from ..onnx.cli import make_inputs
 
-        if not os.path.isfile(args.file):
-            raise UsageError(f"no such ONNX model: {args.file}")
-        shapes: dict[str, tuple[int, ...]] = {}
-        for spec in args.input:
-            if spec.name in shapes:
-                raise UsageError(f"--input {spec.name} is given twice")
-            shapes[spec.name] = spec.shape
+        shapes = onnx_input_shapes(args.file, args.input)
         fn = onnx_compile(args.file, target=args.target)
-        names = [gi.name for gi in fn.graph.inputs]
-        unknown = [n for n in shapes if n not in names]
-        if unknown:
-            raise UsageError(
-                f"--input {', '.join(unknown)}: no such graph input "
-                f"(the model takes {', '.join(names) or 'no inputs'})"
-            )
-        return fn, make_inputs(fn, shapes, True, args.seed), args.file
+        return fn, onnx_inputs(fn, shapes, args.seed), args.file
     path, source = load_source(args.file)
     specs = input_specs(path, args.input)
     f = stripeml.compile(source, target=args.target, name=function_name(path))
@@ -205,7 +193,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=SHAPE[:DTYPE]",
         help="a Tile program's parameter, or the shape of an ONNX input with symbolic dimensions",
     )  # fmt: skip
-    p.add_argument("-t", "--target", default=None, help=TARGET_HELP.replace("interp)", "cpu)"))
+    p.add_argument("-t", "--target", default=None, help=CPU_TARGET_HELP)
     p.add_argument(
         "--budget", type=float, default=60.0, metavar="SECONDS",
         help="time to spend measuring (default 60)",
