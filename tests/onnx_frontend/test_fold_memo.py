@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import stripeml.onnx  # noqa: E402
-from stripeml.onnx import importer  # noqa: E402
+from stripeml.onnx import folding  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -45,13 +45,13 @@ def _model():
 
 def test_a_second_shape_folds_only_what_depends_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
     folded: list[str] = []
-    real = importer.fold
+    real = folding.fold
 
     def counting(d, node):
         folded.append(node.op_type)
         return real(d, node)
 
-    monkeypatch.setattr(importer, "fold", counting)
+    monkeypatch.setattr(folding, "fold", counting)
     model = _model()
     f = stripeml.onnx.compile(model, target="interp")
     ref = ReferenceEvaluator(model)

@@ -157,7 +157,7 @@ def test_shape_ops_of_channels_last_values(target):
 )
 def test_weights_laid_out_channels_last_in_blocks(shape):
     """The blocked copy of convolution weights is NumPy's transpose, contiguous."""
-    from stripeml.onnx.layout import _channels_last
+    from stripeml.onnx.layout_conv import _channels_last
 
     w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     got = _channels_last(w)

@@ -52,7 +52,8 @@ tests it leaves out, grouped by reason.
    shape folds again only the nodes whose inputs changed (shape arithmetic),
    not the weights' preprocessing.  Those folded constants live as long as
    the compiled model, as its weights do.
-4. **Channels-last images** (`layout.py`): 4-D activations are stored NHWC
+4. **Channels-last images** (`layout.py`; the convolutions in `layout_conv.py`):
+   4-D activations are stored NHWC
    between the operators that understand it (Conv with a BatchNormalization
    folded into its weights, pools, elementwise operators, Concat), and
    transposed back to NCHW only where another operator or a graph output

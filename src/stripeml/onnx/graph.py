@@ -3,18 +3,20 @@
 :class:`Graph` reads the model once: opset, initializers, typed graph inputs,
 outputs and the nodes (:class:`NodeInfo`, attributes decoded to Python
 values).  It knows which graph inputs some operator needs the *value* of when
-compiling (:meth:`Graph.static_inputs`) and which operators are unsupported.
+compiling (:meth:`Graph.static_inputs`) and which operators are unsupported;
+:func:`call_arrays` checks a call's arguments against the graph inputs.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..errors import ShapeError
 from .builder import OnnxError
 from .load import require_onnx
 from .ops import lookup
@@ -25,6 +27,7 @@ __all__ = [
     "Graph",
     "GraphInput",
     "NodeInfo",
+    "call_arrays",
     "node_info",
     "require_onnx",
     "tensor_value",
@@ -132,6 +135,46 @@ class Graph:
 
     def unsupported(self) -> list[NodeInfo]:
         return [n for n in self.nodes if lookup(n.op_type, n.domain) is None]
+
+
+def call_arrays(
+    inputs: Sequence[GraphInput], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[np.ndarray]:
+    """A call's arguments (positional in graph input order, or by input name) as
+    arrays in graph input order, each checked against its input's dtype and
+    declared dims (a :class:`~stripeml.errors.ShapeError` otherwise)."""
+    names = [gi.name for gi in inputs]
+    if len(args) > len(names):
+        raise ShapeError(f"the model takes {len(names)} input(s), got {len(args)}")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise ShapeError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
+        if k in values:
+            raise ShapeError(f"input {k!r} given twice")
+        values[k] = v
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise ShapeError(f"missing input(s) {', '.join(missing)}")
+    out = []
+    from ..api import as_array  # loaded by the first compile anyway
+
+    for gi in inputs:
+        arr = as_array(values[gi.name])
+        if arr.dtype != gi.dtype:
+            raise ShapeError(f"input {gi.name!r} must be {gi.dtype}, got {arr.dtype}")
+        if gi.dims is not None:
+            if arr.ndim != len(gi.dims):
+                raise ShapeError(
+                    f"input {gi.name!r} must have rank {len(gi.dims)}, got shape {arr.shape}"
+                )
+            for ax, (want, got) in enumerate(zip(gi.dims, arr.shape)):
+                if isinstance(want, int) and want > 0 and want != got:
+                    raise ShapeError(
+                        f"input {gi.name!r} dimension {ax} must be {want}, got shape {arr.shape}"
+                    )
+        out.append(arr)
+    return out
 
 
 def live_after(g: Graph, k: int) -> list[str]:

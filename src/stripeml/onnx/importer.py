@@ -5,9 +5,10 @@ it specialises on each call signature: the input shapes and dtypes, plus the
 *values* of graph inputs that some op needs at compile time (a ``Reshape``
 shape fed as an input, say).  For each signature the importer
 
-1. walks the nodes in order, calling each op's Tile writer (``ops/``);
-   nodes whose inputs are all constants are folded (run on the interpreter
-   once, at import), so shape computations and weight preprocessing never
+1. walks the nodes in order (:func:`run_node`), calling each op's Tile writer
+   (``ops/``, or its layout-aware form, ``layout.py``); nodes whose inputs are
+   all constants are folded (run on the interpreter once, at import:
+   ``folding.py``), so shape computations and weight preprocessing never
    reach the generated program;
 2. checks the generated program's shapes against the ops' own shape rules
    (:meth:`Builder.check`);
@@ -30,24 +31,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import gc_pause
-from ..errors import ShapeError, StripeError
+from ..errors import StripeError
 from ..phases import phase
 from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Value
-from .graph import Graph, GraphInput, NodeInfo, live_after, node_info, tensor_value
-from .layout import dispatch, fuse_conv_bn
+from .folding import Folds, write
+from .graph import Graph, GraphInput, NodeInfo, call_arrays, live_after, node_info, tensor_value
+from .layout_conv import fuse_conv_bn
 from .load import full_model, read_model
+from .narrow import MOVES_DATA, NARROW_AWARE, narrowed
 from .narrow_types import is_narrow, wide_dtype
 from .ops import lookup
 from .qdq import fuse_qdq
-from .registry import OpDef
 
 if TYPE_CHECKING:
     from ..api import Executable, Function
 
 Progress = Callable[[str], None]
-#: Folded nodes: (id of the node, ids of its input arrays) -> (what keeps those
-#: alive, the outputs).
-Folds = dict[tuple[object, ...], tuple[tuple[object, ...], tuple["Value | None", ...]]]
 
 
 # What a call is specialised on: per graph input its shape and dtype (and, for
@@ -105,10 +104,11 @@ class OnnxFunction:
         threads: int | None = None,
     ):
         from .. import api
+        from .validate import upgraded
 
         with phase("onnx read"), gc_pause.paused():
             model, source, raws = read_model(model)
-            model, raws, failed = _upgraded(model, source, raws)
+            model, raws, failed = upgraded(model, source, raws)
             self._model = model
             self._whole = not raws  # else the weights are in self.graph, not the message
             self._source = source
@@ -161,38 +161,7 @@ class OnnxFunction:
 
     # -- arguments ---------------------------------------------------------
     def _arrays(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[np.ndarray]:
-        names = self.input_names
-        if len(args) > len(names):
-            raise ShapeError(f"the model takes {len(names)} input(s), got {len(args)}")
-        values = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise ShapeError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
-            if k in values:
-                raise ShapeError(f"input {k!r} given twice")
-            values[k] = v
-        missing = [n for n in names if n not in values]
-        if missing:
-            raise ShapeError(f"missing input(s) {', '.join(missing)}")
-        out = []
-        from ..api import as_array  # loaded by the first compile anyway
-
-        for gi in self.graph.inputs:
-            arr = as_array(values[gi.name])
-            if arr.dtype != gi.dtype:
-                raise ShapeError(f"input {gi.name!r} must be {gi.dtype}, got {arr.dtype}")
-            if gi.dims is not None:
-                if arr.ndim != len(gi.dims):
-                    raise ShapeError(
-                        f"input {gi.name!r} must have rank {len(gi.dims)}, got shape {arr.shape}"
-                    )
-                for ax, (want, got) in enumerate(zip(gi.dims, arr.shape)):
-                    if isinstance(want, int) and want > 0 and want != got:
-                        raise ShapeError(
-                            f"input {gi.name!r} dimension {ax} must be {want}, got shape {arr.shape}"
-                        )
-            out.append(arr)
-        return out
+        return call_arrays(self.graph.inputs, args, kwargs)
 
     def _key(self, arrays: Sequence[np.ndarray]) -> _Key:
         key: list[tuple[object, ...]] = []
@@ -367,35 +336,6 @@ class OnnxFunction:
         return self.specialise(self._arrays(args, kwargs)).source
 
 
-def _upgraded(
-    model: Any, source: str | None, raws: dict[int, np.ndarray]
-) -> tuple[Any, dict[int, np.ndarray], str | None]:
-    """``model`` converted by ``onnx.version_converter`` to the lowest opset whose
-    operator versions the op library implements, when its own opset selects an
-    older one (``Add-1`` with ``broadcast``); the model as it was otherwise.  The
-    converter sees every weight (a model read from a file is read again whole).
-    Third: why the converter failed (the model is then checked, and refused, as
-    it is, the reason added to the message)."""
-    from .validate import conversion_target
-
-    target = conversion_target(model)
-    if target is None:
-        return model, raws, None
-    import onnx.version_converter
-
-    whole = full_model(source) if raws and source is not None else model
-    try:
-        converted = onnx.version_converter.convert_version(whole, target)
-    except Exception as exc:  # noqa: BLE001 - the converter's own errors, reported
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return (
-            model,
-            raws,
-            f"onnx.version_converter could not convert it to opset {target}: {reason}",
-        )
-    return converted, {}, None
-
-
 def _spec_footprint(spec: Specialised) -> int:
     """A specialised model counts what its compiled signatures count."""
     fn = spec.function
@@ -489,7 +429,7 @@ def run_node(
         nested or NESTED,
     )
     try:
-        outs = _write(b, d, node, info, folds)
+        outs = write(b, d, node, info, folds)
     except BadShape as exc:
         raise node.error(str(exc)) from None
     except MemoryError as exc:  # a constant folded at import larger than memory
@@ -504,39 +444,12 @@ def run_node(
         raise node.error(f"produces {len(outs)} output(s), the model uses {len(info.outputs)}")
     narrow = next((v.narrow for v in node.inputs if v is not None and v.narrow is not None), None)
     if narrow is not None and info.op_type not in NARROW_AWARE:
-        outs = [_narrowed(b, v, narrow, info.op_type in MOVES_DATA) for v in outs]
+        outs = [narrowed(b, v, narrow, info.op_type in MOVES_DATA) for v in outs]
     for name, v in zip(info.outputs, outs):
         if name:
             if v is None:
                 raise node.error(f"output {name!r} is not supported")
             env[name] = v
-
-
-#: Operators that handle narrow types themselves (their results' types are theirs).
-NARROW_AWARE = frozenset(
-    {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "If",
-     "Loop", "Scan", "Shape", "Size"}
-)  # fmt: skip
-#: Operators that only move values: a narrow input's values stay representable.
-MOVES_DATA = frozenset(
-    {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
-     "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "DepthToSpace",
-     "SpaceToDepth", "Compress", "ReverseSequence", "Max", "Min", "ReduceMax", "ReduceMin",
-     "Where", "Neg", "Abs", "Relu", "MaxPool", "TopK", "Unique", "OneHot"}
-)  # fmt: skip
-
-
-def _narrowed(b: Builder, v: Value | None, narrow: np.dtype, moves: bool) -> Value | None:
-    """An operator's result given narrow inputs: rounded back to their narrow type,
-    as ``ml_dtypes`` computes (wide arithmetic, then the narrow type); a result of
-    another type (a shape, a comparison) is left as it is."""
-    from .narrow import round_to
-
-    if v is None or v.narrow is not None or v.dtype != wide_dtype(narrow):
-        return v
-    if moves:  # the values are the inputs' own: representable already
-        return replace(v, narrow=narrow)
-    return round_to(b, v, narrow)
 
 
 def _live(g: Graph, k: int, env: dict[str, Value]) -> list[str]:
@@ -575,38 +488,6 @@ NESTED = _Nested(top=True)
 INNER = _Nested(top=False)
 
 
-def _write(
-    b: Builder,
-    d: OpDef,
-    node: Node,
-    info: NodeInfo | None = None,
-    folds: Folds | None = None,
-) -> list[Value | None]:
-    """The values of ``node``'s outputs: folded when its inputs are all known,
-    else written into ``b``."""
-    present = [v for v in node.inputs if v is not None]
-    if d.foldable and all(v.const is not None for v in present):
-        key = None
-        if folds is not None and info is not None:
-            key = (id(info), tuple(None if v is None else id(v.const) for v in node.inputs))
-            hit = folds.get(key)
-            if hit is not None:
-                return list(hit[1])
-        with phase("onnx fold", whole=True):
-            outs = fold(d, node)
-        if key is not None and all(v is None or v.const is not None for v in outs):
-            # the node and its input arrays are kept with the entry: their ids stay theirs
-            assert folds is not None
-            folds[key] = ((info, *(v.const for v in present)), tuple(outs))
-        return outs
-    b.comment(f"{node.op_type} {node.name}".rstrip())
-    laid_out = dispatch(b, d, node)
-    if laid_out is not None:
-        return laid_out
-    logical = tuple(None if v is None else b.logical(v) for v in node.inputs)
-    return d.fn(b, replace(node, inputs=logical))
-
-
 def _frozen(value: Any) -> np.ndarray:
     """A constant as a read-only array: the importer's own arrays (initializers,
     folded values, rearranged weights) are marked read-only, so ``compile``
@@ -616,34 +497,6 @@ def _frozen(value: Any) -> np.ndarray:
     if arr.flags.writeable and arr.base is None:
         arr.setflags(write=False)
     return arr
-
-
-def fold(d: OpDef, node: Node) -> list[Value | None]:
-    """Evaluate a node whose inputs are all constants, at import time."""
-    from .. import api
-
-    sub = Builder()
-    local = tuple(None if v is None else Value("", v.shape, v.dtype, v.const) for v in node.inputs)
-    node = replace(node, inputs=local)
-    outs = d.fn(sub, node)
-    pending = [(i, v) for i, v in enumerate(outs) if v is not None and v.const is None]
-    if not pending:
-        return outs
-    names = []
-    for _, v in pending:
-        if any(v is p for p in sub.params) or v.name in names:
-            v = sub.eltwise(v.name, v.shape, v.dtype)
-        names.append(v.name)
-    source = sub.source(names)
-    fn = api.compile(source, "interp", name=f"fold_{node.op_type}")
-    sub.check(fn.ast)
-    results = fn(*[p.const for p in sub.params])
-    if not isinstance(results, tuple):
-        results = (results,)
-    folded = list(outs)
-    for (i, v), arr in zip(pending, results):
-        folded[i] = Value("", v.shape, v.dtype, np.asarray(arr))
-    return folded
 
 
 def compile(  # noqa: A001

@@ -18,7 +18,8 @@ exactly on the host (``astype``), and become narrow where ONNX makes them so:
   does); the integers truncate toward zero and wrap;
 * any other operator given narrow inputs computes in the wide type and rounds
   its results back to the narrow type, which is what ``ml_dtypes`` does for
-  NumPy's arithmetic on these arrays (``importer.run_node``).
+  NumPy's arithmetic on these arrays (:func:`narrowed`, which
+  ``importer.run_node`` applies to every operator not in :data:`NARROW_AWARE`).
 
 The rounding is elementwise Tile (bit casts, shifts, ``round``), so it fuses
 with whatever computes the value.  Memory is the wide type's: a bfloat16
@@ -32,9 +33,9 @@ from dataclasses import replace
 import numpy as np
 
 from .builder import Builder, Value
-from .narrow_types import FORMATS, Format
+from .narrow_types import FORMATS, Format, wide_dtype
 
-__all__ = ["round_array", "round_to"]
+__all__ = ["MOVES_DATA", "NARROW_AWARE", "narrowed", "round_array", "round_to"]
 
 
 def round_array(
@@ -181,3 +182,28 @@ def _e8m0(b: Builder, v: Value, saturate: bool, mode: str) -> str:
     from .ops._util import scalar
 
     return f"{C} == 255 ? {scalar(b, np.nan, np.float32)} : {value}"
+
+
+#: Operators that handle narrow types themselves (their results' types are theirs).
+NARROW_AWARE = frozenset(
+    {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "If",
+     "Loop", "Scan", "Shape", "Size"}
+)  # fmt: skip
+#: Operators that only move values: a narrow input's values stay representable.
+MOVES_DATA = frozenset(
+    {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+     "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "DepthToSpace",
+     "SpaceToDepth", "Compress", "ReverseSequence", "Max", "Min", "ReduceMax", "ReduceMin",
+     "Where", "Neg", "Abs", "Relu", "MaxPool", "TopK", "Unique", "OneHot"}
+)  # fmt: skip
+
+
+def narrowed(b: Builder, v: Value | None, narrow: np.dtype, moves: bool) -> Value | None:
+    """An operator's result given narrow inputs: rounded back to their narrow type,
+    as ``ml_dtypes`` computes (wide arithmetic, then the narrow type); a result of
+    another type (a shape, a comparison) is left as it is."""
+    if v is None or v.narrow is not None or v.dtype != wide_dtype(narrow):
+        return v
+    if moves:  # the values are the inputs' own: representable already
+        return replace(v, narrow=narrow)
+    return round_to(b, v, narrow)

@@ -46,7 +46,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .builder import MAX_ELEMENTS, OnnxError
-from .load import bad_dims, element_count, expected_bytes
+from .load import bad_dims, element_count, expected_bytes, full_model
 from .ops import lookup
 
 if TYPE_CHECKING:
@@ -398,3 +398,30 @@ def _schema_version(op_type: str, opset: int, domain: str = "") -> int | None:
         return int(onnx.defs.get_schema(op_type, opset, domain).since_version)
     except onnx.defs.SchemaError:
         return None
+
+
+def upgraded(
+    model: Any, source: str | None, raws: dict[int, np.ndarray]
+) -> tuple[Any, dict[int, np.ndarray], str | None]:
+    """``model`` converted by ``onnx.version_converter`` to the lowest opset whose
+    operator versions the op library implements, when its own opset selects an
+    older one (``Add-1`` with ``broadcast``); the model as it was otherwise.  The
+    converter sees every weight (a model read from a file is read again whole).
+    Third: why the converter failed (the model is then checked, and refused, as
+    it is, the reason added to the message)."""
+    target = conversion_target(model)
+    if target is None:
+        return model, raws, None
+    import onnx.version_converter
+
+    whole = full_model(source) if raws and source is not None else model
+    try:
+        converted = onnx.version_converter.convert_version(whole, target)
+    except Exception as exc:  # noqa: BLE001 - the converter's own errors, reported
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (
+            model,
+            raws,
+            f"onnx.version_converter could not convert it to opset {target}: {reason}",
+        )
+    return converted, {}, None
