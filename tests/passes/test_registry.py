@@ -60,6 +60,7 @@ def test_make_pass_builds_with_options() -> None:
         "contraction": bool,
         "unit_stride_reductions_only": bool,
         "reused_inputs": bool,
+        "keep_epilogues": bool,
     }
 
 

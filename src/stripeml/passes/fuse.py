@@ -67,6 +67,7 @@ same object when nothing fused.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Union
@@ -130,6 +131,16 @@ class Fuse:
     # (Q @ K^T of BERT-base at sequence 512: 5.1 ms per layer fused, dot
     # product by dot product; ~2.5 ms register-tiled).
     reused_inputs: bool = False
+    # Leave an elementwise kernel that reads, point for point, the result of the
+    # product or convolution just before it (a bias and activation) for
+    # ``epilogue``, which runs it on that kernel's register tiles, rather than
+    # fusing it into a reduction over outer dimensions after it (a pooled sum
+    # over pixels: squeeze-excite's, of a depthwise convolution's activations):
+    # the pool then reads the activated values, which are written once either
+    # way, and the raw convolution result is never stored.  Row reductions over
+    # the unit-stride dimension (a layer norm's mean) still take the kernel in:
+    # ``nest`` builds its row chains from them.
+    keep_epilogues: bool = True
     name: ClassVar[str] = "fuse"
 
     def run(self, program: Program) -> Program:
@@ -194,6 +205,14 @@ class Fuse:
             )
             if not wanted:
                 return None
+            if (
+                "contraction" in b.tags
+                and self.keep_epilogues
+                and len(out) >= 3
+                and not unit_stride_reduction(b)
+                and _epilogue_of(out[-3], a)
+            ):
+                return None
             run = a if isinstance(a, PointwiseRun) else PointwiseRun(a)
             out[-2] = run  # indexed once, even when it does not fuse now
             if len(run.refs) + len(b.refs) > MAX_FUSED_REFS:
@@ -209,6 +228,31 @@ class Fuse:
                 return None
             return fuse_contraction(c, b, filled, read_later, root_refs)
         return None
+
+
+def _epilogue_of(prev: _Item, a: Block | PointwiseRun) -> bool:
+    """Whether elementwise ``a`` is an epilogue ``epilogue`` can attach to ``prev``:
+    ``prev`` is a contraction kept as its own kernel (it reads an input element
+    at several output points: a product, a convolution) and ``a`` reads a
+    buffer ``prev`` writes with as many elements as ``a`` has points."""
+    if not isinstance(prev, Block) or "contraction" not in prev.tags or "kernel" not in prev.tags:
+        return False
+    if no_reuse(prev):
+        return False
+    blk = a.block() if isinstance(a, PointwiseRun) else a
+    points = math.prod(i.range for i in blk.idxs)
+    for r in prev.refs:
+        if r.dir in WRITE_DIRS and r.from_ and r.from_ in reads(blk):
+            if math.prod(r.shape.sizes) == points or _root_size(prev, r) == points:
+                return True
+    return False
+
+
+def _root_size(prev: Block, r: Refinement) -> int:
+    """The number of points ``prev`` writes through ``r`` (its output indices'
+    ranges: a root kernel's view is one element)."""
+    ranges = {i.name: i.range for i in prev.idxs}
+    return math.prod(ranges.get(n, 1) for a in r.access for n in a.names)
 
 
 def _written(item: Block | PointwiseRun) -> set[str]:
