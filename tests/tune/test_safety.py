@@ -4,6 +4,7 @@ no test depends on this machine's timings."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import stripeml
@@ -81,3 +82,69 @@ def test_choices_that_break_the_whole_program_are_not_kept(cache, monkeypatch,
     report = stripeml.tune(compile_matmul(), *matmul_inputs(), budget_s=20, pause_s=0.0)
     assert report.kept is False and "output C differs" in report.verdict
     assert all(r.choice == {} for r in TuningDB().rows())
+
+
+TWO_MATMULS = """
+function (A[M, K], B[K, N], D[N, P]) -> (E) {
+    C[m, n : M, N] = +(A[m, k] * B[k, n]);
+    E[m, p : M, P] = +(C[m, n] * D[n, p]);
+}
+"""
+
+
+def _two_matmuls():
+    rng = np.random.default_rng(3)
+    a, b, d = (rng.standard_normal(s).astype(np.float32) for s in ((48, 64), (64, 96), (96, 80)))
+    return stripeml.compile(TWO_MATMULS, target="cpu", threads=2), (a, b, d)
+
+
+@pytest.fixture
+def one_kernel_saves_more(monkeypatch):
+    """Candidates time at half the analytic choice; the second kernel's analytic
+    choice costs three times the first's, so its choice saves the most alone."""
+    seen: list[str] = []
+
+    def base(job) -> float:
+        if job.key not in seen:
+            seen.append(job.key)
+        return 1.0 if seen.index(job.key) == 0 else 3.0
+
+    def time(self, job, choices, rounds):
+        return [_t(base(job) * (1.0 if not c else 0.5), rounds) for c in choices]
+
+    def baselines(self, jobs, rounds):
+        return [_t(base(j), rounds) for j in jobs]
+
+    monkeypatch.setattr(executors.LocalMeasurer, "time", time)
+    monkeypatch.setattr(executors.LocalMeasurer, "baselines", baselines)
+
+
+@pytest.mark.parametrize("subset_pays", [True, False])
+def test_when_every_choice_together_is_slower_the_best_subset_is_tried(
+    cache, monkeypatch, one_kernel_saves_more, subset_pays
+):
+    tried: list[int] = []
+
+    def latency(fn, job, choices, pause_s, rounds=21):
+        tried.append(len(choices))
+        after = 0.8 if (len(choices) == 1 and subset_pays) else 1.2
+        return _t(1.0), _t(after), None
+
+    monkeypatch.setattr(driver, "_program_latency", latency)
+    f, inputs = _two_matmuls()
+    report = stripeml.tune(f, *inputs, budget_s=20, pause_s=0.0)
+    chosen = [k for k in report.kernels if k.choice]
+    assert len(chosen) == 2 and tried == [2, 1]  # all together, then the best one
+    best = max(chosen, key=lambda k: k.saved_s)
+    rows = {r.kernel: r for r in TuningDB().rows()}
+    if subset_pays:
+        assert report.kept is True and "kept the 1 that save the most of 2" in report.verdict
+        assert [k.key for k in chosen if not k.dropped] == [best.key]
+        assert rows[best.key].choice == best.choice
+        assert choices_for(f.target) == {best.key: best.choice}
+    else:
+        assert report.kept is False and "nor with the ones that save the most" in report.verdict
+        assert all(k.dropped for k in chosen)
+        assert choices_for(f.target) == {}
+    others = [k for k in chosen if k.key != best.key]
+    assert all(rows[k.key].choice == {} for k in others)  # stored disabled either way

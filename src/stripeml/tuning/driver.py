@@ -11,7 +11,9 @@ cost.  Last, the safety check (:func:`_program_latency`): the whole program
 compiled with the target's choices and with every choice (the database's and
 the new ones) is checked against the interpreter and the two are timed
 interleaved; the new choices are stored only when the whole program is faster
-beyond noise (:func:`_faster`).  Otherwise they are stored *disabled* (the
+beyond noise (:func:`_faster`); if they are not, the subsets of those that
+saved the most alone are checked the same way (:func:`_subset_that_pays`)
+and the first that passes is stored.  Otherwise they are stored *disabled* (the
 analytic choice, gain 1: a later tune measures nothing and compiles use the
 target's choices) and the report says so.  A tune must never leave a model
 slower.
@@ -214,9 +216,24 @@ def tune(
             report.kept = error is None and after is not None and _faster(before, after)
             if not report.kept:
                 why = error or "the whole program is not faster beyond noise"
-                report.verdict = (
-                    f"new choices NOT kept: {why}; stored disabled (the target's choices)"
-                )
+                subset = _subset_that_pays(fn, jobs[0], old_choices, new, pause_s)
+                if subset is not None:
+                    keys, before, after = subset
+                    for k in new:
+                        k.dropped = bool(k.choice) and k.key not in keys
+                    report.kept = True
+                    report.after_s = after.median_s
+                    report.before_s = before.median_s
+                    report.verdict = (
+                        f"with every new choice {why}; kept the {len(keys)} that save the most "
+                        f"of {len(new_choices)} (that subset makes the whole program faster), "
+                        "the others stored disabled"
+                    )
+                else:
+                    report.verdict = (
+                        f"new choices NOT kept: {why} (nor with the ones that save the most); "
+                        "stored disabled (the target's choices)"
+                    )
             else:
                 report.verdict = "new choices kept: the whole program is faster"
     if report.kept is False:
@@ -270,6 +287,32 @@ def _search(
             forget(s.job)
         report.kernels.append(result)
         say()
+
+
+def _subset_that_pays(
+    fn: Function,
+    job: KernelJob,
+    old_choices: Mapping[str, Choice],
+    new: Sequence[KernelResult],
+    pause_s: float,
+) -> tuple[set[str], Timing, Timing] | None:
+    """When every new choice together does not make the whole program faster
+    (choices measured one kernel at a time may interact: caches, the threads'
+    balance), the ones that saved the most alone: the better half by time saved,
+    then the best one.  The first subset whose whole program is checked and
+    faster beyond noise (:func:`_faster`), with the timings, else None."""
+    ranked = sorted((k for k in new if k.choice), key=lambda k: -k.saved_s)
+    tried: set[int] = {len(ranked)}
+    for size in (len(ranked) // 2, 1):
+        if size < 1 or size in tried:
+            continue
+        tried.add(size)
+        top = ranked[:size]
+        choices = {**old_choices, **{k.key: k.choice for k in top}}
+        before, after, error = _program_latency(fn, job, choices, pause_s)
+        if error is None and after is not None and _faster(before, after):
+            return {k.key for k in top}, before, after
+    return None
 
 
 def _row(r: KernelResult, keys: tuple[str, str], target_name: str) -> Row:
