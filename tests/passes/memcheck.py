@@ -12,6 +12,11 @@ block with a view of it).  Two allocations can be live at the same time when
 
 Allocations in different statements of a common block never are (statements
 run one after the other).  Offsets must also be multiples of the element size.
+
+The one sharing allowed: the result of a ``bitview`` special at exactly its
+source's bytes (``place`` does this so the special copies nothing), checked
+here on its own terms: same block, same region, the special is the only
+statement writing the result, and nothing writes the source after it.
 """
 
 from __future__ import annotations
@@ -72,6 +77,43 @@ def _together(a: Placed, b: Placed) -> bool:
     return False
 
 
+def _writes(stmt, name: str) -> bool:
+    if isinstance(stmt, Store):
+        return stmt.ref == name
+    if isinstance(stmt, Special):
+        return name in stmt.outputs
+    if isinstance(stmt, Block):
+        return any(r.from_ == name and r.dir in ("out", "inout") for r in stmt.refs)
+    return False
+
+
+def _block_at(program: Program, path: tuple[int, ...]) -> Block:
+    block = program.root
+    for k in path:
+        block = block.stmts[k]
+    return block
+
+
+def _sanctioned_view(program: Program, a: Placed, b: Placed) -> bool:
+    """Whether ``a`` and ``b`` are a bitview's source and result at the same bytes
+    under the rules above (either order)."""
+    if a.path != b.path or (a.start, a.end) != (b.start, b.end):
+        return False
+    stmts = _block_at(program, a.path).stmts
+    for x, y in ((a, b), (b, a)):
+        for k, s in enumerate(stmts):
+            if not (isinstance(s, Special) and s.op == "bitview" and s.outputs == (y.name,)):
+                continue
+            if s.inputs != (x.name,):
+                continue
+            if [j for j, t in enumerate(stmts) if _writes(t, y.name)] != [k]:
+                continue
+            if any(_writes(t, x.name) for t in stmts[k + 1 :]):
+                continue
+            return True
+    return False
+
+
 def overlaps(program: Program) -> list[str]:
     """Every violation, as text (empty when the placement is sound)."""
     found = []
@@ -82,9 +124,28 @@ def overlaps(program: Program) -> list[str]:
                 continue
             if a.end == a.start or b.end == b.start:
                 continue
-            if _together(a, b):
+            if _together(a, b) and not _sanctioned_chain(program, items, a, b):
                 found.append(f"{a.location}: {a.name}@{a.path} overlaps {b.name}@{b.path}")
     return found
+
+
+def _sanctioned_chain(program: Program, items: list[Placed], a: Placed, b: Placed) -> bool:
+    """A bitview of ``a`` is ``b`` (or the reverse), or both are views, link by
+    link, of one source (a chain of bitviews shares one region)."""
+    if _sanctioned_view(program, a, b):
+        return True
+    same = [c for c in items if c.path == a.path and (c.start, c.end) == (a.start, a.end)]
+    linked = {a.name}
+    grew = True
+    while grew:
+        grew = False
+        for c in same:
+            if c.name not in linked and any(
+                _sanctioned_view(program, d, c) for d in same if d.name in linked
+            ):
+                linked.add(c.name)
+                grew = True
+    return b.name in linked
 
 
 def misaligned(program: Program) -> list[str]:

@@ -283,6 +283,9 @@ def _direct_special(
     elif special.op == "reshape" and len(ins) == 1 and ins[0].size == int(np.prod(sizes)):
         result = ins[0].reshape(sizes)
     elif special.op == "bitview" and len(ins) == 1:
+        out = out_buf.logical(out_storage)
+        if _same_bytes(ins[0], out):  # ``place`` gave the view its source's bytes
+            return True
         from .interp.specials import bitview
 
         result = bitview(ins[0].reshape(-1), out_buf.dtype).reshape(sizes)
@@ -305,6 +308,16 @@ def _direct_special(
     with np.errstate(all="ignore"):
         np.copyto(out_buf.logical(out_storage), result, casting="unsafe")
     return True
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same memory, both dense in row-major order."""
+    return (
+        a.nbytes == b.nbytes
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
 
 
 def _gather_into(x: np.ndarray, idx: np.ndarray, axis: int, out: np.ndarray) -> bool:
