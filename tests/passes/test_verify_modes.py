@@ -121,3 +121,65 @@ def test_the_environment_chooses_the_mode(monkeypatch) -> None:
     monkeypatch.setenv(api.VERIFY_VARIABLE, "sometimes")
     with pytest.raises(StripeError, match="STRIPEML_VERIFY"):
         stripeml.compile(SOURCE, target="interp")(n, n)
+
+
+@dataclass(frozen=True)
+class Retag:
+    """Reverses each kernel's indices and adds ``tag``: what ``thread`` and
+    ``vectorize`` do to most kernels."""
+
+    tag: str
+    name: ClassVar[str] = "retag"
+
+    def run(self, program: Program) -> Program:
+        stmts = tuple(
+            replace(s, idxs=s.idxs[::-1], tags=s.tags | {self.tag}) if isinstance(s, Block) else s
+            for s in program.root.stmts
+        )
+        return Program(replace(program.root, stmts=stmts))
+
+
+def test_a_reordered_retagged_kernel_runs_only_its_block_and_tag_rules(monkeypatch) -> None:
+    program = _program()
+    full: list[str] = []
+    only: list[str] = []
+    real_full, real_only = verifier._verify_block, verifier._verify_block_only
+
+    def counting_full(scope, seen=None):
+        full.append(scope.block.name)
+        return real_full(scope, seen)
+
+    def counting_only(scope):
+        only.append(scope.block.name)
+        return real_only(scope)
+
+    monkeypatch.setattr(verifier, "_verify_block", counting_full)
+    monkeypatch.setattr(verifier, "_verify_block_only", counting_only)
+    kernels = sum(1 for s in program.root.stmts if isinstance(s, Block))
+    run_pipeline(program, [Retag("thread")], verify_all=False)
+    assert len(full) == 2 + kernels and len(only) == kernels  # two roots, each kernel once
+    full.clear()
+    only.clear()
+    run_pipeline(program, [Retag("thread")], verify_all=True)
+    assert len(full) == 2 + 2 * kernels and not only
+    with pytest.raises(VerifyError, match="undeclared tag #bogus"):
+        run_pipeline(program, [Retag("bogus")], verify_all=False)
+
+
+@dataclass(frozen=True)
+class Unplace:
+    """A broken pass that leaves every kernel alone: a root temporary loses its
+    memory location."""
+
+    name: ClassVar[str] = "unplace"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        refs = tuple(replace(r, location="") if r.into == "C" else r for r in root.refs)
+        return Program(replace(root, refs=refs))
+
+
+@pytest.mark.parametrize("verify_all", [False, True])
+def test_a_changed_root_refinement_is_verified_again(verify_all: bool) -> None:
+    with pytest.raises(VerifyError, match="ref 'C': empty memory location"):
+        run_pipeline(_program(), [Fuse(), Unplace()], verify_all=verify_all)

@@ -72,9 +72,11 @@ def _val(value: int) -> int | isl.Val:
     return isl.Val.read_from_str(context(), str(value))
 
 
-def _fill(obj, expr: Affine, space: isl.Space, dim_type=_SET):
-    """Set the coefficients and constant of an isl Aff/Constraint from ``expr``."""
-    pos = _positions(space)
+def _fill(obj, expr: Affine, space: isl.Space, dim_type=_SET, pos: dict[str, int] | None = None):
+    """Set the coefficients and constant of an isl Aff/Constraint from ``expr``
+    (``pos``: ``space``'s dimension positions, when the caller has them)."""
+    if pos is None:
+        pos = _positions(space)
     for name, coeff in expr.terms:
         if name not in pos:
             raise KeyError(f"index {name!r} is not a dimension of {space}")
@@ -107,8 +109,13 @@ def index_bounds(idx: Index) -> tuple[Affine, Affine]:
 def constrain(domain: isl.BasicSet, exprs: Iterable[Affine]) -> isl.BasicSet:
     """``domain`` intersected with ``expr >= 0`` for every expression."""
     space = domain.get_space()
+    local = _local_space(space)
+    pos: dict[str, int] | None = None  # the dimensions' positions, read once per call
     for expr in exprs:
-        domain = domain.add_constraint(ge_constraint(expr, space))
+        if pos is None:
+            pos = _positions(space)
+        con = _fill(isl.Constraint.alloc_inequality(local), expr, space, _SET, pos)
+        domain = domain.add_constraint(con)
     return domain
 
 

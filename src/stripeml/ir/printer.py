@@ -73,11 +73,24 @@ def format_string(text: str) -> str:
     return "".join(out)
 
 
+#: Names as written, remembered: a program names its buffers, indices and scalars
+#: again and again (bounded, so a long-lived process does not grow it forever).
+_NAMES: dict[str, str] = {}
+_NAMES_MAX = 1 << 16
+
+
 def format_name(name: str) -> str:
     """A name as written: bare when it is an identifier and not a keyword, else quoted."""
-    if name not in KEYWORDS and IDENT_RE.fullmatch(name):
-        return name
-    return format_string(name)
+    text = _NAMES.get(name)
+    if text is None:
+        if name not in KEYWORDS and IDENT_RE.fullmatch(name):
+            text = name
+        else:
+            text = format_string(name)
+        if len(_NAMES) >= _NAMES_MAX:
+            _NAMES.clear()
+        _NAMES[name] = text
+    return text
 
 
 def format_affine(expr: Affine) -> str:

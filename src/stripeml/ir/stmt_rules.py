@@ -84,7 +84,8 @@ def stmt_rule(*kinds: type) -> Callable[[Rule], Rule]:
 
 
 def _unknown(names, known) -> list[str]:
-    return sorted({n for n in names if n not in known})
+    bad = [n for n in names if n not in known]
+    return sorted(set(bad)) if bad else bad
 
 
 def _fresh(name: str, env: Env) -> Iterator[str]:

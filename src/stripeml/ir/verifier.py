@@ -14,6 +14,12 @@ path of block names, plus its comment) and the refinement or statement.
 Rules in a table run in order, so later rules may rely on earlier ones (the
 isl bounds check runs only once the names in an access are known to be
 visible).  The semantics are in ``docs/stripe-ir.md``.
+
+What a root kernel's refinement, statement and nested-block rules answer
+depends on its indices as a set, not on their order, and on none of its tags:
+the incremental mode (``seen``) relies on that to run only the block-level and
+tag rules of a kernel that differs from a verified one in nothing else.  A
+rule below a kernel must not read its tags or its indices' order.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class Scope:
     _box: Any = field(default=False, repr=False)  # False: not computed yet
     _refs: dict[str, Refinement] | None = field(default=None, repr=False)
     _magnitudes: dict[str, int] | None = field(default=None, repr=False)
+    _visible: frozenset[str] | None = field(default=None, repr=False)
 
     @property
     def is_root(self) -> bool:
@@ -53,7 +60,11 @@ class Scope:
 
     @property
     def visible_idxs(self) -> frozenset[str]:
-        return self.outer_idxs | {i.name for i in self.block.idxs}
+        """The names of this block's and the enclosing blocks' indices (built once:
+        every access of the block asks)."""
+        if self._visible is None:
+            self._visible = self.outer_idxs | {i.name for i in self.block.idxs}
+        return self._visible
 
     @property
     def path(self) -> str:
@@ -136,7 +147,8 @@ def tag_rule(fn: Rule) -> Rule:
 
 
 def _unknown(names, known) -> list[str]:
-    return sorted({n for n in names if n not in known})
+    bad = [n for n in names if n not in known]
+    return sorted(set(bad)) if bad else bad
 
 
 # -- blocks ----------------------------------------------------------------------
@@ -208,14 +220,17 @@ INT64_MAX = 2**63 - 1
 
 def magnitude(expr: Affine, mags: dict[str, int]) -> int:
     """A bound on ``|expr|`` and on every partial sum of its terms, whatever the order."""
-    return abs(expr.const) + sum(abs(c) * mags.get(n, 0) for n, c in expr.terms)
+    total = abs(expr.const)
+    for n, c in expr.terms:
+        total += abs(c) * mags.get(n, 0)
+    return total
 
 
 @block_rule
 def int64_range(block: Block, scope: Scope) -> Iterator[str]:
-    """Index arithmetic fits int64: every offset, constraint and access, over the
-    indices' ranges, and every buffer's size and span in bytes (backends compute
-    them in 64-bit integers, so a wider value would wrap)."""
+    """Index arithmetic fits int64: every offset and constraint, over the indices'
+    ranges (backends compute them in 64-bit integers, so a wider value would
+    wrap; the refinements' accesses and spans are :func:`ref_int64_range`)."""
     mags = scope.magnitudes()
     for idx in block.idxs:
         if mags.get(idx.name, 0) > INT64_MAX:
@@ -223,16 +238,6 @@ def int64_range(block: Block, scope: Scope) -> Iterator[str]:
     for con in block.constraints:
         if magnitude(con.expr, mags) > INT64_MAX:
             yield f"constraint '{con.expr} >= 0' can reach values past the int64 range"
-    for ref in block.refs:
-        for expr in ref.access:
-            if magnitude(expr, mags) > INT64_MAX:
-                yield f"ref '{ref.into}': access '{expr}' can reach values past the int64 range"
-        shape = ref.shape
-        if shape.dtype not in DTYPES or any(not isinstance(v, int) for v in shape.sizes):
-            continue  # reported by ref_shape
-        span = shape.extent * itemsize(shape.dtype) + (ref.offset or 0)
-        if span > INT64_MAX or any(abs(st) > INT64_MAX for st in shape.strides):
-            yield f"ref '{ref.into}': {shape.sizes} with strides {shape.strides} spans past the int64 range"
 
 
 @block_rule
@@ -265,6 +270,23 @@ def ref_shape(ref: Refinement, scope: Scope) -> Iterator[str]:
         yield "empty memory location"
     if ref.offset is not None and ref.offset < 0:
         yield f"negative offset {ref.offset}"
+
+
+@ref_rule
+def ref_int64_range(ref: Refinement, scope: Scope) -> Iterator[str]:
+    """The refinement's arithmetic fits int64: every access over the indices'
+    ranges, and the buffer's size and span in bytes."""
+    if ref.access:
+        mags = scope.magnitudes()
+        for expr in ref.access:
+            if magnitude(expr, mags) > INT64_MAX:
+                yield f"access '{expr}' can reach values past the int64 range"
+    shape = ref.shape
+    if shape.dtype not in DTYPES or any(not isinstance(v, int) for v in shape.sizes):
+        return  # reported by ref_shape
+    span = shape.extent * itemsize(shape.dtype) + (ref.offset or 0)
+    if span > INT64_MAX or any(abs(st) > INT64_MAX for st in shape.strides):
+        yield f"{shape.sizes} with strides {shape.strides} spans past the int64 range"
 
 
 @ref_rule
@@ -377,8 +399,13 @@ def view_in_bounds(ref: Refinement, scope: Scope) -> Iterator[str]:
         for d, (expr, size, psize) in enumerate(
             zip(ref.access, ref.shape.sizes, parent.shape.sizes)
         ):
-            low = expr.const + sum(min(0, c * (box[n] - 1)) for n, c in expr.terms)
-            high = expr.const + sum(max(0, c * (box[n] - 1)) for n, c in expr.terms)
+            low = high = expr.const
+            for n, c in expr.terms:
+                span = c * (box[n] - 1)
+                if span < 0:
+                    low += span
+                else:
+                    high += span
             if low < 0:
                 yield f"dim {d}: access '{expr}' can be negative"
             if high + size > psize:
@@ -418,26 +445,50 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
         for message in rule(block, scope):
             raise _fail(scope.where, message)
     for ref in block.refs:
+        if seen is not None:
+            # A root refinement's rules read only it (the root has no indices): one
+            # verified before is not verified again.
+            known = ("root ref", id(ref))
+            if known in seen:
+                continue
         for rule in REF_RULES:
             for message in rule(ref, scope):
                 raise _fail(f"{scope.where}, ref '{ref.into}'", message)
+        if seen is not None:
+            seen[known] = ref  # keeps the id alive
     env = Env(scope)
     outer = scope.visible_idxs
     for k, stmt in enumerate(block.stmts):
         if isinstance(stmt, Block):
+            label = stmt.name or f"<{k}>"
             if seen is not None:
                 # A kernel's validity depends only on itself and what its rules read
                 # of the refinements it names in the root (direction, shape,
                 # aggregation); nodes are immutable, so a kernel seen before with the
                 # same facts was verified before (a pass that only placed or added
                 # other buffers re-verifies nothing).
-                key = (id(stmt), _parent_facts(stmt, scope))
-                if key in seen:
+                # Under the same root refinements (the same tuple) the facts are too.
+                same = (id(stmt), id(block.refs))
+                if same in seen:
                     continue
-            label = stmt.name or f"<{k}>"
+                facts = _parent_facts(stmt, scope)
+                key = (id(stmt), facts)
+                if key in seen:
+                    seen[same] = (stmt, block.refs)
+                    continue
+                # A kernel that differs from one verified before only in the order
+                # of its indices and in its tags (``thread`` and ``vectorize`` mark
+                # most kernels so) passes every rule below its block-level and tag
+                # rules as that one did: they read its indices as a set and none of
+                # its tags.  Only those are run again.
+                twin = _twin_key(stmt, facts)
+                if twin in seen:
+                    _verify_block_only(Scope(stmt, scope, label, outer))
+                else:
+                    _verify_block(Scope(stmt, scope, label, outer))
+                seen[key] = seen[twin] = seen[same] = (stmt, block.refs)  # keeps the ids alive
+                continue
             _verify_block(Scope(stmt, scope, label, outer))
-            if seen is not None:
-                seen[key] = (stmt, block.refs)  # keeps the ids alive
             continue
         rules = STMT_RULES.get(type(stmt))
         if rules is None:
@@ -452,6 +503,35 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
     for rule in TAG_RULES:
         for message in rule(block, scope):
             raise _fail(scope.where, message)
+
+
+def _verify_block_only(scope: Scope) -> None:
+    """The block-level and tag rules of ``scope``'s block, not those of its
+    refinements or statements."""
+    block = scope.block
+    for rule in BLOCK_RULES:
+        for message in rule(block, scope):
+            raise _fail(scope.where, message)
+    for rule in TAG_RULES:
+        for message in rule(block, scope):
+            raise _fail(scope.where, message)
+
+
+def _twin_key(block: Block, facts: tuple) -> tuple:
+    """What a kernel's refinement, statement and nested rules read of it: its
+    refinements, statements and constraints (by identity: nodes are immutable),
+    its indices as a set (by identity, so a reordered tuple of the same objects
+    matches) and the parent facts; not the order of its indices nor its tags."""
+    return (
+        "twin",
+        id(block.refs),
+        id(block.stmts),
+        id(block.constraints),
+        tuple(sorted(map(id, block.idxs))),
+        block.name,
+        block.comment,
+        facts,
+    )
 
 
 def _text(stmt: Any) -> str:
