@@ -17,8 +17,9 @@ selected root kernel this pass inserts, before the kernel:
 and rewrites the kernel to read ``I_halo`` at the shifted access
 (``x + kx - 1 + 1`` = ``x + kx``) with its constraints removed.
 
-Legality (all checked exactly with isl, on the kernel's index box ``B``;
-otherwise the kernel is left alone):
+Legality (all checked exactly, on the kernel's index box ``B``: a view's
+extremes on a box at its corners, the rest with isl; otherwise the kernel is
+left alone):
 
 * the kernel is a root leaf block tagged ``select``, without index offsets,
   with constraints, and with exactly one output: an ``out`` view with
@@ -74,7 +75,6 @@ from ..analysis.select import parse_selector
 from ..ir.affine import Affine
 from ..ir.dtypes import is_float, is_int, itemsize
 from ..ir.isl import (
-    affine_range,
     block_domain,
     constrain,
     dim_names,
@@ -150,8 +150,12 @@ class Halo:
             return None
         out = outs[0]
         parents = {r.into: r for r in root_refs}
-        box = block_domain(replace(k, constraints=()))
-        domain = block_domain(k)
+        # The box: the kernel's index ranges without its constraints (no offsets,
+        # checked above), where an affine's least and greatest values are at
+        # corners, exactly what isl would answer.
+        ranges = {i.name: i.range for i in k.idxs}
+        if any(r < 1 for r in ranges.values()):
+            return None
         # Which views leave their parent's bounds on the box?
         violators = set()
         for r in k.refs:
@@ -161,7 +165,7 @@ class Halo:
             if parent is None:
                 return None
             for cond in _in_bounds(r, parent.shape.sizes):
-                if _exists(box, -cond - 1):
+                if _box_range(cond, ranges)[0] < 0:
                     violators.add(r.into)
         if len(violators) != 1:
             return None
@@ -169,6 +173,8 @@ class Halo:
         if p.dir != "in" or p.from_ == out.from_:
             return None
         parent = parents[p.from_]
+        box = block_domain(replace(k, constraints=()))
+        domain = block_domain(k)
         inside = constrain(box, _in_bounds(p, parent.shape.sizes))
         # The constraints are implied by P's in-bounds conditions: nothing more is cut.
         if not inside.is_subset(domain):
@@ -183,9 +189,7 @@ class Halo:
         # Padding per dimension: how far the access leaves the parent on the box.
         lows, highs = [], []
         for a, size, psize in zip(p.access, p.shape.sizes, parent.shape.sizes):
-            span = affine_range(box, a)
-            if span is None:
-                return None
+            span = _box_range(a, ranges)
             lows.append(max(0, -span[0]))
             highs.append(max(0, span[1] + size - psize))
         sizes = tuple(s + lo + hi for s, lo, hi in zip(parent.shape.sizes, lows, highs))
@@ -257,8 +261,17 @@ def _in_bounds(r: Refinement, parent_sizes: tuple[int, ...]) -> list[Affine]:
     return conds
 
 
-def _exists(domain: isl.BasicSet, expr: Affine) -> bool:
-    return not constrain(domain, [expr]).is_empty()
+def _box_range(expr: Affine, ranges: dict[str, int]) -> tuple[int, int]:
+    """The least and greatest values of ``expr`` over the box of index ``ranges``
+    (each at least 1): at its corners."""
+    lo = hi = expr.const
+    for name, coeff in expr.terms:
+        span = coeff * (ranges[name] - 1)
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    return lo, hi
 
 
 def _image(domain: isl.BasicSet, access: tuple[Affine, ...]) -> isl.Set:
