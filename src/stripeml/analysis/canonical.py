@@ -122,12 +122,31 @@ class _Renamer:
         raise TypeError(f"unknown statement {type(s).__name__}")
 
 
+#: The root asked about last and its refinements by name: callers ask about every
+#: kernel of one root in turn, and a model's root holds hundreds of buffers.
+_ROOT_REFS: tuple[Block, dict[str, Refinement]] | None = None
+
+
+def _root_refs(root: Block) -> dict[str, Refinement]:
+    """``root``'s refinements by name (the first of a name, as ``Block.ref``)."""
+    global _ROOT_REFS
+    last = _ROOT_REFS
+    if last is not None and last[0] is root:
+        return last[1]
+    refs: dict[str, Refinement] = {}
+    for r in root.refs:
+        refs.setdefault(r.into, r)
+    _ROOT_REFS = (root, refs)
+    return refs
+
+
 def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     """``kernel`` (a root statement of ``root``) with every name that does not
     change its code replaced by a canonical one (see the module docstring)."""
     used = kernel_buffers(kernel)
     params = {name: f"b{n}" for n, name in enumerate(used)}
-    buffers = tuple(Refinement("none", params[name], root.ref(name).shape) for name in used)
+    refs = _root_refs(root)
+    buffers = tuple(Refinement("none", params[name], refs[name].shape) for name in used)
     renamed = _Renamer().block(kernel, params, top=True)
     mini = Program(replace(root, refs=buffers, stmts=(renamed,), name="canonical", comment=""))
     return CanonicalKernel(mini, used, format_ir(mini))

@@ -33,6 +33,7 @@ from ..ir.nodes import (
 
 READ_DIRS = ("in", "inout")
 WRITE_DIRS = ("out", "inout")
+TOUCH_DIRS = ("in", "out", "inout")  # READ_DIRS and WRITE_DIRS together
 
 
 def index_stride(ref: Refinement, name: str) -> int:
@@ -50,6 +51,17 @@ def reads(stmt: Statement) -> set[str]:
     if isinstance(stmt, Special):
         return set(stmt.inputs)
     return set()
+
+
+def touches(stmt: Statement, name: str) -> bool:
+    """Whether a root statement may read or write the root buffer ``name``:
+    ``name in reads(stmt) | writes(stmt)``, without building the sets (passes
+    ask it of every statement before or after one)."""
+    if isinstance(stmt, Block):
+        return bool(name) and any(r.from_ == name and r.dir in TOUCH_DIRS for r in stmt.refs)
+    if isinstance(stmt, Special):
+        return name in stmt.inputs or name in stmt.outputs
+    return False
 
 
 def writes(stmt: Statement) -> set[str]:

@@ -52,7 +52,7 @@ from typing import ClassVar
 from ..analysis.liveness import live_range
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Program, Refinement, Special, Statement, Store
-from ._common import box_interval, copy_views, reads, rewrite_until_fixed, writes
+from ._common import box_interval, copy_views, reads, rewrite_until_fixed, touches, writes
 from .registry import register
 
 Box = list[tuple[int, int]]  # per dimension, [lo, hi]
@@ -89,7 +89,7 @@ def _drop_covered_zero_fills(root: Block) -> Block:
         if len(targets) == 1 and isinstance(s, Block) and _zero_fill(s):
             (y,) = targets
             ref = buffers.get(y)
-            fresh = not any(y in reads(t) or y in writes(t) for t in root.stmts[:k])
+            fresh = not any(touches(t, y) for t in root.stmts[:k])
             if ref is not None and ref.dir == "none" and not ref.const and fresh:
                 trial = replace(root, stmts=root.stmts[:k] + root.stmts[k + 1 :])
                 if live_range(trial, ref, ())[0] >= 0:
@@ -137,10 +137,10 @@ def _alias(
 ) -> Block | None:
     x, y = rx.into, ry.into
     before, after = root.stmts[:k], root.stmts[k + 1 :]
-    if any(x in reads(s) or x in writes(s) for s in after):
+    if any(touches(s, x) for s in after):
         return None
     region = [(c, c + n - 1) for c, n in zip(offsets, rx.shape.sizes)]
-    first = next(i for i, s in enumerate(before) if x in reads(s) or x in writes(s))
+    first = next(i for i, s in enumerate(before) if touches(s, x))
     early: list[int] = []  # zero fills of the region to run before X's first use
     for i, s in enumerate(before):
         uses_x = x in reads(s) or x in writes(s)

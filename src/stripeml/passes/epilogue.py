@@ -63,7 +63,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh, inside_nests, reads, writes
+from ._common import fresh, inside_nests, touches
 from .registry import check_selector, register
 
 
@@ -242,7 +242,7 @@ def _epilogue_view(
         return None
     t = outs[0].from_
     troot = next((r for r in root.refs if r.into == t), None)
-    if troot is None or troot.dir != "none" or any(t in reads(s) | writes(s) for s in others):
+    if troot is None or troot.dir != "none" or any(touches(s, t) for s in others):
         return None
     tviews = [r for r in e.refs if r.from_ == t]
     if len(tviews) != 1 or tviews[0].dir != "in":
