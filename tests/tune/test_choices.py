@@ -8,6 +8,8 @@ import stripeml
 from stripeml.passes._kernel_choices import kernel_key, tuning_point
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime.interp import run as interpret
+from stripeml.tile.bind import signature_of
+from stripeml.tuning.kernels import kernel_jobs
 from stripeml.tuning.space import axes, neighbours
 
 TWO = """
@@ -68,3 +70,31 @@ def test_space_comes_from_the_passes():
         assert a.start in a.values  # the analytic choice is a point of the space
     steps = list(neighbours({}, space))
     assert steps and all(len(opts) == 1 for c in steps for opts in c.values())
+
+
+def test_a_kernel_window_holds_only_what_epilogue_may_merge():
+    """A contraction's window takes the elementwise kernel after it (its bias
+    and activation); a halo's zero fill's window is the fill alone, not the
+    convolution that reads it."""
+    # T is written straight into the halo's interior (alias_copy), so the last
+    # zero fill runs right before the convolution, which reads it
+    src = """function (I[1, 12, 12, 16], K[3, 3, 16, 32], B[32]) -> (O) {
+        T = I * 2.0;
+        C[n, y, x, co : 1, 12, 12, 32] = +(T[n, y + ky - 1, x + kx - 1, ci] * K[ky, kx, ci, co]);
+        O = relu(C + B);
+    }"""
+    rng = np.random.default_rng(0)
+    args = {
+        "I": rng.standard_normal((1, 12, 12, 16)).astype(np.float32),
+        "K": rng.standard_normal((3, 3, 16, 32)).astype(np.float32),
+        "B": rng.standard_normal(32).astype(np.float32),
+    }
+    f = stripeml.compile(src, target="cpu")
+    jobs, _ = kernel_jobs(f.lowered(signature_of(list(args.values()))), f.target, {}, 0, args)
+    kernels = {s.name: s for s in jobs[0].parsed.root.stmts if hasattr(s, "tags")}
+    fills = [j for j in jobs if "fill" in kernels[j.name].tags]
+    conv = next(j for j in jobs if "contraction" in kernels[j.name].tags)
+    order = [s.name for s in jobs[0].parsed.root.stmts if hasattr(s, "tags")]
+    assert "fill" in kernels[order[order.index(conv.name) - 1]].tags  # the case in question
+    assert fills and all(j.window == (j.name,) for j in fills)
+    assert len(conv.window) == 2 and "eltwise" in kernels[conv.window[1]].tags

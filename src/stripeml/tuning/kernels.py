@@ -14,9 +14,9 @@ tune) before it is timed (:func:`build_candidate`).
 
 What is timed is the kernel's *window* inside the whole program
 (:func:`window_seconds`): the steps the compiled program runs for the kernel
-(its parts: ``k3_O``, ``k3_O_rest``, ``k3_O_panels``) and for the kernel that
-immediately follows it when that one reads what it writes (the elementwise
-kernel ``epilogue`` may merge into it), from the runtime's per-step timer,
+(its parts: ``k3_O``, ``k3_O_rest``, ``k3_O_panels``) and, for a contraction,
+for the elementwise kernel that immediately follows it when that one reads
+what it writes (``epilogue`` may merge it in), from the runtime's per-step timer,
 with the buffers where the program leaves them (caches as in a real run).
 Earlier versions timed the kernel alone, before ``epilogue``: a thread choice
 measured there was wrong once the epilogue ran inside it (docs/tuning.md).
@@ -113,13 +113,19 @@ def _random(ref: Refinement, rng: np.random.Generator) -> np.ndarray:
 
 
 def _window(stmts: list[Block], n: int) -> tuple[str, ...]:
-    """Kernel ``n`` and the next root kernel when that one reads what it writes."""
+    """Kernel ``n`` and, when ``n`` is a contraction, the next root kernel if that
+    one is elementwise and reads what ``n`` writes (what ``epilogue`` may merge
+    into it).  Nothing else: a halo's zero fill is read by the convolution
+    after it, and timing that convolution in the fill's window made the fill's
+    candidates look 5-10% faster or slower by the convolution's noise."""
     kernel = stmts[n]
     names = [kernel.name]
-    if n + 1 < len(stmts):
-        written = {r.from_ for r in kernel.refs if r.dir in ("out", "inout")}
-        if any(r.from_ in written and r.dir in ("in", "inout") for r in stmts[n + 1].refs):
-            names.append(stmts[n + 1].name)
+    if n + 1 < len(stmts) and "contraction" in kernel.tags:
+        after = stmts[n + 1]
+        if "eltwise" in after.tags and "fill" not in after.tags:
+            written = {r.from_ for r in kernel.refs if r.dir in ("out", "inout")}
+            if any(r.from_ in written and r.dir in ("in", "inout") for r in after.refs):
+                names.append(after.name)
     return tuple(names)
 
 
