@@ -40,7 +40,9 @@ def test_vnni_instruction_only_where_the_target_allows_it(width):
     assert f"llvm.x86.avx512.vpdpbusd.{32 * width}" in with_dot
     assert "vpdpbusd" not in without
     # the register accumulator is the instruction's first operand (no separate add)
-    calls = re.findall(r'call <\d+ x i32> @"llvm\.x86\.avx512\.vpdpbusd\.\d+"\(<\d+ x i32> (\S+)', with_dot)
+    calls = re.findall(
+        r'call <\d+ x i32> @"llvm\.x86\.avx512\.vpdpbusd\.\d+"\(<\d+ x i32> (\S+)', with_dot
+    )
     assert any(first.startswith("%") for first in calls), calls[:4]
 
 

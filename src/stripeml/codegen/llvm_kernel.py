@@ -274,7 +274,10 @@ class KernelEmitter(KernelBuilder):
             elif isinstance(s, Intrinsic):
                 args = [vals[a][0] for a in s.inputs]
                 dts = [vals[a][1] for a in s.inputs]
-                vals[s.into] = (intrinsic(self.b, s.op, args, dts, s.dtype, self.fma, self.int8_dot), s.dtype)
+                vals[s.into] = (
+                    intrinsic(self.b, s.op, args, dts, s.dtype, self.fma, self.int8_dot),
+                    s.dtype,
+                )
             elif isinstance(s, Special):
                 raise StripeError(f"cpu: special '{s.op}' inside a kernel is not supported yet")
 

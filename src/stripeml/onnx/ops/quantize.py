@@ -287,7 +287,6 @@ def qlinear_conv(b: Builder, n: Node) -> list[Value | None]:
     return [requantize(b, n, acc, mult, zy_s, out_type(n, x, zy))]
 
 
-
 @op("_QConv")
 def qconv(b: Builder, n: Node) -> list[Value | None]:
     """_QConv: a Conv of DequantizeLinear'd input and weights (internal, from
