@@ -21,6 +21,8 @@ before.
   once, so a block of ``n`` statements costs ``O(n)``, not ``O(n^2)``);
 * :func:`initial_reads` - the root allocations whose initial contents may be
   read (what a runtime reusing its arena across executions must zero again);
+* :func:`written_outputs` - the root outputs written all over before any read
+  (what a runtime may allocate without zeroing);
 * :func:`live_bytes` - per location, the most bytes live at once (the lower
   bound any placement needs; first-fit may need more through fragmentation;
   what the allocations occupy as placed is :func:`.memory.peak_bytes`).
@@ -38,7 +40,7 @@ from .access import Access, uses
 from .coverage import covers
 from .memory import allocation_bytes, own_allocations
 
-__all__ = ["initial_reads", "live_bytes", "live_range", "live_ranges"]
+__all__ = ["initial_reads", "live_bytes", "live_range", "live_ranges", "written_outputs"]
 
 
 def live_range(block: Block, ref: Refinement, outer: Sequence[Block]) -> tuple[int, int]:
@@ -109,19 +111,47 @@ def _reads_initial(
     block: Block, ref: Refinement, outer: Sequence[Block], found: list[Access]
 ) -> bool:
     """Whether a statement may read ``ref`` before it has been written all over."""
+    return _first_full_write(block, ref, outer, found) == "read"
+
+
+def _first_full_write(
+    block: Block, ref: Refinement, outer: Sequence[Block], found: list[Access]
+) -> str:
+    """What comes first for ``ref`` among ``found`` (its accesses, by statement):
+    ``"read"`` (an element may be read before every element was written),
+    ``"written"`` (every element written, nothing read before) or ``"partial"``
+    (never read, never written all over)."""
     nest = (*outer, block)
     written: list[Access] = []
     for k in sorted({a.stmt for a in found}):
         here = [a for a in found if a.stmt == k]
         if any(a.read for a in here):
-            return True
+            return "read"
         new = [a for a in here if a.write]
         if not new:
             continue
         written += new
         if covers(written, nest, ref.shape.sizes):
-            return False
-    return False  # never read
+            return "written"
+    return "partial"
+
+
+def written_outputs(program: Program) -> frozenset[str]:
+    """The root's ``out`` buffers whose every element the statements write before
+    any reads one: their initial contents never show, so a runtime may hand
+    them to the kernels uninitialised (the others read zeros: elements never
+    stored, or aggregated into)."""
+    root = program.root
+    named = _naming_statements(root)
+    out = set()
+    for ref in root.refs:
+        at = named.get(ref.into)
+        if ref.dir != "out" or not at:
+            continue
+        found = uses(root.stmts, ref.into, ref.shape.sizes, at)
+        if _first_full_write(root, ref, (), found) == "written":
+            out.add(ref.into)
+    return frozenset(out)
 
 
 def live_bytes(program: Program) -> dict[str, int]:

@@ -40,7 +40,11 @@ its bytes, possibly another buffer's data: that is harmless for the buffers
 every statement writes before reading, and the few whose initial contents
 may be read (``Place.initial_reads``: elements read before any statement wrote
 them) are zeroed again before each reuse, so every call sees what the
-interpreter sees.
+interpreter sees.  Fresh results start at zero too, except those the program
+writes all over before reading (``analysis.liveness.written_outputs``).
+
+Inside :func:`.omp_team.team` the kernels are split over another library's
+OpenMP team (PyTorch's) instead of the native pool's workers.
 """
 
 from __future__ import annotations
@@ -62,14 +66,14 @@ if TYPE_CHECKING:
     from ..codegen.llvm import Known
     from ..targets import Target
 
-from .cpu_run import (  # re-exported: the backend's public names live in this module
+from .chunking import (  # re-exported: the backend's public names live in this module
     CHUNKS_PER_THREAD,
     FEW_CHUNKS,
     LONG_CHUNK_WORK,
     MIN_WORK_PER_CHUNK,
-    CpuCompiled,
     chunk_bounds,
 )
+from .cpu_run import CpuCompiled
 
 __all__ = [
     "BODY_FOLDER",

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..analysis.constness import constness
-from ..codegen.cpu_abi import CpuModule, KernelInfo
+from ..codegen.cpu_abi import CpuModule
 from ..ir.nodes import Program, Refinement, Special
 from . import jit, native_pool, shared_constants
+from .chunking import CHUNKS_PER_THREAD, MIN_WORK_PER_CHUNK, chunk_bounds
 from .host import (
     RootBuffer,
     SeenInputs,
@@ -27,64 +28,6 @@ from .host import (
 
 if TYPE_CHECKING:
     pass
-
-#: Scalar operations a thread must get before a kernel is split.  The native
-#: pool hands a chunk over in about 5 us, and kernels under 2M operations (pools,
-#: copies, layer norms, softmaxes, small convolutions) run 10-100 us on one
-#: core.  On the 2-core EPYC VM, paired interleaved runs (docs/performance.md,
-#: "Splitting small kernels") put 64k against the 1M it was before at 0.87x
-#: for ShuffleNet and ViT-tiny, 0.96-0.98x for DenseNet-121, MobileNetV2,
-#: ConvNeXt-T, BERT-base, ResNet-50 and SqueezeNet, and within 1% for the rest.
-#: ``CpuOptions(min_chunk_work=...)`` overrides it (tests force splits).
-MIN_WORK_PER_CHUNK = 1 << 16
-
-#: Chunks per thread of a split kernel (at most: each chunk gets at least
-#: ``min_work`` operations).  Threads claim chunks one at a time, so a thread
-#: that starts late (a worker waking from sleep, or descheduled on a busy
-#: machine) takes fewer of them instead of delaying the kernel by a whole share,
-#: and the last chunks, the ones a thread waits for at the end, are short.  On
-#: a quiet 2-core VM, 1 and 4 measured the same (ResNet-50 and SqueezeNet, 60
-#: paired runs each: median ratio 1.003 and 0.996); 16 against 4, after a
-#: call's Python cost had come down to ~14 us: matmul 256 0.27 against 0.30 ms
-#: (NumPy 0.25), and over two sittings of 12 paired rounds each ResNet-50
-#: 0.95x/0.99x the time, BERT-base 0.94x, ResNet-18 0.96x, GPT-2 0.98x,
-#: MobileNetV2 0.96x/1.02x, ViT-tiny 1.02x, SqueezeNet and EfficientNet 1.01x.
-CHUNKS_PER_THREAD = 16
-#: Chunks per thread a split kernel always may have; more (up to
-#: ``CHUNKS_PER_THREAD``) only when each gets ``LONG_CHUNK_WORK`` operations:
-#: ShuffleNet's small kernels took 1.17x the time cut into 16 chunks per thread.
-FEW_CHUNKS = 4
-LONG_CHUNK_WORK = 1 << 20
-
-
-def chunk_bounds(
-    info: KernelInfo,
-    threads: int,
-    min_work: int = MIN_WORK_PER_CHUNK,
-    per_thread: int = 1,
-) -> list[int]:
-    """Split points of ``[0, parallel_extent)``: one chunk unless splitting pays.
-
-    A kernel is split when at least two threads would each get ``min_work``
-    operations; it is then cut into up to ``per_thread`` chunks per thread
-    (never more than its iterations, and more than ``FEW_CHUNKS`` per thread
-    only when each gets ``LONG_CHUNK_WORK`` operations), which threads claim one
-    at a time.  Every
-    cut is a multiple of ``info.grain`` (a vectorised split index: whole vectors
-    per chunk, so no chunk runs a scalar tail the whole kernel would not).
-    """
-    extent = info.parallel_extent
-    if not info.splittable or threads < 2:
-        return [0, extent]
-    grain = max(1, info.grain)
-    steps = -(-extent // grain)  # whole grains (the last may be short)
-    parts = min(threads, steps, info.work // max(1, min_work))
-    if parts < 2:
-        return [0, extent]
-    # Beyond FEW_CHUNKS per thread only chunks of LONG_CHUNK_WORK operations or more.
-    most = max(parts * FEW_CHUNKS, info.work // LONG_CHUNK_WORK)
-    chunks = min(steps, parts * max(1, per_thread), most)
-    return [min(extent, grain * (steps * i // chunks)) for i in range(chunks + 1)]
 
 
 class CpuCompiled:
@@ -145,6 +88,9 @@ class CpuCompiled:
         # Positions in ``self._temps`` of the temporaries zeroed again before a reuse
         # (computed at the first reuse: most compiled programs never need it).
         self._rezero: tuple[int, ...] | None = None
+        # Slots of the outputs written all over before any read (computed at the
+        # first call): a fresh array for them is not zeroed.
+        self._written: frozenset[int] | None = None
         self._kernels = {
             s.kernel.symbol: loaded.kernel(s.kernel.symbol)
             for s in module.steps
@@ -194,6 +140,9 @@ class CpuCompiled:
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
         seen = self._seen
+        written = self._written
+        if written is None:
+            written = self._written = self._written_outputs()
         for slot, buf, is_in, name in self._io:
             if is_in:
                 value = inputs[name]
@@ -218,10 +167,12 @@ class CpuCompiled:
                     results[name] = target
                 elif target is None and buf.dense:
                     # Fresh results start at zero, as on the interpreter: elements a
-                    # program never stores read 0 (calloc'd pages cost no more).
-                    # 64-byte aligned, like the arena: threads splitting a small
-                    # result by whole vectors then never share a cache line.
-                    raw, address = _zeroed_arena_at(buf.nbytes)
+                    # program never stores read 0.  Those the program writes all
+                    # over before reading are not zeroed (a memset of recycled
+                    # memory per result per call).  64-byte aligned, like the
+                    # arena: threads splitting a small result by whole vectors
+                    # then never share a cache line.
+                    raw, address = _zeroed_arena_at(buf.nbytes, zeroed=slot not in written)
                     storage = raw.view(buf.dtype)
                     results[name] = storage.reshape(buf.info.sizes)
                     pointers[slot] = address + buf.origin * storage.itemsize
@@ -302,6 +253,17 @@ class CpuCompiled:
             b.storage() if b.offset is None else b.view(arenas[b.location]) for b in self._temps
         ]
 
+    def _written_outputs(self) -> frozenset[int]:
+        """Slots of the outputs the program writes all over before reading
+        (:func:`~stripeml.analysis.liveness.written_outputs`): fresh ones need no
+        zeroing.  None of them without the program to analyse."""
+        if self._program is None:
+            return frozenset()
+        from ..analysis.liveness import written_outputs
+
+        names = written_outputs(self._program)
+        return frozenset(k for k, b in enumerate(self._buffers) if b.info.name in names)
+
     def _initial_reads(self) -> tuple[int, ...]:
         """Positions of the temporaries whose initial (zero) contents may be read."""
         if not self._temps:
@@ -353,7 +315,8 @@ class CpuCompiled:
         times = self.step_seconds
         plan = self._plan(constant)
         ptrs = ctypes.addressof(pointers)
-        pool: native_pool.NativePool | None = None  # fetched at the first split kernel
+        # fetched at the first split kernel
+        pool: native_pool.NativePool | native_pool.TeamPool | None = None
         fetched = False
         if times is None and self.threads > 1:
             # Runs of kernels go to native code in one call each (no Python
@@ -459,10 +422,11 @@ def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
     return _zeroed_arena_at(nbytes, align)[0]
 
 
-def _zeroed_arena_at(nbytes: int, align: int = 64) -> tuple[np.ndarray, int]:
+def _zeroed_arena_at(nbytes: int, align: int = 64, zeroed: bool = True) -> tuple[np.ndarray, int]:
     """:func:`_zeroed_arena` and its address (``.ctypes.data`` costs over a
-    microsecond, at every call for a fresh output)."""
-    raw = np.zeros(nbytes + align, np.uint8)
+    microsecond, at every call for a fresh output); ``zeroed=False``: the bytes
+    are left as the allocator gives them."""
+    raw = (np.zeros if zeroed else np.empty)(nbytes + align, np.uint8)
     address = raw.ctypes.data
     start = -address % align
     return raw[start : start + nbytes], address + start
