@@ -66,7 +66,6 @@ from .layout_values import (
     layout_of,
     need,
     needed,
-    nhwc_input,
     physical,
     with_layout,
 )
@@ -75,9 +74,6 @@ from .ops.conv import affine, window
 from .ops.linalg import matmul_contraction
 from .ops.pool import divisor
 from .registry import OpDef
-
-# The name stripeml.torch.lower_backward imports (from here) for its NHWC reads.
-_nhwc_input = nhwc_input
 
 UNARY = {
     "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Celu", "HardSigmoid",

@@ -26,7 +26,8 @@ from .lower import Unsupported, full_name
 from .partition import known, partition, trivial
 from .programs import record
 from .report import STATS, GraphReport, note, split_summary, summary
-from .tensors import dense_layout, from_numpy, host_array
+from .tensors import HeldArrays, dense_layout, from_numpy
+from .threads import ThreadChoice, call, choice
 from .translate import symbolic, translate
 
 __all__ = ["STATS", "CompiledGraph", "GraphReport", "backend"]
@@ -76,10 +77,16 @@ class CompiledGraph:
         state: list[bool],
         reports: list[GraphReport] | None,
         kind: str = "inference",
+        free_outputs: int | None = None,
     ):
         self.fx = fx
         #: "inference", "forward" or "backward" (AOTAutograd's graphs)
         self.kind = kind
+        #: the outputs from this position on (a forward graph's tensors saved for
+        #: the backward) may come back in any strides: one the program stores
+        #: permuted (channels-last, a transposed head) is returned as PyTorch's
+        #: permuted view, not copied into its logical order
+        self.free_outputs = free_outputs
         self.n_ops = sum(
             1 for n in fx.graph.nodes if n.op == "call_function" and not trivial(n.target)
         )
@@ -96,6 +103,15 @@ class CompiledGraph:
         #: per program built: the inputs it reads stored permuted (index -> order)
         self._layouts: dict[int, dict[int, tuple[int, ...]]] = {}
         self._layout_of: dict[int, tuple[int, ...]] = {}
+        #: the programs whose inputs need no widening (``Specialised.call_args``)
+        self._wide: set[int] = set()
+        #: cheap per-call key -> the input signature (see ``__call__``)
+        self._sigs: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._has_state = self.state is not None and any(self.state)
+        #: per program built: where its split kernels run (see ``threads.py``)
+        self._threads: dict[int, ThreadChoice | None] = {}
+        #: per program built: its parameters' arrays, kept between calls
+        self._held: dict[int, HeldArrays] = {}
         self._plan: list[tuple[str, Any]] = []
         self._folds: Folds = {}
         #: nodes of known operators whose translation failed (left to PyTorch)
@@ -148,17 +164,31 @@ class CompiledGraph:
             return self.split(*args)
         if not self.report.compiles or self.state is None:
             return self.fx(*args)
-        sig = tuple(
-            (tuple(a.shape), a.dtype, a.device.type, dense_layout(a))
-            if isinstance(a, torch.Tensor)
-            else a
+        # The signature through a cheap key (sizes, strides, type, CPU or not:
+        # a few attribute reads per tensor): ``dense_layout`` and the device's
+        # name cost microseconds per tensor, at every call of a training step.
+        key = tuple(
+            (a.shape, a.stride(), a.dtype, a.is_cpu) if isinstance(a, torch.Tensor) else a
             for a, s in zip(args, self.state)
             if not s
         )
-        versions = tuple(
-            (id(a), a._version)
-            for a, s in zip(args, self.state)
-            if s and isinstance(a, torch.Tensor)
+        sig = self._sigs.get(key)
+        if sig is None:
+            sig = self._sigs[key] = tuple(
+                (tuple(a.shape), a.dtype, a.device.type, dense_layout(a))
+                if isinstance(a, torch.Tensor)
+                else a
+                for a, s in zip(args, self.state)
+                if not s
+            )
+        versions = (
+            tuple(
+                (id(a), a._version)
+                for a, s in zip(args, self.state)
+                if s and isinstance(a, torch.Tensor)
+            )
+            if self._has_state
+            else ()
         )
         hit = self._cache.get(sig)
         if hit is None or hit[0] != versions:
@@ -170,14 +200,22 @@ class CompiledGraph:
             return self.split(*args) if self.split is not None else self.fx(*args)
         arrays: dict[int, np.ndarray] = {}
         layouts = self._layouts.get(id(spec), {})
+        held = self._held[id(spec)]
         for k in spec.inputs:
-            a = args[k]
-            if a.device.type != "cpu":
+            arr = held.array(k, args[k], layouts.get(k))
+            if arr is None:  # not on the CPU
                 return self.fx(*args)
-            arrays[k] = host_array(a, layouts.get(k))
+            arrays[k] = arr
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
-            outs = spec.function(*spec.call_args(arrays))  # type: ignore[arg-type]
+            # on PyTorch's OpenMP team or the native pool: whichever is faster here
+            if id(spec) in self._wide:  # (no narrow array to widen: the common case)
+                passed = [arrays[k] for k in spec.inputs]
+            else:
+                passed = spec.call_args(arrays)  # type: ignore[arg-type]
+                if all(a is arrays[k] for a, k in zip(passed, spec.inputs)):
+                    self._wide.add(id(spec))  # (the types are the signature's: fixed)
+            outs = call(self._threads.get(id(spec)), spec.function, passed)
             if not isinstance(outs, tuple):
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
@@ -188,9 +226,24 @@ class CompiledGraph:
             ]
         plan = self._plans[id(spec)]
         out: list[Any] = []
+        bases: dict[int, Any] = {}  # per computed value: the tensor views are made of
+        returned: set[int] = set()
         for kind, x in plan:
             if kind == "value":
-                out.append(from_numpy(np.asarray(values[x])))
+                t = bases.get(x) if x not in returned else None
+                if t is None:
+                    t = from_numpy(np.asarray(values[x]))
+                    bases.setdefault(x, t)
+                returned.add(x)
+                out.append(t)
+            elif kind in ("reshape", "permuted"):
+                base = bases.get(x[0])
+                if base is None:
+                    base = bases[x[0]] = from_numpy(np.asarray(values[x[0]]))
+                if kind == "reshape":
+                    out.append(base.view(x[1]))
+                else:  # "permuted"
+                    out.append(base.view(x[1]).permute(x[2]))
             elif kind == "view":
                 out.append(args[x[0]].permute(x[1]))
             else:
@@ -250,11 +303,15 @@ class CompiledGraph:
         if spec is not None:
             self._plans[id(spec)] = self._plan  # (sizes among the outputs differ per signature)
             self._layouts[id(spec)] = dict(self._layout_of)
+            # (training graphs: PyTorch's operators run between their calls; an
+            # inference program's calls keep the native pool, measured for it)
+            self._threads[id(spec)] = choice() if self.kind != "inference" else None
+            self._held[id(spec)] = HeldArrays()
         STATS["compiles"] += 1
         STATS[f"{self.kind}_compiles"] += 1
         STATS["compiled_ops"] += self.n_ops
         if spec is not None:
-            record(self.kind, spec, metas)
+            record(self.kind, spec, metas, self._layout_of)
         return spec
 
     def _lower(
@@ -273,7 +330,9 @@ class CompiledGraph:
                 for a, s in zip(args, self.state)
             ]
             self._layout_of = {k: lay for k, lay in enumerate(layouts) if lay is not None}
-        t = translate(self.fx, self.state, metas, args, self._folds, self.static, layouts)
+        t = translate(
+            self.fx, self.state, metas, args, self._folds, self.static, layouts, self.free_outputs
+        )
         self._plan = t.plan
         if dry:
             return None

@@ -103,6 +103,7 @@ def _conv_input_grad_stride1(
     gradient with the weights flipped and their channels swapped (one copy of
     the weights), so it runs channels-last like the forward convolution."""
     b = L.b
+    w = b.logical(w)  # (the contractions below index the logical layout)
     co, cig, kh, kw = w.shape
     if g == 1:
         wf = b.contraction(
@@ -131,12 +132,12 @@ def _conv_weight_grad_nhwc(
     """``dW`` of a 2-D convolution (one group) read channels-last: one contraction
     into ``(KH, KW, CI, CO)`` (output channels contiguous: register tiles over
     the input channels), then one transposing copy into PyTorch's layout."""
-    from ..onnx.layout import _nhwc_input
+    from ..onnx.layout_values import nhwc_input
 
     b = L.b
     co, ci, kh, kw = w.shape
-    xr = b.ref(_nhwc_input(b, x))
-    gr = b.ref(_nhwc_input(b, go))
+    xr = b.ref(nhwc_input(b, x))
+    gr = b.ref(nhwc_input(b, go))
     ys = affine((s[0], "y"), (d[0], "ky"), const=-p[0])
     xs = affine((s[1], "x"), (d[1], "kx"), const=-p[1])
     t = b.contraction(
@@ -158,6 +159,7 @@ def _conv_weight_grad(
     """``dW[co, ci, k] = sum over n, y of X[n, ci, s*y + d*k - p] * dY[n, co, y]``
     (per group), one contraction; taps in the padding fall outside X and are skipped."""
     b = L.b
+    x, go = b.logical(x), b.logical(go)  # (indexed in the logical layout below)
     r = x.rank - 2
     cog, cig = w.shape[0] // g, w.shape[1]
 
@@ -225,6 +227,7 @@ def _max_pool_backward(L: Lowering, args: list[Any], kw: dict[str, Any], meta: M
         affine((win.strides[i], f"y{i}"), (win.dilations[i], f"k{i}"), const=-win.begin[i])
         for i in range(r)
     )
+    indices, go = b.logical(indices), b.logical(go)  # (indexed in the logical layout)
     operand = (
         f"{b.ref(indices)}[n, c, {ys}] == {b.ref(L.const(flat))}[{pos}] ? ({b.ref(go)}[n, c, {ys}])"
     )
@@ -241,7 +244,7 @@ def _avg_pool_backward(L: Lowering, args: list[Any], kw: dict[str, Any], meta: M
     else:
         include = bool(_arg(args, kw, 6, "count_include_pad", True))
         div = divisor(win, x.shape[2:], include).astype(go.dtype)
-    scaled = L.one("Div", go, L.const(div, go.dtype))
+    scaled = L.b.logical(L.one("Div", go, L.const(div, go.dtype)))
     r = x.rank - 2
     ys = ", ".join(f"y{i}" for i in range(r))
     return _scatter_windows(L, x.shape, win, f"{L.b.ref(scaled)}[n, c, {ys}]", go.dtype)

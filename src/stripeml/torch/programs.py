@@ -60,12 +60,22 @@ class Program:
         return f"// stripeml.torch {self.kind} graph\n{self.source}"
 
 
-def record(kind: str, spec: Specialised, metas: list[Any]) -> None:
+def record(
+    kind: str,
+    spec: Specialised,
+    metas: list[Any],
+    layouts: dict[int, tuple[int, ...]] | None = None,
+) -> None:
+    """Keep ``spec``; ``layouts``: the inputs it reads stored permuted (index ->
+    order: the program's parameter has the permuted shape)."""
     from .lower import np_dtype
 
-    signature = [
-        (tuple(int(d) for d in metas[k].shape), np_dtype(metas[k].dtype)) for k in spec.inputs
-    ]
+    def stored(k: int) -> tuple[int, ...]:
+        shape = tuple(int(d) for d in metas[k].shape)
+        order = (layouts or {}).get(k)
+        return shape if order is None else tuple(shape[d] for d in order)
+
+    signature = [(stored(k), np_dtype(metas[k].dtype)) for k in spec.inputs]
     with _LOCK:
         _PROGRAMS.append(Program(kind, spec.source, spec, signature))
 

@@ -62,6 +62,19 @@ def _without_onednn() -> Iterator[None]:
         torch._C._set_mkldnn_enabled(was)
 
 
+def _first_saved() -> int | None:
+    """Where the forward graph being compiled starts returning the tensors it saves
+    for the backward (after the inputs it mutates, the user's outputs and their
+    bases), from AOTAutograd's metadata; None when that is not known.  Only the
+    backward reads those, so their strides are free (see ``CompiledGraph``)."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    first = getattr(meta, "num_forward", None)
+    return first if isinstance(first, int) else None
+
+
 def needs_grad(example_inputs: Sequence[Any]) -> bool:
     """Whether AOTAutograd will trace a joint (forward and backward) graph."""
     import torch
@@ -82,7 +95,10 @@ def trace(gm: Any, example_inputs: Sequence[Any], state: list[bool], reports: An
 
     def forward(fx: Any, _inputs: Any) -> Any:
         n = sum(1 for node in fx.graph.nodes if node.op == "placeholder")
-        return make_boxed_func(CompiledGraph(fx, [False] * n, reports, kind="forward"))
+        saved = _first_saved()
+        return make_boxed_func(
+            CompiledGraph(fx, [False] * n, reports, kind="forward", free_outputs=saved)
+        )
 
     def backward(fx: Any, _inputs: Any) -> Any:
         n = sum(1 for node in fx.graph.nodes if node.op == "placeholder")

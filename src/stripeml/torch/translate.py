@@ -9,6 +9,7 @@ fold at import; runtime inputs become the program's parameters.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,7 +31,10 @@ class Translation:
     input_index: dict[Value, int]  # per program input: the graph input's index
     #: per graph output: ("value", k) (the k-th of ``produced``), ("input", k)
     #: (graph input k handed back, no copy), ("view", (k, perm)) (graph input k
-    #: permuted, a view) or ("literal", x)
+    #: permuted, a view), ("reshape", (k, shape)) (a view of the k-th of
+    #: ``produced`` in another shape), ("permuted", (k, shape, order)) (the
+    #: k-th of ``produced`` holds it stored permuted: ``.view(shape)`` of it,
+    #: then ``.permute(order)``) or ("literal", x)
     plan: list[tuple[str, Any]]
 
 
@@ -42,12 +46,14 @@ def translate(
     folds: Folds,
     static: bool,
     layouts: list[tuple[int, ...] | None] | None = None,
+    free_outputs: int | None = None,
 ) -> Translation:
     """Write ``fx`` for these inputs (real tensors in ``args``; fake or real in
     ``metas``; ``state``: which inputs are parameters, bound as constants when
     ``args`` are given; ``layouts``: per input, the axis order its memory is
     contiguous in when that is not the logical one, see
-    :func:`~.tensors.dense_layout`).  Raises :class:`~.lower.Unsupported` with
+    :func:`~.tensors.dense_layout`; ``free_outputs``: the outputs from this
+    position on may be returned in any strides, see ``CompiledGraph``).  Raises :class:`~.lower.Unsupported` with
     ``node`` set to the operator node that failed (None: an input or the output)."""
     import torch
 
@@ -97,9 +103,27 @@ def translate(
                 raise
     assert output is not None
     produced: list[Value] = []
+    at: dict[str, int] = {}  # name -> its position in produced
+
+    def produce(v: Value) -> int:
+        if not v.name:  # a constant (all named "")
+            produced.append(v)
+            return len(produced) - 1
+        if v.name not in at:
+            at[v.name] = len(produced)
+            produced.append(v)
+        return at[v.name]
+
     plan: list[tuple[str, Any]] = []
-    for r in _resolve(list(output.args[0]), vals):
-        if isinstance(r, Value) and r.const is None and r.name in stored:
+    nodes = list(output.args[0])
+    reps = _representatives(nodes, vals, stored)
+    reshapes: dict[str, tuple[str, tuple[int, ...]]] | None = None
+    for pos, (r, base) in enumerate(zip(_resolve(nodes, vals), reps)):
+        if base is not None and isinstance(r, Value):
+            # a row-major reshape of another value: PyTorch's view of that one
+            # (a graph output too, often: a forward saves relu(x) and its view)
+            plan.append(("reshape", (produce(base), r.shape)))
+        elif isinstance(r, Value) and r.const is None and r.name in stored:
             # an input handed back, or a permutation of one (``t(W)`` a forward
             # graph saves): PyTorch's view of the input, not a copy
             k, lay = stored[r.name]
@@ -107,14 +131,109 @@ def translate(
             inv = [int(i) for i in np.argsort(out)]
             perm = tuple(lay[i] for i in inv)
             plan.append(("input", k) if perm == tuple(range(r.rank)) else ("view", (k, perm)))
+        elif (
+            isinstance(r, Value)
+            and r.layout is not None
+            and r.const is None
+            and free_outputs is not None
+            and pos >= free_outputs
+        ):
+            # stored permuted (channels-last, attention's heads ...): returned as
+            # PyTorch's permuted view of the stored tensor, which the backward
+            # reads as it is; a stored tensor that is a Tile reshape of another
+            # is viewed from that one (so it can stay a temporary that
+            # ``alias_reshape`` removes)
+            if reshapes is None:
+                reshapes = _tile_reshapes(b)
+            name, shape = r.name, r.phys_shape
+            while name in reshapes and reshapes[name][0] in reshapes:
+                name = reshapes[name][0]
+                shape = reshapes[name][1]
+            base = replace(r, name=name, shape=shape, layout=None)
+            order = tuple(int(i) for i in np.argsort(r.layout))
+            plan.append(("permuted", (produce(base), r.phys_shape, order)))
         elif isinstance(r, Value):
-            plan.append(("value", len(produced)))
-            produced.append(r)
+            plan.append(("value", produce(r)))
         elif isinstance(r, (tuple, list)):
             raise Unsupported("output", "a tuple-valued output")
         else:
             plan.append(("literal", r))
     return Translation(b, produced, input_index, plan)
+
+
+_RESHAPE_STATEMENT = re.compile(r"(\w+) = reshape\((\w+), ([\d, ]+)\);")
+
+
+def _tile_reshapes(b: Builder) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Per tensor the Tile program makes with ``reshape``: its source and shape."""
+    out = {}
+    for text in b.statements:
+        m = _RESHAPE_STATEMENT.fullmatch(text)
+        if m is not None:
+            out[m[1]] = (m[2], tuple(int(d) for d in m[3].split(",")))
+    return out
+
+
+#: ATen operators that keep row-major order (views, and the identities that the
+#: translation already gives their argument's value: ``clone`` ...): graph
+#: outputs made by chains of them from one computed value are returned as
+#: PyTorch's views of one of them.
+_RESHAPES = frozenset(
+    {"view", "_unsafe_view", "reshape", "squeeze", "unsqueeze", "flatten", "view_as"}
+    | {"_reshape_alias", "unflatten", "alias", "clone", "detach", "contiguous"}
+)
+
+
+def _chain(node: Any, vals: dict[Any, Any], stored: dict[str, Any]) -> tuple[Any, list[Value]]:
+    """The values from graph output ``node`` down a chain of ``_RESHAPES`` to the
+    node it starts from (that node, and the values: ``node``'s first), as long as
+    each is a value the program computes (not an input), row-major, of one
+    type."""
+    import torch
+
+    first = vals.get(node)
+    n, chain = node, []
+    while isinstance(n, torch.fx.Node):
+        v = vals.get(n)
+        if (
+            not isinstance(v, Value)
+            or not v.name
+            or v.name in stored
+            or v.layout is not None
+            or not isinstance(first, Value)
+            or (v.dtype, v.narrow) != (first.dtype, first.narrow)
+        ):
+            break
+        chain.append(v)
+        if not (
+            n.op == "call_function"
+            and op_name(n.target) in _RESHAPES
+            and isinstance(n.args[0], torch.fx.Node)
+        ):
+            return n, chain
+        n = n.args[0]
+    return (chain and n), chain
+
+
+def _representatives(outputs: list[Any], vals: dict[Any, Any], stored: dict[str, Any]) -> list[Any]:
+    """Per graph output: the value the program computes for it and PyTorch views
+    in its shape (None: the output's own).  Outputs reshaped from one value share
+    one: the one of fewest dimensions among those values (the coarsest: the
+    finer ones are then temporaries, which ``alias_reshape`` removes, or not
+    computed at all)."""
+    chains = [_chain(n, vals, stored) for n in outputs]
+    family: dict[Any, list[Value]] = {}
+    for root, chain in chains:
+        if chain:
+            family.setdefault(root, []).extend(chain)
+    best = {root: min(members, key=lambda v: len(v.shape)) for root, members in family.items()}
+    out: list[Any] = []
+    for (root, chain), node in zip(chains, outputs):
+        rep = best.get(root) if chain else None
+        own = vals.get(node)
+        same = rep is None or (isinstance(own, Value) and own.name == rep.name)
+        out.append(None if same else rep)
+    return out
 
 
 def _node(fx: Any, n: Any, L: Lowering, vals: dict[Any, Any], concrete: Any) -> None:
