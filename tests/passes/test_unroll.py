@@ -616,3 +616,35 @@ def test_ragged_vectors_with_constraints_are_not_split():
     np.testing.assert_array_equal(run(result, {"I": i})["O"], want)
     got = CpuBackend(CpuOptions(threads=2, vector_width=16)).compile(result).run({"I": i})["O"]
     np.testing.assert_array_equal(got, want)
+
+
+def test_short_row_ranges_are_tiled_whole():
+    """A 3 x 3 convolution's weight gradient (training): its output pixels are
+    the 3 taps, shorter than any tile's rows.  The register tile takes the
+    three taps of ``ky`` as its rows (not one row, whose accumulators wait on
+    each other's adds), and the result is NumPy's."""
+    src = """function (X[2, 12, 12, 3], G[2, 12, 12, 16]) -> (W) {
+        W[ky, kx, ci, co : 3, 3, 3, 16] = +(X[n, y + ky - 1, x + kx - 1, ci] * G[n, y, x, co]);
+    }"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 12, 12, 3)).astype(np.float32)
+    g = rng.standard_normal((2, 12, 12, 16)).astype(np.float32)
+    exe = stripeml.compile(src, target="cpu").lower(x, g)
+    tiles = [
+        blk
+        for s in exe.program.root.stmts
+        if isinstance(s, Block)
+        for blk in s.sub_blocks
+        if "register_tile" in blk.tags
+    ]
+    assert tiles and any(i.name == "ky_r" and i.range == 3 for i in tiles[0].idxs), tiles
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.stack(
+        [
+            np.stack(
+                [np.einsum("nyxc,nyxo->co", xp[:, a : a + 12, b : b + 12], g) for b in range(3)]
+            )
+            for a in range(3)
+        ]
+    )
+    np.testing.assert_allclose(exe(x, g), want, rtol=1e-4, atol=1e-4)

@@ -38,6 +38,15 @@ has a divisor ``d`` with ``rows < d <= max_rows``, the kernel is tiled whole wit
 14x14 image in one kernel that packs and reads its weights once (ResNet-50 4%
 faster than with the split below, measured A/B in one process).
 
+Short rows: when every row candidate's range is at most ``rows`` and some are
+shorter (2-5 points: a 3 x 3 convolution's weight gradient, whose output
+pixels are its taps), the longest short one is the tile's rows, whole, with
+the vectors the accumulators allow: the conv1 weight gradient of
+``bench_torch.py``'s small CNN (8 x 32 x 32 x 3 -> 16) ran 85-114 us against
+191-221 us as one-row tiles (three alternating processes each).  No model of
+``bench/models.py``'s inference set has such a kernel: their optimised
+programs are unchanged.
+
 Ragged rows: when no row candidate's range is a multiple of ``rows`` but one's
 range R exceeds it, the kernel is split into two root kernels over disjoint
 rows: ``[0, R - R % rows)`` tiled with ``rows``, and the last ``R % rows``
@@ -340,6 +349,20 @@ class Unroll:
                     tiled = shorter._tile(root, k, whole[-1], laid)
                     if tiled is not None:
                         return tiled
+            # Every row range shorter than the tile's rows (a 3 x 3 convolution's
+            # weight gradient, whose output pixels are its taps): the longest of
+            # them is the tile's rows, whole, rather than a tile of one row
+            # whose accumulators wait on each other's adds.
+            short = [n for n in row_ok if 1 < ranges[n] < self.rows]
+            if short and ranges[v] % w == 0 and all(ranges[n] <= self.rows for n in row_ok):
+                u = max(short, key=lambda n: ranges[n])
+                d = ranges[u]
+                small = replace(
+                    self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
+                )
+                tiled = small._tile(root, k, u, laid)
+                if tiled is not None:
+                    return tiled
             ragged = [n for n in row_ok if ranges[n] > self.rows]
             others = [n for n in ragged[1:] if n != ragged[0]]
             split = self._split(root, k, ragged[0], laid, bool(others)) if ragged else None
