@@ -355,12 +355,12 @@ class Unroll:
             # whose accumulators wait on each other's adds.
             short = [n for n in row_ok if 1 < ranges[n] < self.rows]
             if short and ranges[v] % w == 0 and all(ranges[n] <= self.rows for n in row_ok):
-                u = max(short, key=lambda n: ranges[n])
-                d = ranges[u]
+                longest = max(short, key=lambda n: ranges[n])
+                d = ranges[longest]
                 small = replace(
                     self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
                 )
-                tiled = small._tile(root, k, u, laid)
+                tiled = small._tile(root, k, longest, laid)
                 if tiled is not None:
                     return tiled
             ragged = [n for n in row_ok if ranges[n] > self.rows]
