@@ -88,9 +88,12 @@ class CpuCompiled:
         # Positions in ``self._temps`` of the temporaries zeroed again before a reuse
         # (computed at the first reuse: most compiled programs never need it).
         self._rezero: tuple[int, ...] | None = None
-        # Slots of the outputs written all over before any read (computed at the
-        # first call): a fresh array for them is not zeroed.
+        # Slots of the outputs written all over before any read: a fresh array for
+        # them is not zeroed.  Computed at the second call, like ``_rezero`` at the
+        # first reuse: the analysis needs isl, which a warm start (loaded from the
+        # disk cache, one call) must not import; the first call zeroes them all.
         self._written: frozenset[int] | None = None
+        self._called = False
         self._kernels = {
             s.kernel.symbol: loaded.kernel(s.kernel.symbol)
             for s in module.steps
@@ -142,7 +145,11 @@ class CpuCompiled:
         seen = self._seen
         written = self._written
         if written is None:
-            written = self._written = self._written_outputs()
+            if self._called:
+                written = self._written = self._written_outputs()
+            else:
+                self._called = True
+                written = frozenset()
         for slot, buf, is_in, name in self._io:
             if is_in:
                 value = inputs[name]
