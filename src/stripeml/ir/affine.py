@@ -188,3 +188,17 @@ class Affine:
 
     def __repr__(self) -> str:
         return f"Affine({str(self)!r})"
+
+
+def box_interval(expr: Affine, ranges: Mapping[str, int]) -> tuple[int, int]:
+    """Min and max of ``expr`` over the box ``0 <= name < ranges[name]``: at its
+    corners, exactly (each index on its own).  The verifier's bounds check, the
+    passes' tiling and halo arithmetic all ask this."""
+    lo = hi = expr.const
+    for name, coeff in expr.terms:
+        span = coeff * (ranges[name] - 1)
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    return lo, hi

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import VerifyError
-from .affine import Affine
+from .affine import Affine, box_interval
 from .dtypes import DTYPES, itemsize
 from .nodes import AGGREGATIONS, DIRECTIONS, Block, Program, Refinement, Special
 from .printer import format_stmt
@@ -399,13 +399,7 @@ def view_in_bounds(ref: Refinement, scope: Scope) -> Iterator[str]:
         for d, (expr, size, psize) in enumerate(
             zip(ref.access, ref.shape.sizes, parent.shape.sizes)
         ):
-            low = high = expr.const
-            for n, c in expr.terms:
-                span = c * (box[n] - 1)
-                if span < 0:
-                    low += span
-                else:
-                    high += span
+            low, high = box_interval(expr, box)
             if low < 0:
                 yield f"dim {d}: access '{expr}' can be negative"
             if high + size > psize:

@@ -290,16 +290,6 @@ def is_element(ref: Refinement) -> bool:
     return all(s == 1 for s in ref.shape.sizes)
 
 
-def box_interval(expr: Affine, ranges: Mapping[str, int]) -> tuple[int, int]:
-    """Min and max of ``expr`` over the box ``0 <= name < ranges[name]`` (exact for a box)."""
-    lo = hi = expr.const
-    for n, k in expr.terms:
-        top = k * (ranges[n] - 1)
-        lo += min(0, top)
-        hi += max(0, top)
-    return lo, hi
-
-
 def inside_nests(program: Program, run: Callable[[Program], Program]) -> Program:
     """``program`` with ``run`` applied to each ``#nest`` kernel's statements, the
     nest standing in for the root (its views and allocations are the buffers)."""

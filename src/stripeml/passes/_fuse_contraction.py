@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ..analysis.ranges import Bound, covers
-from ..ir.affine import Affine
+from ..ir.affine import Affine, box_interval
 from ..ir.nodes import (
     Block,
     Constraint,
@@ -35,7 +35,6 @@ from ..ir.nodes import (
 )
 from ._common import (
     WRITE_DIRS,
-    box_interval,
     defined_scalars,
     fresh,
     is_element,

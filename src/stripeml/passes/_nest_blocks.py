@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..ir.affine import Affine
+from ..ir.affine import Affine, box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Refinement
-from ._common import box_interval, reads, writes
+from ._common import reads, writes
 
 if TYPE_CHECKING:
     from .nest import Nest

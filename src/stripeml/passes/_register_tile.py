@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..ir.affine import Affine
+from ..ir.affine import Affine, box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Index, Load, Refinement, Store, TensorShape
-from ._common import box_interval, fresh, index_stride
+from ._common import fresh, index_stride
 
 
 def register_tiles(

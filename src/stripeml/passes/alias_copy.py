@@ -50,9 +50,9 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..analysis.liveness import live_range
-from ..ir.affine import Affine
+from ..ir.affine import Affine, box_interval
 from ..ir.nodes import Block, Constant, Program, Refinement, Special, Statement, Store
-from ._common import box_interval, copy_views, reads, rewrite_until_fixed, touches, writes
+from ._common import copy_views, reads, rewrite_until_fixed, touches, writes
 from .registry import register
 
 Box = list[tuple[int, int]]  # per dimension, [lo, hi]

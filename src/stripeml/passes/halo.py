@@ -72,7 +72,7 @@ from typing import ClassVar
 import islpy as isl
 
 from ..analysis.select import parse_selector
-from ..ir.affine import Affine
+from ..ir.affine import Affine, box_interval
 from ..ir.dtypes import is_float, is_int, itemsize
 from ..ir.isl import (
     block_domain,
@@ -165,7 +165,7 @@ class Halo:
             if parent is None:
                 return None
             for cond in _in_bounds(r, parent.shape.sizes):
-                if _box_range(cond, ranges)[0] < 0:
+                if box_interval(cond, ranges)[0] < 0:
                     violators.add(r.into)
         if len(violators) != 1:
             return None
@@ -189,7 +189,7 @@ class Halo:
         # Padding per dimension: how far the access leaves the parent on the box.
         lows, highs = [], []
         for a, size, psize in zip(p.access, p.shape.sizes, parent.shape.sizes):
-            span = _box_range(a, ranges)
+            span = box_interval(a, ranges)
             lows.append(max(0, -span[0]))
             highs.append(max(0, span[1] + size - psize))
         sizes = tuple(s + lo + hi for s, lo, hi in zip(parent.shape.sizes, lows, highs))
@@ -259,19 +259,6 @@ def _in_bounds(r: Refinement, parent_sizes: tuple[int, ...]) -> list[Affine]:
     for a, size, psize in zip(r.access, r.shape.sizes, parent_sizes):
         conds += [a, psize - size - a]
     return conds
-
-
-def _box_range(expr: Affine, ranges: dict[str, int]) -> tuple[int, int]:
-    """The least and greatest values of ``expr`` over the box of index ``ranges``
-    (each at least 1): at its corners."""
-    lo = hi = expr.const
-    for name, coeff in expr.terms:
-        span = coeff * (ranges[name] - 1)
-        if span < 0:
-            lo += span
-        else:
-            hi += span
-    return lo, hi
 
 
 def _image(domain: isl.BasicSet, access: tuple[Affine, ...]) -> isl.Set:

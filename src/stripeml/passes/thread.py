@@ -33,9 +33,10 @@ from ..analysis.access import accesses
 from ..analysis.canonical import canonical_kernel
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import parse_selector
+from ..ir.affine import box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Statement
-from ._common import box_interval, index_stride
+from ._common import index_stride
 from .registry import check_non_negative, check_positive, check_selector, register
 
 
