@@ -29,7 +29,7 @@ proofs without isl only say what isl would).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import islpy as isl
@@ -87,18 +87,25 @@ def pair_set(a: Access, b: Access, outer: Sequence[Block]) -> isl.BasicSet:
     return constrain(domain, exprs)
 
 
-def _meetings(block: Block, outer: Sequence[Block]) -> list[tuple[Access, Access, isl.BasicSet]]:
+def _pairs(block: Block) -> Iterator[tuple[Access, Access]]:
+    """The pairs of ``block``'s accesses that may conflict: one buffer, a write
+    among them, neither empty (each pair once, an access with itself too)."""
     accs = accesses(block)
-    out = []
     for i, a in enumerate(accs):
         for b in accs[i:]:
             if a.buffer != b.buffer or not (a.write or b.write):
                 continue
             if any(sa == 0 for sa in a.sizes) or any(sb == 0 for sb in b.sizes):
                 continue
-            met = pair_set(a, b, outer)
-            if not met.is_empty():
-                out.append((a, b, met))
+            yield a, b
+
+
+def _meetings(block: Block, outer: Sequence[Block]) -> list[tuple[Access, Access, isl.BasicSet]]:
+    out = []
+    for a, b in _pairs(block):
+        met = pair_set(a, b, outer)
+        if not met.is_empty():
+            out.append((a, b, met))
     return out
 
 
@@ -133,19 +140,13 @@ def race_free_indices(block: Block, outer: Sequence[Block] = ()) -> tuple[str, .
     # one value: the same at any two points (an offset reads only shared indices)
     single = frozenset(i.name for i in block.idxs if i.range == 1)
     left: list[tuple[isl.BasicSet, frozenset[str]]] = []
-    accs = accesses(block)
-    for i, a in enumerate(accs):
-        for b in accs[i:]:
-            if a.buffer != b.buffer or not (a.write or b.write):
-                continue
-            if any(sa == 0 for sa in a.sizes) or any(sb == 0 for sb in b.sizes):
-                continue
-            agree = agreeing_indices(a, b, shared) | single
-            if all(n in agree for n in names):
-                continue
-            met = pair_set(a, b, outer)
-            if not met.is_empty():
-                left.append((met, agree))
+    for a, b in _pairs(block):
+        agree = agreeing_indices(a, b, shared) | single
+        if all(n in agree for n in names):
+            continue
+        met = pair_set(a, b, outer)
+        if not met.is_empty():
+            left.append((met, agree))
     return tuple(
         n for n in names if not any(n not in agree and _differ(met, n) for met, agree in left)
     )
