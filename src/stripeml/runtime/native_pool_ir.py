@@ -19,6 +19,8 @@ SPIN_LIMIT = 1 << 13
 #: slice (a 3x3 conv 14x14x256 -> 256 with 2 threads on a 2-core VM:
 #: median 2.9-4.1 ms before, 2.0-2.5 ms with it; the fastest runs 1.9 ms both).
 YIELD_EVERY = 64
+
+
 #: Naps of an idle worker grow from 20 us to this many microseconds.
 MAX_NAP_US = 1000
 #: Most chunks of one job (``next`` and ``n`` are 16-bit fields of the job word).
@@ -38,6 +40,25 @@ _JOB, _QUIT, _FN, _PTRS, _BOUNDS, _SLEEPERS, _DONE, _WAKE, _WORKER_CHUNKS = (
     10,
 )
 _STATE_WORDS = 16
+
+
+def spin_wait(relax: str) -> str:
+    """The blocks ``wait``, ``relax`` and ``yield`` of an idle thread's loop (the
+    pool's workers', an OpenMP team's): after ``SPIN_LIMIT`` spins to ``sleep``,
+    else a ``relax`` instruction and back to ``loop``, yielding the CPU every
+    ``YIELD_EVERY`` spins; ``%spins`` is the count so far, ``%spins1`` the next."""
+    return f"""wait:
+  %spins1 = add i64 %spins, 1
+  %long = icmp ugt i64 %spins1, {SPIN_LIMIT}
+  br i1 %long, label %sleep, label %relax
+relax:
+  {relax}
+  %low = and i64 %spins1, {YIELD_EVERY - 1}
+  %turn = icmp eq i64 %low, 0
+  br i1 %turn, label %yield, label %loop
+yield:
+  %y = call i32 @sched_yield()
+  br label %loop"""
 
 
 def _futex_syscall() -> int | None:
@@ -158,8 +179,8 @@ define void @stripeml_pool_worker(i64* %st) {{
 entry:{words}
   br label %loop
 loop:
-  %spins = phi i64 [ 0, %entry ], [ 0, %loop ], [ %spins1, %spin ], [ %spins1, %yield ], [ %spins1, %napped ]
-  %nap = phi i64 [ 20, %entry ], [ 20, %loop ], [ %nap, %spin ], [ %nap, %yield ], [ %nap2, %napped ]
+  %spins = phi i64 [ 0, %entry ], [ 0, %loop ], [ %spins1, %relax ], [ %spins1, %yield ], [ %spins1, %napped ]
+  %nap = phi i64 [ 20, %entry ], [ 20, %loop ], [ %nap, %relax ], [ %nap, %yield ], [ %nap2, %napped ]
   %did = call i1 @claim_and_run(i64* %st, i64 1)
   br i1 %did, label %loop, label %idle
 idle:
@@ -167,18 +188,7 @@ idle:
   %q = load atomic i64, i64* %qp acquire, align 8
   %stop = icmp ne i64 %q, 0
   br i1 %stop, label %done, label %wait
-wait:
-  %spins1 = add i64 %spins, 1
-  %long = icmp ugt i64 %spins1, {SPIN_LIMIT}
-  br i1 %long, label %sleep, label %spin
-spin:
-  {relax}
-  %low = and i64 %spins1, {YIELD_EVERY - 1}
-  %turn = icmp eq i64 %low, 0
-  br i1 %turn, label %yield, label %loop
-yield:
-  %y = call i32 @sched_yield()
-  br label %loop
+{spin_wait(relax)}
 sleep:{sleep}
 napped:
   %nap1 = shl i64 %nap, 1

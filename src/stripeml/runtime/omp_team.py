@@ -56,7 +56,7 @@ def team_ir(relax: str, futex: int | None) -> str:
     system call's number; ``None``: naps of 20 us) until thread 0 publishes a
     job or says the batch is finished, so a batch of long unsplit kernels
     does not keep a second thread spinning beside the one running them."""
-    from .native_pool_ir import _JOB, _SLEEPERS, _WAKE, SPIN_LIMIT, YIELD_EVERY
+    from .native_pool_ir import _JOB, _SLEEPERS, _WAKE, spin_wait
 
     if futex is not None:
         sleep = f"""
@@ -129,18 +129,7 @@ idle:
   %f = load atomic i64, i64* %finp acquire, align 8
   %over = icmp ne i64 %f, 0
   br i1 %over, label %out, label %wait
-wait:
-  %spins1 = add i64 %spins, 1
-  %long = icmp ugt i64 %spins1, {SPIN_LIMIT}
-  br i1 %long, label %sleep, label %relax
-relax:
-  {relax}
-  %low = and i64 %spins1, {YIELD_EVERY - 1}
-  %turn = icmp eq i64 %low, 0
-  br i1 %turn, label %yield, label %loop
-yield:
-  %y = call i32 @sched_yield()
-  br label %loop
+{spin_wait(relax)}
 sleep:{sleep}
 out:
   ret void
