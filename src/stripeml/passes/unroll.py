@@ -92,7 +92,8 @@ output channels in 16 lanes) is split into two root kernels, like ragged
 rows: ``[0, R - R % w)`` tiled as above, and the last ``R % w`` points with
 the widest power-of-two lanes (at least 4) dividing them, one vector, no
 packing; a narrower rest stays untiled (``vectorize`` takes it).  This
-module chooses the tile shape; ``_register_tile.py`` builds the nest.
+module chooses the tile shape; ``_register_tile.py`` builds the nest and
+``_unroll_splits.py`` the two parts of a split kernel.
 
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
@@ -106,10 +107,11 @@ from typing import ClassVar
 
 from ..analysis.select import parse_selector
 from ..ir.nodes import Block, Program, Refinement, Statement
-from ._common import fresh, index_stride, inside_nests
+from ._common import index_stride, inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
-from ._unroll_shapes import moves, packable, restrict, two_rows, vectors_dividing
+from ._unroll_shapes import moves, packable, two_rows, vectors_dividing
+from ._unroll_splits import split_rows, split_vector
 from .registry import check_non_negative, check_positive, check_selector, register
 
 
@@ -293,7 +295,7 @@ class Unroll:
             # 0.04 + 0.49 ms split).
             if k.constraints:
                 return None
-            return self._split_vector(root, k, v, row, laid)
+            return split_vector(self, root, k, v, row, laid)
         # Row indices: output indices that the inputs read along ``v`` (the panels:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
@@ -365,7 +367,7 @@ class Unroll:
                     return tiled
             ragged = [n for n in row_ok if ranges[n] > self.rows]
             others = [n for n in ragged[1:] if n != ragged[0]]
-            split = self._split(root, k, ragged[0], laid, bool(others)) if ragged else None
+            split = split_rows(self, root, k, ragged[0], laid, bool(others)) if ragged else None
             if split is not None:
                 return split
         u = rows_cands[-1] if rows_cands and self.rows > 1 else None
@@ -389,7 +391,7 @@ class Unroll:
             # output channels: 125 vectors of 8 lanes, so 4 x 1 tiles, 4 FMAs per
             # 5 loads): the whole groups of ``want`` vectors, and the rest in one
             # narrower tile, as two kernels (SqueezeNet's classifier conv).
-            split = self._split_vector(root, k, v, row, laid, group=want)
+            split = split_vector(self, root, k, v, row, laid, group=want)
             if split is not None:
                 return split
         if transposed and (
@@ -480,89 +482,3 @@ class Unroll:
             root, k, v, vt, u, red, u2, flat=flat, tile_rows=self.rows,
             pack_max_bytes=self.pack_max_bytes, row_blocks=self.row_blocks, k_block=self.k_block,
         )  # fmt: skip
-
-    def _split(
-        self,
-        root: Block,
-        k: Block,
-        u: str,
-        laid: PanelLayouts | None = None,
-        other_rows: bool = False,
-    ) -> list[Block] | None:
-        """Tile rows ``[0, R - R % rows)`` of ``u`` with ``rows`` and the rest apart;
-        with ``other_rows`` (another row index of more than ``rows`` points) the
-        rest is tiled along that one like any kernel."""
-        total = k.idx(u).range
-        rem = total % self.rows
-        head = restrict(k, u, 0, total - rem, k.name)
-        taken = {s.name for s in root.stmts if isinstance(s, Block)}
-        tail = restrict(k, u, total - rem, rem, fresh(f"{k.name}_rest", taken))
-        state = laid.snapshot() if laid is not None else None
-        first = self._tile(root, head, u, laid)
-        # Each panel meets one remainder tile: packing buys nothing.  Wider tiles
-        # measured ~2x faster for 2 rows of a 1024-wide GEMM (fewer strided panels).
-        # With another row index (the last column of a 13 x 13 image) the rest has
-        # rows of its own: full tiles along it read each panel once, where
-        # rem-row tiles would read every panel once per point of that index
-        # (SqueezeNet's 13 x 13 x 512 -> 1000 classifier: 0.27 ms for its rest).
-        rest = replace(self, rows=rem, vectors=max(1, self.max_vectors // rem), pack_max_bytes=0)
-        if other_rows:
-            rest = self
-        elif laid is not None:
-            # The head laid its constant weights out in panels: the rest reads those
-            # (in cache) rather than the plain weights, which no other kernel reads
-            # (SqueezeNet's 13 x 13 corner pixels: 71 us for 590 KB of cold weights).
-            widths = laid.widths(tail)
-            if widths:
-                vec = widths[-1] // self.vector_width
-                rest = replace(rest, vectors=vec, max_vectors=max(vec, rem * vec))
-        second = rest._tile(
-            laid.root if laid is not None else root, tail, None if other_rows else u, laid
-        )
-        if second is None and rest.pack_max_bytes != self.pack_max_bytes:
-            # An input read across the vector index can only be tiled packed.
-            packed = replace(rest, pack_max_bytes=self.pack_max_bytes)
-            second = packed._tile(laid.root if laid is not None else root, tail, u, laid)
-        if first is None or second is None:
-            if laid is not None and state is not None:
-                laid.restore(state)
-            return None
-        return first + second
-
-    def _split_vector(
-        self,
-        root: Block,
-        k: Block,
-        v: str,
-        row: str | None,
-        laid: PanelLayouts | None,
-        group: int = 1,
-    ) -> list[Block] | None:
-        """Tile ``v``'s ``[0, R - R % w)`` with this pass's vectors and the last
-        ``R % w`` points apart, in the widest power-of-two lanes (at least 4) that
-        divide them; fewer lanes than that leave the rest untiled, for ``vectorize``.
-        With ``group`` vectors (``R`` whole vectors): ``[0, R - R % (group * w))``
-        and the rest as one tile of whole vectors."""
-        w = self.vector_width
-        total = k.idx(v).range
-        rem = total % (w * group)
-        head = restrict(k, v, 0, total - rem, k.name)
-        state = laid.snapshot() if laid is not None else None
-        first = self._tile(root, head, row, laid)
-        if first is None:
-            if laid is not None and state is not None:
-                laid.restore(state)
-            return None
-        taken = {s.name for s in root.stmts if isinstance(s, Block)} | {b.name for b in first}
-        tail = restrict(k, v, total - rem, rem, fresh(f"{k.name}_lanes", taken))
-        lanes = rem & -rem  # the largest power of two dividing rem
-        second: list[Block] = [tail]
-        if group > 1:
-            # One panel of ``rem // w`` vectors: packing buys nothing.
-            rest = replace(self, vectors=rem // w, pack_max_bytes=0)
-            second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
-        elif lanes >= 4:
-            # Each panel meets one remainder tile: packing buys nothing.
-            rest = replace(self, vector_width=lanes, vectors=1, pack_max_bytes=0)
-            second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
-        return first + second
