@@ -11,38 +11,35 @@ Shapes are symbolic here (the program is shape-polymorphic, like its source):
 each tensor's shape is a tuple of Tile size expressions (text) over the
 function's dimensions.  A broadcast between two sizes that are not the same
 expression (``N`` against ``M``) is resolved in Tile's own size arithmetic
-(see :func:`_max_size`), so nothing waits for the inputs' shapes.
+(see ``_base.max_size``), so nothing waits for the inputs' shapes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import StripeError
 from ..tile import ast
-from ..tile.exprs import CAST_BITS, VIEW_BITS, format_expr
-
-_P = ast.Pos(0, 0)
-_AGG_TOKEN = {v: k for k, v in ast.AGG_OPS.items()}
-
-Shape = tuple[str, ...]
-
-#: Elementwise functions whose derivative is zero or undefined: no gradient
-#: flows through them (their results are piecewise constant, integers or bools).
-NO_GRADIENT_FUNCTIONS = frozenset(
-    {"floor", "ceil", "round", "index", "as_int", "as_uint", "as_bool"}
-    | {"bitcast_float", "bitcast_int", "bitcast_uint"}
+from ..tile.exprs import CAST_BITS, format_expr
+from ._base import (
+    NO_GRADIENT_FUNCTIONS,
+    NO_GRADIENT_OPS,
+    NOWHERE,
+    AutodiffError,
+    Names,
+    Op,
+    Shape,
+    access,
+    broadcast,
+    contraction_text,
+    idx,
+    paren,
+    reads_of,
+    refuse_integer_only,
+    tensor_names,
 )
-#: Binary operators whose result carries no gradient (bools, integer bit ops).
-NO_GRADIENT_OPS = frozenset(
-    {"<", ">", "<=", ">=", "==", "!=", "&&", "||", "&", "|", "^", "<<", ">>"}
-)
-
-
-class AutodiffError(StripeError):
-    """A program (or a request) that :func:`stripeml.grad` cannot differentiate."""
+from ._rules import AdjointRules
 
 
 @dataclass(frozen=True)
@@ -63,88 +60,7 @@ class Adjoint:
     param_dims: dict[str, tuple[str, ...]]
 
 
-@dataclass(frozen=True)
-class _Op:
-    """One forward statement after splitting: an elementwise operation whose
-    operands are atoms, or an original contraction / builtin."""
-
-    out: str
-    node: ast.Expr | ast.Contraction | ast.Builtin
-
-
-def _idx(polys: Iterable[str]) -> str:
-    return ", ".join(polys)
-
-
-def _access(tensor: str, polys: Sequence[str]) -> str:
-    return f"{tensor}[{_idx(polys)}]"
-
-
-def _paren(text: str) -> str:
-    return text if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*|\d+", text) else f"({text})"
-
-
-def _max_size(a: str, b: str) -> str:
-    """``max(a, b)`` in Tile size arithmetic, for two sizes that broadcast
-    (equal, or one of them 1; both at least 1): ``min = a / ((a + b - 1) / b)``
-    and ``max = a + b - min``."""
-    a, b = _paren(a), _paren(b)
-    return f"{a} + {b} - {a} / (({a} + {b} - 1) / {b})"
-
-
-def broadcast(shapes: Sequence[Shape]) -> Shape:
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[str] = []
-    for k in range(rank):
-        sizes = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
-        distinct = list(dict.fromkeys(x for x in sizes if x != "1"))
-        if not distinct:
-            out.append("1")
-            continue
-        size = distinct[0]
-        for other in distinct[1:]:
-            size = _max_size(size, other)
-        out.append(size)
-    return tuple(out)
-
-
-class _Names:
-    """Fresh upper-case names that no name of the source uses."""
-
-    def __init__(self, source: str) -> None:
-        self.used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source))
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 2
-        while name in self.used:
-            name, k = f"{base}_{k}", k + 1
-        self.used.add(name)
-        return name
-
-
-def _tensor_names(e: ast.Expr, tensors: set[str]) -> list[str]:
-    out: list[str] = []
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, ast.Name) and x.name in tensors:
-            out.append(x.name)
-        elif isinstance(x, ast.Unary):
-            stack.append(x.operand)
-        elif isinstance(x, ast.Binary):
-            stack += [x.lhs, x.rhs]
-        elif isinstance(x, ast.Ternary):
-            stack += [x.cond, x.then, x.other]
-        elif isinstance(x, ast.Call):
-            stack += list(x.args)
-    return out
-
-
-def _atom_text(e: ast.Expr) -> str:
-    return _paren(format_expr(e))
-
-
-class _Differentiator:
+class _Differentiator(AdjointRules):
     def __init__(
         self,
         fn: ast.Function,
@@ -153,13 +69,13 @@ class _Differentiator:
         used: Iterable[str] = (),
     ) -> None:
         self.fn = fn
-        self.names = _Names(fn.source)
+        self.names = Names(fn.source)
         self.names.used.update(used)
         self.dims: set[str] = set()
         self.tensors: set[str] = set()
         self.shapes: dict[str, Shape | None] = {}
         self.param_decl: dict[str, str] = {}
-        self.ops: list[_Op] = []
+        self.ops: list[Op] = []
         self.stmts: list[tuple[str, str, set[str]]] = []  # (out, text, reads)
         self.prefix = name_prefix
         params = {p.name: p for p in fn.params}
@@ -188,12 +104,12 @@ class _Differentiator:
             if p.dims is not None:
                 shape = tuple(format_expr(d) for d in p.dims)
                 self.shapes[p.name] = shape
-                self.param_decl[p.name] = f"{p.name}[{_idx(shape)}]"
+                self.param_decl[p.name] = f"{p.name}[{idx(shape)}]"
             elif p.name in ranks:
                 shape = tuple(self.names.fresh(f"{p.name}_D{k}") for k in range(ranks[p.name]))
                 self.dims.update(shape)
                 self.shapes[p.name] = shape
-                self.param_decl[p.name] = f"{p.name}[{_idx(shape)}]"
+                self.param_decl[p.name] = f"{p.name}[{idx(shape)}]"
             else:
                 self.shapes[p.name] = None
                 self.param_decl[p.name] = p.name
@@ -216,12 +132,12 @@ class _Differentiator:
 
     def _split(self, stmt: ast.Statement) -> None:
         if isinstance(stmt, ast.Contraction):
-            self.ops.append(_Op(stmt.output, stmt))
+            self.ops.append(Op(stmt.output, stmt))
             self.shapes[stmt.output] = tuple(format_expr(s) for s in stmt.sizes)
-            self._emit(stmt.output, _contraction_text(stmt), _reads_of(stmt))
+            self._emit(stmt.output, contraction_text(stmt), reads_of(stmt))
             return
         if isinstance(stmt, ast.Builtin):
-            self.ops.append(_Op(stmt.output, stmt))
+            self.ops.append(Op(stmt.output, stmt))
             self.shapes[stmt.output] = self._builtin_shape(stmt)
             reads = {
                 a.name for a in stmt.args if isinstance(a, ast.Name) and a.name in self.tensors
@@ -232,26 +148,26 @@ class _Differentiator:
 
     def _flatten(self, e: ast.Expr, out: str | None) -> ast.Expr:
         """Emit ``e`` as one-operation statements; return the atom naming it."""
-        if not _tensor_names(e, self.tensors) or isinstance(e, ast.Name):
+        if not tensor_names(e, self.tensors) or isinstance(e, ast.Name):
             if out is None:
                 return e
             node: ast.Expr = e
         elif isinstance(e, ast.Call) and e.func == "index":
             node = e
         elif isinstance(e, ast.Call) and e.func in CAST_BITS:
-            node = ast.Call(e.func, (self._flatten(e.args[0], None), *e.args[1:]), _P)
+            node = ast.Call(e.func, (self._flatten(e.args[0], None), *e.args[1:]), NOWHERE)
         elif isinstance(e, ast.Call):
-            node = ast.Call(e.func, tuple(self._flatten(a, None) for a in e.args), _P)
+            node = ast.Call(e.func, tuple(self._flatten(a, None) for a in e.args), NOWHERE)
         elif isinstance(e, ast.Unary):
-            node = ast.Unary(e.op, self._flatten(e.operand, None), _P)
+            node = ast.Unary(e.op, self._flatten(e.operand, None), NOWHERE)
         elif isinstance(e, ast.Binary):
-            node = ast.Binary(e.op, self._flatten(e.lhs, None), self._flatten(e.rhs, None), _P)
+            node = ast.Binary(e.op, self._flatten(e.lhs, None), self._flatten(e.rhs, None), NOWHERE)
         elif isinstance(e, ast.Ternary):
             node = ast.Ternary(
                 self._flatten(e.cond, None),
                 self._flatten(e.then, None),
                 self._flatten(e.other, None),
-                _P,
+                NOWHERE,
             )
         else:  # pragma: no cover - exhaustive
             raise AutodiffError(f"grad: unexpected expression {e!r}")
@@ -261,12 +177,12 @@ class _Differentiator:
             x = node.args[0]
             self.shapes[name] = self._shape_of(x.name) if isinstance(x, ast.Name) else None
         else:
-            operands = _tensor_names(node, self.tensors)
+            operands = tensor_names(node, self.tensors)
             known = [s for s in (self._shape_of(t) for t in operands) if s is not None]
             self.shapes[name] = broadcast(known) if len(known) == len(operands) else None
-        self.ops.append(_Op(name, node))
-        self._emit(name, f"{name} = {format_expr(node)};", set(_tensor_names(node, self.tensors)))
-        return ast.Name(name, _P)
+        self.ops.append(Op(name, node))
+        self._emit(name, f"{name} = {format_expr(node)};", set(tensor_names(node, self.tensors)))
+        return ast.Name(name, NOWHERE)
 
     def _builtin_shape(self, b: ast.Builtin) -> Shape | None:
         if b.func == "reshape":
@@ -291,7 +207,7 @@ class _Differentiator:
 
     # -- which tensors carry gradient --------------------------------------
 
-    def _diff_operands(self, op: _Op) -> list[str]:
+    def _diff_operands(self, op: Op) -> list[str]:
         """Tensors (with repeats) through which ``op``'s result depends
         differentiably on its operands."""
         node = op.node
@@ -352,7 +268,7 @@ class _Differentiator:
                 for k, s in enumerate(shape):
                     plain = re.fullmatch(r"\d+", s) or s in self.dims
                     dims.append(s if plain else self.names.fresh(f"{name}_D{k}"))
-                decl = f"{name}[{_idx(dims)}]"
+                decl = f"{name}[{idx(dims)}]"
             self.param_decl[name] = decl
             self.tensors.add(name)
             self.shapes[name] = shape
@@ -382,11 +298,11 @@ class _Differentiator:
     def _refuse_integer_paths(self, seeds: set[str]) -> None:
         """Refuse, before any adjoint is written (some need shapes a byte view
         hides), a gradient path from ``seeds`` back to a ``wrt`` parameter that
-        crosses an integer-only operation (:func:`_refuse_integer_only`)."""
+        crosses an integer-only operation (:func:`refuse_integer_only`)."""
         reached = set(seeds)
         for op in reversed(self.ops):
             if op.out in reached and self.active.get(op.out):
-                _refuse_integer_only(op)
+                refuse_integer_only(op)
                 reached.update(t for t in self._diff_operands(op) if self.active.get(t))
 
     def _gradients(self, cot: dict[str, list[str]], names: Sequence[str]) -> list[str]:
@@ -483,444 +399,13 @@ class _Differentiator:
             else:  # equal or 1, not known until shapes bind
                 out_idx.append(f"i{j}")
                 acc.append(f"i{j} + t{j}")
-                w = _paren(want[j])
-                cons.append(f"t{j} < ({_paren(have[k])} + {w} - 1) / {w}")
+                w = paren(want[j])
+                cons.append(f"t{j} < ({paren(have[k])} + {w} - 1) / {w}")
         clauses = "".join(f", {c}" for c in cons)
-        head = f"[{_idx(out_idx)} : {_idx(want)}]" if want else "[]"
+        head = f"[{idx(out_idx)} : {idx(want)}]" if want else "[]"
         return self._contract(
-            f"R_{target}", f"{head} = +({_access(name, acc)}){clauses}", {name}, want
+            f"R_{target}", f"{head} = +({access(name, acc)}){clauses}", {name}, want
         )
-
-    # -- adjoints -----------------------------------------------------------
-
-    def _adjoint(self, op: _Op, g: str) -> list[tuple[str, str]]:
-        node = op.node
-        if isinstance(node, ast.Contraction):
-            return self._contraction_adjoint(node, g)
-        if isinstance(node, ast.Builtin):
-            return self._builtin_adjoint(node, g)
-        out: list[tuple[str, str]] = []
-        for tensor, text in self._partials(node, op.out, g):
-            if self.active.get(tensor):
-                shape = self._need_shape(op.out, "its operands' gradients are reduced from it")
-                out.append((tensor, self._reduce_to(tensor, text, shape)))
-        return out
-
-    def _partials(self, node: ast.Expr, o: str, g: str) -> list[tuple[str, str]]:
-        """(operand tensor, d out / d operand * g as Tile text at out's shape)."""
-        res: list[tuple[str, str]] = []
-
-        def add(e: ast.Expr, text: str) -> None:
-            t = self._tensor(e)
-            if t is not None:
-                res.append((t, text))
-
-        if isinstance(node, ast.Name):
-            add(node, g)
-        elif isinstance(node, ast.Unary):
-            if node.op == "-":
-                add(node.operand, f"-{g}")
-        elif isinstance(node, ast.Binary):
-            a, b = _atom_text(node.lhs), _atom_text(node.rhs)
-            if node.op == "+":
-                add(node.lhs, g)
-                add(node.rhs, g)
-            elif node.op == "-":
-                add(node.lhs, g)
-                add(node.rhs, f"-{g}")
-            elif node.op == "*":
-                add(node.lhs, f"{g} * {b}")
-                add(node.rhs, f"{g} * {a}")
-            elif node.op == "/":
-                add(node.lhs, f"{g} / {b}")
-                add(node.rhs, f"-({g} * {o} / {b})")
-            elif node.op == "%":
-                add(node.lhs, g)
-                add(node.rhs, f"-({g} * floor({a} / {b}))")
-        elif isinstance(node, ast.Ternary):
-            c = _paren(format_expr(node.cond))
-            add(node.then, f"{c} ? {g} : 0")
-            add(node.other, f"{c} ? 0 : {g}")
-        elif isinstance(node, ast.Call):
-            self._call_partials(node, o, g, add)
-        return res
-
-    def _call_partials(
-        self, node: ast.Call, o: str, g: str, add: Callable[[ast.Expr, str], None]
-    ) -> None:
-        f, args = node.func, node.args
-        x = _atom_text(args[0])
-        unary = {
-            "exp": f"{g} * {o}",
-            "log": f"{g} / {x}",
-            "sqrt": f"{g} / (2 * {o})",
-            "tanh": f"{g} * (1 - {o} * {o})",
-            "sigmoid": f"{g} * {o} * (1 - {o})",
-            "sin": f"{g} * cos({x})",
-            "cos": f"-({g} * sin({x}))",
-            "tan": f"{g} * (1 + {o} * {o})",
-            "erf": f"{g} * 1.1283791670955126 * exp(-({x} * {x}))",
-            "abs": f"{x} > 0 ? {g} : ({x} < 0 ? -{g} : 0)",
-            "relu": f"{x} > 0 ? {g} : 0",
-            "as_float": g,
-        }
-        if f in unary:
-            add(args[0], unary[f])
-            return
-        if f in NO_GRADIENT_FUNCTIONS:
-            return
-        a, b = x, _atom_text(args[1])
-        if f == "pow":
-            lit = args[1]
-            if isinstance(lit, (ast.IntLit, ast.FloatLit)) and lit.value != 0:
-                add(args[0], f"{g} * {b} * pow({a}, {b} - 1)")
-            else:
-                add(args[0], f"{b} == 0 ? 0 : {g} * {b} * pow({a}, {b} - 1)")
-            add(args[1], f"{a} == 0 ? 0 : {g} * {o} * log({a})")
-        elif f in ("max", "min"):
-            cmp = ">" if f == "max" else "<"
-            add(args[0], f"{a} {cmp} {b} ? {g} : ({a} == {b} ? 0.5 * {g} : 0)")
-            add(args[1], f"{b} {cmp} {a} ? {g} : ({a} == {b} ? 0.5 * {g} : 0)")
-        else:  # pragma: no cover - the checks admit no other function
-            raise AutodiffError(f"grad: no derivative rule for '{f}'")
-
-    def _builtin_adjoint(self, b: ast.Builtin, g: str) -> list[tuple[str, str]]:
-        x = b.args[0]
-        if b.func == "reshape" and isinstance(x, ast.Name):
-            if not self.active.get(x.name):
-                return []
-            shape = self._need_shape(x.name, "to reshape its gradient back")
-            text = f"reshape({g}{''.join(', ' + s for s in shape)})"
-            return [(x.name, self._temp(f"C_{x.name}", text, shape))]
-        if b.func == "gather" and isinstance(x, ast.Name):
-            if not self.active.get(x.name):
-                return []
-            return [(x.name, self._gather_adjoint(b, x.name, g))]
-        raise AutodiffError(
-            f"grad: '{b.text}' is not differentiable yet: the adjoint of '{b.func}' "
-            "is not implemented (docs/autodiff.md)"
-        )
-
-    def _gather_adjoint(self, b: ast.Builtin, x: str, g: str) -> str:
-        """``O = gather(X, I, axis)`` (NumPy's ``take``): ``dX`` is ``dO`` added into
-        zeros at the gathered positions, a ``scatter`` with ``add`` (repeated
-        indices accumulate).  The index tensor is flattened to one axis (``J``
-        positions) and broadcast over ``X``'s other axes, as ``scatter``'s
-        indices have the updates' shape."""
-        idx = b.args[1]
-        if not isinstance(idx, ast.Name) or len(b.args) != 3:
-            raise AutodiffError(f"grad: '{b.text}': a gather's indices must be a tensor")
-        axis_arg = b.args[2]
-        try:
-            axis = int(format_expr(axis_arg))
-        except ValueError:
-            raise AutodiffError(f"grad: '{b.text}': the gather's axis must be a number") from None
-        xs = self._need_shape(x, "to scatter its gradient back")
-        ishape = self._need_shape(idx.name, "to scatter the gradient of its gather")
-        rank = len(xs)
-        a = axis % rank if rank else 0
-        count = " * ".join(f"({d})" for d in ishape) if ishape else "1"
-        flat_i = self._temp(f"I_{x}", f"reshape({idx.name}, {count})", (count,))
-        before, after = list(xs[:a]), list(xs[a + 1 :])
-        g_shape = (*before, count, *after)
-        flat_g = self._temp(f"G_{x}", f"reshape({g}{''.join(', ' + d for d in g_shape)})", g_shape)
-        pre = [f"p{k}" for k in range(len(before))]
-        post = [f"q{k}" for k in range(len(after))]
-        out_idx = ", ".join([*pre, "j", *post])
-        sizes = ", ".join(g_shape)
-        spread = self._contract(
-            f"J_{x}", f"[{out_idx} : {sizes}] = =({flat_i}[j])", {flat_i}, g_shape
-        )
-        every = [f"i{k}" for k in range(rank)]
-        # X's shape and type, every element 0 (a constraint no index satisfies)
-        zeros = self._contract(
-            f"Z_{x}",
-            f"[{', '.join(every)} : {', '.join(xs)}] = +({x}[{', '.join(every)}])"
-            + (f", {every[0]} < 0" if every else ""),
-            {x},
-            xs,
-        )
-        return self._temp(f"C_{x}", f"scatter({zeros}, {spread}, {flat_g}, {a}, add)", xs)
-
-    def _solved(self, c: ast.Contraction, k: int) -> _Solved:
-        """The adjoint of ``c`` for operand ``k`` over indices where, if it can,
-        each of ``k``'s index polynomials is a plain index: in ``x + rest``
-        (``x`` an index with coefficient +-1, in no other of ``k``'s
-        polynomials) ``x`` becomes ``u - rest`` (``rest - u``) for a fresh
-        index ``u``.  A bijection of the index space, so the valid tuples (the
-        accesses in bounds, the constraints) are the same; the adjoint then
-        writes ``dA[u, ...]`` as a plain contraction instead of accumulating
-        into ``dA[x + kx - 1, ...]`` (a scatter the backends run slowly)."""
-        polys = list(c.operands[k].indices)
-        subs: dict[str, ast.Expr] = {}
-        for j, p in enumerate(polys):
-            terms = _terms(p)
-            if len(terms) < 2:
-                continue
-            elsewhere: set[str] = set()
-            for jj, q in enumerate(polys):
-                if jj != j:
-                    elsewhere |= _expr_names(q)
-            for t, (sign, term) in enumerate(terms):
-                if not isinstance(term, ast.Name) or term.name in self.dims:
-                    continue
-                x = term.name
-                rest = terms[:t] + terms[t + 1 :]
-                if x in elsewhere or any(x in _expr_names(e) for _, e in rest):
-                    continue
-                u = ast.Name(self.names.fresh(f"{x}_"), _P)
-                if sign > 0:  # x + rest == u: x = u - rest
-                    solved = _sum([(1, u), *((-sg, tt) for sg, tt in rest)])
-                else:  # rest - x == u: x = rest - u
-                    solved = _sum([*rest, (-1, u)])
-                # An earlier solution may read x (``i = i_ - r``, then ``r + 1``
-                # solved for r): compose, so no old index is left behind.
-                subs = {y: _substitute(e, {x: solved}) for y, e in subs.items()}
-                subs[x] = solved
-                polys[j] = u
-                break
-
-        def fmt(e: ast.Expr) -> str:
-            return format_expr(_substitute(e, subs))
-
-        return _Solved(
-            out=[fmt(e) for e in c.out_indices],
-            ops=[
-                [fmt(e) for e in (polys if kk == k else a.indices)]
-                for kk, a in enumerate(c.operands)
-            ],
-            cons=[(fmt(q.poly), format_expr(q.bound)) for q in c.constraints],
-        )
-
-    def _contraction_adjoint(self, c: ast.Contraction, g: str) -> list[tuple[str, str]]:
-        out_polys = [format_expr(e) for e in c.out_indices]
-        cons = [(format_expr(k.poly), format_expr(k.bound)) for k in c.constraints]
-        polys = [[format_expr(e) for e in a.indices] for a in c.operands]
-        res: list[tuple[str, str]] = []
-        if c.default is not None and self.active.get(c.default.name):
-            res.append((c.default.name, self._default_adjoint(c, g, out_polys, polys, cons)))
-
-        def emit(
-            k: int, combo: Callable[[_Solved], str], reads: set[str], others_in_bounds: bool
-        ) -> None:
-            """``dA_k[...] = +(combo), constraints``; ``others_in_bounds``: the
-            operands the combination drops stay bounds (constraints)."""
-            a = c.operands[k]
-            sv = self._solved(c, k)
-            extra: list[tuple[str, str]] = []
-            if others_in_bounds:
-                for kk, b in enumerate(c.operands):
-                    if kk != k:
-                        shape = self._need_shape(b.tensor, "its bounds limit a contraction")
-                        extra += list(zip(sv.ops[kk], shape))
-            shape = self._need_shape(a.tensor, "its gradient is sized like it")
-            head = f"[{_idx(sv.ops[k])} : {_idx(shape)}]" if shape else "[]"
-            clauses = "".join(f", {p} < {b}" for p, b in sv.cons + extra)
-            text = f"{head} = +({combo(sv)}){clauses}"
-            name = self._contract(f"C_{a.tensor}", text, reads, shape)
-            res.append((a.tensor, name))
-
-        ops = c.operands
-
-        def acc(k: int) -> Callable[[_Solved], str]:
-            return lambda sv: _access(ops[k].tensor, sv.ops[k])
-
-        def gacc(sv: _Solved) -> str:
-            return _access(g, sv.out)
-
-        def times(o: Callable[[_Solved], str]) -> Callable[[_Solved], str]:
-            return lambda sv: f"{gacc(sv)} * {o(sv)}"
-
-        if c.agg in ("add", "assign"):
-            if c.combo == "none":
-                if self.active.get(ops[0].tensor):
-                    emit(0, gacc, {g}, False)
-            elif c.combo == "mul":
-                for k, other in ((0, 1), (1, 0)):
-                    if self.active.get(ops[k].tensor):
-                        emit(k, times(acc(other)), {g, ops[other].tensor}, False)
-            elif c.combo == "add":
-                for k in (0, 1):
-                    if self.active.get(ops[k].tensor):
-                        emit(k, gacc, {g}, True)
-            elif c.combo == "cond":
-                if self.active.get(ops[2].tensor):
-                    x, y = acc(0), acc(1)
-                    emit(
-                        2,
-                        lambda sv: f"{x(sv)} == {y(sv)} ? ({gacc(sv)})",
-                        {g, ops[0].tensor, ops[1].tensor},
-                        False,
-                    )
-            return res
-        if c.combo != "none":
-            raise AutodiffError(
-                f"grad: '{c.text}': the gradient of a '{_AGG_TOKEN[c.agg]}' aggregation is "
-                "implemented for a single operand only (docs/autodiff.md)"
-            )
-        a = ops[0]
-        if not self.active.get(a.tensor):
-            return res
-        if c.agg in ("max", "min"):
-            # every element equal to the extremum gets the gradient (ties included)
-            emit(
-                0,
-                lambda sv: f"{acc(0)(sv)} == {_access(c.output, sv.out)} ? ({gacc(sv)})",
-                {g, a.tensor, c.output},
-                False,
-            )
-            return res
-        # product: exact with zeros, from the product of the nonzero factors and
-        # the count of zero factors of each output element
-        sizes = self._need_shape(c.output, "product gradient")
-        head = f"[{_idx(out_polys)} : {_idx(sizes)}]" if sizes else "[]"
-        clauses = "".join(f", {p} < {b}" for p, b in cons)
-        t = a.tensor
-        zc = self._temp(f"Z_{t}", f"{t} == 0 ? 1 : 0", self._shape_of(t))
-        nz = self._temp(f"NZ_{t}", f"{t} == 0 ? 1 : {t}", self._shape_of(t))
-        inv = self._temp(f"INV_{t}", f"{t} == 0 ? 0 : 1 / {t}", self._shape_of(t))
-        isz = self._temp(f"ISZ_{t}", f"{t} == 0 ? {nz} : 0", self._shape_of(t))
-        zeros = self._contract(
-            f"NZERO_{c.output}", f"{head} = +({_access(zc, polys[0])}){clauses}", {zc}, sizes
-        )
-        prod = self._contract(
-            f"PNZ_{c.output}", f"{head} = *({_access(nz, polys[0])}){clauses}", {nz}, sizes
-        )
-        g1 = self._temp(f"G1_{t}", f"{zeros} == 0 ? {g} * {prod} : 0", sizes)
-        g2 = self._temp(f"G2_{t}", f"{zeros} == 1 ? {g} * {prod} : 0", sizes)
-        emit(0, lambda sv: f"{_access(g1, sv.out)} * {_access(inv, sv.ops[0])}", {g1, inv}, False)
-        emit(0, lambda sv: f"{_access(g2, sv.out)} * {_access(isz, sv.ops[0])}", {g2, isz}, False)
-        return res
-
-    def _default_adjoint(
-        self,
-        c: ast.Contraction,
-        g: str,
-        out_polys: list[str],
-        polys: list[list[str]],
-        cons: list[tuple[str, str]],
-    ) -> str:
-        """The default tensor's gradient: ``g`` where no valid tuple writes."""
-        sizes = self._need_shape(c.output, "default gradient")
-        if not sizes:
-            raise AutodiffError(f"grad: '{c.text}': a rank-0 output with a default")
-        ones = self._temp(f"ONE_{c.output}", f"index({g}, 0) * 0 + 1", sizes)
-        extra = []
-        for k, a in enumerate(c.operands):
-            shape = self._need_shape(a.tensor, "its bounds limit a contraction")
-            extra += list(zip(polys[k], shape))
-        clauses = "".join(f", {p} < {b}" for p, b in cons + extra)
-        head = f"[{_idx(out_polys)} : {_idx(sizes)}]"
-        hit = self._contract(
-            f"HIT_{c.output}", f"{head} = >({_access(ones, out_polys)}){clauses}", {ones}, sizes
-        )
-        default = c.default.name if c.default is not None else c.output
-        return self._temp(f"C_{default}", f"{hit} > 0 ? 0 : {g}", sizes)
-
-
-@dataclass(frozen=True)
-class _Solved:
-    """A contraction's index polynomials (text) after :meth:`_Differentiator._solved`."""
-
-    out: list[str]  # the output's
-    ops: list[list[str]]  # each operand's
-    cons: list[tuple[str, str]]  # (poly, bound) of each constraint
-
-
-def _terms(e: ast.Expr) -> list[tuple[int, ast.Expr]]:
-    """The signed additive terms of an index polynomial."""
-    if isinstance(e, ast.Binary) and e.op in ("+", "-"):
-        sign = 1 if e.op == "+" else -1
-        return _terms(e.lhs) + [(sign * s, t) for s, t in _terms(e.rhs)]
-    if isinstance(e, ast.Unary) and e.op == "-":
-        return [(-s, t) for s, t in _terms(e.operand)]
-    return [(1, e)]
-
-
-def _sum(terms: Sequence[tuple[int, ast.Expr]]) -> ast.Expr:
-    if not terms:
-        return ast.IntLit(0, _P)
-    sign, first = terms[0]
-    out: ast.Expr = first if sign > 0 else ast.Unary("-", first, _P)
-    for sign, t in terms[1:]:
-        out = ast.Binary("+" if sign > 0 else "-", out, t, _P)
-    return out
-
-
-def _expr_names(e: ast.Expr) -> set[str]:
-    if isinstance(e, ast.Name):
-        return {e.name}
-    if isinstance(e, ast.Unary):
-        return _expr_names(e.operand)
-    if isinstance(e, ast.Binary):
-        return _expr_names(e.lhs) | _expr_names(e.rhs)
-    if isinstance(e, ast.Ternary):
-        return _expr_names(e.cond) | _expr_names(e.then) | _expr_names(e.other)
-    if isinstance(e, ast.Call):
-        return set().union(*(_expr_names(a) for a in e.args))
-    return set()
-
-
-def _substitute(e: ast.Expr, subs: dict[str, ast.Expr]) -> ast.Expr:
-    if not subs:
-        return e
-    if isinstance(e, ast.Name):
-        return subs.get(e.name, e)
-    if isinstance(e, ast.Unary):
-        return ast.Unary(e.op, _substitute(e.operand, subs), e.pos)
-    if isinstance(e, ast.Binary):
-        return ast.Binary(e.op, _substitute(e.lhs, subs), _substitute(e.rhs, subs), e.pos)
-    return e
-
-
-#: Statement builtins that reinterpret bytes: no value of theirs is a smooth
-#: function of their input's, so no gradient flows through them.
-BYTE_VIEWS = frozenset(VIEW_BITS)
-
-
-def _refuse_integer_only(op: _Op) -> None:
-    """A gradient that would flow through ``dot4`` (the function or the
-    combination) or a byte view is refused: they compute on the bytes of
-    integers, and have no derivative (docs/autodiff.md)."""
-    node = op.node
-    if isinstance(node, ast.Contraction) and node.combo == "dot4":
-        what, text = "the combination 'dot4' multiplies integer bytes", node.text
-    elif isinstance(node, ast.Builtin) and node.func in BYTE_VIEWS:
-        what, text = f"'{node.func}' reinterprets bytes", node.text
-    elif isinstance(node, ast.Call) and node.func == "dot4":
-        what, text = "'dot4' multiplies integer bytes", format_expr(node)
-    else:
-        return
-    raise AutodiffError(
-        f"grad: '{text}': {what}, an integer operation with no gradient, and a parameter "
-        "named in wrt flows through it to an output; differentiate with respect to the "
-        "parameters that do not reach it (a quantised model's float scales, say)"
-    )
-
-
-def _reads_of(c: ast.Contraction) -> set[str]:
-    reads = {a.tensor for a in c.operands}
-    if c.default is not None:
-        reads.add(c.default.name)
-    return reads
-
-
-def _contraction_text(c: ast.Contraction) -> str:
-    accs = [_access(a.tensor, [format_expr(e) for e in a.indices]) for a in c.operands]
-    combo = {
-        "none": "{0}",
-        "mul": "{0} * {1}",
-        "add": "{0} + {1}",
-        "eq": "{0} == {1}",
-        "dot4": "dot4({0}, {1})",
-        "cond": "{0} == {1} ? ({2})",
-    }[c.combo].format(*accs)
-    outs = [format_expr(e) for e in c.out_indices]
-    head = f"[{_idx(outs)} : {_idx(format_expr(s) for s in c.sizes)}]" if outs else "[]"
-    clauses = "".join(f", {format_expr(k.poly)} < {format_expr(k.bound)}" for k in c.constraints)
-    if c.default is not None:
-        clauses += f", default {c.default.name}"
-    return f"{c.output}{head} = {_AGG_TOKEN[c.agg]}({combo}){clauses};"
 
 
 def _check_wrt(fn: ast.Function, wrt: Sequence[str]) -> None:
