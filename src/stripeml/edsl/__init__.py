@@ -32,36 +32,38 @@ from typing import Any
 
 from ..api import Executable, Function
 from ..errors import EdslError, StripeError
+from ._calls import builtin, call, gradients
 from ._core import (
-    _STATE,
-    BINARY,
-    UNARY,
     Access,
     Combo,
-    Constraint,
-    Dim,
-    Index,
-    Loc,
-    Poly,
     Tensor,
-    Trace,
     _operand_tree,
-    builtin,
-    call,
-    cast_spec,
     cast_to,
     cond,
     constraint,
-    dims,
     dot4,
     eltwise,
-    gradients,
-    indexes,
-    misuse,
     output,
-    user_loc,
 )
 from ._emit import Emitted, emit
+from ._poly import (
+    Constraint,
+    Dim,
+    Index,
+    Poly,
+    dims,
+    indexes,
+)
+from ._trace import (
+    _STATE,
+    BINARY,
+    UNARY,
+    Loc,
+    Trace,
+    cast_spec,
+    misuse,
+    user_loc,
+)
 
 __all__ = [
     "Access",

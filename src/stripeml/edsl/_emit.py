@@ -11,14 +11,18 @@ from typing import Any
 from ..autodiff import AutodiffError, adjoint_statements
 from ..errors import StripeError
 from ._core import (
-    Contraction,
+    Tensor,
+)
+from ._poly import (
     Dim,
+)
+from ._trace import (
+    Contraction,
     GradNode,
     Loc,
-    Tensor,
     Trace,
     Tree,
-    _assigned_names,
+    assigned_names,
     misuse,
     text_of,
 )
@@ -104,7 +108,7 @@ def emit(
         if n.kind in ("param", "output", "gradient") or inlined(n):
             continue
         if n.name is None:
-            found = _assigned_names(n.loc)
+            found = assigned_names(n.loc)
             if found is not None and len(found) == 1 and trace.last_on_line.get(n.loc) is n:
                 n.name = trace.fresh(found[0], True, "")
             else:
