@@ -16,7 +16,15 @@ appearance:
   own shapes), so those are set to one value (``none``, no offset);
 * every refinement of the kernel and its nested blocks becomes ``r0``,
   ``r1`` ..., every scalar ``s0``, ``s1`` ..., the kernel ``k`` and the
-  blocks inside it ``k1``, ``k2`` ...; comments are dropped.
+  blocks inside it ``k1``, ``k2`` ...; comments are dropped;
+* a positive constant term of a kernel refinement's access to a root buffer
+  (``T6[10, n, 0, g]``: the row of step 10) is taken out, the smallest one in
+  each dimension over the kernel's refinements of that buffer, when those share
+  their strides: ``T6[n, 0, g]`` at ``b0`` and a byte offset of ``10 * 512 * 4``
+  in :attr:`CanonicalKernel.offsets`, which the caller adds to the buffer's
+  address.  The steps of an unrolled loop, reading and writing rows of one
+  buffer, then share one body.  Only element-multiples move, so every access
+  keeps its alignment (the code aligns loads and stores to an element).
 
 Index names, tags, shapes, accesses, constraints, constants and every other
 field are kept as they are: kernels that differ in any of them get different
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..ir.dtypes import itemsize
 from ..ir.nodes import (
     Block,
     Constant,
@@ -66,6 +75,8 @@ class CanonicalKernel:
     program: Program
     buffers: tuple[str, ...]
     text: str
+    #: per buffer, bytes to add to its address (constant offsets taken out)
+    offsets: tuple[int, ...] = ()
 
     @property
     def kernel(self) -> Block:
@@ -147,6 +158,108 @@ def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     params = {name: f"b{n}" for n, name in enumerate(used)}
     refs = _root_refs(root)
     buffers = tuple(Refinement("none", params[name], refs[name].shape) for name in used)
+    kernel, offsets = _hoisted(kernel, used, refs)
     renamed = _Renamer().block(kernel, params, top=True)
     mini = Program(replace(root, refs=buffers, stmts=(renamed,), name="canonical", comment=""))
-    return CanonicalKernel(mini, used, format_ir(mini))
+    return CanonicalKernel(mini, used, format_ir(mini), offsets)
+
+
+def _hoisted(
+    kernel: Block, used: tuple[str, ...], roots: dict[str, Refinement]
+) -> tuple[Block, tuple[int, ...]]:
+    """``kernel`` with the positive constant terms its refinements of each root
+    buffer share taken out of their accesses (see the module docstring), and
+    the byte offset taken out of each buffer of ``used``."""
+    kernel = _pushed_up(kernel)
+    mins: dict[str, list[int] | None] = {}
+    strides: dict[str, tuple[int, ...]] = {}
+    for r in kernel.refs:
+        if not r.from_:
+            continue
+        if len(r.access) != len(r.shape.strides):
+            mins[r.from_] = None
+            continue
+        seen = strides.setdefault(r.from_, r.shape.strides)
+        low = mins.setdefault(r.from_, [a.const for a in r.access])
+        if seen != r.shape.strides or low is None:
+            mins[r.from_] = None
+            continue
+        for d, a in enumerate(r.access):
+            low[d] = min(low[d], a.const)
+    offsets: list[int] = []
+    moved: dict[str, list[int]] = {}
+    for name in used:
+        low = mins.get(name)
+        size = itemsize(roots[name].shape.dtype)
+        if low is None or not any(c > 0 for c in low) or int(size) != size:
+            offsets.append(0)
+            continue
+        cut = [max(0, c) for c in low]
+        moved[name] = cut
+        offsets.append(sum(c * st for c, st in zip(cut, strides[name])) * int(size))
+    if not moved:
+        return kernel, tuple(offsets)
+    refs = tuple(
+        replace(r, access=tuple(a - c for a, c in zip(r.access, moved[r.from_])))
+        if r.from_ in moved
+        else r
+        for r in kernel.refs
+    )
+    return replace(kernel, refs=refs), tuple(offsets)
+
+
+def _pushed_up(kernel: Block) -> Block:
+    """``kernel`` with the positive constant terms shared by every nested view of
+    one of its root-buffer views moved up into that view's access (the nested
+    blocks' addresses are the same): a register tile's epilogue that reads the
+    step's row ``r4[30, n, 1, g]`` of a view ``r4[0, 0, 0, 0]`` reads
+    ``r4[0, n, 1, g]`` of ``r4[30, 0, 0, 0]``, whose constant :func:`_hoisted`
+    then takes out.  Not for a view the kernel loads, stores or hands to a
+    special itself, nor when a nested view has another rank or other strides."""
+    direct: set[str] = set()
+    children: list[Block] = []
+    for s in kernel.stmts:
+        if isinstance(s, Block):
+            children.append(s)
+        elif isinstance(s, Load | Store):
+            direct.add(s.ref)
+        elif isinstance(s, Special):
+            direct.update((*s.inputs, *s.outputs))
+    if not children:
+        return kernel
+    shifts: dict[str, list[int]] = {}
+    for r in kernel.refs:
+        if not r.from_ or r.into in direct:
+            continue
+        subs = [c for b in children for c in b.refs if c.from_ == r.into]
+        rank = len(r.access)
+        if not subs or any(
+            len(c.access) != rank or c.shape.strides != r.shape.strides for c in subs
+        ):
+            continue
+        low = [max(0, min(c.access[d].const for c in subs)) for d in range(rank)]
+        if any(low):
+            shifts[r.into] = low
+    if not shifts:
+        return kernel
+    refs = tuple(
+        replace(r, access=tuple(a + c for a, c in zip(r.access, shifts[r.into])))
+        if r.into in shifts
+        else r
+        for r in kernel.refs
+    )
+    stmts = tuple(
+        replace(
+            s,
+            refs=tuple(
+                replace(c, access=tuple(a - m for a, m in zip(c.access, shifts[c.from_])))
+                if c.from_ in shifts
+                else c
+                for c in s.refs
+            ),
+        )
+        if isinstance(s, Block)
+        else s
+        for s in kernel.stmts
+    )
+    return replace(kernel, refs=refs, stmts=stmts)

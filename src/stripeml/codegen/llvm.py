@@ -101,7 +101,11 @@ def generate(
                 declared.add(symbol)
                 glue.append(entry_declaration(symbol))
             wrapper = kernel_symbol(n, stmt)
-            glue.append(forwarder_text(wrapper, symbol, [slot[name] for name in canon.buffers]))
+            glue.append(
+                forwarder_text(
+                    wrapper, symbol, [slot[name] for name in canon.buffers], canon.offsets
+                )
+            )
             steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")

@@ -11,7 +11,7 @@ runs inside the loops, the Stripe semantics, is :mod:`.llvm_kernel`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -42,10 +42,11 @@ def emit_wrapper(module: ir.Module, symbol: str, body: ir.Function, slots: list[
     wb.ret_void()
 
 
-def forwarder_text(symbol: str, entry: str, slots: list[int]) -> str:
+def forwarder_text(symbol: str, entry: str, slots: list[int], offsets: Sequence[int] = ()) -> str:
     """The LLVM text of the ABI function ``symbol(void **buffers, start, end)`` of
-    a kernel step: it gathers ``buffers[slots[i]]`` into an array of its own and
-    calls ``entry`` (a body's entry, declared with :func:`entry_declaration`)
+    a kernel step: it gathers ``buffers[slots[i]]`` (plus ``offsets[i]`` bytes,
+    the constant offsets its canonical form took out) into an array of its own
+    and calls ``entry`` (a body's entry, declared with :func:`entry_declaration`)
     with it.  Written as text, not through llvmlite's builder: a model has one
     per kernel step (BERT-base: 295), and building and printing them with
     llvmlite objects cost more than the text."""
@@ -60,8 +61,14 @@ def forwarder_text(symbol: str, entry: str, slots: list[int]) -> str:
         lines += [
             f"  %at{i} = getelementptr ptr, ptr %bufs, i64 {slot}",
             f"  %p{i} = load ptr, ptr %at{i}",
+        ]
+        value = f"%p{i}"
+        if i < len(offsets) and offsets[i]:
+            lines.append(f"  %q{i} = getelementptr i8, ptr %p{i}, i64 {offsets[i]}")
+            value = f"%q{i}"
+        lines += [
             f"  %to{i} = getelementptr [{n} x ptr], ptr %local, i64 0, i64 {i}",
-            f"  store ptr %p{i}, ptr %to{i}",
+            f"  store ptr {value}, ptr %to{i}",
         ]
     lines += [f'  call void @"{entry}"(ptr %local, i64 %start, i64 %end)', "  ret void", "}", ""]
     return "\n".join(lines)

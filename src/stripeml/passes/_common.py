@@ -73,17 +73,29 @@ def writes(stmt: Statement) -> set[str]:
     return set()
 
 
-def rewrite_until_fixed(root: Block, at: Callable[[Block, int], Block | None]) -> Block:
+def rewrite_until_fixed(
+    root: Block, at: Callable[[Block, int], Block | None], resume: bool = False
+) -> Block:
     """``root`` rewritten at its first statement ``k`` where ``at(root, k)`` gives a
     new root, again and again until no statement gives one (``root`` itself when
-    none ever does).  Each rewrite must remove something, so this ends."""
+    none ever does).  Each rewrite must remove something, so this ends.
+
+    ``resume``: after a rewrite at ``k`` (which removed statement ``k``), look on
+    from ``k`` instead of from the first statement, and sweep again from the
+    first once the last is passed, until a whole sweep rewrites nothing: the
+    same fixed point for a rewrite that removes the statement it is asked about,
+    without rescanning what comes before it after every rewrite."""
     changed = True
     while changed:
         changed = False
-        for k in range(len(root.stmts)):
+        k = 0
+        while k < len(root.stmts):
             new = at(root, k)
-            if new is not None:
-                root, changed = new, True
+            if new is None:
+                k += 1
+                continue
+            root, changed = new, True
+            if not resume:
                 break
     return root
 

@@ -14,13 +14,17 @@ only statements are ``$x = load(X)`` and ``Y = store($x)``, with:
 
 * ``X`` a root temporary read at exactly the kernel's indices over its whole
   shape (index ``k`` of range ``X.sizes[k]`` for dimension ``k``);
-* ``Y`` a root temporary (``none``, not constant) of the same rank, dtype and
+* ``Y`` a root temporary (``none``, not constant) of the same dtype and
   location, written through an ``assign`` view at ``index + constant`` per
-  dimension, in the same order;
+  dimension of ``X``, in the same order; ``Y`` may have more dimensions than
+  ``X``, written at constant indices (``Y[t, d, n, h] = X[n, h]``: a step's
+  row of an unrolled loop's output), and ``X``'s views then take them, at
+  those constants and of size 1;
 * ``X`` touched by no statement after the copy;
-* ``Y`` touched by no statement before the copy except writes whose bounding
-  boxes miss the copied region (the ``#fill`` kernels of the halo, the other
-  parts of a concatenation) and kernels that store only zeros (a
+* ``Y`` touched by no statement before the copy except reads and writes whose
+  bounding boxes miss the copied region (the ``#fill`` kernels of the halo, the
+  other parts of a concatenation, the next step of an unrolled loop reading the
+  row an earlier step wrote in place) and kernels that store only zeros (a
   concatenation's zero fill: one after the first statement using ``X`` moves
   before it, when nothing in between writes ``Y``); by none of the
   statements that use ``X`` (so ``Y`` still holds, at the copy, what it would
@@ -51,7 +55,16 @@ from typing import ClassVar
 
 from ..analysis.liveness import live_range
 from ..ir.affine import Affine, box_interval
-from ..ir.nodes import Block, Constant, Program, Refinement, Special, Statement, Store
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Program,
+    Refinement,
+    Special,
+    Statement,
+    Store,
+    TensorShape,
+)
 from ._common import copy_views, reads, rewrite_until_fixed, touches, writes
 from .registry import register
 
@@ -99,10 +112,13 @@ def _drop_covered_zero_fills(root: Block) -> Block:
     return root
 
 
-def _copy(
-    root: Block, k: int, s: Statement
-) -> tuple[Refinement, Refinement, tuple[int, ...]] | None:
-    """``(X's root ref, Y's root ref, offsets)`` when root statement ``k`` is a
+#: Per dimension of ``Y``: the dimension of ``X`` it holds (``None``: one that
+#: ``X`` lacks, written at a constant index), and the constant added.
+Placement = tuple[tuple[int | None, int], ...]
+
+
+def _copy(root: Block, k: int, s: Statement) -> tuple[Refinement, Refinement, Placement] | None:
+    """``(X's root ref, Y's root ref, placement)`` when root statement ``k`` is a
     copy this pass applies to (the copy's own shape, see the module docstring)."""
     views = copy_views(s)
     if views is None or not isinstance(s, Block) or any(i.affine is not None for i in s.idxs):
@@ -117,29 +133,36 @@ def _copy(
     if rx.shape.dtype != ry.shape.dtype or rx.location != ry.location:
         return None
     rank = len(rx.shape.sizes)
-    if len(ry.shape.sizes) != rank or len(s.idxs) != rank:
+    if len(ry.shape.sizes) < rank or len(s.idxs) != rank:
         return None
-    if src.shape.sizes != (1,) * rank or dst.shape.sizes != (1,) * rank:
+    if src.shape.sizes != (1,) * rank or dst.shape.sizes != (1,) * len(ry.shape.sizes):
         return None
-    offsets = []
     for d, idx in enumerate(s.idxs):
         if idx.range != rx.shape.sizes[d] or src.access[d] != Affine.index(idx.name):
             return None
-        a = dst.access[d]
-        if a.coeffs != {idx.name: 1}:
+    placement: list[tuple[int | None, int]] = []
+    held = 0  # X's dimensions placed so far, in order
+    for a in dst.access:
+        if not a.coeffs:
+            placement.append((None, a.const))
+        elif held < rank and a.coeffs == {s.idxs[held].name: 1}:
+            placement.append((held, a.const))
+            held += 1
+        else:
             return None
-        offsets.append(a.const)
-    return rx, ry, tuple(offsets)
+    if held != rank:
+        return None
+    return rx, ry, tuple(placement)
 
 
 def _alias(
-    root: Block, k: int, rx: Refinement, ry: Refinement, offsets: tuple[int, ...]
+    root: Block, k: int, rx: Refinement, ry: Refinement, placement: Placement
 ) -> Block | None:
     x, y = rx.into, ry.into
     before, after = root.stmts[:k], root.stmts[k + 1 :]
     if any(touches(s, x) for s in after):
         return None
-    region = [(c, c + n - 1) for c, n in zip(offsets, rx.shape.sizes)]
+    region = [(c, c + (1 if d is None else rx.shape.sizes[d]) - 1) for d, c in placement]
     first = next(i for i, s in enumerate(before) if touches(s, x))
     early: list[int] = []  # zero fills of the region to run before X's first use
     for i, s in enumerate(before):
@@ -148,8 +171,10 @@ def _alias(
             return None
         if not isinstance(s, Block):
             continue
-        if y in reads(s) or (uses_x and y in writes(s)):
+        if uses_x and y in writes(s):
             return None
+        if y in reads(s) and not _misses(s, y, region, reading=True):
+            return None  # reads of Y elsewhere (an earlier step's row) see the same
         if y in writes(s) and not _misses(s, y, region):
             # Zeros stored before X's elements are: what X's unstored elements
             # hold.  A zero fill after X's first use moves before it, when no
@@ -166,7 +191,7 @@ def _alias(
         if i in early:
             continue
         if isinstance(s, Block) and any(r.from_ == x for r in s.refs):
-            new = _retarget(s, x, ry, offsets)
+            new = _retarget(s, x, ry, placement)
             if new is None:
                 return None
             s = new
@@ -183,14 +208,14 @@ def _zero_fill(kernel: Block) -> bool:
     ) and all(r.dir == "out" for r in kernel.refs)
 
 
-def _misses(kernel: Block, y: str, region: Box) -> bool:
-    """Whether every view of ``y`` the kernel writes stays, on its index box,
-    outside ``region`` (in some dimension)."""
+def _misses(kernel: Block, y: str, region: Box, reading: bool = False) -> bool:
+    """Whether every view of ``y`` the kernel writes (``reading``: reads) stays,
+    on its index box, outside ``region`` (in some dimension)."""
     ranges = {i.name: i.range for i in kernel.idxs if i.affine is None}
     if len(ranges) != len(kernel.idxs):
         return False
     for r in kernel.refs:
-        if r.from_ != y or r.dir == "in":
+        if r.from_ != y or (r.dir not in ("in", "inout") if reading else r.dir == "in"):
             continue
         for (lo, hi), a, n in zip(region, r.access, r.shape.sizes):
             if any(name not in ranges for name in a.names):
@@ -203,8 +228,9 @@ def _misses(kernel: Block, y: str, region: Box) -> bool:
     return True
 
 
-def _retarget(kernel: Block, x: str, ry: Refinement, offsets: tuple[int, ...]) -> Block | None:
-    """``kernel`` with its views of ``x`` made views of ``ry`` shifted by ``offsets``."""
+def _retarget(kernel: Block, x: str, ry: Refinement, placement: Placement) -> Block | None:
+    """``kernel`` with its views of ``x`` made views of ``ry`` placed by ``placement``
+    (shifted, and given ``Y``'s extra dimensions at their constants)."""
     strides = ry.shape.strides
     refs: list[Refinement] = []
     stmts = list(kernel.stmts)
@@ -212,31 +238,44 @@ def _retarget(kernel: Block, x: str, ry: Refinement, offsets: tuple[int, ...]) -
         if r.from_ != x:
             refs.append(r)
             continue
-        access = tuple(a + c for a, c in zip(r.access, offsets))
+        access = tuple(Affine.constant(c) if d is None else r.access[d] + c for d, c in placement)
         refs.append(
-            replace(r, from_=ry.into, access=access, shape=replace(r.shape, strides=strides))
+            replace(r, from_=ry.into, access=access, shape=_placed(r.shape, placement, strides))
         )
         for i, s in enumerate(stmts):
             if isinstance(s, Block):
-                nested = _restride(s, r.into, strides)
+                nested = _restride(s, r.into, placement, strides)
                 if nested is None:
                     return None
                 stmts[i] = nested
     return replace(kernel, refs=tuple(refs), stmts=tuple(stmts))
 
 
-def _restride(block: Block, name: str, strides: tuple[int, ...]) -> Block | None:
+def _placed(shape: TensorShape, placement: Placement, strides: tuple[int, ...]) -> TensorShape:
+    """A view's ``shape`` of ``X``'s rank given ``Y``'s: size 1 in ``Y``'s extra
+    dimensions, ``Y``'s strides."""
+    sizes = tuple(1 if d is None else shape.sizes[d] for d, _ in placement)
+    return replace(shape, sizes=sizes, strides=strides)
+
+
+def _restride(
+    block: Block, name: str, placement: Placement, strides: tuple[int, ...]
+) -> Block | None:
     """``block`` with every view of ``name`` (and views of those, recursively)
-    taking ``strides``; ``None`` when one has another rank."""
+    placed in ``Y`` (``Y``'s rank and strides, index 0 in its extra dimensions);
+    ``None`` when one has another rank than ``X``."""
     if any(isinstance(s, Special) for s in block.stmts):
         return None
     refs: list[Refinement] = []
     mine: list[str] = []
+    held = sum(d is not None for d, _ in placement)
     for r in block.refs:
         if r.from_ == name:
-            if len(r.shape.strides) != len(strides):
+            if len(r.shape.strides) != held or len(r.access) != held:
                 return None
-            refs.append(replace(r, shape=replace(r.shape, strides=strides)))
+            access = tuple(Affine() if d is None else r.access[d] for d, _ in placement)
+            shape = _placed(r.shape, placement, strides)
+            refs.append(replace(r, access=access, shape=shape))
             mine.append(r.into)
         else:
             refs.append(r)
@@ -244,7 +283,7 @@ def _restride(block: Block, name: str, strides: tuple[int, ...]) -> Block | None
     for s in block.stmts:
         if isinstance(s, Block):
             for n in mine:
-                found = _restride(s, n, strides)
+                found = _restride(s, n, placement, strides)
                 if found is None:
                     return None
                 s = found

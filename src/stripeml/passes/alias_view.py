@@ -58,8 +58,48 @@ class AliasView:
     name: ClassVar[str] = "alias_view"
 
     def run(self, program: Program) -> Program:
-        root = rewrite_until_fixed(program.root, _alias)
+        root = rewrite_until_fixed(program.root, _alias, resume=True)
         return program if root is program.root else Program(root)
+
+
+#: The root asked about last, the buffers each of its statements reads, writes
+#: and names, and its refinements by name: ``rewrite_until_fixed`` asks about
+#: every statement of one root in turn, and each fold updates them for the new
+#: root (an unrolled LSTM folds 320 slices, one at a time, among ~1,000
+#: statements).
+_LAST: tuple[Block, _Flows] | None = None
+
+
+@dataclass
+class _Flows:
+    read: list[set[str]]
+    written: list[set[str]]
+    named: list[set[str]]
+    buffers: dict[str, Refinement]
+
+
+def _flows(root: Block) -> _Flows:
+    """What each of ``root``'s statements reads, writes and names, and its buffers."""
+    global _LAST
+    last = _LAST
+    if last is not None and last[0] is root:
+        return last[1]
+    named = [
+        {r.from_ for r in st.refs if r.from_}
+        if isinstance(st, Block)
+        else {*st.inputs, *st.outputs}
+        if isinstance(st, Special)
+        else set()
+        for st in root.stmts
+    ]
+    flows = _Flows(
+        [reads(st) for st in root.stmts],
+        [writes(st) for st in root.stmts],
+        named,
+        {r.into: r for r in root.refs},
+    )
+    _LAST = (root, flows)
+    return flows
 
 
 def _innermost(sizes: tuple[int, ...]) -> int | None:
@@ -74,7 +114,8 @@ def _alias(root: Block, k: int) -> Block | None:
         return None
     assert isinstance(copy, Block)
     src, dst = views
-    buffers = {r.into: r for r in root.refs}
+    flows = _flows(root)
+    buffers = flows.buffers
     rs, rt = buffers.get(src.from_), buffers.get(dst.from_)
     if rs is None or rt is None or rs is rt:
         return None
@@ -95,24 +136,31 @@ def _alias(root: Block, k: int) -> Block | None:
         if s_in is None or uses != [s_in] or src.access[s_in].coeff(n or "") != 1:
             return None
     t, s = rt.into, rs.into
-    for i, st in enumerate(root.stmts):
-        if i == k:
+    named, written = flows.named, flows.written
+    if any(t in named[i] for i in range(k)):
+        return None
+    if any(s in written[i] or t in written[i] for i in range(k + 1, len(written))):
+        return None
+    stmts = list(root.stmts)
+    read = list(flows.read)
+    named = list(named)
+    for i in range(k + 1, len(stmts)):
+        if t not in named[i]:
             continue
-        touched = reads(st) | writes(st)
-        if i < k and t in touched:
-            return None
-        if i > k and (writes(st) & {s, t}):
-            return None
-    stmts: list[Statement] = []
-    for i, st in enumerate(root.stmts):
-        if i == k:
-            continue
-        new = _retarget(st, t, rs, dims, src, copy)
+        new = _retarget(stmts[i], t, rs, dims, src, copy)
         if new is None:
             return None
-        stmts.append(new)
+        stmts[i] = new
+        read[i] = (read[i] - {t}) | {s}
+        named[i] = (named[i] - {t}) | {s}
+    for column in (stmts, read, named):
+        del column[k]
+    written = written[:k] + written[k + 1 :]
     refs = tuple(r for r in root.refs if r.into != t)
-    return replace(root, refs=refs, stmts=tuple(stmts))
+    out = replace(root, refs=refs, stmts=tuple(stmts))
+    global _LAST
+    _LAST = (out, _Flows(read, written, named, {r.into: r for r in refs}))
+    return out
 
 
 def _retarget(

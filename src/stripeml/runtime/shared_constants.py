@@ -94,7 +94,8 @@ def _step(program: Program, k: int) -> tuple[str, tuple[str, ...], frozenset[str
     if isinstance(stmt, Block):
         canon = canonical_kernel(root, stmt)
         writes = frozenset(r.from_ for r in stmt.refs if r.dir in ("out", "inout") and r.from_)
-        text, bufs = canon.text, canon.buffers
+        # the offsets too: kernels reading different rows of a buffer share a body
+        text, bufs = f"{canon.text}\n{canon.offsets}", canon.buffers
     elif isinstance(stmt, Special):
         bufs = (*stmt.inputs, *stmt.outputs)
         names = {b: f"b{n}" for n, b in enumerate(dict.fromkeys(bufs))}

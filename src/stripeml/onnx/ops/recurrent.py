@@ -7,19 +7,18 @@ loop over time becomes straight-line Tile:
   direction, is one contraction before the loop: a ``[seq, batch, dirs,
   gates * hidden]`` GEMM (constant weights are stored ``[input, dirs, gates
   * hidden]`` first, so its contiguous axis is the output's).
-* **Each step** is then the same statements: its row of the projection, read
-  by a one-term ``+`` contraction of its own; ``H[t-1] R^T`` for all gates as
-  one contraction (``R`` stored ``[hidden, gates * hidden]``, one constant per
-  direction) with that row added as its epilogue; the gate slices and the
-  elementwise gate math, which ``fuse`` makes one kernel.  A plain ``=`` copy
-  of the row would be folded (``alias_view``) into the kernels that read it,
-  and its offset, which names the step, would then make every step's product
-  a different kernel.  So only the row copy names the step; the product and
-  the gate kernel are equal up to buffer names at every step and in both
-  directions, and the CPU backend compiles each once
-  (:mod:`stripeml.analysis.canonical`).
-* **Y** is assembled after the loop, one small copy per step and direction
-  (see :meth:`_Lowering._assemble_y` for why there).
+* **Each step** is then the same statements: its row of the projection (an
+  ``=`` slice, which ``alias_view`` makes a view the product reads);
+  ``H[t-1] R^T`` for all gates as one contraction (``R`` stored ``[hidden,
+  gates * hidden]``, one constant per direction) with that row added as its
+  epilogue; the gate slices and the elementwise gate math, which ``fuse``
+  makes one kernel.  The steps' kernels differ only in the rows they read and
+  write, offsets the canonical form takes out
+  (:mod:`stripeml.analysis.canonical`), so the CPU backend compiles each once
+  for all steps of a direction.
+* **Y** is assembled after the loop by one ``=`` copy per step and direction,
+  which ``alias_copy`` removes: each step's gate kernel writes its row of
+  ``Y`` (see :meth:`_Lowering._assemble_y`).
 
 The formulas are the ONNX reference implementation's (``onnx.reference``'s
 ``op_rnn``/``op_gru``/``op_lstm``); what it leaves out follows the operator
@@ -584,7 +583,7 @@ class _Lowering:
                 back = s.reverse[d] and not gathered
                 t = steps - 1 - step if back else step  # the row of the projection
                 q = b.contraction(
-                    f"{{out}}[n, g : {s.batch}, {gh}] = +({xb}[{t}, n, {d}, g])",
+                    f"{{out}}[n, g : {s.batch}, {gh}] = =({xb}[{t}, n, {d}, g])",
                     (s.batch, gh),
                     s.dtype,
                 )
@@ -609,18 +608,16 @@ class _Lowering:
 
     def _assemble_y(self, rows: list[tuple[str, int, int]], gathered: bool) -> Value:
         """``Y`` from each step's ``(value, time, direction)`` (in processing order,
-        ``[seq, dirs, batch, hidden]``, when ``gathered``): a chain of copies, each
-        over the previous one (``default``), after the loop.
+        ``[seq, dirs, batch, hidden]``, when ``gathered``): a chain of ``=``
+        copies, each over the previous one (``default``), after the loop.
+        ``alias_copy`` makes each step's gate kernel write its row of ``Y`` in
+        place, and the next step read it there; the canonical form takes the
+        row's offset out, so the steps still share one compiled body.
 
         After the loop, so that the copies' ``#fill`` kernels (whole-buffer copies
         that ``alias_default`` removes later) come after every gate slice:
-        ``alias_view`` rescans the program from its start after each slice it
-        folds, and fills among the steps made that cubic in the sequence length.
-        Each slot is written once over zeros, so a one-term ``+`` is the copy; not
-        ``=``, so that ``alias_copy`` (which makes the producer of a buffer copied
-        whole into part of another write there) can never have a step's gate
-        kernel write ``Y`` at the step's offset, which would make it a kernel of
-        its own."""
+        ``alias_view`` would otherwise fold slices among them, and no copy stands
+        between a step's state and the next step reading it."""
         s = self.s
         if s.layout == 0 or gathered:
             shape = (s.seq, s.dirs, s.batch, s.hidden)
@@ -632,7 +629,7 @@ class _Lowering:
             idx = f"{t}, {d}, n, h" if s.layout == 0 or gathered else f"n, {t}, {d}, h"
             tail = f", default {prev.name}" if prev is not None else ""
             prev = self.b.contraction(
-                f"{{out}}[{idx} : {sizes}] = +({val}[n, h]){tail}", shape, s.dtype
+                f"{{out}}[{idx} : {sizes}] = =({val}[n, h]){tail}", shape, s.dtype
             )
         assert prev is not None
         return prev
