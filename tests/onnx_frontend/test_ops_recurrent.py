@@ -10,6 +10,7 @@ is itself checked against the reference evaluator and onnxruntime below.
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 import numpy as np
@@ -409,3 +410,27 @@ def test_against_pytorch(cls):
     np.testing.assert_allclose(got[1], h_n.numpy(), rtol=1e-4, atol=1e-5)
     if cls == "LSTM":
         np.testing.assert_allclose(got[2], state[1].numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_steps_copy_nothing_and_share_their_code(direction):
+    """Each step reads its projection row through a view and writes its row of
+    Y in place (no copy kernel per step), and the steps of a direction share
+    one compiled body per kernel (the rows' offsets are taken out)."""
+    from stripeml.analysis.canonical import canonical_kernel
+    from stripeml.ir.nodes import Block
+
+    seq, dirs = 12, 2 if direction == "bidirectional" else 1
+    a = arrays("LSTM", seq, 1, 8, 16, dirs)
+    m = model("LSTM", a, ["Y"], hidden_size=16, direction=direction)
+    want = ReferenceEvaluator(m).run(None, feeds(m, a))
+    f = so.compile(m, target="cpu")
+    check([f(**feeds(m, a))], want)
+    program = f.lower(**feeds(m, a)).program
+    kernels = [s for s in program.root.stmts if isinstance(s, Block)]
+    one_term = re.compile(r"= [=+]\(\w+\[[^\]]*\]\)(,|$)")  # a copy, ``=`` or ``+``
+    copies = [k for k in kernels if one_term.search(k.comment) and "fill" not in k.tags]
+    assert len(copies) <= dirs, [k.comment for k in copies]  # a last step's row at most
+    bodies = {canonical_kernel(program.root, k).text for k in kernels}
+    assert len(kernels) >= 2 * seq * dirs  # a product and a gate kernel per step
+    assert len(bodies) <= 8 * dirs, len(bodies)
