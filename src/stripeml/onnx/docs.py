@@ -245,13 +245,13 @@ projection `X W^T + Wb + Rb` of every step and direction is one contraction
 before the loop, a `[seq, batch, directions, gates * hidden]` GEMM (constant
 weights stored input-major once), as cuDNN and onnxruntime do it.  Each step
 is then `H[t-1] R^T` for all gates as one contraction (the step's row of the
-projection added as its epilogue) and one elementwise kernel of gate math;
-those kernels are the same up to buffer names at every step and in both
-directions, so the CPU backend compiles one body for each and every step
-calls it.  What names the step is two small copies per step: its row of the
-projection (a one-term `+` contraction, which `alias_view` leaves alone; a
-view of the row would put the step's offset into the product's kernel) and,
-after the loop, its slot of `Y`.  `sequence_lens` must be known when
+projection, read through a view, added as its epilogue) and one
+elementwise kernel of gate math, which writes the step's row of `Y` in place
+(`alias_copy`; the next step reads its state there).  Those kernels differ
+only in buffer names and in which rows they read and write, offsets the
+canonical form takes out, so the CPU backend compiles one body for each and
+direction and every step calls it: no copy is left per step (a 2-layer
+LSTM of 32 steps: 262 kernels per run before, 136 now).  `sequence_lens` must be known when
 compiling (a static input): unequal lengths add a constant mask per step
 that freezes finished sequences (their rows of `Y` are 0, `Y_h`/`Y_c` keep
 their last step, 0 for a length of 0), and a reverse direction then reads
