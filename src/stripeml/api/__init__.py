@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     # Loaded on first use: a warm start (the optimised program read from the disk
     # cache) lowers nothing and profiles nothing.
     from ..passes.manager import PipelineResult
+    from ..runtime.cache_store import Remembered
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
@@ -377,6 +379,59 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
     from ..runtime import native_layout
 
     return native_layout.reversed_axes(src, scale)
+
+
+def host_array(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """For frontends reading weights: a new uninitialised C-contiguous array, a
+    large one without transparent huge pages (:func:`stripeml.runtime.host.fresh_array`)."""
+    from ..runtime.host import fresh_array
+
+    return fresh_array(shape, dtype)
+
+
+def validated_models() -> Remembered:
+    """For frontends: the disk cache's record of the models that validated (the
+    ``models/`` folder, :class:`stripeml.runtime.cache_store.Remembered`), so a
+    warm start does not check a model again (``stripeml/onnx/validated.py``)."""
+    from ..runtime.cache_store import Remembered
+
+    return Remembered("models", b"STRPMLM\0", "model cache")
+
+
+def folded_values() -> Remembered:
+    """For frontends folding constants: the disk cache's record of what constant
+    Tile programs computed on the interpreter (the ``folds/`` folder; a key names
+    the program, its inputs and :func:`interpreter_fingerprint`), so a warm start
+    neither compiles nor runs them (nor imports the passes and isl to do so)."""
+    from ..runtime.cache_store import Remembered
+
+    return Remembered("folds", b"STRPMLF\0", "fold cache")
+
+
+@lru_cache(maxsize=1)
+def interpreter_fingerprint() -> str:
+    """What a Tile program's results on the interpreter depend on besides its
+    source and inputs: the compiler's sources (frontend, IR, analysis, passes,
+    targets) and the interpreter's, and the NumPy it computes with (its version
+    and the CPU features its kernels dispatch on: a transcendental function's
+    last bit may differ between them)."""
+    import hashlib
+    import importlib
+    from pathlib import Path
+
+    from ..runtime import kernel_cache
+
+    try:
+        umath = importlib.import_module("numpy._core._multiarray_umath")
+    except ImportError:  # pragma: no cover - NumPy 1.x
+        umath = importlib.import_module("numpy.core._multiarray_umath")
+    features = getattr(umath, "__cpu_features__", {})
+    numpy_text = f"numpy {np.__version__} {sorted(k for k, on in features.items() if on)}"
+    h = hashlib.sha256(kernel_cache.compiler_fingerprint().encode())
+    h.update(numpy_text.encode() + b"\0")
+    for path in sorted((Path(kernel_cache.__file__).parent / "interp").glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def __getattr__(name: str) -> Any:

@@ -84,6 +84,22 @@ NARROW_NAMES = frozenset(
 )  # fmt: skip
 
 
+_NARROW: dict[object, bool] = {}  # dtype -> its name is in NARROW_NAMES
+
+
+def _is_narrow_name(dtype: Any) -> bool:
+    """Whether ``dtype``'s name is one of :data:`NARROW_NAMES` (remembered per dtype:
+    a dtype's ``name`` is computed in Python at each read, and an import makes
+    a Value per tensor and per statement)."""
+    try:
+        found = _NARROW.get(dtype)
+    except TypeError:  # an unhashable dtype-like
+        return np.dtype(dtype).name in NARROW_NAMES
+    if found is None:
+        found = _NARROW[dtype] = np.dtype(dtype).name in NARROW_NAMES
+    return found
+
+
 @dataclass(frozen=True, eq=False)
 class Value:
     """One ONNX tensor as the importer sees it."""
@@ -100,7 +116,7 @@ class Value:
     narrow: np.dtype | None = None
 
     def __post_init__(self) -> None:
-        if self.narrow is None and np.dtype(self.dtype).name in NARROW_NAMES:
+        if self.narrow is None and _is_narrow_name(self.dtype):
             from .narrow_types import FORMATS
 
             fmt = FORMATS[np.dtype(self.dtype)]

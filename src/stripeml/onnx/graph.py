@@ -68,15 +68,18 @@ class Graph:
         model: Any,
         source: str | None = None,
         raws: Mapping[int, np.ndarray] | None = None,
+        opset: int | None = None,
     ):
         """Read ``model`` (a ``ModelProto`` with its data in memory), checking it
         first (:func:`~.validate.check_model`); ``source``, the file it came
         from, prefixes the error messages; ``raws``, per initializer position,
         the raw bytes of an initializer the message holds none of (read from
-        the file by :func:`~.wire.read_split`)."""
+        the file by :func:`~.wire.read_split`).  ``opset``: the model validated
+        before (:mod:`.validated`), this is its ``ai.onnx`` opset, and it is not
+        checked again."""
         raws = raws or {}
         onnx = require_onnx()
-        self.opset = check_model(model, source)
+        self.opset = check_model(model, source) if opset is None else opset
         if len(model.functions):
             model = _inline_functions(onnx, model, source)
         g = model.graph

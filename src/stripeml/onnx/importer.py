@@ -33,6 +33,7 @@ import numpy as np
 from .. import gc_pause
 from ..errors import StripeError
 from ..phases import phase
+from . import validated
 from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Value
 from .folding import Folds, write
 from .graph import Graph, GraphInput, NodeInfo, call_arrays, live_after, node_info, tensor_value
@@ -108,16 +109,23 @@ class OnnxFunction:
 
         with phase("onnx read"), gc_pause.paused():
             model, source, raws = read_model(model)
-            model, raws, failed = upgraded(model, source, raws)
+            # a model that validated before is not checked again (validated.py)
+            key = validated.model_key(model)
+            opset = validated.opset_of(key)
+            given, failed = model, None
+            if opset is None:
+                model, raws, failed = upgraded(model, source, raws)
             self._model = model
             self._whole = not raws  # else the weights are in self.graph, not the message
             self._source = source
             try:
-                self.graph = Graph(model, source, raws)
+                self.graph = Graph(model, source, raws, opset=opset)
             except OnnxError as exc:
                 if failed is None:
                     raise
                 raise OnnxError(f"{exc} ({failed})") from None
+            if opset is None and model is given:  # checked, and not converted
+                validated.remember(key, self.graph.opset)
         bad = self.graph.unsupported()
         if bad:
             first = bad[0]

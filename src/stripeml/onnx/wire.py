@@ -84,7 +84,9 @@ class _Reader:
         return data
 
     def into(self, start: int, n: int) -> np.ndarray:
-        arr = np.empty(n, np.uint8)
+        from .. import api  # loaded by the import anyway
+
+        arr = api.host_array((n,), np.uint8)  # large: no huge pages (runtime.host.fresh_array)
         self.f.seek(start)
         if n and self.f.readinto(arr.data) != n:
             raise ValueError("the file ended early (changed while it was read?)")

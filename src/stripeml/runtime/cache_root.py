@@ -26,13 +26,18 @@ KEY_FILE = "key"
 KEY_BYTES = 32
 #: The entry folders under the root and the suffix of their entry files (runtime/:
 #: the native thread pool's own object code; pipelines/: target pipelines that
-#: validated, so a warm start need not build the passes).
+#: validated, so a warm start need not build the passes; models/: ONNX models
+#: that validated, so a warm start need not check them again; folds/: what
+#: constant programs computed on the interpreter, so a warm start need not fold
+#: a model's constants again).
 FOLDERS = {
     "cpu": ".kernel",
     "bodies": ".body",
     "programs": ".stripe",
     "runtime": ".kernel",
     "pipelines": ".pipeline",
+    "models": ".model",
+    "folds": ".fold",
 }
 _WARNED: set[tuple[str, str]] = set()  # (root, what) already reported by this process
 

@@ -227,6 +227,42 @@ class EntryFolder:
         warnings.warn(f"stripeml {self.label}: {message}", RuntimeWarning, stacklevel=4)
 
 
+class Remembered:
+    """Small facts kept in the cache by key bytes: an entry named by the key's
+    SHA-256 in ``folder`` under the default root (read at each use, so
+    ``$STRIPEML_CACHE_DIR`` may change), authenticated like every entry, whose
+    payload starts with that SHA-256 (compared) and goes on with the fact.  An
+    untrusted root remembers nothing.  What the ONNX frontend keeps of the
+    models that validated (``stripeml.onnx.validated``)."""
+
+    VERSION = 1
+
+    def __init__(self, folder: str, magic: bytes, label: str) -> None:
+        self.folder, self.magic, self.label = folder, magic, label
+
+    def _entries(self) -> EntryFolder:
+        return EntryFolder(CacheRoot(None), self.folder, self.magic, self.VERSION, self.label)
+
+    def get(self, key: bytes) -> bytes | None:
+        """The fact remembered for ``key``, or None."""
+        digest = hashlib.sha256(key).digest()
+        data = self._entries().load(digest.hex())
+        if data is None:
+            return None
+        try:
+            payload = check_envelope(data, self.magic, self.VERSION)
+        except ValueError:
+            return None
+        if bytes(payload[: len(digest)]) != digest:
+            return None
+        return bytes(payload[len(digest) :])
+
+    def put(self, key: bytes, fact: bytes) -> None:
+        """Remember ``fact`` for ``key`` (nothing when the cache cannot be written)."""
+        digest = hashlib.sha256(key).digest()
+        self._entries().store(digest.hex(), pack(self.magic, self.VERSION, digest + fact))
+
+
 # -- size ----------------------------------------------------------------------
 
 

@@ -26,14 +26,12 @@ import os
 import threading
 from collections.abc import Callable
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING
+from queue import SimpleQueue
 
 import numpy as np
 
 from . import jit
-
-if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+from .host import fresh_array
 
 #: Block edge along ``A`` and ``B``.
 BLOCK = 16
@@ -242,12 +240,48 @@ def _entry(ty: str, scaled: bool) -> Callable[..., None]:
 _LOADED: list[jit.LoadedObject] = []
 
 
-@lru_cache(maxsize=1)
-def _helper() -> ThreadPoolExecutor:
-    """One helper thread, started at the first large copy, for the second half."""
-    from concurrent.futures import ThreadPoolExecutor  # 8 ms to import: when needed
+class _Helper:
+    """One daemon thread running the jobs it is given, in order: a thread and a
+    queue, not ``concurrent.futures`` (whose import, ``logging`` with it, cost
+    8-17 ms of every fresh process's first weight layout: a warm start)."""
 
-    return ThreadPoolExecutor(1, thread_name_prefix="stripeml-layout")
+    def __init__(self) -> None:
+        self._jobs: SimpleQueue[Callable[[], None]] = SimpleQueue()
+        threading.Thread(target=self._serve, name="stripeml-layout", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    def submit(self, job: Callable[[], None]) -> Callable[[], None]:
+        """Run ``job`` on the thread; returns the wait for it (which raises what
+        ``job`` raised)."""
+        done = threading.Lock()
+        done.acquire()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                job()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+                failed.append(exc)
+            finally:
+                done.release()
+
+        def wait() -> None:
+            with done:
+                pass
+            if failed:
+                raise failed[0]
+
+        self._jobs.put(run)
+        return wait
+
+
+@lru_cache(maxsize=1)
+def _helper() -> _Helper:
+    """One helper thread, started at the first large copy, for the second half."""
+    return _Helper()
 
 
 # A forked child has no helper thread: it starts its own.
@@ -256,7 +290,7 @@ os.register_at_fork(after_in_child=_helper.cache_clear)
 
 def _numpy(src: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
     a, b, c = src.shape
-    out = np.empty((c, b, a), src.dtype)
+    out = fresh_array((c, b, a), src.dtype)
     view = src.transpose(2, 1, 0)
     for i in range(0, a, 64):  # blocks of 64 along A: NumPy's strided side stays in cache
         if scale is None:
@@ -285,7 +319,7 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
     if ty is None or src.size < SMALL:
         return _numpy(src, scale)
     src = np.ascontiguousarray(src)
-    out = np.empty((c, b, a), src.dtype)
+    out = fresh_array((c, b, a), src.dtype)  # large: no huge pages (host.fresh_array)
     factors = None if scale is None else np.ascontiguousarray(scale)
     fn = _entry(ty, scale is not None)
     if c == 1:  # the same memory as (A, 1, B) -> (B, 1, A): long innermost loops
@@ -305,5 +339,5 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
     # Two threads (a ctypes call releases the GIL), each on its own rows of A.
     other = _helper().submit(lambda: fn(*args, half, a))
     fn(*args, 0, half)
-    other.result()
+    other()
     return out

@@ -37,16 +37,21 @@ import hashlib
 import hmac
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import StripeError
 from ..targets.target import Target
 from .cache_root import CacheRoot
+
+if TYPE_CHECKING:
+    # imported where a database is opened: a compile finding none (most) does
+    # not load sqlite3 (3 ms and more of a fresh process's warm start)
+    import sqlite3
 
 __all__ = ["Row", "TuningDB", "choices_digest", "choices_for", "compiler_key", "target_key"]
 
@@ -140,6 +145,8 @@ class TuningDB:
     def _connect(self, create: bool) -> sqlite3.Connection | None:
         if not create and not self.path.exists():
             return None
+        import sqlite3
+
         if create and self.root.key(create=True) is None:
             raise StripeError(f"the cache folder {self.root.path} cannot hold a tuning database")
         try:
@@ -173,6 +180,8 @@ class TuningDB:
         con = self._connect(create=False)
         if con is None:
             return []
+        import sqlite3
+
         query = "SELECT * FROM choices"
         where, args = [], []
         if target is not None:
@@ -220,6 +229,8 @@ class TuningDB:
             return 0
         con = self._connect(create=True)
         assert con is not None
+        import sqlite3
+
         written = 0
         try:
             con.execute("BEGIN IMMEDIATE")
@@ -252,6 +263,8 @@ class TuningDB:
         """Remove every row."""
         con = self._connect(create=False)
         if con is not None:
+            import sqlite3
+
             try:
                 con.execute("DELETE FROM choices")
             except sqlite3.Error:

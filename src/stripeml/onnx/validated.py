@@ -1,0 +1,78 @@
+"""Models that validated before are not checked again (warm starts).
+
+:func:`~.validate.check_model` and the opset conversion check
+(:func:`~.validate.upgraded`) read every node against ``onnx``'s operator
+schemas, and the first schema lookup of a process builds ``onnx``'s whole
+schema registry: 10-20 ms of every fresh process's import of a model, checking
+a model that the same sources checked before.
+
+So a model that passed both (and needed no conversion) is remembered in the
+disk cache's ``models/`` folder (``stripeml.api.validated_models``, an
+authenticated entry like every other), keyed by the SHA-256 of what the checks
+read: the model's message as parsed (for a model read by path, its structure:
+the weights read into arrays are not in it, and their sizes are checked where
+they are read, ``graph._array``), the installed ``onnx`` and the ONNX
+frontend's own sources (:func:`frontend_fingerprint`); the entry holds the
+model's ``ai.onnx`` opset.  A later import of the same bytes takes the opset
+from there and skips the checks.  Models whose message is over
+:data:`MAX_BYTES` (weights held in the message) are not remembered: hashing
+them would cost what the checks cost.  A model that fails a check is never
+remembered, and a forged entry (which needs the cache's key) only defers an
+error to the op writers, which report a malformed node as an ``OnnxError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+#: Larger messages (weights inside) are checked every time.
+MAX_BYTES = 16 << 20
+
+
+@lru_cache(maxsize=1)
+def frontend_fingerprint() -> bytes:
+    """SHA-256 of the ONNX frontend's sources (the checks and the op table they
+    consult), read once per process (1-2 ms)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.digest()
+
+
+def model_key(model: Any) -> bytes | None:
+    """What a check of ``model`` (a ``ModelProto``) depends on, or ``None`` when it
+    is not remembered (too large)."""
+    import onnx
+
+    if model.ByteSize() > MAX_BYTES:
+        return None
+    head = f"onnx model\0onnx {onnx.__version__}\0".encode()
+    return head + frontend_fingerprint() + b"\0" + model.SerializeToString()
+
+
+def opset_of(key: bytes | None) -> int | None:
+    """The ``ai.onnx`` opset remembered for a model that validated, or ``None``."""
+    if key is None:
+        return None
+    from .. import api
+
+    fact = api.validated_models().get(key)
+    if fact is None:
+        return None
+    try:
+        return int(fact.decode("ascii"))
+    except ValueError:
+        return None
+
+
+def remember(key: bytes | None, opset: int) -> None:
+    """Record that the model of ``key`` validated, with its opset."""
+    if key is None:
+        return
+    from .. import api
+
+    api.validated_models().put(key, str(int(opset)).encode("ascii"))

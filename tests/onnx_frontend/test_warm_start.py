@@ -1,0 +1,324 @@
+"""A warm start rebuilds nothing it can load: a model that validated before is
+not checked again (``stripeml.onnx.validated``: its ``ai.onnx`` opset is
+remembered in the disk cache's ``models/`` folder, keyed by the model's bytes
+and the frontend's sources), and a warm process neither builds the passes nor
+imports ``concurrent.futures`` (the weight layouts' helper thread is a plain
+one) or ``sqlite3`` (there is no tuning database to read); what a node folded
+on the interpreter is remembered too (``folds/``), so a warm process does not
+import the passes and isl to fold it again.  A model that fails a check, or
+that changed, is checked; a changed constant is folded; a damaged entry is a
+miss.  Every result is checked against NumPy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import stripeml.onnx  # noqa: E402
+from stripeml.onnx import OnnxError, graph, validate  # noqa: E402
+
+RNG = np.random.default_rng(14)
+W = RNG.standard_normal((16, 8)).astype(np.float32)
+B = RNG.standard_normal(8).astype(np.float32)
+X = RNG.standard_normal((4, 16)).astype(np.float32)
+
+
+def _model(alpha: float = 0.0) -> onnx.ModelProto:
+    """``y = leaky_relu(x @ w + b, alpha)`` (``Relu`` when ``alpha`` is 0)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["z"]),
+        helper.make_node("LeakyRelu", ["z"], ["y"], alpha=alpha)
+        if alpha
+        else helper.make_node("Relu", ["z"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _expected(alpha: float = 0.0) -> np.ndarray:
+    z = X.astype(np.float64) @ W + B
+    return np.where(z > 0, z, alpha * z)
+
+
+@pytest.fixture
+def checks(tmp_path, monkeypatch) -> list[str]:
+    """A private disk cache, and the names of the checks run (``check_model`` and
+    the conversion check), in order."""
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "cache"))
+    ran: list[str] = []
+    check_model, upgraded = graph.check_model, validate.upgraded
+
+    def counted_check(*args, **kwargs):
+        ran.append("check_model")
+        return check_model(*args, **kwargs)
+
+    def counted_upgraded(*args, **kwargs):
+        ran.append("upgraded")
+        return upgraded(*args, **kwargs)
+
+    monkeypatch.setattr(graph, "check_model", counted_check)
+    monkeypatch.setattr(validate, "upgraded", counted_upgraded)
+    return ran
+
+
+def _write(path: Path, model: onnx.ModelProto) -> str:
+    path.write_bytes(model.SerializeToString())
+    return str(path)
+
+
+def test_a_model_that_validated_is_not_checked_again(tmp_path, checks) -> None:
+    path = _write(tmp_path / "m.onnx", _model())
+    first = stripeml.onnx.compile(path, target="interp")
+    assert checks == ["upgraded", "check_model"]
+    np.testing.assert_allclose(first(X), _expected(), rtol=1e-5, atol=1e-5)
+    assert len(list((tmp_path / "cache" / "models").iterdir())) == 1
+    checks.clear()
+    again = stripeml.onnx.compile(path, target="interp")
+    assert checks == []  # the opset came from the cache
+    assert again.graph.opset == first.graph.opset == 17
+    np.testing.assert_allclose(again(X), _expected(), rtol=1e-5, atol=1e-5)
+    checks.clear()
+    stripeml.onnx.compile(_model(), target="interp")  # a ModelProto: the same bytes
+    assert checks == []
+
+
+def test_a_changed_model_is_checked_again(tmp_path, checks) -> None:
+    path = tmp_path / "m.onnx"
+    stripeml.onnx.compile(_write(path, _model()), target="interp")
+    checks.clear()
+    changed = stripeml.onnx.compile(_write(path, _model(alpha=0.25)), target="interp")
+    assert checks == ["upgraded", "check_model"]
+    np.testing.assert_allclose(changed(X), _expected(0.25), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_that_fails_is_never_remembered(tmp_path, checks) -> None:
+    bad = _model()
+    bad.graph.node[2].attribute.append(helper.make_attribute("no_such_attribute", 1))
+    path = _write(tmp_path / "bad.onnx", bad)
+    for _ in range(2):
+        with pytest.raises(OnnxError, match="no_such_attribute"):
+            stripeml.onnx.compile(path, target="interp")
+        assert checks.count("check_model") >= 1
+        checks.clear()
+    assert not (tmp_path / "cache" / "models").exists() or not any(
+        (tmp_path / "cache" / "models").iterdir()
+    )
+
+
+def test_a_damaged_entry_is_a_miss(tmp_path, checks) -> None:
+    path = _write(tmp_path / "m.onnx", _model())
+    stripeml.onnx.compile(path, target="interp")
+    (entry,) = (tmp_path / "cache" / "models").iterdir()
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 1  # the opset's last digit
+    entry.write_bytes(bytes(data))
+    checks.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn = stripeml.onnx.compile(path, target="interp")
+    assert any("forged" in str(w.message) for w in caught)
+    assert checks == ["upgraded", "check_model"]  # checked again, and remembered again
+    np.testing.assert_allclose(fn(X), _expected(), rtol=1e-5, atol=1e-5)
+    assert len(list((tmp_path / "cache" / "models").iterdir())) == 1
+
+
+def test_a_changed_frontend_checks_again(tmp_path, checks, monkeypatch) -> None:
+    from stripeml.onnx import validated
+
+    path = _write(tmp_path / "m.onnx", _model())
+    stripeml.onnx.compile(path, target="interp")
+    monkeypatch.setattr(validated, "frontend_fingerprint", lambda: b"other sources")
+    checks.clear()
+    stripeml.onnx.compile(path, target="interp")
+    assert checks == ["upgraded", "check_model"]
+
+
+# A convolution whose weights (256 x 128 x 3 x 3) the native layout splits over
+# two threads, compiled from its file and run in a fresh process.
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import stripeml.onnx
+    from stripeml.onnx import graph
+    checked = []
+    check_model = graph.check_model
+    graph.check_model = lambda *a, **k: checked.append(1) or check_model(*a, **k)
+    x, w = np.load(sys.argv[2])["x"], np.load(sys.argv[2])["w"]
+    y = stripeml.onnx.compile(sys.argv[1], target="cpu")(x)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    want = np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
+    print(json.dumps({
+        "error": float(np.max(np.abs(y - want)) / np.max(np.abs(want))),
+        "checked": len(checked),
+        "passes": "stripeml.passes" in sys.modules,
+        "futures": "concurrent.futures" in sys.modules,
+        "sqlite3": "sqlite3" in sys.modules,
+    }))
+    """
+)
+
+
+def test_a_warm_process_checks_nothing_and_imports_little(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((256, 128, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((1, 128, 6, 6)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    g = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 6, 6])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = _write(tmp_path / "conv.onnx", model)
+    np.savez(tmp_path / "data.npz", x=x, w=w)
+
+    def child() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, path, str(tmp_path / "data.npz")],
+            env={**os.environ, "STRIPEML_CACHE_DIR": str(tmp_path / "cache")},
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = child()
+    assert cold["error"] < 1e-5 and cold["checked"] == 1 and cold["passes"]
+    warm = child()
+    assert warm["error"] < 1e-5
+    assert (warm["checked"], warm["passes"], warm["futures"], warm["sqlite3"]) == (0,) + (
+        False,
+    ) * 3
+
+
+# -- folded constants -------------------------------------------------------------
+
+A = RNG.standard_normal((4, 8)).astype(np.float32)
+C = RNG.standard_normal(8).astype(np.float32)
+
+
+def _folding_model() -> onnx.ModelProto:
+    """``y = x * (a * c) + c``: ``a * c`` is folded at import, on the interpreter."""
+    nodes = [
+        helper.make_node("Mul", ["a", "c"], ["ac"]),
+        helper.make_node("Mul", ["x", "ac"], ["xac"]),
+        helper.make_node("Add", ["xac", "c"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "fold",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(A, "a"), numpy_helper.from_array(C, "c")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _folded_expected(x: np.ndarray) -> np.ndarray:
+    return x * (A * C) + C  # float32, as the model computes
+
+
+def test_a_fold_is_remembered_and_a_damaged_one_is_a_miss(tmp_path, monkeypatch) -> None:
+    from stripeml import api
+
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "cache"))
+    runs: list[str] = []
+    compile_ = api.compile
+
+    def counted(source, target="cpu", **kwargs):
+        if target == "interp":
+            runs.append(source)
+        return compile_(source, target, **kwargs)
+
+    monkeypatch.setattr(api, "compile", counted)
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    first = stripeml.onnx.compile(_folding_model(), target="interp")
+    np.testing.assert_allclose(first(x), _folded_expected(x), rtol=1e-6)
+    assert len(runs) == 1  # a * c, on the interpreter
+    (entry,) = (tmp_path / "cache" / "folds").iterdir()
+    runs.clear()
+    again = stripeml.onnx.compile(_folding_model(), target="interp")
+    np.testing.assert_allclose(again(x), _folded_expected(x), rtol=1e-6)
+    assert runs == []  # from the cache
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0x40  # the last element's bytes
+    entry.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        third = stripeml.onnx.compile(_folding_model(), target="interp")
+        np.testing.assert_allclose(third(x), _folded_expected(x), rtol=1e-6)
+    assert len(runs) == 1 and any("forged" in str(w.message) for w in caught)
+
+
+def test_a_changed_constant_folds_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "cache"))
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    stripeml.onnx.compile(_folding_model(), target="interp")(x)
+    model = _folding_model()
+    other = (A + 1).astype(np.float32)
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(other, "a"))
+    got = stripeml.onnx.compile(model, target="interp")(x)
+    np.testing.assert_allclose(got, x * (other * C) + C, rtol=1e-6)
+
+
+_FOLD_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import stripeml.onnx
+    x = np.load(sys.argv[2])["x"]
+    y = stripeml.onnx.compile(sys.argv[1], target="cpu")(x)
+    print(json.dumps({
+        "y": y.tolist(),
+        "passes": "stripeml.passes" in sys.modules,
+        "islpy": "islpy" in sys.modules,
+    }))
+    """
+)
+
+
+def test_a_warm_process_folds_without_the_passes(tmp_path) -> None:
+    path = _write(tmp_path / "fold.onnx", _folding_model())
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+
+    def child() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", _FOLD_CHILD, path, str(tmp_path / "x.npz")],
+            env={**os.environ, "STRIPEML_CACHE_DIR": str(tmp_path / "cache")},
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = child()
+    assert cold["passes"] and cold["islpy"]
+    warm = child()
+    assert (warm["passes"], warm["islpy"]) == (False, False)
+    for got in (cold, warm):
+        np.testing.assert_allclose(np.array(got["y"]), _folded_expected(x), rtol=1e-6, atol=1e-7)
