@@ -102,3 +102,52 @@ def test_the_worker_count_comes_from_the_environment(monkeypatch) -> None:
         assert llvm_pool.worker_count() == 0
     monkeypatch.delenv(llvm_pool.WORKERS_VARIABLE)
     assert llvm_pool.worker_count() >= 0
+
+
+_POOL_CHILD = """
+import json
+import numpy as np
+import stripeml
+from stripeml.runtime import native_pool
+from stripeml.runtime.cpu import CpuBackend, CpuOptions
+from stripeml.runtime.kernel_cache import KernelCache
+folder = KernelCache(folder="runtime").directory
+a = np.arange(4096, dtype=np.float32)
+b = np.ones(4096, np.float32)
+fn = stripeml.compile("function (A, B) -> (C) { C = A * 3 + B; }", target="interp")
+compiled = CpuBackend(CpuOptions(threads=2)).compile(fn.lower(a, b).program)
+# compiled: the pool's code was compiled with the kernels, not loaded yet
+stored = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+loaded = native_pool._code.cache_info().currsize
+c = compiled.run({"A": a, "B": b})["C"]
+print(json.dumps({"stored": stored, "loaded_before_run": loaded,
+                  "ok": bool(np.array_equal(c, a * 3 + b))}))
+"""
+
+
+def test_a_cold_compile_compiles_the_pools_code_with_its_kernels(tmp_path) -> None:
+    """In a fresh process with an empty cache, compiling for two threads stores the
+    native pool's code (compiled beside the kernels) before the first run loads it;
+    the results are NumPy's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, STRIPEML_CACHE_DIR=str(tmp_path), STRIPEML_COMPILE_WORKERS="1")
+    env.pop("STRIPEML_THREADS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _POOL_CHILD], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["ok"]
+    assert got["loaded_before_run"] == 0 and len(got["stored"]) == 1
+    # the stored object is the one this process makes from the same IR
+    from stripeml.runtime import native_pool
+    from stripeml.runtime.kernel_cache import KernelCache, cache_key
+
+    text = native_pool._ir(native_pool._futex_syscall() is None)
+    key = cache_key(f"native pool\0{text}", jit.target_description())
+    entry = KernelCache(tmp_path, folder="runtime").get(key)
+    assert entry is not None and entry.object_code == jit.compile_ir(text, count=False)

@@ -26,10 +26,11 @@ import llvmlite.ir as ir
 
 from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
-from ..ir.nodes import Block, Program, Special
+from ..ir.nodes import Block, Intrinsic, Program, Special
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
+from .llvm_math import MATH_FUNCTIONS
 from .plan import kernel_symbol
 
 #: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
@@ -89,7 +90,7 @@ def generate(
             if body is None:
                 info = known(symbol) if known is not None else None
                 if info is not None:
-                    body = Body(symbol, None, info, body_opt_level(stmt))
+                    body = Body(symbol, None, info, body_opt_level(stmt, vector_width))
                 else:
                     body = _body(
                         canon, symbol, vector_width, triple, fma, vector_registers, int8_dot
@@ -146,13 +147,81 @@ def body_symbol(canonical_text: str) -> str:
     return "sk_" + hashlib.sha256(canonical_text.encode()).hexdigest()[:32]
 
 
-def body_opt_level(kernel: Block) -> int:
-    """The LLVM pipeline a kernel's body gets: O3 (loop and SLP vectorisation,
-    unrolling), except copies, which only move data and whose loops the code
-    generator vectorises itself.  Measured (docs/performance.md, "Compile
-    time"): copies at O1 ran no slower (ShuffleNet 0.97x), elementwise kernels
-    at O1 did (SqueezeNet 1.10x, ResNet-50 1.02x), so they keep O3."""
-    return 1 if "copy" in kernel.tags else 3
+def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
+    """The LLVM pipeline a kernel's body gets (docs/performance.md, "Compile time"):
+
+    * O1 for *glue* (``copy`` and ``fill`` kernels: they only move or set data,
+      in loops the code generator vectorises itself) and for kernels the code
+      generator tiled itself (:func:`generator_tiled`: every innermost block a
+      register tile of at least :data:`O1_TILE_VECTORS` accumulator vectors
+      over an innermost reduction of at least :data:`O1_INNER_REDUCTION`, or
+      an epilogue, in vector lanes, no math-library call), where O3 found
+      nothing more to do (ResNet-50's tiled convolutions 0.98-1.01x the time at
+      O1, BERT-base's plain matmuls 1.00x, for 0.6x the compile time);
+    * O3, with loop and SLP vectorisation and unrolling, for the rest: scalar
+      reductions, element-wise kernels (at O1 SqueezeNet ran 1.10x the time),
+      BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of one or two
+      vectors or over a short reduction (SqueezeNet's pooling and first
+      convolution: 1.07-1.5x at O1; MobileNetV2's 1x1 convolution of 16
+      channels 1.37x), where LLVM's unrolling pays.
+
+    A function of the kernel and the vector width alone, so a body's code does
+    not depend on which program or process compiled it first.
+    """
+    if "copy" in kernel.tags or "fill" in kernel.tags or generator_tiled(kernel, vector_width):
+        return 1
+    return 3
+
+
+#: A register tile compiled at O1 keeps at least this many vectors of accumulators ...
+O1_TILE_VECTORS = 4
+#: ... and its innermost reduction index runs at least this many steps.
+O1_INNER_REDUCTION = 64
+
+
+def generator_tiled(kernel: Block, vector_width: int = 16) -> bool:
+    """Whether every innermost block of ``kernel`` is a ``register_tile`` (of at
+    least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over an
+    innermost reduction of at least :data:`O1_INNER_REDUCTION` steps) or an
+    ``epilogue``, both put in vector lanes by the ``vectorize`` pass, calling
+    no function of the math library (:data:`.llvm_math.MATH_FUNCTIONS`): code
+    LLVM's vectorisers, unrollers and inliner have nothing left to do with."""
+    if "tiled" not in kernel.tags and "nest" not in kernel.tags:
+        return False
+    stack = list(kernel.sub_blocks)
+    if not stack:
+        return False
+    while stack:
+        blk = stack.pop()
+        subs = blk.sub_blocks
+        if subs:
+            stack.extend(subs)
+        elif "vector" not in blk.tags or blk.tags.isdisjoint(("register_tile", "epilogue")):
+            return False
+        elif any(isinstance(st, Intrinsic) and st.op in MATH_FUNCTIONS for st in blk.stmts):
+            return False  # BERT's GELU epilogue (erf) ran its matmul 2.0x slower at O1
+        elif "register_tile" in blk.tags and not _large_tile(blk, vector_width):
+            return False
+    return True
+
+
+def _large_tile(tile: Block, vector_width: int) -> bool:
+    """Whether register tile ``tile`` accumulates at least :data:`O1_TILE_VECTORS`
+    vectors over an innermost reduction of at least :data:`O1_INNER_REDUCTION`."""
+    out = [r for r in tile.refs if r.agg not in ("", "assign")]
+    if len(out) != 1:
+        return False
+    kept = {n for a in out[0].access for n in a.names}
+    elements = 1
+    for idx in tile.idxs:
+        if idx.name in kept:
+            elements *= idx.range
+    reduction = [idx for idx in tile.idxs if idx.name not in kept]
+    return (
+        elements >= O1_TILE_VECTORS * max(1, vector_width)
+        and bool(reduction)
+        and reduction[-1].range >= O1_INNER_REDUCTION
+    )
 
 
 def _body(
@@ -167,7 +236,8 @@ def _body(
     module = ir.Module(name=symbol)
     module.triple = triple
     root = canon.program.root
-    info = KernelEmitter(
+    opt = body_opt_level(canon.kernel, vector_width)
+    emitter = KernelEmitter(
         module,
         root,
         canon.kernel,
@@ -177,12 +247,21 @@ def _body(
         body_only=True,
         vector_registers=vector_registers,
         int8_dot=int8_dot,
-    ).run()
+    )
+    # At O1 a loop of one trip costs LLVM time and changes no code (ResNet-50's 74
+    # bodies byte for byte the same, BERT-base's 13 but for one's register choice);
+    # at O3 it changed what the unrollers did, so O3 bodies keep their loops.
+    emitter.no_one_trip_loops = opt == 1
+    info = emitter.run()
     text = str(module)
     release(module)
-    if re.search(r"[\s<(]half[\s>,)]", text) and not _native_half(triple):
+    # "half" in text: a substring search, 100x sooner than the pattern on 1.3 MB of bodies
+    if "half" in text and _HALF.search(text) and not _native_half(triple):
         raise StripeError("cpu: float16 needs the F16C conversions on x86 (this host lacks them)")
-    return Body(symbol, text, info, body_opt_level(canon.kernel))
+    return Body(symbol, text, info, opt)
+
+
+_HALF = re.compile(r"[\s<(]half[\s>,)]")
 
 
 def _native_half(triple: str) -> bool:

@@ -118,6 +118,9 @@ class KernelBuilder:
         self.vector_width = vector_width
         self.par: str | None = None
         self.par_grain = 1  # the vector width when the split index runs in lanes
+        # Bind an index of range 1 to 0 instead of looping over it (``loops``): set for
+        # the bodies compiled at O1, where the object code is the same either way
+        self.no_one_trip_loops = False
         used = list(kernel_buffers(kernel))
         self.used = used
         body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(used) + [I64, I64])
@@ -291,7 +294,8 @@ class KernelBuilder:
                     lo = _smax(b, lo, _ceildiv(b, b.neg(r), coef))
                 else:
                     hi = _smin(b, hi, b.add(_floordiv(b, r, -coef), ir.Constant(I64, 1)))
-            if top and name == self.par:
+            top_split = top and name == self.par
+            if top_split:
                 lo = _smax(b, lo, self.start)
                 hi = _smin(b, hi, self.end)
             base_v = self.affine(base, env2) if base.terms or base.const else None
@@ -301,7 +305,18 @@ class KernelBuilder:
                 env3[name] = b.add(base_v, v) if base_v is not None else v
                 rec(k + 1, env3, lanes)
 
-            if name == vector and k == len(order) - 1:
+            if (
+                self.no_one_trip_loops
+                and idx.range == 1
+                and not per_loop[name]
+                and name != vector
+                and not top_split
+            ):
+                # One iteration: the index is 0, no loop (LLVM deletes it, at a cost)
+                env3 = dict(env2)
+                env3[name] = base_v if base_v is not None else ir.Constant(I64, 0)
+                rec(k + 1, env3, lanes)
+            elif name == vector and k == len(order) - 1:
                 # Vector loop over whole chunks of lanes, then a scalar tail.
                 w = self.vector_width
                 span = _smax(b, b.sub(hi, lo), ir.Constant(I64, 0))

@@ -59,7 +59,7 @@ from ..ir.nodes import Block, Program
 from ..ir.printer import format as format_ir
 from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
-from . import jit, llvm_pool
+from . import jit, llvm_pool, native_pool
 from .kernel_cache import Entry, KernelCache, cache_key
 
 if TYPE_CHECKING:
@@ -232,6 +232,10 @@ class CpuBackend:
         kernels = sum(1 for s in program.root.stmts if isinstance(s, Block))
         at: dict[str, int] = {}  # body symbol -> its place in the stream
         with llvm_pool.Stream(kernels) as stream:  # bodies compile as they are generated
+            # the thread pool's own code, which the first run needs: a helper compiles
+            # it while this thread generates the bodies
+            pool_code = native_pool.code_to_compile() if o.threads > 1 else None
+            pool_at = stream.submit(pool_code[0], jit.OPT_LEVEL, count=False) if pool_code else -1
 
             def made(body: Body) -> None:
                 at[body.symbol] = stream.submit(body.llvm_ir or "", body.opt)
@@ -253,6 +257,8 @@ class CpuBackend:
             glue = stream.submit(module.llvm_ir, GLUE_OPT_LEVEL)
             objects = stream.finish()
         with phase("cache write"):
+            if pool_code is not None:
+                native_pool.store_code(*pool_code, objects[pool_at])
             for body in todo:
                 obj = objects[at[body.symbol]]
                 stored = Entry(obj, CpuModule(body.llvm_ir or "", (), (Step(kernel=body.info),)))

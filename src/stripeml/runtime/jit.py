@@ -53,7 +53,9 @@ from . import llvm_worker
 STATS: Counter[str] = Counter()
 
 _LOCK = threading.RLock()
-_OPT_LEVEL = 3
+#: The default optimisation level (modules that do not ask for another).
+OPT_LEVEL = 3
+_OPT_LEVEL = OPT_LEVEL
 _RELOC = "default"
 _CODEMODEL = "jitdefault"
 

@@ -148,12 +148,12 @@ def _drop(helper: _Helper | None, why: str) -> None:
 class Stream:
     """Modules compiled as they are made: :meth:`submit` hands each to the helpers
     at once (they compile while the caller generates the next), :meth:`finish`
-    compiles here what no helper took and returns every object in submission
-    order.  Use it as a context manager, so an error on the way stops the
+    compiles here what no helper took (once every module is in, the largest
+    first) and returns every object in submission order.  Use it as a context manager, so an error on the way stops the
     helpers' threads and frees them for the next program."""
 
     def __init__(self, expected: int) -> None:
-        self._modules: list[tuple[str, int]] = []
+        self._modules: list[tuple[str, int, bool]] = []
         self._results: list[bytes | None] = []
         self._pending: deque[int] = deque()
         self._errors: list[str] = []
@@ -176,11 +176,12 @@ class Stream:
                 self._errors.append("abandoned")
         self._close()
 
-    def submit(self, text: str, opt: int) -> int:
-        """Queue a module; its position in :meth:`finish`'s list."""
+    def submit(self, text: str, opt: int, count: bool = True) -> int:
+        """Queue a module; its position in :meth:`finish`'s list.  ``count=False``:
+        the runtime's own code, left out of :data:`.jit.STATS` when compiled here."""
         with self._cond:
             k = len(self._modules)
-            self._modules.append((text, opt))
+            self._modules.append((text, opt, count))
             self._results.append(None)
             self._pending.append(k)
             self._cond.notify()
@@ -199,7 +200,7 @@ class Stream:
 
     def _feed(self, helper: _Helper) -> None:
         while (k := self._take(wait=True)) is not None:
-            text, opt = self._modules[k]
+            text, opt, _ = self._modules[k]
             try:
                 ok, value = helper.compile(text, opt)
             except (OSError, EOFError, ValueError, TypeError) as exc:
@@ -216,9 +217,9 @@ class Stream:
 
     def _here(self) -> None:
         while (k := self._take(wait=False)) is not None:
-            text, opt = self._modules[k]
+            text, opt, count = self._modules[k]
             try:
-                self._results[k] = jit.compile_ir(text, opt=opt)
+                self._results[k] = jit.compile_ir(text, count, opt)
             except InternalError as exc:
                 with self._cond:
                     self._errors.append(str(exc).removeprefix("the generated LLVM IR is invalid: "))
@@ -228,6 +229,10 @@ class Stream:
             if self._closed:
                 return
             self._closed = True
+            # every module is in: the largest first, so that no large one is left
+            # for last while the other processes have nothing to do
+            order = sorted(self._pending, key=lambda k: -len(self._modules[k][0]))
+            self._pending = deque(order)
             self._cond.notify_all()
         try:
             self._here()

@@ -91,6 +91,40 @@ def _code(naps: bool = False) -> jit.LoadedObject:
     return jit.load_object(entry.object_code, count=False)
 
 
+def code_to_compile() -> tuple[str, str] | None:
+    """The LLVM IR of the pool's code (``(text, its cache key)``) when this process
+    has not loaded it and the kernel cache lacks it: a cold compile hands it to
+    the LLVM helpers beside its kernels (:class:`.cpu.CpuBackend`) and stores the
+    object with :func:`store_code`, so the first run only loads it (ResNet-50's
+    first run 25-40 ms sooner)."""
+    from .kernel_cache import KernelCache, cache_key
+
+    naps = _futex_syscall() is None  # what the first NativePool asks _code for
+    info = getattr(_code, "cache_info", None)  # (a test may have replaced _code)
+    if _MINE or info is None or info().currsize or sys.platform == "win32":
+        return None
+    cache = KernelCache(folder="runtime")
+    if not cache.root.usable():
+        return None  # nowhere to keep it: the first run compiles it, as before
+    text = _ir(naps)
+    key = cache_key(f"native pool\0{text}", jit.target_description())
+    try:
+        if cache.entries.path(key).exists():
+            return None
+    except OSError:
+        return None
+    return text, key
+
+
+def store_code(text: str, key: str, object_code: bytes) -> None:
+    """Store the pool's code that :func:`code_to_compile` asked for (the helpers
+    made ``object_code`` from ``text`` at the same level :func:`_code` would)."""
+    from ..codegen.cpu_abi import CpuModule
+    from .kernel_cache import Entry, KernelCache
+
+    KernelCache(folder="runtime").put(key, Entry(object_code, CpuModule(text, (), ())))
+
+
 class Batch:
     """Consecutive kernels for :meth:`NativePool.run_batch`: per kernel its
     address, extent, and split points (an address) with their chunk count (0:
