@@ -75,8 +75,9 @@ def test_contiguous_input_reaches_the_kernels_without_a_copy(
             y = c(x)
         torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-5)
         assert kernel_pointers, "no stripeml kernel ran"
-        (arr,) = [a for t, a in conversions if t is x]
-        assert arr.ctypes.data == x.data_ptr()  # a view, not a copy
+        # the first call views the tensor; later ones hand its address over as is
+        arrays = [a for t, a in conversions if t is x]
+        assert len(arrays) <= 1 and all(a.ctypes.data == x.data_ptr() for a in arrays)
         assert any(x.data_ptr() in run for run in kernel_pointers), "the input was copied"
         assert any(y.data_ptr() in run for run in kernel_pointers), "the result was copied"
     assert st.stats()["inference_compiles"] - before.get("inference_compiles", 0) == 1
@@ -101,6 +102,21 @@ def test_training_inputs_and_parameters_reach_the_kernels_without_a_copy(
     assert x.data_ptr() in forward
     for name, p in m.named_parameters():
         assert p.data_ptr() in forward, f"{name} was copied on its way to the kernels"
+    # later steps (by address, ``direct.py``): the same, and the gradients
+    # PyTorch accumulates are the memory the backward program wrote
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(2):
+        kernel_pointers.clear()
+        x = torch.randn(5, 8)
+        opt.zero_grad(set_to_none=True)
+        y = c(x)
+        y.sum().backward()
+        opt.step()
+        forward, backward = kernel_pointers
+        assert x.data_ptr() in forward and y.data_ptr() in forward
+        for name, p in m.named_parameters():
+            assert p.data_ptr() in forward, f"{name} was copied on its way to the kernels"
+            assert p.grad is not None and p.grad.data_ptr() in backward, name
 
 
 def test_non_contiguous_input_is_converted_once(
@@ -156,3 +172,52 @@ def test_bfloat16_input_is_widened_once(
     assert arr.dtype == np.float32 and arr.flags.c_contiguous
     np.testing.assert_array_equal(arr, x.float().numpy())
     assert any(arr.ctypes.data in run for run in kernel_pointers), "converted more than once"
+
+
+def test_rebinding_parameters_keeps_no_old_direct_call() -> None:
+    """An inference program is rebuilt when a parameter changes in place; the old
+    one's call by address (``direct.py``, which holds the compiled program) is
+    dropped with it, not kept for every version (the results are eager's)."""
+    import gc
+
+    from stripeml.runtime.cpu_direct import DirectCall
+
+    def live() -> int:
+        gc.collect()
+        return sum(isinstance(o, DirectCall) for o in gc.get_objects())
+
+    torch.manual_seed(0)
+    m = nn.Linear(8, 4).eval()
+    c = _compiled(m)
+    x = torch.randn(2, 8)
+    before = live()
+    with torch.no_grad():
+        for _ in range(6):
+            m.weight.mul_(0.5)  # a new version: the next call binds again
+            for _ in range(2):  # (the second call of a program goes by address)
+                torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-6)
+    assert live() - before <= 1
+
+
+def test_results_kept_by_the_caller_are_never_written_again() -> None:
+    """Results come in memory the backend reuses once nothing holds it any more
+    (``DirectPlan._array``): results the caller keeps keep their values while
+    later calls run, and a released result's memory serves a later call."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.Tanh()).eval()
+    c = _compiled(m)
+    xs = [torch.randn(3, 8) for _ in range(8)]
+    with torch.no_grad():
+        kept = [(x, c(x)) for x in xs]  # (more than the backend keeps for reuse)
+        for x, y in kept:
+            torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-6)
+        views = [y[1:] for _, y in kept[:3]]  # a view holds its result too
+        del kept, x, y
+        for x in reversed(xs):  # (other inputs: other values)
+            c(x)
+        for v, x in zip(views, xs[:3]):
+            torch.testing.assert_close(v, m(x)[1:], rtol=1e-5, atol=1e-6)
+        y = c(xs[0])
+        address = y.data_ptr()
+        del y
+        assert c(xs[1]).data_ptr() == address  # released: its memory is used again

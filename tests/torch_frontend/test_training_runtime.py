@@ -140,6 +140,16 @@ def test_parameters_arrays_are_kept_between_steps_and_follow_new_memory(monkeypa
         return original(t, layout)
 
     monkeypatch.setattr(tensors, "host_array", spy)
+    from stripeml.runtime.cpu_run import CpuCompiled
+
+    runs: list[set[int]] = []  # per program run: the addresses its kernels were given
+    run_steps = CpuCompiled._run_steps
+
+    def kernels(self: Any, pointers: Any, storages: Any, constant: bool = False) -> None:
+        runs.append({p for p in pointers if p})
+        run_steps(self, pointers, storages, constant)
+
+    monkeypatch.setattr(CpuCompiled, "_run_steps", kernels)
     torch.manual_seed(0)
     torch._dynamo.reset()
     model = _model()
@@ -148,12 +158,15 @@ def test_parameters_arrays_are_kept_between_steps_and_follow_new_memory(monkeypa
     _steps(model, compiled, x, steps=2)
     params = list(model.parameters())
     made.clear()
+    runs.clear()
     _steps(model, compiled, x, steps=2)  # (in-place SGD updates between steps)
     assert not any(any(t is p for p in params) for t in made), "a parameter was turned again"
+    assert all(any(p.data_ptr() in run for run in runs) for p in params)
     with torch.no_grad():
         model[0].weight.data = torch.randn(64, 32)  # new memory
-    _steps(model, compiled, x, steps=2)
-    assert any(t is model[0].weight for t in made)
+    runs.clear()
+    _steps(model, compiled, x, steps=2)  # (losses and gradients as eager's)
+    assert any(model[0].weight.data_ptr() in run for run in runs), "read the old memory"
 
 
 def test_saved_channels_last_activations_are_permuted_views() -> None:
@@ -204,3 +217,96 @@ def test_a_kept_parameter_array_goes_with_its_tensor() -> None:
     del arr, p
     gc.collect()
     assert memory() is None and not held._held  # nothing keeps its memory alive
+
+
+@pytest.mark.parametrize("pool", ["2x2", "3x3-s2-p1"])
+def test_batch_norm_and_max_pool_train_channels_last(pool: str) -> None:
+    """Between two convolutions, training-mode BatchNorm, ReLU and max pooling
+    (values and indices, forward and backward) stay stored channels-last: no
+    transposing copy of an activation in either program (``lower_layout.py``),
+    and at every step eager's outputs, gradients and running statistics
+    (overlapping padded windows: several taps of a window tie at ReLU's 0)."""
+    from stripeml.torch.programs import last_programs
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    mp = nn.MaxPool2d(2) if pool == "2x2" else nn.MaxPool2d(3, stride=2, padding=1)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), mp,
+        nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5),
+    )  # fmt: skip
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="stripeml")
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
+    opt_m = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(3)
+    for step in range(4):
+        x = torch.randn(4, 3, 12, 12, generator=g)
+        outs = []
+        for m, opt in ((eager, opt_e), (compiled, opt_m)):
+            opt.zero_grad()
+            y = m(x)
+            y.square().sum().backward()
+            opt.step()
+            outs.append(y.detach())
+        torch.testing.assert_close(outs[1], outs[0], rtol=1e-4, atol=1e-5, msg=str(step))
+        for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=f"{step} {name}")
+    for (name, b), c in zip(eager.named_buffers(), model.buffers()):
+        torch.testing.assert_close(c, b, rtol=1e-4, atol=1e-5, msg=name)
+    sources = {p.kind: p.source for p in last_programs(2)}
+    assert set(sources) == {"forward", "backward"}
+    transpose = re.compile(r"\[i0, i1, i2, i3 : [^\]]*\] = =\(\w+\[i0, i2, i3, i1\]\)")
+    for kind, source in sources.items():
+        assert not transpose.findall(source), (kind, transpose.findall(source))
+
+
+def test_attention_heads_split_without_host_copies() -> None:
+    """Splitting a projection into heads (``[L, N, E]`` viewed ``[L, N * H, E / H]``)
+    and merging them back are reshapes of which neither shape refines the
+    other: each is one copy kernel into the shape refining both, then a view,
+    so no program is left with a ``reshape`` copy on the host; the gradients
+    are eager's."""
+    from stripeml.torch.programs import last_programs
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="stripeml")
+    x = torch.randn(2, 8, 32)
+    for m in (eager, compiled):
+        m(x).square().sum().backward()
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    programs = last_programs(2)
+    assert {p.kind for p in programs} == {"forward", "backward"}
+    for p in programs:
+        assert "special reshape" not in p.optimised, p.kind
+
+
+def test_bias_and_activation_of_a_3d_linear_fuse_into_its_matmul() -> None:
+    """A linear layer on a 3-D input is ``mm`` on the flattened rows, a view back,
+    then the bias and the activation on the view: they are written before the
+    view (``lower_layout.before_reshape``), so the matrix product's kernel
+    applies them (no kernel of their own); outputs and gradients are eager's."""
+    from stripeml.torch.programs import last_programs
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    # (sizes the pipeline tiles: a tiled matrix product takes elementwise work)
+    model = nn.Sequential(nn.Linear(128, 256), nn.GELU(), nn.Linear(256, 128), nn.ReLU())
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="stripeml")
+    x = torch.randn(4, 64, 128)
+    for m in (eager, compiled):
+        m(x).square().sum().backward()
+    torch.testing.assert_close(compiled(x), eager(x), rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(eager.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    (forward,) = [p for p in last_programs() if p.kind == "forward"][-1:]
+    kernels = re.findall(r"^  block (\S+) .*?// (.*)$", forward.optimised, re.M)
+    for act in ("relu(", "erf("):
+        found = [text for _, text in kernels if act in text]
+        assert found and all("+(" in text for text in found), (act, kernels)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..onnx.importer import Folds, Specialised, finish
+from .direct import DirectPlan, outputs, passable
 from .lower import Unsupported, full_name
 from .partition import known, partition, trivial
 from .programs import record
@@ -105,8 +106,11 @@ class CompiledGraph:
         self._layout_of: dict[int, tuple[int, ...]] = {}
         #: the programs whose inputs need no widening (``Specialised.call_args``)
         self._wide: set[int] = set()
-        #: cheap per-call key -> the input signature (see ``__call__``)
-        self._sigs: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: cheap per-call key -> the input signature and the inputs that are not
+        #: ``direct.passable`` (see ``__call__``)
+        self._sigs: dict[tuple[Any, ...], tuple[tuple[Any, ...], frozenset[int]]] = {}
+        #: per program built, from its first call: its call by address, or None
+        self._direct: dict[int, DirectPlan | None] = {}
         self._has_state = self.state is not None and any(self.state)
         #: per program built: where its split kernels run (see ``threads.py``)
         self._threads: dict[int, ThreadChoice | None] = {}
@@ -172,15 +176,19 @@ class CompiledGraph:
             for a, s in zip(args, self.state)
             if not s
         )
-        sig = self._sigs.get(key)
-        if sig is None:
-            sig = self._sigs[key] = tuple(
+        found = self._sigs.get(key)
+        if found is None:
+            sig = tuple(
                 (tuple(a.shape), a.dtype, a.device.type, dense_layout(a))
                 if isinstance(a, torch.Tensor)
                 else a
                 for a, s in zip(args, self.state)
                 if not s
             )
+            # the inputs whose memory cannot be handed to a program as is
+            bad = frozenset(k for k, a in enumerate(args) if not self.state[k] and not passable(a))
+            found = self._sigs[key] = (sig, bad)
+        sig, bad = found
         versions = (
             tuple(
                 (id(a), a._version)
@@ -192,12 +200,19 @@ class CompiledGraph:
         )
         hit = self._cache.get(sig)
         if hit is None or hit[0] != versions:
+            if hit is not None and hit[1] is not None:
+                self._direct.pop(id(hit[1]), None)  # (it would keep the old program alive)
             with _LOCK:
                 spec = self._build(args)
             self._cache[sig] = hit = (versions, spec)
         spec = hit[1]
         if spec is None:
             return self.split(*args) if self.split is not None else self.fx(*args)
+        direct = self._direct.get(id(spec))
+        if direct is not None and (not bad or bad.isdisjoint(direct.inputs)):
+            # (from the second call on: tensors' addresses in, tensors out)
+            tensors = direct.run(args, self._threads.get(id(spec)), call)
+            return outputs(self._plans[id(spec)], tensors, args)
         arrays: dict[int, np.ndarray] = {}
         layouts = self._layouts.get(id(spec), {})
         held = self._held[id(spec)]
@@ -219,36 +234,18 @@ class CompiledGraph:
             if not isinstance(outs, tuple):
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
+            if id(spec) not in self._direct:
+                try:
+                    direct = DirectPlan.make(spec, passed, self.state)
+                except Exception:  # noqa: BLE001 - a faster road only: keep this one
+                    direct = None
+                self._direct[id(spec)] = direct
         values = [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
         if spec.narrow is not None:  # exact: the program holds bfloat16 values in float32
             values = [
                 v if t is None else np.asarray(v).astype(t) for v, t in zip(values, spec.narrow)
             ]
-        plan = self._plans[id(spec)]
-        out: list[Any] = []
-        bases: dict[int, Any] = {}  # per computed value: the tensor views are made of
-        returned: set[int] = set()
-        for kind, x in plan:
-            if kind == "value":
-                t = bases.get(x) if x not in returned else None
-                if t is None:
-                    t = from_numpy(np.asarray(values[x]))
-                    bases.setdefault(x, t)
-                returned.add(x)
-                out.append(t)
-            elif kind in ("reshape", "permuted"):
-                base = bases.get(x[0])
-                if base is None:
-                    base = bases[x[0]] = from_numpy(np.asarray(values[x[0]]))
-                if kind == "reshape":
-                    out.append(base.view(x[1]))
-                else:  # "permuted"
-                    out.append(base.view(x[1]).permute(x[2]))
-            elif kind == "view":
-                out.append(args[x[0]].permute(x[1]))
-            else:
-                out.append(args[x] if kind == "input" else x)
-        return out
+        return outputs(self._plans[id(spec)], [from_numpy(np.asarray(v)) for v in values], args)
 
     def _partition(self, explain: bool) -> Any:
         """The graph split around the nodes that do not translate (see
@@ -307,6 +304,7 @@ class CompiledGraph:
             # inference program's calls keep the native pool, measured for it)
             self._threads[id(spec)] = choice() if self.kind != "inference" else None
             self._held[id(spec)] = HeldArrays()
+            self._direct.pop(id(spec), None)  # (made at its first call; ids are reused)
         STATS["compiles"] += 1
         STATS[f"{self.kind}_compiles"] += 1
         STATS["compiled_ops"] += self.n_ops

@@ -27,6 +27,8 @@ import numpy as np
 from ..onnx.builder import Builder, OnnxError, Value
 from ..onnx.graph import NodeInfo
 from ..onnx.importer import Folds, run_node
+from ..onnx.ops.conv import Window
+from .lower_layout import before_reshape, max_pool_with_indices, per_channel, reduce_channels
 
 #: The ai.onnx opset the translated nodes are written against.
 OPSET = 21
@@ -93,6 +95,10 @@ class Lowering:
         self.where = ""
         #: which outputs of the node being written are read (None: all of them)
         self.used: set[int] | None = None
+        #: plain images copied channels-last, by Tile name (``lower_layout.per_channel``)
+        self._nhwc: dict[str, Value] = {}
+        #: the plain values row-major reshapes made, by name: what they reshape
+        self.reshaped: dict[str, Value] = {}
 
     def wants(self, i: int) -> bool:
         """Whether output ``i`` of the node being written is read."""
@@ -108,6 +114,17 @@ class Lowering:
         self, op: str, inputs: Sequence[Value | None], n_out: int = 1, **attrs: Any
     ) -> list[Value | None]:
         """Write ONNX operator ``op`` on ``inputs`` (``None``: omitted)."""
+        if n_out == 1:  # (lower_layout.py: channels-last images, work before reshapes)
+            done = reduce_channels(self.b, op, inputs, attrs)
+            if done is not None:
+                return [done]
+            moved = before_reshape(op, inputs, self.reshaped)
+            if moved is not None:
+                y = self.onnx(op, moved, 1, **attrs)[0]
+                x = next(v for v in inputs if v is not None and v.rank > 1)
+                if y is not None and y.size == x.size:
+                    return [self.reshape(y, x.shape)]
+        inputs = per_channel(self.b, op, inputs, self._nhwc)
         names = ["" if v is None else self._key(v) for v in inputs]
         self._k += 1
         outs = [f"o{self._k}_{i}" for i in range(n_out)]
@@ -119,6 +136,13 @@ class Lowering:
     def one(self, op: str, *inputs: Value | None, **attrs: Any) -> Value:
         out = self.onnx(op, inputs, 1, **attrs)[0]
         assert out is not None
+        return out
+
+    def reshape(self, x: Value, shape: Sequence[int]) -> Value:
+        """``x`` reshaped (row-major) to ``shape``, remembered in :attr:`reshaped`."""
+        out = self.one("Reshape", x, self.ints(shape), allowzero=1)
+        if out.name and out.name != x.name and out.layout is None and x.layout is None:
+            self.reshaped[out.name] = x
         return out
 
     @staticmethod
@@ -241,12 +265,26 @@ def _max_pool(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> A
         return L.one("MaxPool", x, **attrs)
     if not L.wants(1):
         return (L.one("MaxPool", x, **attrs), None)
+    if n == 2 and not attrs["ceil_mode"]:  # channels-last (stored NHWC): both laid out
+        win = _window(x.shape[2:], attrs)
+        done = max_pool_with_indices(L.b, x, win)
+        if done is not None:
+            return done
     # the op library's index is flat over the whole tensor, PyTorch's over the
     # spatial plane; both are the first tap (row-major) equal to the maximum
     y, flat = L.onnx("MaxPool", [x], 2, **attrs)
     assert y is not None and flat is not None
     plane = int(np.prod(x.shape[2:]))
     return (y, L.one("Mod", flat, L.const(plane, np.int64)))
+
+
+def _window(spatial: Sequence[int], attrs: dict[str, Any]) -> Window:
+    """The window of a pooling node's attributes (symmetric padding, floor mode)."""
+    k, s, d = attrs["kernel_shape"], attrs["strides"], attrs["dilations"]
+    r = len(spatial)
+    p = attrs["pads"][:r]
+    out = [(spatial[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(r)]
+    return Window(list(k), list(s), list(d), list(p), list(p), out)
 
 
 @rule("avg_pool2d", "avg_pool1d", "avg_pool3d")
@@ -285,15 +323,19 @@ def _layer_norm(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) ->
     shape = [int(s) for s in shape]
     if w is None:
         w = L.const(np.ones(shape, x.dtype))
-    y = L.one("LayerNormalization", x, w, bias, axis=-len(shape), epsilon=float(eps))
     if not (L.wants(1) or L.wants(2)):
+        y = L.one("LayerNormalization", x, w, bias, axis=-len(shape), epsilon=float(eps))
         return (y, None, None)
-    # the statistics a backward graph reads (shape: the normalised axes kept as 1)
+    # the statistics a backward graph reads (shape: the normalised axes kept as 1),
+    # and the result from them (not computed twice)
     axes = L.ints(range(x.rank - len(shape), x.rank))
     mean = L.one("ReduceMean", x, axes, keepdims=1)
     xc = L.one("Sub", x, mean)
     var = L.one("ReduceMean", L.one("Mul", xc, xc), axes, keepdims=1)
     rstd = L.one("Reciprocal", L.one("Sqrt", L.one("Add", var, L.const(float(eps), x.dtype))))
+    y = L.one("Mul", L.one("Mul", xc, rstd), w)
+    if bias is not None:
+        y = L.one("Add", y, bias)
     return (y, mean, rstd)
 
 

@@ -28,9 +28,11 @@ from typing import Any
 import numpy as np
 
 from ..onnx.builder import Value
+from ..onnx.layout_values import NHWC, nhwc_input, with_layout
 from ..onnx.ops.conv import Window, affine
 from ..onnx.ops.pool import divisor
 from .lower import Lowering, Meta, Unsupported, _arg, rule
+from .lower_layout import max_pool_backward
 
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
@@ -58,7 +60,11 @@ def _convolution_backward(L: Lowering, args: list[Any], kw: dict[str, Any], meta
     s, p, d = _per_axis(stride, r, 1), _per_axis(padding, r, 0), _per_axis(dilation, r, 1)
     g = int(groups)
     gi = gw = gb = None
-    if mask[0] and r == 2 and s == [1, 1] and _flip_pads(w, p, d) is not None:
+    stride1 = r == 2 and s == [1, 1] and _flip_pads(w, p, d) is not None
+    if mask[0] and stride1 and mask[1] and g == 1 and go.layout is None and _nhwc_readable(go):
+        # both gradients read the output's channels-last: transposed once, here
+        go = with_layout(nhwc_input(L.b, go), NHWC)
+    if mask[0] and stride1:
         gi = _conv_input_grad_stride1(L, go, w, p, d, g)
     elif mask[0]:
         # the input's gradient: the transposed convolution of the output's,
@@ -132,8 +138,6 @@ def _conv_weight_grad_nhwc(
     """``dW`` of a 2-D convolution (one group) read channels-last: one contraction
     into ``(KH, KW, CI, CO)`` (output channels contiguous: register tiles over
     the input channels), then one transposing copy into PyTorch's layout."""
-    from ..onnx.layout_values import nhwc_input
-
     b = L.b
     co, ci, kh, kw = w.shape
     xr = b.ref(nhwc_input(b, x))
@@ -218,6 +222,10 @@ def _max_pool_backward(L: Lowering, args: list[Any], kw: dict[str, Any], meta: M
     win = _pool_window(args, kw, x, go)
     win.dilations = _per_axis(_arg(args, kw, 5, "dilation", 1), x.rank - 2, 1)
     indices = _arg(args, kw, 7, "indices")
+    if x.rank == 4:  # indices saved channels-last: the scatter too (lower_layout.py)
+        done = max_pool_backward(L.b, go, indices, x.shape, win)
+        if done is not None:
+            return done
     spatial = x.shape[2:]
     flat = np.arange(int(np.prod(spatial)), dtype=np.int64).reshape(spatial)
     b = L.b

@@ -39,9 +39,72 @@ def _identity(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> A
       "_reshape_alias", "unflatten")  # fmt: skip
 def _reshape(L: Lowering, args: list[Any], kw: dict[str, Any], meta: Meta) -> Any:
     x = args[0]
-    if x.shape == _shape(meta):
+    shape = _shape(meta)
+    if x.shape == shape:
         return x
-    return L.one("Reshape", x, L.ints(_shape(meta)), allowzero=1)
+    if x.const is None and x.name:
+        fine = _common_refinement(x.shape, shape)
+        if fine is not None:
+            # neither shape refines the other (attention's heads: [64, 4, 256] to
+            # [64, 16, 64] and back): a Tile reshape would be a copy on the host
+            # (after one materialising a permuted value); instead one copy kernel
+            # into the shape refining both, whose merge into ``shape``
+            # ``alias_reshape`` turns into the kernel writing it directly
+            x = _split_copy(L, x, fine)
+    return L.reshape(x, shape)
+
+
+def _common_refinement(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The coarsest shape that refines both ``a`` and ``b`` (row-major), when
+    neither refines the other and there is one; else None."""
+    if 0 in a or 0 in b:
+        return None
+
+    def cuts(shape: tuple[int, ...]) -> set[int]:
+        out, p = set(), 1
+        for d in shape:
+            p *= d
+            out.add(p)
+        return out
+
+    ca, cb = cuts(a), cuts(b)
+    if ca <= cb or cb <= ca:  # one refines the other already
+        return None
+    sizes, prev = [], 1
+    for c in sorted(ca | cb):
+        if c % prev:
+            return None
+        sizes.append(c // prev)
+        prev = c
+    return tuple(sizes)
+
+
+def _split_copy(L: Lowering, x: Any, fine: tuple[int, ...]) -> Any:
+    """``x`` copied into shape ``fine`` (which refines it): one contraction, each
+    of ``x``'s dimensions an affine merge of consecutive dimensions of ``fine``
+    (read where it is stored, when it is stored permuted)."""
+    idx = [f"i{j}" for j in range(len(fine))]
+    access, j = [], 0
+    for d in x.shape:
+        terms: list[int] = []
+        size = 1
+        while size < d or (not terms and j < len(fine)):
+            terms.append(j)
+            size *= fine[j]
+            j += 1
+        parts, w = [], 1
+        for t in reversed(terms):
+            parts.append(idx[t] if w == 1 else f"{w} * {idx[t]}")
+            w *= fine[t]
+        access.append(" + ".join(reversed(parts)))
+    if x.layout is not None:  # (stored permuted: its storage's dimensions in that order)
+        access = [access[d] for d in x.layout]
+    sizes = ", ".join(str(n) for n in fine)
+    return L.b.contraction(
+        f"{{out}}[{', '.join(idx)} : {sizes}] = =({L.b.ref(x)}[{', '.join(access)}])",
+        fine,
+        x.dtype,
+    )
 
 
 @rule("expand")
