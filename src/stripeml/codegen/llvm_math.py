@@ -84,246 +84,51 @@ the special-value selects after inlining.
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 
-import numpy as np
 from llvmlite import ir
+
+from .llvm_math_consts import (
+    COS_P,
+    COSF_P,
+    ERF_PA,
+    ERF_PP,
+    ERF_QA,
+    ERF_QQ,
+    ERF_RA,
+    ERF_RA_LIMIT,
+    ERF_RB,
+    ERF_SA,
+    ERF_SB,
+    ERFF_P,
+    ERFF_Q,
+    ERX,
+    EXPD_U,
+    EXPF_LN2,
+    EXPF_P,
+    LG,
+    LN2_HI_D,
+    LN2_LO_D,
+    LOG2E,
+    LOGF_P,
+    PIO2_D,
+    PIO2_F,
+    SIN_P,
+    SINF_P,
+    SQRTHF,
+    TAN_P,
+    TAN_Q,
+    TANF_P,
+    TANH_P,
+    TANH_Q,
+    TANHF_P,
+    TWO_OVER_PI,
+)
 
 __all__ = ["MATH_FUNCTIONS", "emit_math"]
 
 # Functions that are one intrinsic, emitted inline.
 _INLINE = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "roundeven", "abs": "fabs"}
-
-# ---------------------------------------------------------------------------
-# Constants
-# ---------------------------------------------------------------------------
-
-# pi to 100 decimals; the reduction constants are exact splits of pi/2.
-_PI = Fraction(
-    "3.1415926535897932384626433832795028841971693993751"
-    "058209749445923078164062862089986280348253421170679"
-)
-_LOG2E = 1.4426950408889634074  # 1/ln 2
-
-
-def _split(value: Fraction, parts: int, f32: bool) -> tuple[float, ...]:
-    """Split ``value`` into ``parts`` floats whose exact sum approximates it."""
-    out = []
-    rest = value
-    for _ in range(parts):
-        c = float(np.float32(float(rest))) if f32 else float(rest)
-        out.append(c)
-        rest -= Fraction(c)
-    return tuple(out)
-
-
-_PIO2_F = _split(_PI / 2, 3, True)
-_PIO2_D = _split(_PI / 2, 3, False)
-_TWO_OVER_PI = float(2 / _PI)
-
-
-def _f64_from_bits(bits: int) -> float:
-    return struct.unpack("<d", struct.pack("<Q", bits))[0]
-
-
-# Cephes expf.c: e^r = 1 + r + r^2 P(r) on |r| <= ln2/2; ln2 = C1 + C2.
-_EXPF_P = (
-    1.9875691500e-4,
-    1.3981999507e-3,
-    8.3334519073e-3,
-    4.1665795894e-2,
-    1.6666665459e-1,
-    5.0000001201e-1,
-)
-_EXPF_LN2 = (0.693359375, -2.12194440e-4)
-# SLEEF xexp (sleefdp.c): e^r = 1 + r + r^2 U(r).
-_EXPD_U = (
-    2.08860621107283687536341e-09,
-    2.51112930892876518610661e-08,
-    2.75573911234900471893338e-07,
-    2.75572362911928827629423e-06,
-    2.4801587159235472998791e-05,
-    0.000198412698960509205564975,
-    0.00138888888889774492207962,
-    0.00833333333331652721664984,
-    0.0416666666666665047591422,
-    0.166666666666666851703837,
-    0.5,
-)
-# fdlibm e_log.c: ln2 = LN2_HI + LN2_LO, LN2_HI has 32 trailing zero bits.
-_LN2_HI_D = 6.93147180369123816490e-01  # 3fe62e42 fee00000
-_LN2_LO_D = 1.90821492927058770002e-10  # 3dea39ef 35793c76
-
-# Cephes logf.c: log(1+m) = m - m^2/2 + m^3 P(m), sqrt(1/2) <= 1+m < sqrt(2).
-_LOGF_P = (
-    7.0376836292e-2,
-    -1.1514610310e-1,
-    1.1676998740e-1,
-    -1.2420140846e-1,
-    1.4249322787e-1,
-    -1.6668057665e-1,
-    2.0000714765e-1,
-    -2.4999993993e-1,
-    3.3333331174e-1,
-)
-_SQRTHF = 0.707106781186547524
-# fdlibm e_log.c: log(1+f) = 2s + s R(s^2), s = f/(2+f).
-_LG = (
-    6.666666666666735130e-01,  # 3FE55555 55555593
-    3.999999999940941908e-01,  # 3FD99999 9997FA04
-    2.857142874366239149e-01,  # 3FD24924 94229359
-    2.222219843214978396e-01,  # 3FCC71C5 1D8E78AF
-    1.818357216161805012e-01,  # 3FC74664 96CB03DE
-    1.531383769920937332e-01,  # 3FC39A09 D078C69F
-    1.479819860511658591e-01,  # 3FC2F112 DF3E5244
-)
-
-# Cephes tanhf.c: tanh(x) = x + x^3 P(x^2), |x| < 0.625.
-_TANHF_P = (
-    -5.70498872745e-3,
-    2.06390887954e-2,
-    -5.37397155531e-2,
-    1.33314422036e-1,
-    -3.33332819422e-1,
-)
-# Cephes tanh.c: tanh(x) = x + x^3 P(x^2)/Q(x^2), Q monic.
-_TANH_P = (-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3)
-_TANH_Q = (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)
-
-# Cephes sinf.c: on |r| <= pi/4.
-_SINF_P = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
-_COSF_P = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
-# Cephes sin.c (sincof, coscof).
-_SIN_P = (
-    1.58962301576546568060e-10,
-    -2.50507477628578072866e-8,
-    2.75573136213857245213e-6,
-    -1.98412698295895385996e-4,
-    8.33333333332211858878e-3,
-    -1.66666666666666307295e-1,
-)
-_COS_P = (
-    -1.13585365213876817300e-11,
-    2.08757008419747316778e-9,
-    -2.75573141792967388112e-7,
-    2.48015872888517045348e-5,
-    -1.38888888888730564116e-3,
-    4.16666666666665929218e-2,
-)
-# Cephes tanf.c and tan.c.
-_TANF_P = (
-    9.38540185543e-3,
-    3.11992232697e-3,
-    2.44301354525e-2,
-    5.34112807005e-2,
-    1.33387994085e-1,
-    3.33331568548e-1,
-)
-_TAN_P = (-1.30936939181383777646e4, 1.15351664838587416140e6, -1.79565251976484877988e7)
-_TAN_Q = (
-    1.0,
-    1.36812963470692954678e4,
-    -1.32089234440210967447e6,
-    2.50083801823357915839e7,
-    -5.38695755929454629881e7,
-)
-
-# Eigen / XLA float erf: erf(x) = x P(x^2) / Q(x^2) on [-4, 4].
-_ERFF_P = (
-    -2.72614225801306e-10,
-    2.77068142495902e-08,
-    -2.10102402082508e-06,
-    -5.69250639462346e-05,
-    -7.34990630326855e-04,
-    -2.95459980854025e-03,
-    -1.60960333262415e-02,
-)
-_ERFF_Q = (
-    -1.45660718464996e-05,
-    -2.13374055278905e-04,
-    -1.68282697438203e-03,
-    -7.37332916720468e-03,
-    -1.42647390514189e-02,
-)
-# fdlibm s_erf.c (as in musl), highest degree first.
-_ERX = 8.45062911510467529297e-01
-_ERF_PP = (
-    -2.37630166566501626084e-05,
-    -5.77027029648944159157e-03,
-    -2.84817495755985104766e-02,
-    -3.25042107247001499370e-01,
-    1.28379167095512558561e-01,
-)
-_ERF_QQ = (
-    -3.96022827877536812320e-06,
-    1.32494738004321644526e-04,
-    5.08130628187576562776e-03,
-    6.50222499887672944485e-02,
-    3.97917223959155352819e-01,
-    1.0,
-)
-_ERF_PA = (
-    -2.16637559486879084300e-03,
-    3.54783043256182359371e-02,
-    -1.10894694282396677476e-01,
-    3.18346619901161753674e-01,
-    -3.72207876035701323847e-01,
-    4.14856118683748331666e-01,
-    -2.36211856075265944077e-03,
-)
-_ERF_QA = (
-    1.19844998467991074170e-02,
-    1.36370839120290507362e-02,
-    1.26171219808761642112e-01,
-    7.18286544141962662868e-02,
-    5.40397917702171048937e-01,
-    1.06420880400844228286e-01,
-    1.0,
-)
-_ERF_RA = (
-    -9.81432934416914548592e00,
-    -8.12874355063065934246e01,
-    -1.84605092906711035994e02,
-    -1.62396669462573470355e02,
-    -6.23753324503260060396e01,
-    -1.05586262253232909814e01,
-    -6.93858572707181764372e-01,
-    -9.86494403484714822705e-03,
-)
-_ERF_SA = (
-    -6.04244152148580987438e-02,
-    6.57024977031928170135e00,
-    1.08635005541779435134e02,
-    4.29008140027567833386e02,
-    6.45387271733267880336e02,
-    4.34565877475229228821e02,
-    1.37657754143519042600e02,
-    1.96512716674392571292e01,
-    1.0,
-)
-_ERF_RB = (
-    -4.83519191608651397019e02,
-    -1.02509513161107724954e03,
-    -6.37566443368389627722e02,
-    -1.60636384855821916062e02,
-    -1.77579549177547519889e01,
-    -7.99283237680523006574e-01,
-    -9.86494292470009928597e-03,
-)
-_ERF_SB = (
-    -2.24409524465858183362e01,
-    4.74528541206955367215e02,
-    2.55305040643316442583e03,
-    3.19985821950859553908e03,
-    1.53672958608443695994e03,
-    3.25792512996573918826e02,
-    3.03380607434824582924e01,
-    1.0,
-)
-_ERF_RA_LIMIT = _f64_from_bits(0x4006DB6E00000000)  # ~1/0.35: fdlibm's interval split
-
 
 # ---------------------------------------------------------------------------
 # The emitter: typed arithmetic on one float/double scalar or vector type
@@ -569,16 +374,16 @@ def _exp(e: _Emit, x: ir.Value, lo: ir.Value | None = None) -> ir.Value:
     coeffs: tuple[float, ...]
     if e.is64:
         lo_b, hi_b = -746.0, 710.0
-        ln2_hi, ln2_lo, coeffs = _LN2_HI_D, _LN2_LO_D, _EXPD_U
+        ln2_hi, ln2_lo, coeffs = LN2_HI_D, LN2_LO_D, EXPD_U
     else:
         lo_b, hi_b = -104.0, 89.0
-        (ln2_hi, ln2_lo), coeffs = _EXPF_LN2, _EXPF_P
+        (ln2_hi, ln2_lo), coeffs = EXPF_LN2, EXPF_P
     native = e.has_scalef()
     # Past the bounds e^x is 0 or inf in this precision.  With ``vscalef``, n
     # stays a float and a NaN flows through every step; otherwise clamping keeps
     # n an in-range integer (NaN is clamped too and patched back at the end).
     xc = e.clamp_keeping_nan(x, lo_b, hi_b) if native else e.clamp(x, lo_b, hi_b)
-    n = e.roundeven(e.mul(xc, _LOG2E))
+    n = e.roundeven(e.mul(xc, LOG2E))
     r = e.fma(n, -ln2_hi, xc)
     r = e.fma(n, -ln2_lo, r)
     if lo is not None:
@@ -604,14 +409,14 @@ def _log_f32(e: _Emit, x: ir.Value) -> ir.Value:
     ix = e.bits(xs)
     ex = b.add(b.and_(b.lshr(ix, e.i(23)), e.i(0xFF)), adj)
     m = e.from_bits(b.or_(b.and_(ix, e.i(0x007FFFFF)), e.i(0x3F000000)))  # [0.5, 1)
-    low = e.cmp("<", m, _SQRTHF)
+    low = e.cmp("<", m, SQRTHF)
     fe = e.sub(e.from_i32(ex), e.sel(low, 1.0, 0.0))
     m = e.sub(e.sel(low, e.add(m, m), m), 1.0)
     z = e.mul(m, m)
-    y = e.mul(e.mul(e.poly(m, _LOGF_P), m), z)
-    y = e.fma(fe, _EXPF_LN2[1], y)
+    y = e.mul(e.mul(e.poly(m, LOGF_P), m), z)
+    y = e.fma(fe, EXPF_LN2[1], y)
     y = e.fma(z, -0.5, y)
-    r = e.fma(fe, _EXPF_LN2[0], e.add(m, y))
+    r = e.fma(fe, EXPF_LN2[0], e.add(m, y))
     return _log_specials(e, x, r)
 
 
@@ -630,8 +435,8 @@ def _log_reduce_f64(e: _Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
 def _lg_r(e: _Emit, z: ir.Value) -> ir.Value:
     """fdlibm's R(z) = Lg1 z + ... + Lg7 z^7, split in odd/even halves."""
     w = e.mul(z, z)
-    t1 = e.mul(w, e.poly(w, (_LG[5], _LG[3], _LG[1])))
-    t2 = e.mul(z, e.poly(w, (_LG[6], _LG[4], _LG[2], _LG[0])))
+    t1 = e.mul(w, e.poly(w, (LG[5], LG[3], LG[1])))
+    t2 = e.mul(z, e.poly(w, (LG[6], LG[4], LG[2], LG[0])))
     return e.add(t2, t1)
 
 
@@ -643,9 +448,9 @@ def _log_f64(e: _Emit, x: ir.Value) -> ir.Value:
     r = _lg_r(e, e.mul(s, s))
     dk = e.from_i32(k)
     out = e.mul(s, e.add(hfsq, r))
-    out = e.fma(dk, _LN2_LO_D, out)
+    out = e.fma(dk, LN2_LO_D, out)
     out = e.add(e.sub(out, hfsq), f)
-    out = e.fma(dk, _LN2_HI_D, out)
+    out = e.fma(dk, LN2_HI_D, out)
     return _log_specials(e, x, out)
 
 
@@ -672,8 +477,8 @@ def _log_dd(e: _Emit, x: ir.Value) -> tuple[ir.Value, ir.Value]:
     s_lo = e.mul(e.sub(e.fma(e.neg(s), d, f), e.mul(s, d_lo)), inv)
     r = _lg_r(e, e.mul(s, s))
     dk = e.from_i32(k)
-    hi, err = _two_sum(e, e.mul(dk, _LN2_HI_D), e.add(s, s))  # both products exact
-    lo = e.fma(dk, _LN2_LO_D, e.fma(s, r, e.add(s_lo, s_lo)))
+    hi, err = _two_sum(e, e.mul(dk, LN2_HI_D), e.add(s, s))  # both products exact
+    lo = e.fma(dk, LN2_LO_D, e.fma(s, r, e.add(s_lo, s_lo)))
     lo = e.add(err, lo)
     h = e.add(hi, lo)
     return h, e.sub(lo, e.sub(h, hi))
@@ -724,9 +529,9 @@ def _tanh(e: _Emit, x: ir.Value) -> ir.Value:
     a = e.abs(x)
     z = e.mul(a, a)
     if e.is64:
-        q = e.div(e.poly(z, _TANH_P), e.poly(z, _TANH_Q))
+        q = e.div(e.poly(z, TANH_P), e.poly(z, TANH_Q))
     else:
-        q = e.poly(z, _TANHF_P)
+        q = e.poly(z, TANHF_P)
     small = e.fma(e.mul(a, z), q, a)
     big = e.sub(1.0, e.div(2.0, e.add(_exp(e, e.add(a, a)), 1.0)))
     return e.copysign(e.sel(e.cmp("<", a, 0.625), small, big), x)
@@ -743,7 +548,7 @@ def _erf_f32(e: _Emit, x: ir.Value) -> ir.Value:
     xc = e.sel(e.cmp("<", xc, -4.0), -4.0, xc)
     z = e.mul(xc, xc)
     # x * (P/Q), not (x P)/Q: keeps subnormal x from flushing to zero.
-    r = e.abs(e.mul(xc, e.div(e.poly(z, _ERFF_P), e.poly(z, _ERFF_Q))))
+    r = e.abs(e.mul(xc, e.div(e.poly(z, ERFF_P), e.poly(z, ERFF_Q))))
     return e.copysign(e.sel(e.cmp(">", r, 1.0), 1.0, r), x)
 
 
@@ -755,15 +560,15 @@ def _erf_f64(e: _Emit, x: ir.Value) -> ir.Value:
     first = e.cmp("<", a, 0.84375)
     z = e.mul(a, a)
     s = e.sub(a, 1.0)
-    num = e.sel(first, e.poly(z, _ERF_PP), e.poly(s, _ERF_PA))
-    den = e.sel(first, e.poly(z, _ERF_QQ), e.poly(s, _ERF_QA))
+    num = e.sel(first, e.poly(z, ERF_PP), e.poly(s, ERF_PA))
+    den = e.sel(first, e.poly(z, ERF_QQ), e.poly(s, ERF_QA))
     q = e.div(num, den)
-    near = e.sel(first, e.fma(a, q, a), e.add(q, _ERX))
+    near = e.sel(first, e.fma(a, q, a), e.add(q, ERX))
     # [1.25, 6): 1 - exp(-a^2 - 0.5625 + R(1/a^2)/S(1/a^2)) / a, two coefficient sets.
     t = e.div(1.0, z)
-    in_ra = e.cmp("<", a, _ERF_RA_LIMIT)
-    big_r = _poly_select(e, t, in_ra, _ERF_RA, _ERF_RB)
-    big_s = _poly_select(e, t, in_ra, _ERF_SA, _ERF_SB)
+    in_ra = e.cmp("<", a, ERF_RA_LIMIT)
+    big_r = _poly_select(e, t, in_ra, ERF_RA, ERF_RB)
+    big_s = _poly_select(e, t, in_ra, ERF_SA, ERF_SB)
     # a = hi + (a - hi) with hi's low 32 bits cleared, so -hi*hi - 0.5625 is exact.
     hi = e.from_bits(b.and_(e.bits(a), e.i(0xFFFFFFFF00000000)))
     corr = e.fma(e.sub(hi, a), e.add(hi, a), e.div(big_r, big_s))
@@ -799,8 +604,8 @@ def _reduce_pio2(e: _Emit, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
     a = e.abs(x)
     finite = e.cmp("<", a, float("inf"))
     a = e.sel(finite, a, 0.0)
-    c1, c2, c3 = _PIO2_D if e.is64 else _PIO2_F
-    q = e.roundeven(e.mul(a, _TWO_OVER_PI))
+    c1, c2, c3 = PIO2_D if e.is64 else PIO2_F
+    q = e.roundeven(e.mul(a, TWO_OVER_PI))
     r = e.fma(q, -c1, a)  # exact while q < 2^22 (float) / 2^51 (double)
     r = e.fma(q, -c2, r)
     r = e.fma(q, -c3, r)
@@ -825,11 +630,11 @@ def _sin_cos(e: _Emit, x: ir.Value, cosine: bool) -> ir.Value:
     r, qi, finite = _reduce_pio2(e, x)
     z = e.mul(r, r)
     if e.is64:
-        s = e.fma(e.mul(r, z), e.poly(z, _SIN_P), r)
-        c = e.fma(e.mul(z, z), e.poly(z, _COS_P), e.fma(z, -0.5, 1.0))
+        s = e.fma(e.mul(r, z), e.poly(z, SIN_P), r)
+        c = e.fma(e.mul(z, z), e.poly(z, COS_P), e.fma(z, -0.5, 1.0))
     else:
-        s = e.fma(e.mul(r, z), e.poly(z, _SINF_P), r)
-        c = e.fma(e.mul(z, z), e.poly(z, _COSF_P), e.fma(z, -0.5, 1.0))
+        s = e.fma(e.mul(r, z), e.poly(z, SINF_P), r)
+        c = e.fma(e.mul(z, z), e.poly(z, COSF_P), e.fma(z, -0.5, 1.0))
     if cosine:
         qi = b.add(qi, e.i(1, e.i32))
     odd = b.icmp_unsigned("!=", b.and_(qi, e.i(1, e.i32)), e.i(0, e.i32))
@@ -846,9 +651,9 @@ def _tan(e: _Emit, x: ir.Value) -> ir.Value:
     r, qi, finite = _reduce_pio2(e, x)
     z = e.mul(r, r)
     if e.is64:
-        q = e.div(e.poly(z, _TAN_P), e.poly(z, _TAN_Q))
+        q = e.div(e.poly(z, TAN_P), e.poly(z, TAN_Q))
     else:
-        q = e.poly(z, _TANF_P)
+        q = e.poly(z, TANF_P)
     t = e.fma(e.mul(r, z), q, r)
     odd = b.icmp_unsigned("!=", b.and_(qi, e.i(1, e.i32)), e.i(0, e.i32))
     t = e.sel(odd, e.div(-1.0, t), t)
