@@ -68,6 +68,26 @@ def _futex_syscall() -> int | None:
     return {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 
 
+def futex_wait(futex: int, then: str) -> str:
+    """The blocks ``futex:`` and ``unsleep:`` of an idle thread's sleep: wait on
+    the wake word ``%fwp`` while it holds ``%fv`` (FUTEX_WAIT_PRIVATE, 50 ms at
+    most), then leave the sleepers' count ``%sp`` and branch to ``%then``.
+    Shared by the pool's workers and the OpenMP team's body."""
+    return f"""futex:
+  %ts = alloca [2 x i64], align 8
+  %ts0 = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
+  store i64 0, i64* %ts0, align 8
+  %ts1 = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
+  store i64 50000000, i64* %ts1, align 8
+  %fw32 = bitcast i64* %fwp to i32*
+  %fv32 = and i64 %fv, 4294967295
+  %r = call i64 (i64, ...) @syscall(i64 {futex}, i32* %fw32, i64 128, i64 %fv32, i64* %ts0)
+  br label %unsleep
+unsleep:
+  %s1 = atomicrmw sub i64* %sp, i64 1 seq_cst
+  br label %{then}"""
+
+
 def _ir(naps: bool = False) -> str:
     """The pool's LLVM IR; ``naps``: idle workers nap (usleep) even where futexes exist."""
     triple = jit.host().triple
@@ -81,25 +101,14 @@ def _ir(naps: bool = False) -> str:
         # Sleep until the caller publishes a job: FUTEX_WAIT_PRIVATE on the wake
         # word while it still holds the value read before the last look at the
         # job word (50 ms at most, in case of a bug elsewhere).
-        sleep = f"""
+        sleep = """
   %fv = load atomic i64, i64* %fwp seq_cst, align 8
   %s0 = atomicrmw add i64* %sp, i64 1 seq_cst
   %w = load atomic i64, i64* %jp seq_cst, align 8
   %has = call i1 @pending(i64 %w)
   br i1 %has, label %unsleep, label %futex
-futex:
-  %ts = alloca [2 x i64], align 8
-  %ts0 = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
-  store i64 0, i64* %ts0, align 8
-  %ts1 = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
-  store i64 50000000, i64* %ts1, align 8
-  %fw32 = bitcast i64* %fwp to i32*
-  %fv32 = and i64 %fv, 4294967295
-  %r = call i64 (i64, ...) @syscall(i64 {futex}, i32* %fw32, i64 128, i64 %fv32, i64* %ts0)
-  br label %unsleep
-unsleep:
-  %s1 = atomicrmw sub i64* %sp, i64 1 seq_cst
-  br label %napped"""
+"""
+        sleep += futex_wait(futex, "napped")
         wake = f"""
   %f0 = atomicrmw add i64* %fwp, i64 1 seq_cst
   %sl = load atomic i64, i64* %sp seq_cst, align 8

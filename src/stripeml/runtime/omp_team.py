@@ -56,10 +56,10 @@ def team_ir(relax: str, futex: int | None) -> str:
     system call's number; ``None``: naps of 20 us) until thread 0 publishes a
     job or says the batch is finished, so a batch of long unsplit kernels
     does not keep a second thread spinning beside the one running them."""
-    from .native_pool_ir import _JOB, _SLEEPERS, _WAKE, spin_wait
+    from .native_pool_ir import _JOB, _SLEEPERS, _WAKE, futex_wait, spin_wait
 
     if futex is not None:
-        sleep = f"""
+        sleep = """
   %fv = load atomic i64, i64* %fwp seq_cst, align 8
   %s0 = atomicrmw add i64* %sp, i64 1 seq_cst
   %w = load atomic i64, i64* %jp seq_cst, align 8
@@ -68,19 +68,8 @@ def team_ir(relax: str, futex: int | None) -> str:
   %fin2 = icmp ne i64 %f2, 0
   %skip = or i1 %has, %fin2
   br i1 %skip, label %unsleep, label %futex
-futex:
-  %ts = alloca [2 x i64], align 8
-  %ts0 = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
-  store i64 0, i64* %ts0, align 8
-  %ts1 = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
-  store i64 50000000, i64* %ts1, align 8
-  %fw32 = bitcast i64* %fwp to i32*
-  %fv32 = and i64 %fv, 4294967295
-  %r = call i64 (i64, ...) @syscall(i64 {futex}, i32* %fw32, i64 128, i64 %fv32, i64* %ts0)
-  br label %unsleep
-unsleep:
-  %s1 = atomicrmw sub i64* %sp, i64 1 seq_cst
-  br label %loop"""
+"""
+        sleep += futex_wait(futex, "loop")
     else:
         sleep = """
   %u = call i32 @usleep(i32 20)
