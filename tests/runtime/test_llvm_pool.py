@@ -118,7 +118,7 @@ fn = stripeml.compile("function (A, B) -> (C) { C = A * 3 + B; }", target="inter
 compiled = CpuBackend(CpuOptions(threads=2)).compile(fn.lower(a, b).program)
 # compiled: the pool's code was compiled with the kernels, not loaded yet
 stored = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-loaded = native_pool._code.cache_info().currsize
+loaded = len(native_pool._LOADED)
 c = compiled.run({"A": a, "B": b})["C"]
 print(json.dumps({"stored": stored, "loaded_before_run": loaded,
                   "ok": bool(np.array_equal(c, a * 3 + b))}))

@@ -166,6 +166,48 @@ def test_workers_take_chunks(add_index):
     assert p.worker_chunks > before
 
 
+_CODE_CHILD = r"""
+import gc, sys, time
+import numpy as np
+from stripeml.runtime import jit, native_pool
+sys.path.insert(0, sys.argv[1])
+from test_native_pool import _ADD_IR, _bounds
+
+code = jit.load_object(jit.compile_ir(_ADD_IR))
+fn = code.address("add_index")
+p = native_pool.NativePool(1)
+data = np.zeros(4097, np.int64)
+assert p.run(fn, data.ctypes.data, _bounds(4096, 4))
+# every other way of asking for the pool's code (the OpenMP team asks with no
+# argument, hosts without futexes with naps=True)
+others = [native_pool._code(), native_pool._code(True), native_pool._code(naps=True)]
+assert native_pool._code(False) is native_pool._code() is p._code
+del others
+gc.collect()
+for _ in range(20):
+    time.sleep(0.005)  # the worker spins, naps or sleeps, and wakes for the next job
+    assert p.run(fn, data.ctypes.data, _bounds(4096, 4))
+p.close()
+assert (data[:4096] == np.arange(1, 4097) * 21).all()
+print("ok")
+"""
+
+
+def test_the_pools_code_outlives_its_workers():
+    """Asking for the pool's code in every way (with and without naps, with no
+    argument) never frees the code that an existing pool's idle workers run in:
+    they keep waking into it for later jobs (in a child process, since freed code
+    kills the process)."""
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run(
+        [sys.executable, "-c", _CODE_CHILD, here], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
 def test_without_a_pool_kernels_run_on_the_calling_thread(monkeypatch):
     """Where no pool can be made (Windows), split kernels run whole, correctly."""
     import stripeml

@@ -31,7 +31,6 @@ import ctypes
 import os
 import sys
 import threading
-from functools import lru_cache
 
 import numpy as np
 
@@ -73,22 +72,37 @@ _RUN = ctypes.CFUNCTYPE(
 )
 
 
-@lru_cache(maxsize=2)
+#: The pool's loaded code by ``naps``: never evicted nor freed, since worker
+#: threads live in it (an evicting cache once freed code that idle workers of an
+#: older pool still ran, and they crashed when they woke).
+_LOADED: dict[bool, jit.LoadedObject] = {}
+_LOADED_LOCK = threading.Lock()
+
+
 def _code(naps: bool = False) -> jit.LoadedObject:
     """The pool's machine code, compiled once per process (never freed: workers run
     it), its object kept in the kernel cache like a program's (24 ms saved at the
     start of every process that finds it there)."""
+    naps = bool(naps)
+    found = _LOADED.get(naps)
+    if found is not None:
+        return found
     from ..codegen.cpu_abi import CpuModule
     from .kernel_cache import Entry, KernelCache, cache_key
 
-    text = _ir(naps)
-    cache = KernelCache(folder="runtime")  # the runtime's own code, beside cpu/ and bodies/
-    key = cache_key(f"native pool\0{text}", jit.target_description())
-    entry = cache.get(key)
-    if entry is None:
-        entry = Entry(jit.compile_ir(text, count=False), CpuModule(text, (), ()))
-        cache.put(key, entry)
-    return jit.load_object(entry.object_code, count=False)
+    with _LOADED_LOCK:
+        found = _LOADED.get(naps)
+        if found is not None:
+            return found
+        text = _ir(naps)
+        cache = KernelCache(folder="runtime")  # the runtime's own code, beside cpu/ and bodies/
+        key = cache_key(f"native pool\0{text}", jit.target_description())
+        entry = cache.get(key)
+        if entry is None:
+            entry = Entry(jit.compile_ir(text, count=False), CpuModule(text, (), ()))
+            cache.put(key, entry)
+        found = _LOADED[naps] = jit.load_object(entry.object_code, count=False)
+        return found
 
 
 def code_to_compile() -> tuple[str, str] | None:
@@ -100,8 +114,7 @@ def code_to_compile() -> tuple[str, str] | None:
     from .kernel_cache import KernelCache, cache_key
 
     naps = _futex_syscall() is None  # what the first NativePool asks _code for
-    info = getattr(_code, "cache_info", None)  # (a test may have replaced _code)
-    if _MINE or info is None or info().currsize or sys.platform == "win32":
+    if _MINE or _LOADED or sys.platform == "win32":
         return None
     cache = KernelCache(folder="runtime")
     if not cache.root.usable():
@@ -149,6 +162,7 @@ class NativePool:
 
     def __init__(self, workers: int, naps: bool = False) -> None:
         code = _code(naps or _futex_syscall() is None)
+        self._code = code  # alive as long as the pool: its threads run in it
         self.workers = workers
         self._state = np.zeros(_STATE_WORDS, np.int64)
         self._addr = self._state.ctypes.data
