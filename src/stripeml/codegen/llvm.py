@@ -157,7 +157,9 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       over an innermost reduction of at least :data:`O1_INNER_REDUCTION`, or
       an epilogue, in vector lanes, no math-library call), where O3 found
       nothing more to do (ResNet-50's tiled convolutions 0.98-1.01x the time at
-      O1, BERT-base's plain matmuls 1.00x, for 0.6x the compile time);
+      O1, BERT-base's plain matmuls 1.00x, for 0.6x the compile time), and for
+      the transforms of Winograd convolutions (``winograd``: straight-line sums
+      of 16 loads in vector lanes, where O3's unrolling cost ~90 ms per body);
     * O3, with loop and SLP vectorisation and unrolling, for the rest: scalar
       reductions, element-wise kernels (at O1 SqueezeNet ran 1.10x the time),
       BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of one or two
@@ -169,6 +171,8 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     not depend on which program or process compiled it first.
     """
     if "copy" in kernel.tags or "fill" in kernel.tags or generator_tiled(kernel, vector_width):
+        return 1
+    if "winograd" in kernel.tags:  # straight-line sums, in vector lanes already
         return 1
     return 3
 

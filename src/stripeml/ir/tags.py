@@ -60,19 +60,26 @@ TAGS: tuple[Tag, ...] = (
             "passes.halo",
             "passes._fuse_contraction",
             "passes._const_panels",
+            "passes.winograd",
         ),
         read_by=("passes.fuse", "passes.thread", "passes.vectorize"),
     ),
     Tag(
         "contraction",
         "lowered from a Tile contraction: aggregates over its reduction indices",
-        set_by=("tile.lower",),
-        read_by=("passes.fuse", "passes.autotile", "passes.halo", "passes.unroll"),
+        set_by=("tile.lower", "passes.winograd"),
+        read_by=(
+            "passes.fuse",
+            "passes.autotile",
+            "passes.halo",
+            "passes.unroll",
+            "passes.winograd",
+        ),
     ),
     Tag(
         "agg",
         "the aggregation of a lowered contraction (`agg_add` for `+`, `agg_max` for `>` ...)",
-        set_by=("tile.lower",),
+        set_by=("tile.lower", "passes.winograd"),
         values=tuple(a for a in AGGREGATIONS if a),
     ),
     Tag(
@@ -84,6 +91,7 @@ TAGS: tuple[Tag, ...] = (
             "passes.halo",
             "passes.epilogue",
             "passes._const_panels",
+            "passes.winograd",
         ),
         read_by=("passes.fuse", "passes.epilogue"),
     ),
@@ -170,6 +178,13 @@ TAGS: tuple[Tag, ...] = (
         "(attention's scores); later passes treat its statements as root kernels",
         set_by=("passes.nest",),
         read_by=("passes._common",),
+    ),
+    Tag(
+        "winograd",
+        "a transform of a Winograd convolution (weights, input blocks or output "
+        "blocks): straight-line sums of its loads, compiled at LLVM's O1",
+        set_by=("passes.winograd",),
+        read_by=("codegen.llvm",),
     ),
 )
 

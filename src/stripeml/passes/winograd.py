@@ -1,0 +1,556 @@
+"""``winograd``: 3 x 3 convolutions as Winograd F(2 x 2, 3 x 3) transforms and 16 products.
+
+A 3 x 3, stride-1 convolution computes each 2 x 2 block of output pixels from
+a 4 x 4 block of input pixels with 36 products per input and output channel
+pair.  Winograd's minimal filtering (Lavin and Gray, "Fast Algorithms for
+Convolutional Neural Networks", 2016) computes it with 16:
+
+    U = G g G^T        (each 3 x 3 filter, once: the weights are constant)
+    V = B^T d B        (each 4 x 4 input block, per channel)
+    M[a, b] = sum_c V[a, b, c] * U[a, b, c, co]     (16 matrix products)
+    Y = A^T M A        (each 2 x 2 output block, per output channel)
+
+with ``B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]``,
+``G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]`` and
+``A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]``.  The products are 2.25 times fewer;
+the transforms are additions and subtractions (halvings for ``U``), and the
+matrix products are ordinary contractions that ``unroll`` register-tiles like
+any other.  The rounding differs from the direct sum by a few units in the last
+place of float32 (the transforms add and subtract values of the input's
+magnitude before the products).
+
+**Which kernels.**  A root ``#contraction`` leaf kernel over float32 whose
+statements are two loads, their product and a store through an ``add``
+output, without constraints or index offsets, whose
+
+* weights are a root ``const`` buffer of shape ``(3, 3, C, CO)`` read at
+  exactly ``[ky, kx, ci, co]`` (the importer's NHWC layout, as ``halo``
+  leaves it);
+* image is read at ``[n + c0, y + ky + c1, x + kx + c2, ci + c3]`` (a zero-haloed
+  copy, so no constraint bounds it; the constants place it in a larger buffer);
+* output is written at ``[n + e0, y + e1, x + e2, co + e3]``;
+
+with ``C`` and ``CO`` at least ``min_channels`` (with few channels the
+transforms, which move 4x the image's bytes, cost more than the products save:
+the 3-channel stem) and ``CO`` a multiple of ``vector_width`` (the products'
+vector index).  An odd height or width ends in cut blocks: the last block row
+(column) reads the three input rows (columns) that exist, the fourth taken as
+0, and writes the one output row (column) that exists; the input and output
+transforms then have a kernel per part (whole blocks, the last row, the last
+column, the corner).
+
+**What it becomes.**  Four root kernels and three root temporaries, in place
+of the convolution:
+
+* ``U`` ``(4, 4, C, CO)``: the weight transform, elementwise over ``[ci, co]``,
+  reading only the constant weights, so the runtime computes it once
+  (:mod:`stripeml.analysis.constness`);
+* ``V`` ``(4, 4, P, C)``, ``P`` the 2 x 2 output blocks: the input transform,
+  elementwise over the blocks and ``ci``;
+* ``M`` ``(4, 4, P, CO)`` ``= +(V[a, b, p, ci] * U[a, b, ci, co])``, the
+  convolution's own name and comment (its node in profiles), 16 matrix
+  products that ``unroll`` register-tiles;
+* the output transform, elementwise over the blocks and ``co``, writing the
+  output pixels of each block through the kernel's output view; when the
+  kernel right after the convolution is elementwise and alone reads its
+  result, at its own point, that kernel runs here too, on each pixel, and
+  the result's buffer goes.
+
+Options: ``min_channels``, ``vector_width``, ``select`` (a tag selector of the
+kernels considered).  The pipeline runs it after ``halo`` (the image is then a
+zero-haloed buffer) and ``alias_copy``, before ``nest`` and ``unroll``.
+
+Requires: verified IR.  Guarantees: the same results up to float32 rounding
+(tests compare with NumPy and onnxruntime), verified IR, and the same object
+when no kernel is rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..analysis.select import parse_selector
+from ..ir.affine import Affine
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Index,
+    Intrinsic,
+    Load,
+    Program,
+    Refinement,
+    Statement,
+    Store,
+    TensorShape,
+)
+from ._common import fresh
+from .registry import check_positive, check_selector, register
+
+# The rows of B^T, G and A^T as (coefficient, column) terms.
+_BT = (((1, 0), (-1, 2)), ((1, 1), (1, 2)), ((-1, 1), (1, 2)), ((1, 1), (-1, 3)))
+_G = (((1.0, 0),), ((0.5, 0), (0.5, 1), (0.5, 2)), ((0.5, 0), (-0.5, 1), (0.5, 2)), ((1.0, 2),))
+_AT = (((1, 0), (1, 1), (1, 2)), ((1, 1), (-1, 2), (-1, 3)))
+
+
+@dataclass(frozen=True)
+class _Conv:
+    """A matched convolution: index names, sizes, and its three views."""
+
+    n: str
+    y: str
+    x: str
+    co: str
+    ky: str
+    kx: str
+    ci: str
+    sizes: dict[str, int]
+    image: Refinement
+    weights: Refinement
+    out: Refinement
+
+
+@register
+@dataclass(frozen=True)
+class Winograd:
+    """Rewrite 3 x 3 stride-1 convolutions with constant weights as Winograd F(2, 3)."""
+
+    min_channels: int = 32
+    vector_width: int = 16
+    select: str = "contraction"
+    name: ClassVar[str] = "winograd"
+
+    def __post_init__(self) -> None:
+        check_selector(self)
+        check_positive(self, "min_channels", "vector_width")
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        wanted = parse_selector(self.select)
+        taken = {r.into for r in root.refs} | {s.name for s in root.stmts if isinstance(s, Block)}
+        stmts: list[Statement] = []
+        refs = list(root.refs)
+        gone: set[str] = set()  # root temporaries no statement uses any more
+        old = list(root.stmts)
+        changed = False
+        k = 0
+        while k < len(old):
+            s = old[k]
+            k += 1
+            conv = _match(root, s) if isinstance(s, Block) and wanted(s.tags) else None
+            if conv is None or not self._worth(conv):
+                stmts.append(s)
+                continue
+            assert isinstance(s, Block)
+            after = old[k] if k < len(old) else None
+            consumer = _consumer(root, s, conv, after) if isinstance(after, Block) else None
+            roots = {r.into: r for r in refs}
+            new_refs, kernels = _rewrite(s, conv, taken, consumer, roots)
+            if consumer is not None:
+                k += 1  # merged into the output transform
+                gone.add(conv.out.from_ or conv.out.into)
+            refs.extend(new_refs)
+            stmts.extend(kernels)
+            changed = True
+        if not changed:
+            return program
+        refs = [r for r in refs if r.into not in gone]
+        return replace(program, root=replace(root, refs=tuple(refs), stmts=tuple(stmts)))
+
+    def _worth(self, c: _Conv) -> bool:
+        z = c.sizes
+        return (
+            z[c.ci] >= self.min_channels
+            and z[c.co] >= self.min_channels
+            and z[c.co] % self.vector_width == 0
+        )
+
+
+def _plain(a: Affine) -> tuple[str, ...] | None:
+    """The index names of ``a`` when each has coefficient 1 (any constant), else None."""
+    coeffs = a.coeffs
+    if any(v != 1 for v in coeffs.values()):
+        return None
+    return tuple(sorted(coeffs))
+
+
+def _match(root: Block, k: Block) -> _Conv | None:
+    if not k.has_tags("kernel", "contraction") or k.constraints or k.sub_blocks:
+        return None
+    if any(i.affine is not None for i in k.idxs) or len(k.refs) != 3:
+        return None
+    ins = [r for r in k.refs if r.dir == "in"]
+    outs = [r for r in k.refs if r.dir == "out" and r.agg == "add"]
+    if len(ins) != 2 or len(outs) != 1 or any(r.shape.dtype != "f32" for r in k.refs):
+        return None
+    if not _product(k, ins, outs[0]):
+        return None
+    sizes = {i.name: i.range for i in k.idxs}
+    roots = {r.into: r for r in root.refs}
+    for w, img in ((ins[0], ins[1]), (ins[1], ins[0])):
+        parent = roots.get(w.from_ or w.into)
+        if parent is None or not parent.const or parent.shape.rank != 4 or w.shape.rank != 4:
+            continue
+        names = [_plain(a) for a in w.access]
+        if any(n is None or len(n) != 1 or a.const for n, a in zip(names, w.access)):
+            continue
+        ky, kx, ci, co = (n[0] for n in names)  # type: ignore[index]
+        if parent.shape.sizes != (3, 3, sizes[ci], sizes[co]):
+            continue
+        if sizes[ky] != 3 or sizes[kx] != 3 or len({ky, kx, ci, co}) != 4:
+            continue
+        got = _image_and_output(img, outs[0], sizes, ky, kx, ci, co)
+        if got is None:
+            continue
+        n, y, x = got
+        if set(sizes) != {n, y, x, co, ky, kx, ci}:
+            continue
+        return _Conv(n, y, x, co, ky, kx, ci, sizes, img, w, outs[0])
+    return None
+
+
+def _product(k: Block, ins: list[Refinement], out: Refinement) -> bool:
+    """Whether ``k``'s statements are load, load, their product, and its store."""
+    if len(k.stmts) != 4:
+        return False
+    a, b, m, st = k.stmts
+    if not (isinstance(a, Load) and isinstance(b, Load) and isinstance(m, Intrinsic)):
+        return False
+    if not isinstance(st, Store) or st.ref != out.into or st.value != m.into:
+        return False
+    return (
+        m.op == "mul"
+        and sorted(m.inputs) == sorted((a.into, b.into))
+        and a.into != b.into
+        and {a.ref, b.ref} == {r.into for r in ins}
+    )
+
+
+def _image_and_output(
+    img: Refinement, out: Refinement, sizes: dict[str, int], ky: str, kx: str, ci: str, co: str
+) -> tuple[str, str, str] | None:
+    """``(n, y, x)`` when ``img`` reads ``[n, y + ky, x + kx, ci]`` and ``out`` writes
+    ``[n, y, x, co]`` (each plus a constant), else None."""
+    if img.shape.rank != 4 or out.shape.rank != 4:
+        return None
+    ia = [_plain(a) for a in img.access]
+    oa = [_plain(a) for a in out.access]
+    if any(a is None for a in ia + oa):
+        return None
+    o0, o1, o2, o3 = oa
+    if not (len(o0) == len(o1) == len(o2) == len(o3) == 1) or o3 != (co,):  # type: ignore[arg-type]
+        return None
+    n, y, x = o0[0], o1[0], o2[0]  # type: ignore[index]
+    if ia != [(n,), tuple(sorted((y, ky))), tuple(sorted((x, kx))), (ci,)]:
+        return None
+    if len({n, y, x, co, ky, kx, ci}) != 7:
+        return None
+    return n, y, x
+
+
+class _Body:
+    """Statements of an elementwise leaf: loads, sums with coefficients, stores."""
+
+    def __init__(self) -> None:
+        self.stmts: list[Statement] = []
+        self._n = 0
+
+    def _name(self) -> str:
+        self._n += 1
+        return f"${self._n}"
+
+    def load(self, ref: str) -> str:
+        into = f"${ref}"
+        self.stmts.append(Load(into, ref))
+        return into
+
+    def combine(self, terms: list[tuple[float, str | None]]) -> str:
+        """``sum(coeff * value)``, with additions and subtractions for coefficients
+        of +-1 and one multiplication by a shared factor otherwise."""
+        present = sorted(((c, v) for c, v in terms if v is not None), key=lambda t: t[0] < 0)
+        if not present:  # every value is a missing pixel: 0
+            zero = self._name()
+            self.stmts.append(Constant(zero, 0.0, "f32"))
+            return zero
+        return self._sum(present)
+
+    def _sum(self, terms: list[tuple[float, str]]) -> str:
+        """``combine``'s sum, ``terms`` non-empty, a positive one first when any is."""
+        factor = abs(terms[0][0])
+        unit = all(abs(c) == factor for c, _ in terms)
+        scale = factor if unit and factor != 1 else 1.0
+        acc = ""
+        for c, v in terms:
+            sign = c / scale if unit else c
+            if not unit and abs(c) != 1:
+                k = self._name()
+                self.stmts.append(Constant(k, float(abs(c)), "f32"))
+                p = self._name()
+                self.stmts.append(Intrinsic("mul", (v, k), p, "f32"))
+                v = p
+            if not acc:
+                if sign < 0:
+                    acc = self._name()
+                    self.stmts.append(Intrinsic("neg", (v,), acc, "f32"))
+                else:
+                    acc = v
+                continue
+            nxt = self._name()
+            self.stmts.append(Intrinsic("add" if sign > 0 else "sub", (acc, v), nxt, "f32"))
+            acc = nxt
+        if scale != 1.0:
+            k = self._name()
+            self.stmts.append(Constant(k, float(scale), "f32"))
+            p = self._name()
+            self.stmts.append(Intrinsic("mul", (acc, k), p, "f32"))
+            acc = p
+        return acc
+
+    def store(self, ref: str, value: str) -> None:
+        self.stmts.append(Store(ref, value))
+
+
+def _view(
+    dir_: str, into: str, parent: Refinement, access: tuple[Affine, ...], agg: str = ""
+) -> Refinement:
+    """A one-element view ``into`` of root buffer ``parent`` at ``access``."""
+    shape = TensorShape(parent.shape.dtype, (1,) * len(access), parent.shape.strides)
+    return Refinement(dir_, into, shape, parent.into, access, agg, parent.location)
+
+
+def _separable(rows: tuple, grid: Sequence[Sequence[str | None]], body: _Body) -> list[list[str]]:
+    """``R grid R^T`` for the rows ``R`` of a 1-D transform (``grid`` square or
+    ``len(R[0]) x len(R[0])`` values): rows first, then columns."""
+    half = [[body.combine([(c, grid[j][col]) for c, j in row]) for col in range(len(grid[0]))]
+            for row in rows]  # fmt: skip
+    return [
+        [body.combine([(c, half[a][j]) for c, j in row]) for row in rows] for a in range(len(rows))
+    ]
+
+
+def _uses(s: Statement, name: str) -> bool:
+    """Whether ``s`` (a root statement) views or names root buffer ``name``."""
+    if isinstance(s, Block):
+        return any(r.from_ == name or (not r.from_ and r.into == name) for r in s.refs)
+    return name in getattr(s, "inputs", ()) or name in getattr(s, "outputs", ())
+
+
+def _consumer(root: Block, k: Block, c: _Conv, e: Block) -> Block | None:
+    """The elementwise kernel ``e`` right after convolution ``k`` when it is the only
+    reader of the convolution's result (a temporary nothing else uses), reads it
+    once at its own point (``e``'s indices are the result's dimensions, plus the
+    output view's constants) and is a plain leaf: the output transform then
+    computes ``e`` on its four pixels and the result is never stored."""
+    buf = c.out.from_ or c.out.into
+    parent = next((r for r in root.refs if r.into == buf), None)
+    if parent is None or parent.dir != "none" or "kernel" not in e.tags:
+        return None
+    if e.constraints or any(i.affine is not None for i in e.idxs) or e.sub_blocks:
+        return None
+    if not all(isinstance(t, (Load, Store, Intrinsic, Constant)) for t in e.stmts):
+        return None
+    if any(_uses(t, buf) for t in root.stmts if t is not k and t is not e):
+        return None
+    reads = [r for r in e.refs if (r.from_ or r.into) == buf]
+    if len(reads) != 1 or reads[0].dir != "in" or any(r.dir == "none" for r in e.refs):
+        return None
+    if any(r.dir == "out" and r.agg not in ("", "assign") for r in e.refs):
+        return None
+    if any(r.dir == "inout" for r in e.refs):
+        return None
+    ranges = {i.name: i.range for i in e.idxs}
+    z = c.sizes
+    want = [(c.n, z[c.n]), (c.y, z[c.y]), (c.x, z[c.x]), (c.co, z[c.co])]
+    for a, o, (_, size) in zip(reads[0].access, c.out.access, want):
+        names = _plain(a)
+        if names is None or len(names) != 1 or a.const != o.const or ranges[names[0]] != size:
+            return None
+    if len({_plain(a) for a in reads[0].access}) != 4 or len(ranges) != 4:
+        return None
+    return e
+
+
+def _inline(
+    e: Block,
+    read: str,
+    value: str,
+    sub: dict[str, Affine],
+    tag: str,
+    body: _Body,
+    parents: dict[str, Refinement],
+) -> list[Refinement]:
+    """``e``'s statements at one pixel into ``body`` (its indices replaced by ``sub``,
+    its refs and scalars renamed with ``tag``, the load of ``read`` by ``value``);
+    the refs it needs."""
+    refs = []
+    scalars = {read: value}
+    names = {r.into: f"{r.into}_{tag}" for r in e.refs}
+    for r in e.refs:
+        if r.into == read:
+            continue
+        parent = parents[r.from_ or r.into]
+        access = tuple(a.substitute(sub) for a in r.access)
+        refs.append(_view(r.dir, names[r.into], parent, access, r.agg))
+    for t in e.stmts:
+        if isinstance(t, Load):
+            if t.ref == read:
+                scalars[t.into] = value
+                continue
+            scalars[t.into] = f"{t.into}_{tag}"
+            body.stmts.append(Load(scalars[t.into], names[t.ref]))
+        elif isinstance(t, Constant):
+            scalars[t.into] = f"{t.into}_{tag}"
+            body.stmts.append(Constant(scalars[t.into], t.value, t.dtype))
+        elif isinstance(t, Intrinsic):
+            scalars[t.into] = f"{t.into}_{tag}"
+            ins = tuple(scalars[x] for x in t.inputs)
+            body.stmts.append(Intrinsic(t.op, ins, scalars[t.into], t.dtype))
+        elif isinstance(t, Store):
+            body.stmts.append(Store(names[t.ref], scalars[t.value]))
+    return refs
+
+
+def _rewrite(
+    k: Block, c: _Conv, taken: set[str], consumer: Block | None = None, roots: dict | None = None
+) -> tuple[list[Refinement], list[Block]]:
+    ix = Affine.index
+    z = c.sizes
+    ty, tx = (z[c.y] + 1) // 2, (z[c.x] + 1) // 2  # 2 x 2 output blocks, the last ones cut
+    fy, fx = z[c.y] // 2, z[c.x] // 2  # whole ones
+    nn, cin, cout = z[c.n], z[c.ci], z[c.co]
+    u_name = fresh(f"{k.name}_wu", taken)
+    v_name = fresh(f"{k.name}_wv", taken)
+    m_name = fresh(f"{k.name}_wm", taken)
+    taken |= {u_name, v_name, m_name}
+    u = Refinement("none", u_name, TensorShape.dense("f32", (4, 4, cin, cout)))
+    pts = nn * ty * tx  # the 2 x 2 output blocks, the products' rows
+    v = Refinement("none", v_name, TensorShape.dense("f32", (4, 4, pts, cin)))
+    m = Refinement("none", m_name, TensorShape.dense("f32", (4, 4, pts, cout)))
+    w_parent = Refinement("in", c.weights.from_ or c.weights.into, c.weights.shape)
+    img_parent = Refinement("in", c.image.from_ or c.image.into, c.image.shape)
+    out_parent = Refinement("out", c.out.from_ or c.out.into, c.out.shape)
+    tags = frozenset({"kernel", "eltwise", "winograd"})
+
+    # U[a, b, ci, co] = (G g G^T)[a, b] over [ci, co]
+    body = _Body()
+    g = [[body.load(f"W{p}{q}") for q in range(3)] for p in range(3)]
+    wrefs = [
+        _view("in", f"W{p}{q}", w_parent, (Affine.constant(p), Affine.constant(q), ix("ci"), ix("co")))
+        for p in range(3) for q in range(3)
+    ]  # fmt: skip
+    uu = _separable(_G, g, body)
+    urefs = []
+    for a in range(4):
+        for b in range(4):
+            urefs.append(_view("out", f"U{a}{b}", replace(u, dir="none"),
+                               (Affine.constant(a), Affine.constant(b), ix("ci"), ix("co")), "assign"))  # fmt: skip
+            body.store(f"U{a}{b}", uu[a][b])
+    k_u = Block(
+        (Index("ci", cin), Index("co", cout)), tuple(wrefs + urefs), tuple(body.stmts),
+        tags=tags, name=fresh(f"{k.name}_wino_u", taken),
+    )  # fmt: skip
+    taken.add(k_u.name)
+
+    # The blocks: whole ones, then (odd sizes) the last block row and column, whose
+    # input blocks lack their last row or column (taken as 0: the output pixels
+    # kept read only the rows and columns that exist) and whose output blocks
+    # keep only their first row or column.
+    ys = [(fy, 4)] if fy else []
+    ys += [(-(ty - 1), 3)] if z[c.y] % 2 else []
+    xs = [(fx, 4)] if fx else []
+    xs += [(-(tx - 1), 3)] if z[c.x] % 2 else []
+    parts = [(py, px) for py in ys for px in xs]
+
+    def at(part: tuple[int, int], name: str) -> tuple[Affine, list[Index]]:
+        count = part[0]
+        if count > 0:
+            return ix(name), [Index(name, count)]
+        return Affine.constant(-count), []
+
+    kernels_v: list[Block] = []
+    for py, px in parts:
+        t, t_idx = at(py, "t")
+        s_, s_idx = at(px, "s")
+        row = ix("n", ty * tx) + t * tx + s_  # block (n, t, s)'s row of the products
+        body = _Body()
+        drefs = []
+        d: list[list[str | None]] = []
+        for i in range(4):
+            d.append([])
+            for j in range(4):
+                if i >= py[1] or j >= px[1]:
+                    d[i].append(None)
+                    continue
+                sub = {c.n: ix("n"), c.y: t * 2, c.ky: Affine.constant(i), c.x: s_ * 2,
+                       c.kx: Affine.constant(j), c.ci: ix("ci")}  # fmt: skip
+                access = tuple(a.substitute(sub) for a in c.image.access)
+                drefs.append(_view("in", f"D{i}{j}", img_parent, access))
+                d[i].append(body.load(f"D{i}{j}"))
+        vv = _separable(_BT, d, body)
+        vrefs = []
+        for a in range(4):
+            for b in range(4):
+                access = (Affine.constant(a), Affine.constant(b), row, ix("ci"))
+                vrefs.append(_view("out", f"V{a}{b}", v, access, "assign"))
+                body.store(f"V{a}{b}", vv[a][b])
+        kernels_v.append(Block(
+            (Index("n", nn), *t_idx, *s_idx, Index("ci", cin)),
+            tuple(drefs + vrefs), tuple(body.stmts), tags=tags,
+            name=fresh(f"{k.name}_wino_v", taken),
+        ))  # fmt: skip
+        taken.add(kernels_v[-1].name)
+
+    # M[a, b, p, co] = +(V[a, b, p, ci] * U[a, b, ci, co]): 16 products of P x C by C x CO
+    k_m = Block(
+        (Index("a", 4), Index("b", 4), Index("p", pts), Index("co", cout), Index("ci", cin)),
+        (
+            _view("in", v_name, v, (ix("a"), ix("b"), ix("p"), ix("ci"))),
+            _view("in", u_name, u, (ix("a"), ix("b"), ix("ci"), ix("co"))),
+            _view("out", m_name, m, (ix("a"), ix("b"), ix("p"), ix("co")), "add"),
+        ),
+        (
+            Load("$v", v_name), Load("$u", u_name),
+            Intrinsic("mul", ("$v", "$u"), "$p", "f32"), Store(m_name, "$p"),
+        ),
+        tags=frozenset({"kernel", "contraction", "agg_add"}), name=k.name, comment=k.comment,
+    )  # fmt: skip
+
+    # out[n, 2t + i, 2s + j, co] = (A^T M A)[i, j], the pixels that exist
+    kernels_o: list[Block] = []
+    for py, px in parts:
+        t, t_idx = at(py, "t")
+        s_, s_idx = at(px, "s")
+        row = ix("n", ty * tx) + t * tx + s_
+        body = _Body()
+        mrefs = []
+        for a in range(4):
+            for b in range(4):
+                access = (Affine.constant(a), Affine.constant(b), row, ix("co"))
+                mrefs.append(_view("in", f"M{a}{b}", m, access))
+        mm = [[body.load(f"M{a}{b}") for b in range(4)] for a in range(4)]
+        yy = _separable(_AT, mm, body)
+        orefs = []
+        for i in range(2 if py[1] == 4 else 1):
+            for j in range(2 if px[1] == 4 else 1):
+                sub = {c.n: ix("n"), c.y: t * 2 + i, c.x: s_ * 2 + j, c.co: ix("co")}
+                if consumer is not None:
+                    (read,) = [r for r in consumer.refs if (r.from_ or r.into) == out_parent.into]
+                    # the consumer's index in each dimension of the result -> the pixel
+                    dims = (c.n, c.y, c.x, c.co)
+                    pixel = {_plain(a)[0]: sub[o] for a, o in zip(read.access, dims)}  # type: ignore[index]
+                    orefs += _inline(
+                        consumer, read.into, yy[i][j], pixel, f"{i}{j}", body, roots or {}
+                    )
+                    continue
+                access = tuple(a.substitute(sub) for a in c.out.access)
+                orefs.append(_view("out", f"O{i}{j}", out_parent, access, "assign"))
+                body.store(f"O{i}{j}", yy[i][j])
+        kernels_o.append(Block(
+            (Index("n", nn), *t_idx, *s_idx, Index("co", cout)),
+            tuple(mrefs + orefs), tuple(body.stmts), tags=tags,
+            name=fresh(f"{k.name}_wino_o", taken),
+            comment=consumer.comment if consumer is not None else "",
+        ))  # fmt: skip
+        taken.add(kernels_o[-1].name)
+    return [u, v, m], [k_u, *kernels_v, k_m, *kernels_o]
