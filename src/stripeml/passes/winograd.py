@@ -461,6 +461,13 @@ def _rewrite(
     xs = [(fx, 4)] if fx else []
     xs += [(-(tx - 1), 3)] if z[c.x] % 2 else []
     parts = [(py, px) for py in ys for px in xs]
+    # Each part's blocks are consecutive rows of the products (so each part's
+    # writes of V are one box: liveness decides their coverage without isl).
+    bases, base = [], 0
+    for py, px in parts:
+        bases.append(base)
+        base += nn * max(py[0], 1) * max(px[0], 1)
+    assert base == pts
 
     def at(part: tuple[int, int], name: str) -> tuple[Affine, list[Index]]:
         count = part[0]
@@ -469,10 +476,16 @@ def _rewrite(
         return Affine.constant(-count), []
 
     kernels_v: list[Block] = []
-    for py, px in parts:
+    for (py, px), first in zip(parts, bases):
         t, t_idx = at(py, "t")
         s_, s_idx = at(px, "s")
-        row = ix("n", ty * tx) + t * tx + s_  # block (n, t, s)'s row of the products
+        width = max(px[0], 1)
+        row = (
+            ix("n", max(py[0], 1) * width)
+            + (ix("t", width) if t_idx else 0)
+            + (ix("s") if s_idx else 0)
+            + first
+        )
         body = _Body()
         drefs = []
         d: list[list[str | None]] = []
@@ -518,10 +531,16 @@ def _rewrite(
 
     # out[n, 2t + i, 2s + j, co] = (A^T M A)[i, j], the pixels that exist
     kernels_o: list[Block] = []
-    for py, px in parts:
+    for (py, px), first in zip(parts, bases):
         t, t_idx = at(py, "t")
         s_, s_idx = at(px, "s")
-        row = ix("n", ty * tx) + t * tx + s_
+        width = max(px[0], 1)
+        row = (
+            ix("n", max(py[0], 1) * width)
+            + (ix("t", width) if t_idx else 0)
+            + (ix("s") if s_idx else 0)
+            + first
+        )
         body = _Body()
         mrefs = []
         for a in range(4):
