@@ -263,3 +263,17 @@ def test_qlinear_conv_is_integer_and_exact(x_dtype):
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
     assert "dot4(" in fn.lower(X=x).ir
+
+
+def test_matmul_integer_with_a_zero_point_computed_at_run_time_is_one_kernel():
+    """``DynamicQuantizeLinear``'s zero point is a scalar computed at run time:
+    its term is written before the dot4 contraction, which then takes the
+    subtraction as its epilogue (no int32 sums stored and read back)."""
+    a = RNG.integers(0, 256, (16, 32)).astype(np.uint8)
+    w = RNG.integers(-128, 128, (32, 64)).astype(np.int8)
+    model = _matmul_integer_model(a.shape, np.uint8, w, True)
+    fn = stripeml.onnx.compile(model, target="cpu")
+    za = np.array(77, np.uint8)
+    np.testing.assert_array_equal(fn(A=a, ZA=za), (a.astype(np.int64) - 77) @ w.astype(np.int64))
+    kernels = [t for t in fn.lower(A=a, ZA=za).ir.splitlines() if "dot4(" in t and "//" in t]
+    assert kernels and all(" - " in t.split("//", 1)[1] for t in kernels), kernels

@@ -144,11 +144,22 @@ known at run time.
   has VNNI (see `docs/cpu-backend.md`).  The activations' zero point is a
   constant sum of weights (per output pixel where padding leaves taps out),
   signed activations are shifted to unsigned and uint8 weights with zero point
-  128 to signed; the scales, the bias, a residual add and the next
-  quantisation are the kernel's epilogue.  The sums are exact, so a QDQ
-  convolution matches the reference's float convolution of the dequantised
-  values to float rounding, and `QLinearConv`/`MatMulInteger` its integers
-  exactly.  Grouped and depthwise convolutions, weights with non-zero zero
+  128 to signed; the scales and the bias are the kernel's epilogue.  The sums
+  are exact, so a QDQ convolution matches the reference's float convolution of
+  the dequantised values to float rounding, and `QLinearConv`/`MatMulInteger`
+  its integers exactly.  A QDQ block stays in bytes between its kernels
+  (`qdq.py`): a `QuantizeLinear` (per tensor, constant scale and zero point)
+  that alone reads a QDQ convolution, directly or through a `Relu`, is folded
+  into it, and the epilogue requantises with one multiply-add per element
+  (`round(acc * sx*sw/sy + b/sy) + zy`, half to even, clamped; onnxruntime's
+  `QLinearConv` multiplies too, the reference divides by `sy`, so a value within
+  a float rounding of a tie may land one step away); an `Add` of two per-tensor
+  `DequantizeLinear` results reads both operands' bytes, its `QuantizeLinear`
+  folded the same way (`QLinearAdd`'s arithmetic), so a residual block's sum
+  joins its last convolution's kernel reading 1 byte per element of the
+  shortcut, where the nodes as written store and read a float32 copy; and a
+  `MaxPool` between a `DequantizeLinear` and a `QuantizeLinear` of one
+  positive scale and zero point pools the bytes.  Grouped and depthwise convolutions, weights with non-zero zero
   points and scales computed at run time keep the float convolution of the
   dequantised values (the same numbers, float speed).  Measured in
   `docs/performance.md`: a quantised ResNet-50 in two-thirds of its float

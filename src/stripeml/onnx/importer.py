@@ -136,7 +136,9 @@ class OnnxFunction:
             )
         with phase("onnx read"):
             self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
-            self.graph.nodes = fuse_qdq(self.graph.nodes, self.graph.initializers)
+            self.graph.nodes = fuse_qdq(
+                self.graph.nodes, self.graph.initializers, self.graph.outputs
+            )
         self.target = target
         # Resolved once, here at the API boundary (``threads``, else the variable
         # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.

@@ -109,7 +109,7 @@ def dispatch(b: Builder, d: OpDef, node: Node) -> list[Value | None] | None:
             return _global_pool(b, node)
         if op == "Concat":
             return _concat(b, d, node)
-        if op in UNARY or op in BINARY:
+        if op in UNARY or op in BINARY or op == "_QAdd":
             return _eltwise(b, d, node)
         if op in ("QuantizeLinear", "DequantizeLinear"):
             return _quant(b, d, node)
@@ -260,7 +260,8 @@ def _batchnorm(b: Builder, node: Node) -> list[Value | None]:
 
 def _pool(b: Builder, node: Node) -> list[Value | None]:
     x = node.input(0)
-    need(x.layout == NHWC and x.dtype.kind == "f" and node.n_outputs == 1)
+    need(x.layout == NHWC and node.n_outputs == 1)
+    need(x.dtype.kind == "f" or node.op_type == "MaxPool")  # a quantised CNN's: bytes
     need(int(node.attr("storage_order", 0)) == 0)
     kernel = [int(k) for k in node.attr("kernel_shape", [])]
     need(len(kernel) == 2)

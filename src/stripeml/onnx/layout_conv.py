@@ -24,7 +24,7 @@ import numpy as np
 
 from .builder import Builder, Node, Value
 from .graph import NodeInfo
-from .layout_values import NHWC, const_input, need, needed, nhwc_input, with_layout
+from .layout_values import NHWC, const_input, need, needed, nhwc_input, physical, with_layout
 from .ops.conv import affine, window
 
 if TYPE_CHECKING:  # the quantised forms load it when first used
@@ -153,13 +153,16 @@ def qconv(b: Builder, node: Node, dequantize: DQ) -> list[Value | None]:
     channels-last bytes, else the float convolution of the dequantised values
     (``dequantize``: the layout-aware ``DequantizeLinear``, from :mod:`.layout`)."""
     from .ops.integer import dequantized_conv, qconv_nhwc
+    from .ops.quantize import quantize_tail
 
     x = node.input(0)
     need(x.rank == 4 and x.layout in (None, NHWC))
     out = qconv_nhwc(b, node, lambda v: nhwc_input(b, v))
     if out is not None:
         return [with_layout(out, NHWC)]
-    return conv(b, dequantized_conv(b, node, dequantize))
+    y = conv(b, dequantized_conv(b, node, dequantize))[0]
+    assert y is not None
+    return [with_layout(quantize_tail(b, node, physical(y), 7), NHWC)]
 
 
 def qlinear_conv(b: Builder, node: Node) -> list[Value | None]:

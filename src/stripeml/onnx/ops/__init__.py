@@ -18,6 +18,7 @@ from . import (  # noqa: F401  (each registers its operators)
     elementwise,
     functions,
     integer,
+    integer_blocks,
     linalg,
     logic,
     misc,

@@ -30,6 +30,14 @@ convolution of the dequantised values, which computes the same numbers.
 
 ``MatMulInteger`` with constant 8-bit weights (``quantize_dynamic``'s form) takes
 the same route (:func:`matmul_integer_dot4`): exact int32 results.
+
+A ``QuantizeLinear`` that :func:`~..qdq.fuse_qdq` folded into a ``_QConv`` (inputs 7
+and 8, ``_relu``) makes the epilogue one multiply-add per element,
+``round(acc * sx*sw/sy + bias/sy) + zy`` clamped to the bytes (the multiplier
+``QLinearConv`` uses; the model's nodes divide by ``sy``: the two differ by float
+rounding, so a value within a rounding of a tie may land one step away).
+``_QAdd`` (:func:`qadd_value`) is a residual block's sum read from the operands'
+bytes, requantised the same way when a ``QuantizeLinear`` is folded into it.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..builder import Builder, Node, Value
+from ._util import cast, literal
 from .conv import affine, window
 
 U8, I8, I32, F32 = (np.dtype(t) for t in (np.uint8, np.int8, np.int32, np.float32))
@@ -88,11 +97,117 @@ def qconv_nhwc(b: Builder, node: Node, nhwc: Callable[[Value], Value]) -> Value 
     acc = conv_accumulator(b, node, xq, zx_v, wq_v, zw_v, nhwc)
     if acc is None:
         return None
-    scale = (np.float64(np.float32(sx)) * sw).astype(np.float32)
-    out_expr = f"as_float({b.ref(acc)}, 32) * {b.ref(Value('', (co,), F32, scale))}"
+    scale = np.float64(np.float32(sx)) * sw
+    out = requantized_acc(b, node, acc, scale, bias)  # one multiply-add, no division
+    if out is not None:
+        return out
+    if len(node.inputs) > 7 and node.opt(7) is not None:
+        return None  # a folded QuantizeLinear not requantised here: the float form
+    out_expr = (
+        f"as_float({b.ref(acc)}, 32) * {b.ref(Value('', (co,), F32, scale.astype(np.float32)))}"
+    )
     if np.any(bias != 0):
         out_expr += f" + {b.ref(Value('', (co,), F32, bias.astype(np.float32)))}"
     return b.eltwise(out_expr, acc.shape, F32)
+
+
+def fused_quantize(node: Node, first: int) -> tuple[float, int, np.dtype, int] | None:
+    """The ``QuantizeLinear`` folded into ``node`` (inputs ``first`` and ``first +
+    1``: its scale and zero point; attribute ``_relu``: a ``Relu`` before it, see
+    :func:`~..qdq.fuse_qdq`) as ``(scale, zero point, type, lowest value)`` when
+    its scale is a float32 constant and its zero point an 8-bit one (or absent);
+    ``None`` when nothing is folded or the parameters are computed at run time
+    (then :func:`.quantize.quantize_tail` writes it as the model does)."""
+    if len(node.inputs) <= first or node.opt(first) is None:
+        return None
+    s_v, z_v = node.opt(first), node.opt(first + 1)
+    sy = _scalar(s_v)
+    if sy is None or s_v is None or s_v.dtype != F32 or not np.isfinite(sy) or sy == 0:
+        return None
+    zy, dtype = 0, U8
+    if z_v is not None:
+        z = _scalar(z_v)
+        if z is None or z_v.dtype not in (U8, I8):
+            return None
+        zy, dtype = int(z), z_v.dtype
+    lo = -128 if dtype == I8 else 0
+    return float(np.float32(sy)), zy, dtype, max(lo, zy) if node.attr("_relu", 0) else lo
+
+
+def requantized_acc(
+    b: Builder, node: Node, acc: Value, scale: np.ndarray, bias: np.ndarray
+) -> Value | None:
+    """``acc * scale + bias`` (int32 sums, per last-axis constants) quantised by the
+    ``QuantizeLinear`` folded into ``node`` at input 7: ``round(acc * scale/sy +
+    bias/sy) + zy`` clamped to the bytes; ``None`` when none is folded (or its
+    constants are not finite)."""
+    q = fused_quantize(node, 7)
+    if q is None:
+        return None
+    sy, zy, dtype, lo = q
+    mult, shift = (v.astype(np.float32) for v in (scale / sy, bias / sy))
+    if not (np.all(np.isfinite(mult)) and np.all(np.isfinite(shift))):
+        return None
+    m, s = (b.ref(Value("", v.shape, F32, v)) for v in (mult, shift))
+    expr = f"as_float({b.ref(acc)}, 32) * {m} + {s}"
+    return requantized(b, expr, acc.shape, dtype, lo, zy)
+
+
+def requantized(
+    b: Builder, expr: str, shape: tuple[int, ...], dtype: np.dtype, lo: int, zero: int
+) -> Value:
+    """Float ``expr`` (finite) rounded half to even, plus the integer ``zero``,
+    clamped to ``[lo, dtype's largest]`` and cast to ``dtype``, in four
+    instructions per vector where ``zero`` is even: adding ``1.5 * 2**23 + zero``
+    rounds into the low bits of the mantissa (exactly, for ``|expr| < 2**22``;
+    anything larger clamps to an end all the same; an odd ``zero`` is added
+    after the rounding, else a tie would go to the wrong neighbour), the clamp
+    compares and selects in that biased range (``vminps``/``vmaxps``, where
+    ``min``/``max`` would also carry a NaN through), and the low byte of its bits
+    is the result (a truncation, where a float-to-int cast checks its range:
+    seven instructions in all).  The biased sum is a statement of its own, fused
+    into the kernel; the clamped value, unbiased, is recorded for
+    :func:`as_float_of`."""
+    if zero % 2 == 0:
+        text = f"({expr}) + {literal(_BIAS + zero, F32)}"
+    else:
+        text = f"(({expr}) + {literal(_BIAS, F32)}) + {literal(float(zero), F32)}"
+    r = b.ref(b.eltwise(text, shape, F32))
+    hi_b = literal(_BIAS + int(np.iinfo(dtype).max), F32)
+    lo_b = literal(_BIAS + lo, F32)
+    below = f"({r} < {hi_b} ? {r} : {hi_b})"
+    biased = f"({below} > {lo_b} ? {below} : {lo_b})"
+    out = b.eltwise(cast(f"bitcast_int({biased}, 32)", dtype), shape, dtype)
+    unbiased = f"({biased} - {literal(_BIAS, F32)})"
+    vars(b).setdefault(_FLOATS, {})[out.name] = (unbiased, len(b.statements))
+    return out
+
+
+#: ``1.5 * 2**23``: a float32 in ``[2**23, 2**24)`` holds its integer part in the
+#: mantissa's low bits, so adding this rounds a smaller value to an integer there.
+_BIAS = 12582912.0
+
+
+#: The builder's record of the requantised convolution outputs: ``{name: (the
+#: clamped float expression cast to bytes, the statement count after it)}``.
+_FLOATS = "_integer_requantised"
+
+
+def as_float_of(b: Builder, v: Value) -> str:
+    """``v`` (8-bit) as float32: the clamped float a convolution's requantisation
+    cast to ``v`` (an integer in range: the same number) when ``v`` was written by
+    :func:`qconv_nhwc` and nothing but its own ``DequantizeLinear`` came after,
+    so the reader joins that kernel and skips the round trip through bytes (four
+    instructions per vector of the residual sum's epilogue); else the cast."""
+    found = vars(b).get(_FLOATS, {}).get(v.name) if v.name else None
+    if found is not None:
+        expr, at = found
+        later = [t for t in b.statements[at:] if not t.startswith("//")]
+        if b.statements[at - 1].startswith(f"{v.name} = ") and all(
+            "[" not in t.split(" = ", 1)[0] and f"({v.name}," in t for t in later
+        ):
+            return f"({expr})"
+    return f"as_float({b.ref(v)}, 32)"
 
 
 def conv_accumulator(
@@ -244,7 +359,7 @@ def dequantized_conv(b: Builder, node: Node, dequantize: DQ) -> Node:
         w = dequantize(b, replace(dq, inputs=(wq, sw, zw), attrs={"axis": axis}))[0]
     if x is None or w is None:
         raise node.error("dequantising the input or the weights gave no value")
-    attrs = {k: v for k, v in node.attrs.items() if k != "_w_axis"}
+    attrs = {k: v for k, v in node.attrs.items() if not k.startswith("_")}
     ins = (x, w) if bias is None else (x, w, bias)
     return replace(node, op_type="Conv", inputs=ins, attrs=attrs)
 
@@ -286,6 +401,24 @@ def matmul_integer_dot4(b: Builder, n: Node) -> Value | None:
     packed = np.ascontiguousarray(
         wi.astype(np.int8).reshape(k // 4, 4, cols).transpose(0, 2, 1)
     ).view(np.int32)[..., 0]
+    # The zero point's term first: a scalar computed at run time written between
+    # the contraction and its epilogue would keep them two kernels (BERT's
+    # ``DynamicQuantizeLinear``: the int32 sums stored and read back).
+    colsum = wi.sum(axis=0).astype(np.int32)
+    zterm = ""
+    if za is not None or shift:
+        cs = b.ref(Value("", (cols,), I32, colsum))
+        if za is None:
+            zterm = f"{shift} * {cs}"
+        elif za.const is not None:
+            total = int(np.asarray(za.const).reshape(())) + shift
+            zterm = f"{total} * {cs}" if total else ""
+        else:
+            from .shape import reshape
+
+            z = za if za.rank == 0 else reshape(b, za, ())
+            zs = b.eltwise(f"as_int({b.ref(z)}, 32) + {shift}", (), I32)
+            zterm = f"{b.ref(zs)} * {cs}"
     idx = [f"i{d}" for d in range(len(lead))]
     sizes = ", ".join(str(s) for s in (*lead, cols))
     out_idx = ", ".join([*idx, "j"])
@@ -295,18 +428,6 @@ def matmul_integer_dot4(b: Builder, n: Node) -> Value | None:
         (*lead, cols),
         I32,
     )
-    colsum = wi.sum(axis=0).astype(np.int32)
-    if za is None and not shift:
+    if not zterm:
         return acc
-    cs = b.ref(Value("", (cols,), I32, colsum))
-    if za is None:
-        zterm = f"{shift} * {cs}"
-    elif za.const is not None:
-        zterm = f"{int(np.asarray(za.const).reshape(())) + shift} * {cs}"
-    else:
-        from .shape import reshape
-
-        z = za if za.rank == 0 else reshape(b, za, ())
-        zs = b.eltwise(f"as_int({b.ref(z)}, 32) + {shift}", (), I32)
-        zterm = f"{b.ref(zs)} * {cs}"
     return b.eltwise(f"{b.ref(acc)} - {zterm}", (*lead, cols), I32)

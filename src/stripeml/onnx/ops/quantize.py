@@ -287,6 +287,35 @@ def qlinear_conv(b: Builder, n: Node) -> list[Value | None]:
     return [requantize(b, n, acc, mult, zy_s, out_type(n, x, zy))]
 
 
+def quantize_tail(b: Builder, node: Node, y: Value, first: int) -> Value:
+    """``y`` (float) through the ``Relu`` and ``QuantizeLinear`` folded into
+    ``node`` (see :func:`fused_quantize`), written as the model writes them (the
+    scale and zero point are scalars, so ``y`` may be stored in any layout);
+    ``y`` itself when nothing is folded."""
+    if len(node.inputs) <= first or node.opt(first) is None:
+        return y
+    if node.attr("_relu", 0):
+        y = b.eltwise(f"relu({b.ref(y)})", y.shape, y.dtype)
+    q = replace(
+        node,
+        op_type="QuantizeLinear",
+        inputs=(y, *(rank0(b, node.opt(i)) for i in (first, first + 1))),
+        attrs={},
+        n_outputs=1,
+    )
+    out = quantize_linear(b, q)[0]
+    assert out is not None
+    return out
+
+
+def rank0(b: Builder, v: Value | None) -> Value | None:
+    """A one-value scale or zero point as a scalar (a laid-out elementwise node's
+    constants arrive at the node's rank)."""
+    if v is None or v.rank == 0 or v.size != 1:
+        return v
+    return reshape(b, v, ())
+
+
 @op("_QConv")
 def qconv(b: Builder, n: Node) -> list[Value | None]:
     """_QConv: a Conv of DequantizeLinear'd input and weights (internal, from
@@ -295,4 +324,6 @@ def qconv(b: Builder, n: Node) -> list[Value | None]:
     from .conv import conv
     from .integer import dequantized_conv
 
-    return conv(b, dequantized_conv(b, n, dequantize_linear))
+    y = conv(b, dequantized_conv(b, n, dequantize_linear))[0]
+    assert y is not None
+    return [quantize_tail(b, n, y, 7)]
