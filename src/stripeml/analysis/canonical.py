@@ -52,7 +52,7 @@ from ..ir.nodes import (
     Statement,
     Store,
 )
-from ..ir.printer import format as format_ir
+from ..ir.printer import format_block
 
 __all__ = ["CanonicalKernel", "canonical_kernel", "kernel_buffers"]
 
@@ -161,7 +161,10 @@ def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     kernel, offsets = _hoisted(kernel, used, refs)
     renamed = _Renamer().block(kernel, params, top=True)
     mini = Program(replace(root, refs=buffers, stmts=(renamed,), name="canonical", comment=""))
-    return CanonicalKernel(mini, used, format_ir(mini), offsets)
+    # the text ``format`` gives, printed without taking the printer's memo of the
+    # last program (the whole program's text, which its cache key and the
+    # executable's ``ir`` both ask for after the code generator asked here)
+    return CanonicalKernel(mini, used, format_block(mini.root) + "\n", offsets)
 
 
 def _hoisted(

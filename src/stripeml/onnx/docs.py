@@ -51,7 +51,13 @@ tests it leaves out, grouped by reason.
    is remembered per model, by the identity of its input arrays: another input
    shape folds again only the nodes whose inputs changed (shape arithmetic),
    not the weights' preprocessing.  Those folded constants live as long as
-   the compiled model, as its weights do.
+   the compiled model, as its weights do.  The Tile program a fold runs is
+   compiled once per process (`folding._program`, the 128 most recent): a new
+   shape runs its shape arithmetic's programs on the new values without
+   parsing, lowering or verifying them again; and a `Gather` of known
+   integers (a shape's entries, as PyTorch exports `x.size(1)`) is taken at
+   import, as `Concat` joins known values, with no program at all (BERT-base:
+   31 of them, 1-4 ms each, at every sequence length).
 4. **Channels-last images** (`layout.py`; the convolutions in `layout_conv.py`):
    4-D activations are stored NHWC
    between the operators that understand it (Conv with a BatchNormalization

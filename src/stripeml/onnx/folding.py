@@ -14,6 +14,8 @@ node.
 from __future__ import annotations
 
 import io
+import threading
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -83,7 +85,7 @@ def fold(d: OpDef, node: Node) -> list[Value | None]:
     key = _key(api.interpreter_fingerprint(), source, params)
     arrays = _remembered(api, key, [tuple(v.shape) for _, v in pending])
     if arrays is None:
-        fn = api.compile(source, "interp", name=f"fold_{node.op_type}")
+        fn = _program(api, source, f"fold_{node.op_type}")
         sub.check(fn.ast)
         results = fn(*params)
         if not isinstance(results, tuple):
@@ -94,6 +96,37 @@ def fold(d: OpDef, node: Node) -> list[Value | None]:
     for (i, v), arr in zip(pending, arrays):
         folded[i] = Value("", v.shape, v.dtype, arr)
     return folded
+
+
+# -- constant programs kept in the process ----------------------------------------
+# Another input shape of a model folds its shape arithmetic again (a Shape's
+# values changed) with the same Tile programs on new values: each program is
+# compiled once per process (parsed, checked, lowered and verified once per
+# signature: :class:`stripeml.api.Function`'s own cache) and run on each new
+# input.  A program's results depend only on its source and its inputs, so no
+# value changes.
+
+#: The most constant programs kept (least recently used out first).
+MAX_PROGRAMS = 128
+_programs: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_programs_lock = threading.Lock()
+
+
+def _program(api: Any, source: str, name: str) -> Any:
+    """The interpreter's :class:`~stripeml.api.Function` of ``source``, compiled
+    once per process (two threads may both compile a new one: either is kept)."""
+    key = (source, name)
+    with _programs_lock:
+        fn = _programs.get(key)
+        if fn is not None:
+            _programs.move_to_end(key)
+            return fn
+    fn = api.compile(source, "interp", name=name)
+    with _programs_lock:
+        _programs[key] = fn
+        while len(_programs) > MAX_PROGRAMS:
+            _programs.popitem(last=False)
+    return fn
 
 
 # -- folds remembered across processes -----------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..builder import Builder, Node, Value
 from ..registry import op
-from ._util import axis, indices, ints, literal, scalar
+from ._util import axis, indices, ints, known_take, literal, scalar
 from .shape import empty, reshape
 
 
@@ -371,6 +371,9 @@ def gather(b: Builder, n: Node) -> list[Value | None]:
     e = empty(shape, x.dtype)
     if e is not None:
         return [e]
+    taken = known_take(b, n, x, i, ax)
+    if taken is not None:  # a shape's entries being picked: no program for them
+        return [taken]
     if i.is_const and i.rank <= 1:
         step = _progression(n, np.asarray(i.const).reshape(-1), x.shape[ax])
         if step is not None:  # a constant slice: an affine copy, which later passes can fuse
