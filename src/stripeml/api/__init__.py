@@ -382,8 +382,9 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
 
 
 def host_array(shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """For frontends reading weights: a new uninitialised C-contiguous array, a
-    large one without transparent huge pages (:func:`stripeml.runtime.host.fresh_array`)."""
+    """For frontends reading weights: a new uninitialised C-contiguous array for the
+    caller to write whole at once (its pages mapped in one call), a large one
+    without transparent huge pages (:func:`stripeml.runtime.host.fresh_array`)."""
     from ..runtime.host import fresh_array
 
     return fresh_array(shape, dtype)

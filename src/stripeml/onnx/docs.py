@@ -61,9 +61,15 @@ tests it leaves out, grouped by reason.
 4. **Channels-last images** (`layout.py`; the convolutions in `layout_conv.py`):
    4-D activations are stored NHWC
    between the operators that understand it (Conv with a BatchNormalization
-   folded into its weights, pools, elementwise operators, Concat), and
+   folded in, pools, elementwise operators, Concat), and
    transposed back to NCHW only where another operator or a graph output
-   needs it.
+   needs it.  A convolution's weights (one group, a multiple of 64 output
+   channels, not 3 x 3 with stride 1) are bound as the file stores them
+   (`(CO, CI, KH, KW)`, the array read, not a copy; a BatchNormalization's
+   scale multiplies the sums in the kernel's epilogue): the target's pipeline
+   lays them out for its register tiles once, at the first call
+   (docs/cpu-backend.md, "Warm starts"); other weights are copied
+   channels-last at import.
 5. **One program.** The Tile program goes through the target's pass pipeline
    (fusion of elementwise chains into their producers, register tiling,
    threads) and is cached on disk: a warm start still imports the model, but

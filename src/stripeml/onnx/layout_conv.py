@@ -2,13 +2,20 @@
 ``_QConv`` and ``QLinearConv`` that :func:`.layout.dispatch` writes, and the
 graph rewrite that folds a batch normalisation into the convolution before it.
 
-* ``Conv`` (2-D, weights known when compiling): one NHWC contraction over
-  weights rearranged when compiling to ``(KH, KW, CI, CO)`` (output channels
-  contiguous, :func:`_channels_last`), bound as constants: how they are blocked
-  for the register tiles is the target pipeline's business.  ``_ConvBN``
-  (:func:`fuse_conv_bn`) is a ``Conv`` whose only reader was a
-  ``BatchNormalization``: its scale and shift are folded into the weights and
-  bias.
+* ``Conv`` (2-D, weights known when compiling): one NHWC contraction.  With
+  one group and a multiple of :data:`AS_READ_CHANNELS` output channels (not a
+  3 x 3, stride-1 one, whose weights ``winograd`` transforms) it reads the
+  weights as the file stores them, ``(CO, CI, KH, KW)``: the array read is
+  bound as the constant, no copy at import, and the target's pipeline lays it
+  out for its register tiles, once (the cpu target's panels,
+  ``passes/_const_panels.py``, taken straight from that order: a warm start
+  lays each weight out once, not twice).  Other weights are rearranged when
+  compiling to ``(KH, KW, CI, CO)`` (output channels contiguous,
+  :func:`_channels_last`).  ``_ConvBN`` (:func:`fuse_conv_bn`) is a ``Conv``
+  whose only reader was a ``BatchNormalization``: its shift is folded into the
+  bias, its scale into the weights or, for weights as read, into the epilogue
+  (``sum * scale + bias``, one multiply per output fused into the
+  convolution's kernel, rather than a scaled copy of the weights).
 * ``Conv`` with weights computed at run time (one group, or depthwise): the same
   contraction reading the weights through one transposing copy in the program.
 * ``_QConv`` (a quantised convolution, :mod:`.ops.integer`) and ``QLinearConv``:
@@ -29,6 +36,15 @@ from .ops.conv import affine, window
 
 if TYPE_CHECKING:  # the quantised forms load it when first used
     from .ops.integer import DQ
+
+
+#: A one-group convolution with a multiple of this many output channels reads its
+#: weights as the file stores them: whole register tiles on any target of up to
+#: 64 lanes a tile, so every tile's weights are laid out in panels.  Others (32
+#: channels, 21 classes: a ragged or single narrow tile, which reads unlaid
+#: weights in place) keep the channels-last copy, and so do 3 x 3, stride-1 ones
+#: (``passes/winograd.py`` transforms weights in that layout).
+AS_READ_CHANNELS = 64
 
 
 def _channels_last(w: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -84,7 +100,19 @@ def conv(b: Builder, node: Node) -> list[Value | None]:
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
     if factor is not None and groups != 1:
         w = w * factor[:, None, None, None]  # one rounding per weight
-    if groups == 1:
+    # (a 3 x 3, stride-1 convolution keeps the channels-last copy: the cpu target's
+    # ``winograd`` pass takes its weights in that layout)
+    winograd = (
+        (kh, kw) == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1)
+    )
+    as_read = groups == 1 and co % AS_READ_CHANNELS == 0 and not winograd
+    if as_read:
+        # the weights as the file has them: the program lays them out once, in the
+        # register tiles' panels, and a batch normalisation's factors scale the
+        # sums (no copy at import; see the module docstring)
+        wr = b.ref(Value("", w.shape, dt, w))
+        text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[co, ci, ky, kx])"
+    elif groups == 1:
         wt = _channels_last(w.astype(dt, copy=False), factor)  # KH, KW, CI, CO
         wr = b.ref(Value("", wt.shape, dt, wt))
         text = f"{{out}}[n, y, x, co : {n_}, {oh}, {ow}, {co}] = +({xr}[n, {ys}, {xs}, ci] * {wr}[ky, kx, ci, co])"
@@ -104,9 +132,13 @@ def conv(b: Builder, node: Node) -> list[Value | None]:
             f"+({xr}[n, {ys}, {xs}, {cig} * g + ci] * {wr}[ky, kx, ci, g, co])"
         )
     out = b.contraction(text, (n_, oh, ow, co), dt)
+    expr = b.ref(out)
+    if factor is not None and as_read:
+        expr += f" * {b.ref(Value('', (co,), dt, np.asarray(factor, dt)))}"
     if np.any(bias != 0):
-        bv = b.ref(Value("", (co,), dt, np.asarray(bias, dt)))
-        out = b.eltwise(f"{b.ref(out)} + {bv}", out.shape, dt)
+        expr += f" + {b.ref(Value('', (co,), dt, np.asarray(bias, dt)))}"
+    if expr != b.ref(out):
+        out = b.eltwise(expr, out.shape, dt)
     return [with_layout(out, NHWC)]
 
 

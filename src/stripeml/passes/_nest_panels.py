@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Index, Load, Refinement, Store, TensorShape
 from ._common import fresh, single_index
+from ._const_panels import loop_order
 
 if TYPE_CHECKING:
     from ._nest_blocks import Plan
@@ -34,15 +35,17 @@ def laid_out(
     blocked = {n for names in plan.kidx for n, t in zip(names, plan.tile) if t > 1}
     copies: list[Block] = []
     temps: dict[tuple[str, int], Refinement] = {}
+    orders: dict[tuple[str, int], tuple[int, ...]] = {}
     names = {r.into for r in root.refs}
     out: list[Block] = []
     for k, rows in zip(ks, plan.kidx):
         outs = [r for r in k.refs if r.dir == "out"]
         v = _unit_output_index(outs[0]) if len(outs) == 1 and "contraction" in k.tags else None
         rng = {x.name: x.range for x in k.idxs}
-        if v is None or v in rows or rng[v] % panel or rng[v] // panel < 2:
+        if v is None or v in rows or rng[v] % panel:
             out.append(k)
             continue
+        single = rng[v] // panel < 2  # one panel: only a constant read across v is copied
         laid = []
         for r in k.refs:
             d = _moves_once(r, v) if r.dir == "in" else None
@@ -53,19 +56,30 @@ def laid_out(
                 or blocked & access_names(r)
             ):
                 continue
+            src = bufs[r.from_]
+            across = src.const and d != len(r.access) - 1
+            if single and not across:
+                continue
             key = (r.from_, d)
             if key not in temps:
-                src = bufs[r.from_]
                 sizes = src.shape.sizes
-                others = [x for x in range(len(sizes)) if x != d]
+                # a constant read across v (a convolution's weights as the file
+                # stores them): the other dimensions in the order the loops read
+                # them, as _const_panels lays them out
+                others = (
+                    list(loop_order(r, d, k))
+                    if across
+                    else [x for x in range(len(sizes)) if x != d]
+                )
                 dims = (sizes[d] // panel, *(sizes[x] for x in others), panel)
                 into = fresh(f"{r.from_}_panels", names)
                 names.add(into)
                 temps[key] = Refinement("none", into, TensorShape.dense(src.shape.dtype, dims))
+                orders[key] = tuple(others)
                 name = fresh(f"{k.name}_{r.from_}_panels", taken)
                 taken.add(name)
-                copies.append(_panel_copy(src, temps[key], d, panel, name))
-            laid.append((r, d, temps[key]))
+                copies.append(_panel_copy(src, temps[key], d, panel, name, orders[key]))
+            laid.append((r, d, temps[key], orders[key]))
         if not laid:
             out.append(k)
             continue
@@ -77,9 +91,8 @@ def laid_out(
             if hit is None:
                 refs.append(replace(r, access=tuple(a.substitute(split) for a in r.access)))
                 continue
-            _, d, t = hit
-            kept = [a for x, a in enumerate(r.access) if x != d]
-            access = (Affine.index(vb), *kept, Affine.index(vc))
+            _, d, t, order = hit
+            access = (Affine.index(vb), *(r.access[x] for x in order), Affine.index(vc))
             one = TensorShape(r.shape.dtype, (1,) * len(access), t.shape.strides)
             refs.append(replace(r, from_=t.into, access=access, shape=one))
         idxs: list[Index] = []
@@ -108,14 +121,17 @@ def _moves_once(r: Refinement, v: str) -> int | None:
     return dims[0] if len(dims) == 1 and single_index(r.access[dims[0]]) == v else None
 
 
-def _panel_copy(src: Refinement, dst: Refinement, d: int, panel: int, name: str) -> Block:
-    """Root kernel: ``dst[i_d // panel, other i..., i_d % panel] = src[i]``."""
+def _panel_copy(
+    src: Refinement, dst: Refinement, d: int, panel: int, name: str, order: tuple[int, ...]
+) -> Block:
+    """Root kernel: ``dst[i_d // panel, other i... (in ``order``), i_d % panel] =
+    src[i]``, walking ``src`` in its own order."""
     rank = src.shape.rank
     idx = [Index(f"i{x}", n) for x, n in enumerate(src.shape.sizes) if x != d]
     idx += [Index("p_b", src.shape.sizes[d] // panel), Index("p_c", panel)]
     at = [Affine.index(f"i{x}") for x in range(rank)]
     at[d] = Affine.index("p_b", panel) + Affine.index("p_c")
-    to = (Affine.index("p_b"), *(at[x] for x in range(rank) if x != d), Affine.index("p_c"))
+    to = (Affine.index("p_b"), *(at[x] for x in order), Affine.index("p_c"))
     return Block(
         idxs=tuple(idx),
         refs=(

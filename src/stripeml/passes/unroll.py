@@ -269,9 +269,16 @@ class Unroll:
         w = self.vector_width
         ins = [r for r in k.refs if r.dir == "in"]
 
+        # (A constant read across the index is as good as read along it: it is laid
+        # out once in panels with that index innermost, ``_const_panels``.)
+        def along(r: Refinement, n: str) -> bool:
+            return index_stride(r, n) in (0, 1) or (
+                laid is not None and laid.across(r, n, ranges[n])
+            )
+
         vcands = [
             n for n in addr
-            if stride[n] == 1 and n not in in_cons and all(index_stride(r, n) in (0, 1) for r in ins)
+            if stride[n] == 1 and n not in in_cons and all(along(r, n) for r in ins)
         ]  # fmt: skip
         transposed = False
         if not vcands and self.pack_max_bytes > 0:
@@ -303,7 +310,11 @@ class Unroll:
         # (With a transposed input, every input that moves with ``v`` is a panel: a
         # row index it depends on would not reuse its packed copy.  A row maximum
         # ``M[i] = >(S[i, j])`` has none, and stays a vectorised row reduction.)
-        panel_ins = [r for r in ins if index_stride(r, v) == 1 or (transposed and moves(r, v))]
+        panel_ins = [
+            r for r in ins
+            if index_stride(r, v) == 1 or (transposed and moves(r, v))
+            or (laid is not None and laid.across(r, v, ranges[v]))
+        ]  # fmt: skip
         row_ok = [
             n for n in addr
             if n != v and n not in in_cons and all(index_stride(r, n) == 0 for r in panel_ins)

@@ -414,16 +414,23 @@ def fresh_array(shape: Sequence[int], dtype: Any, zeroed: bool = False) -> np.nd
     at the first touch (``defrag`` = ``madvise``, its default on many
     distributions) a fragmented host stalls in that compaction: here, a warm
     ResNet-50 spent up to a second of system time in it.  Arrays read at every
-    call keep NumPy's huge pages (:meth:`RootBuffer.storage`).  Elsewhere, or
-    when the advice fails, the array is NumPy's as it is."""
+    call keep NumPy's huge pages (:meth:`RootBuffer.storage`).  An uninitialised
+    one of :data:`POPULATE_BYTES` or more is for a caller that writes all of it
+    at once: the kernel maps its pages in one call (:func:`_advise`).
+    Elsewhere, or when the advice fails, the array is NumPy's as it is."""
     arr = (np.zeros if zeroed else np.empty)(shape, dtype)
-    if arr.nbytes >= LARGE_BYTES:
-        _no_huge_pages(arr.ctypes.data, arr.nbytes)
+    if arr.nbytes >= POPULATE_BYTES:
+        _advise(arr.ctypes.data, arr.nbytes, arr.nbytes >= LARGE_BYTES, not zeroed)
     return arr
 
 
-def _no_huge_pages(address: int, nbytes: int) -> None:
-    """Advise the whole pages of ``[address, address + nbytes)`` against huge pages."""
+def _advise(address: int, nbytes: int, no_huge: bool, populate: bool) -> None:
+    """Advise the whole pages of ``[address, address + nbytes)`` against huge pages
+    (``no_huge``), then (``populate``: the caller writes all of it at once) have
+    the kernel map them all now (``MADV_POPULATE_WRITE``, Linux 5.14 and later):
+    one call instead of a page fault per 4 KiB page at the first write (ResNet-50's
+    100 MB of weights read from its file: 25,600 faults, about 0.05 s of system
+    time here, 0.03 s populated)."""
     madvise = _madvise()
     if madvise is None:
         return
@@ -431,10 +438,16 @@ def _no_huge_pages(address: int, nbytes: int) -> None:
     start = -(-address // page) * page
     end = (address + nbytes) // page * page
     if end > start:
-        madvise(start, end - start, _MADV_NOHUGEPAGE)  # an error leaves the advice unset
+        if no_huge:
+            madvise(start, end - start, _MADV_NOHUGEPAGE)  # an error leaves the advice unset
+        if populate:
+            madvise(start, end - start, _MADV_POPULATE_WRITE)  # older kernels: EINVAL, faults
 
 
 _MADV_NOHUGEPAGE = 15  # Linux (mmap.MADV_NOHUGEPAGE)
+_MADV_POPULATE_WRITE = 23  # Linux 5.14
+#: Fresh arrays of at least this many bytes are mapped at once (:func:`_advise`).
+POPULATE_BYTES = 64 << 10
 
 
 @cache
