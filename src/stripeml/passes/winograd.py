@@ -56,8 +56,10 @@ of the convolution:
   result, at its own point, that kernel runs here too, on each pixel, and
   the result's buffer goes.
 
-Options: ``min_channels``, ``vector_width``, ``select`` (a tag selector of the
-kernels considered).  The pipeline runs it after ``halo`` (the image is then a
+Options: ``min_channels``, ``min_size`` (the image's smaller side at least
+this: the ``cpu`` target says 8, as ResNet's 7 x 7 images, 16 blocks for 49
+pixels with a kernel per part, ran faster direct), ``vector_width``, ``select``
+(a tag selector of the kernels considered).  The pipeline runs it after ``halo`` (the image is then a
 zero-haloed buffer) and ``alias_copy``, before ``nest`` and ``unroll``.
 
 Requires: verified IR.  Guarantees: the same results up to float32 rounding
@@ -67,7 +69,6 @@ when no kernel is rewritten.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -86,12 +87,8 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh
+from ._winograd_body import AT, BT, Body, G, inline, separable, view
 from .registry import check_positive, check_selector, register
-
-# The rows of B^T, G and A^T as (coefficient, column) terms.
-_BT = (((1, 0), (-1, 2)), ((1, 1), (1, 2)), ((-1, 1), (1, 2)), ((1, 1), (-1, 3)))
-_G = (((1.0, 0),), ((0.5, 0), (0.5, 1), (0.5, 2)), ((0.5, 0), (-0.5, 1), (0.5, 2)), ((1.0, 2),))
-_AT = (((1, 0), (1, 1), (1, 2)), ((1, 1), (-1, 2), (-1, 3)))
 
 
 @dataclass(frozen=True)
@@ -117,13 +114,16 @@ class Winograd:
     """Rewrite 3 x 3 stride-1 convolutions with constant weights as Winograd F(2, 3)."""
 
     min_channels: int = 32
+    # The image's smaller side at least this (a 7 x 7 map is 16 blocks for 49
+    # pixels, its transforms a kernel per part: more compile work than it saves).
+    min_size: int = 1
     vector_width: int = 16
     select: str = "contraction"
     name: ClassVar[str] = "winograd"
 
     def __post_init__(self) -> None:
         check_selector(self)
-        check_positive(self, "min_channels", "vector_width")
+        check_positive(self, "min_channels", "min_size", "vector_width")
 
     def run(self, program: Program) -> Program:
         root = program.root
@@ -161,7 +161,8 @@ class Winograd:
     def _worth(self, c: _Conv) -> bool:
         z = c.sizes
         return (
-            z[c.ci] >= self.min_channels
+            min(z[c.y], z[c.x]) >= self.min_size
+            and z[c.ci] >= self.min_channels
             and z[c.co] >= self.min_channels
             and z[c.co] % self.vector_width == 0
         )
@@ -249,86 +250,6 @@ def _image_and_output(
     return n, y, x
 
 
-class _Body:
-    """Statements of an elementwise leaf: loads, sums with coefficients, stores."""
-
-    def __init__(self) -> None:
-        self.stmts: list[Statement] = []
-        self._n = 0
-
-    def _name(self) -> str:
-        self._n += 1
-        return f"${self._n}"
-
-    def load(self, ref: str) -> str:
-        into = f"${ref}"
-        self.stmts.append(Load(into, ref))
-        return into
-
-    def combine(self, terms: list[tuple[float, str | None]]) -> str:
-        """``sum(coeff * value)``, with additions and subtractions for coefficients
-        of +-1 and one multiplication by a shared factor otherwise."""
-        present = sorted(((c, v) for c, v in terms if v is not None), key=lambda t: t[0] < 0)
-        if not present:  # every value is a missing pixel: 0
-            zero = self._name()
-            self.stmts.append(Constant(zero, 0.0, "f32"))
-            return zero
-        return self._sum(present)
-
-    def _sum(self, terms: list[tuple[float, str]]) -> str:
-        """``combine``'s sum, ``terms`` non-empty, a positive one first when any is."""
-        factor = abs(terms[0][0])
-        unit = all(abs(c) == factor for c, _ in terms)
-        scale = factor if unit and factor != 1 else 1.0
-        acc = ""
-        for c, v in terms:
-            sign = c / scale if unit else c
-            if not unit and abs(c) != 1:
-                k = self._name()
-                self.stmts.append(Constant(k, float(abs(c)), "f32"))
-                p = self._name()
-                self.stmts.append(Intrinsic("mul", (v, k), p, "f32"))
-                v = p
-            if not acc:
-                if sign < 0:
-                    acc = self._name()
-                    self.stmts.append(Intrinsic("neg", (v,), acc, "f32"))
-                else:
-                    acc = v
-                continue
-            nxt = self._name()
-            self.stmts.append(Intrinsic("add" if sign > 0 else "sub", (acc, v), nxt, "f32"))
-            acc = nxt
-        if scale != 1.0:
-            k = self._name()
-            self.stmts.append(Constant(k, float(scale), "f32"))
-            p = self._name()
-            self.stmts.append(Intrinsic("mul", (acc, k), p, "f32"))
-            acc = p
-        return acc
-
-    def store(self, ref: str, value: str) -> None:
-        self.stmts.append(Store(ref, value))
-
-
-def _view(
-    dir_: str, into: str, parent: Refinement, access: tuple[Affine, ...], agg: str = ""
-) -> Refinement:
-    """A one-element view ``into`` of root buffer ``parent`` at ``access``."""
-    shape = TensorShape(parent.shape.dtype, (1,) * len(access), parent.shape.strides)
-    return Refinement(dir_, into, shape, parent.into, access, agg, parent.location)
-
-
-def _separable(rows: tuple, grid: Sequence[Sequence[str | None]], body: _Body) -> list[list[str]]:
-    """``R grid R^T`` for the rows ``R`` of a 1-D transform (``grid`` square or
-    ``len(R[0]) x len(R[0])`` values): rows first, then columns."""
-    half = [[body.combine([(c, grid[j][col]) for c, j in row]) for col in range(len(grid[0]))]
-            for row in rows]  # fmt: skip
-    return [
-        [body.combine([(c, half[a][j]) for c, j in row]) for row in rows] for a in range(len(rows))
-    ]
-
-
 def _uses(s: Statement, name: str) -> bool:
     """Whether ``s`` (a root statement) views or names root buffer ``name``."""
     if isinstance(s, Block):
@@ -371,46 +292,6 @@ def _consumer(root: Block, k: Block, c: _Conv, e: Block) -> Block | None:
     return e
 
 
-def _inline(
-    e: Block,
-    read: str,
-    value: str,
-    sub: dict[str, Affine],
-    tag: str,
-    body: _Body,
-    parents: dict[str, Refinement],
-) -> list[Refinement]:
-    """``e``'s statements at one pixel into ``body`` (its indices replaced by ``sub``,
-    its refs and scalars renamed with ``tag``, the load of ``read`` by ``value``);
-    the refs it needs."""
-    refs = []
-    scalars = {read: value}
-    names = {r.into: f"{r.into}_{tag}" for r in e.refs}
-    for r in e.refs:
-        if r.into == read:
-            continue
-        parent = parents[r.from_ or r.into]
-        access = tuple(a.substitute(sub) for a in r.access)
-        refs.append(_view(r.dir, names[r.into], parent, access, r.agg))
-    for t in e.stmts:
-        if isinstance(t, Load):
-            if t.ref == read:
-                scalars[t.into] = value
-                continue
-            scalars[t.into] = f"{t.into}_{tag}"
-            body.stmts.append(Load(scalars[t.into], names[t.ref]))
-        elif isinstance(t, Constant):
-            scalars[t.into] = f"{t.into}_{tag}"
-            body.stmts.append(Constant(scalars[t.into], t.value, t.dtype))
-        elif isinstance(t, Intrinsic):
-            scalars[t.into] = f"{t.into}_{tag}"
-            ins = tuple(scalars[x] for x in t.inputs)
-            body.stmts.append(Intrinsic(t.op, ins, scalars[t.into], t.dtype))
-        elif isinstance(t, Store):
-            body.stmts.append(Store(names[t.ref], scalars[t.value]))
-    return refs
-
-
 def _rewrite(
     k: Block, c: _Conv, taken: set[str], consumer: Block | None = None, roots: dict | None = None
 ) -> tuple[list[Refinement], list[Block]]:
@@ -433,17 +314,17 @@ def _rewrite(
     tags = frozenset({"kernel", "eltwise", "winograd"})
 
     # U[a, b, ci, co] = (G g G^T)[a, b] over [ci, co]
-    body = _Body()
+    body = Body()
     g = [[body.load(f"W{p}{q}") for q in range(3)] for p in range(3)]
     wrefs = [
-        _view("in", f"W{p}{q}", w_parent, (Affine.constant(p), Affine.constant(q), ix("ci"), ix("co")))
+        view("in", f"W{p}{q}", w_parent, (Affine.constant(p), Affine.constant(q), ix("ci"), ix("co")))
         for p in range(3) for q in range(3)
     ]  # fmt: skip
-    uu = _separable(_G, g, body)
+    uu = separable(G, g, body)
     urefs = []
     for a in range(4):
         for b in range(4):
-            urefs.append(_view("out", f"U{a}{b}", replace(u, dir="none"),
+            urefs.append(view("out", f"U{a}{b}", replace(u, dir="none"),
                                (Affine.constant(a), Affine.constant(b), ix("ci"), ix("co")), "assign"))  # fmt: skip
             body.store(f"U{a}{b}", uu[a][b])
     k_u = Block(
@@ -486,7 +367,7 @@ def _rewrite(
             + (ix("s") if s_idx else 0)
             + first
         )
-        body = _Body()
+        body = Body()
         drefs = []
         d: list[list[str | None]] = []
         for i in range(4):
@@ -498,14 +379,14 @@ def _rewrite(
                 sub = {c.n: ix("n"), c.y: t * 2, c.ky: Affine.constant(i), c.x: s_ * 2,
                        c.kx: Affine.constant(j), c.ci: ix("ci")}  # fmt: skip
                 access = tuple(a.substitute(sub) for a in c.image.access)
-                drefs.append(_view("in", f"D{i}{j}", img_parent, access))
+                drefs.append(view("in", f"D{i}{j}", img_parent, access))
                 d[i].append(body.load(f"D{i}{j}"))
-        vv = _separable(_BT, d, body)
+        vv = separable(BT, d, body)
         vrefs = []
         for a in range(4):
             for b in range(4):
                 access = (Affine.constant(a), Affine.constant(b), row, ix("ci"))
-                vrefs.append(_view("out", f"V{a}{b}", v, access, "assign"))
+                vrefs.append(view("out", f"V{a}{b}", v, access, "assign"))
                 body.store(f"V{a}{b}", vv[a][b])
         kernels_v.append(Block(
             (Index("n", nn), *t_idx, *s_idx, Index("ci", cin)),
@@ -518,9 +399,9 @@ def _rewrite(
     k_m = Block(
         (Index("a", 4), Index("b", 4), Index("p", pts), Index("co", cout), Index("ci", cin)),
         (
-            _view("in", v_name, v, (ix("a"), ix("b"), ix("p"), ix("ci"))),
-            _view("in", u_name, u, (ix("a"), ix("b"), ix("ci"), ix("co"))),
-            _view("out", m_name, m, (ix("a"), ix("b"), ix("p"), ix("co")), "add"),
+            view("in", v_name, v, (ix("a"), ix("b"), ix("p"), ix("ci"))),
+            view("in", u_name, u, (ix("a"), ix("b"), ix("ci"), ix("co"))),
+            view("out", m_name, m, (ix("a"), ix("b"), ix("p"), ix("co")), "add"),
         ),
         (
             Load("$v", v_name), Load("$u", u_name),
@@ -541,14 +422,14 @@ def _rewrite(
             + (ix("s") if s_idx else 0)
             + first
         )
-        body = _Body()
+        body = Body()
         mrefs = []
         for a in range(4):
             for b in range(4):
                 access = (Affine.constant(a), Affine.constant(b), row, ix("co"))
-                mrefs.append(_view("in", f"M{a}{b}", m, access))
+                mrefs.append(view("in", f"M{a}{b}", m, access))
         mm = [[body.load(f"M{a}{b}") for b in range(4)] for a in range(4)]
-        yy = _separable(_AT, mm, body)
+        yy = separable(AT, mm, body)
         orefs = []
         for i in range(2 if py[1] == 4 else 1):
             for j in range(2 if px[1] == 4 else 1):
@@ -558,12 +439,12 @@ def _rewrite(
                     # the consumer's index in each dimension of the result -> the pixel
                     dims = (c.n, c.y, c.x, c.co)
                     pixel = {_plain(a)[0]: sub[o] for a, o in zip(read.access, dims)}  # type: ignore[index]
-                    orefs += _inline(
+                    orefs += inline(
                         consumer, read.into, yy[i][j], pixel, f"{i}{j}", body, roots or {}
                     )
                     continue
                 access = tuple(a.substitute(sub) for a in c.out.access)
-                orefs.append(_view("out", f"O{i}{j}", out_parent, access, "assign"))
+                orefs.append(view("out", f"O{i}{j}", out_parent, access, "assign"))
                 body.store(f"O{i}{j}", yy[i][j])
         kernels_o.append(Block(
             (Index("n", nn), *t_idx, *s_idx, Index("co", cout)),
