@@ -179,3 +179,32 @@ def test_the_cpu_target_runs_onnx_convolutions_as_winograd(h, ci):
     g = stripeml.onnx.compile(model, target=plain)
     assert not any("_wino" in s.name for s in g.lower(x).program.root.stmts if isinstance(s, Block))
     np.testing.assert_allclose(g(x=x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_products_read_the_weight_transform_in_panels_laid_out_once():
+    """``U`` is computed from the constant weights alone, so ``unroll`` lays it out
+    in its register tiles' panels once (a constant kernel), and the products read
+    those panels instead of packing a panel of ``U`` at every call."""
+    import stripeml.onnx
+    from stripeml.analysis.constness import constness
+    from stripeml.ir.nodes import walk_blocks
+
+    model, x, want = _onnx_conv(16, 128, 128)  # several panels of output channels
+    f = stripeml.onnx.compile(model, target="cpu", threads=2)
+    program = f.lower(x).program
+    stmts = program.root.stmts
+    products = [
+        s
+        for s in stmts
+        if isinstance(s, Block)
+        and "contraction" in s.tags
+        and any(r.from_.endswith("_wu_panels") for r in s.refs if r.dir == "in")
+    ]
+    assert products, [s.name for s in stmts if isinstance(s, Block)]
+    assert not any("copy" in b.tags for p in products for b in walk_blocks(p))
+    layouts = [
+        k for k, s in enumerate(stmts)
+        if isinstance(s, Block) and any(r.into.endswith("_wu_panels") for r in s.refs if r.dir == "out")
+    ]  # fmt: skip
+    assert layouts and set(layouts) <= constness(program).statements
+    np.testing.assert_allclose(f(x=x), want, rtol=1e-4, atol=1e-4)

@@ -24,7 +24,9 @@ the frontend binds the array it read, with no channels-last copy of its own
 (``stripeml/onnx/layout_conv.py``), so a warm start lays each weight out once,
 not twice (docs/cpu-backend.md, "Warm starts").
 
-Applies when the input is viewed at a constant root parameter, the vector index
+Applies when the input is viewed at a constant root parameter (or a root
+temporary computed from constants alone: a Winograd convolution's transformed
+weights, :mod:`.winograd`), the vector index
 appears in exactly one of its dimensions, as exactly ``v``, that dimension spans
 the whole range of ``v``, and there is more than one panel.
 """
@@ -33,8 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..analysis.constness import constness
 from ..ir.affine import Affine
-from ..ir.nodes import Block, Index, Load, Refinement, Store, TensorShape
+from ..ir.nodes import Block, Index, Load, Program, Refinement, Store, TensorShape
 from ._common import fresh
 
 
@@ -52,11 +55,17 @@ class PanelLayouts:
     # dimensions in the order the layout stores them
     made: dict[tuple[str, int, int], tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     pending: list[Block] = field(default_factory=list)
-    # the root's constant parameters (the layouts added are not constants)
+    # the root's constant parameters, and the temporaries computed from them alone
+    # (a Winograd convolution's transformed weights, :mod:`.winograd`): the
+    # runtime computes those once, so their panels too (the layouts added are
+    # not in it)
     params: dict[str, Refinement] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.params = {r.into: r for r in self.root.refs if r.const}
+        kept: frozenset[str] = frozenset()
+        if any(r.dir == "none" for r in self.root.refs):
+            kept = constness(Program(self.root)).temporaries
+        self.params = {r.into: r for r in self.root.refs if r.const or r.into in kept}
 
     def snapshot(self) -> tuple[Block, dict[tuple[str, int, int], tuple], list[Block]]:
         return self.root, dict(self.made), list(self.pending)
