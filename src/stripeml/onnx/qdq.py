@@ -58,23 +58,37 @@ def _dequantized(name: str, producer: dict[str, NodeInfo]) -> NodeInfo | None:
     return p
 
 
-def _fused_conv(
-    n: NodeInfo, producer: dict[str, NodeInfo], inits: dict[str, np.ndarray]
-) -> NodeInfo | None:
-    if len(n.inputs) < 2 or int(n.attrs.get("group", 1)) != 1:
-        return None
-    dx = _dequantized(n.inputs[0], producer)
-    dw = _dequantized(n.inputs[1], producer)
+def _operands(
+    x: str, w: str, producer: dict[str, NodeInfo], inits: dict[str, np.ndarray]
+) -> tuple[list[str], int] | None:
+    """``x`` and ``w`` dequantized, ``w`` from constant 8-bit values: the inputs
+    ``x, sx, zx, w, sw, zw`` of a fused node (``""`` for an absent zero point)
+    and ``w``'s quantisation axis; else None."""
+    dx = _dequantized(x, producer)
+    dw = _dequantized(w, producer)
     if dx is None or dw is None or dw.inputs[0] not in inits:
         return None
     if np.asarray(inits[dw.inputs[0]]).dtype not in (U8, I8):
         return None
     zx = dx.inputs[2] if len(dx.inputs) > 2 else ""
     zw = dw.inputs[2] if len(dw.inputs) > 2 else ""
+    return [dx.inputs[0], dx.inputs[1], zx, dw.inputs[0], dw.inputs[1], zw], int(
+        dw.attrs.get("axis", 1)
+    )
+
+
+def _fused_conv(
+    n: NodeInfo, producer: dict[str, NodeInfo], inits: dict[str, np.ndarray]
+) -> NodeInfo | None:
+    if len(n.inputs) < 2 or int(n.attrs.get("group", 1)) != 1:
+        return None
+    found = _operands(n.inputs[0], n.inputs[1], producer, inits)
+    if found is None:
+        return None
+    ins, axis = found
     bias = n.inputs[2] if len(n.inputs) > 2 else ""
-    attrs = dict(n.attrs, _w_axis=int(dw.attrs.get("axis", 1)))
-    ins = [dx.inputs[0], dx.inputs[1], zx, dw.inputs[0], dw.inputs[1], zw, bias]
-    return NodeInfo("_QConv", n.domain, n.name, ins, list(n.outputs), attrs)
+    attrs = dict(n.attrs, _w_axis=axis)
+    return NodeInfo("_QConv", n.domain, n.name, [*ins, bias], list(n.outputs), attrs)
 
 
 def _scalar_params(scale: str, zero: str, inits: dict[str, np.ndarray], zero_needed: bool) -> bool:
@@ -119,18 +133,13 @@ def _fused_gemm(
         return None
     if float(n.attrs.get("alpha", 1.0)) != 1.0 or float(n.attrs.get("beta", 1.0)) != 1.0:
         return None
-    da = _dequantized(n.inputs[0], producer)
-    dw = _dequantized(n.inputs[1], producer)
-    if da is None or dw is None or dw.inputs[0] not in inits:
+    found = _operands(n.inputs[0], n.inputs[1], producer, inits)
+    if found is None:
         return None
-    if np.asarray(inits[dw.inputs[0]]).dtype not in (U8, I8):
-        return None
-    za = da.inputs[2] if len(da.inputs) > 2 else ""
-    zw = dw.inputs[2] if len(dw.inputs) > 2 else ""
+    ins, axis = found
     c = n.inputs[2] if len(n.inputs) > 2 else ""
-    attrs = {"transB": int(n.attrs.get("transB", 0)), "_w_axis": int(dw.attrs.get("axis", 1))}
-    ins = [da.inputs[0], da.inputs[1], za, dw.inputs[0], dw.inputs[1], zw, c]
-    return NodeInfo("_QGemm", n.domain, n.name, ins, list(n.outputs), attrs)
+    attrs = {"transB": int(n.attrs.get("transB", 0)), "_w_axis": axis}
+    return NodeInfo("_QGemm", n.domain, n.name, [*ins, c], list(n.outputs), attrs)
 
 
 #: The fused nodes a QuantizeLinear folds into, and how many inputs each has before it.

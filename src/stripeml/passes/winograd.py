@@ -356,7 +356,9 @@ def _rewrite(
             return ix(name), [Index(name, count)]
         return Affine.constant(-count), []
 
-    kernels_v: list[Block] = []
+    # per part: its block row and column (an index or a constant), the indices
+    # it adds, and the products' row of its block (n, t, s)
+    geometry = []
     for (py, px), first in zip(parts, bases):
         t, t_idx = at(py, "t")
         s_, s_idx = at(px, "s")
@@ -367,6 +369,10 @@ def _rewrite(
             + (ix("s") if s_idx else 0)
             + first
         )
+        geometry.append((py, px, t, s_, [*t_idx, *s_idx], row))
+
+    kernels_v: list[Block] = []
+    for py, px, t, s_, idxs, row in geometry:
         body = Body()
         drefs = []
         d: list[list[str | None]] = []
@@ -389,7 +395,7 @@ def _rewrite(
                 vrefs.append(view("out", f"V{a}{b}", v, access, "assign"))
                 body.store(f"V{a}{b}", vv[a][b])
         kernels_v.append(Block(
-            (Index("n", nn), *t_idx, *s_idx, Index("ci", cin)),
+            (Index("n", nn), *idxs, Index("ci", cin)),
             tuple(drefs + vrefs), tuple(body.stmts), tags=tags,
             name=fresh(f"{k.name}_wino_v", taken),
         ))  # fmt: skip
@@ -412,16 +418,7 @@ def _rewrite(
 
     # out[n, 2t + i, 2s + j, co] = (A^T M A)[i, j], the pixels that exist
     kernels_o: list[Block] = []
-    for (py, px), first in zip(parts, bases):
-        t, t_idx = at(py, "t")
-        s_, s_idx = at(px, "s")
-        width = max(px[0], 1)
-        row = (
-            ix("n", max(py[0], 1) * width)
-            + (ix("t", width) if t_idx else 0)
-            + (ix("s") if s_idx else 0)
-            + first
-        )
+    for py, px, t, s_, idxs, row in geometry:
         body = Body()
         mrefs = []
         for a in range(4):
@@ -447,7 +444,7 @@ def _rewrite(
                 orefs.append(view("out", f"O{i}{j}", out_parent, access, "assign"))
                 body.store(f"O{i}{j}", yy[i][j])
         kernels_o.append(Block(
-            (Index("n", nn), *t_idx, *s_idx, Index("co", cout)),
+            (Index("n", nn), *idxs, Index("co", cout)),
             tuple(mrefs + orefs), tuple(body.stmts), tags=tags,
             name=fresh(f"{k.name}_wino_o", taken),
             comment=consumer.comment if consumer is not None else "",
