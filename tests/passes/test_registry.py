@@ -66,7 +66,7 @@ def test_make_pass_builds_with_options() -> None:
 
 def test_make_pass_unknown_pass_names_it_and_the_known_ones() -> None:
     with pytest.raises(
-        StripeError, match=r"unknown pass 'fusion' \(known passes: .*dce, epilogue, fuse.*\)"
+        StripeError, match=r"unknown pass 'fusion' \(known passes: .*dce, divide_late, epilogue, fuse.*\)"
     ):
         make_pass("fusion")
 
@@ -108,9 +108,10 @@ def test_cpu_pipeline() -> None:
 
     entries = tomllib.loads((TARGETS_DIR / "cpu.toml").read_text())["pipeline"]
     assert [p.name for p in cpu_passes()] == [e["pass"] for e in entries]
-    assert [p.name for p in cpu_passes()][:4] == [
+    assert [p.name for p in cpu_passes()][:5] == [
         "alias_reshape",
         "alias_view",
+        "divide_late",
         Fuse.name,
         Dce.name,
     ]

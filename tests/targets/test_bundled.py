@@ -67,7 +67,12 @@ def test_cpu_target_is_the_host() -> None:
     assert t.threads == len(os.sched_getaffinity(0))
     if cpuinfo_vector_width() is not None:
         assert t.vector_width == cpuinfo_vector_width()
-    assert [s.name for s in t.pipeline][:3] == ["alias_reshape", "alias_view", "fuse"]
+    assert [s.name for s in t.pipeline][:4] == [
+        "alias_reshape",
+        "alias_view",
+        "divide_late",
+        "fuse",
+    ]
 
 
 def test_gpu_targets() -> None:

@@ -1,0 +1,350 @@
+"""``divide_late``: a softmax's division moves after the product that reads it.
+
+Attention, as the importer writes it, normalises the scores before the product
+with ``V``: ``P = E / S`` over every score (``S`` the row sums of ``E =
+exp(...)``), then ``O = +(P * V)`` over the keys.  ``S`` does not depend on
+the key index the product sums over, so ``O = +(E * V) / S``: the product
+reads ``E`` and one division per *output* follows it.  For BERT-base at
+sequence 512 that is 512 x 64 divisions per head instead of 512 x 512, and
+no pass over the scores to divide them.  The new division is an elementwise
+kernel on the product's result: ``fuse`` joins it to an elementwise consumer
+of that result (the copy merging the heads back, in BERT), or ``epilogue``
+runs it on the product's register tiles.
+
+Applies to a root ``#eltwise`` kernel ``D`` (a leaf without constraints)
+whose statements are exactly ``$x = load(X)``, ``$s = load(S)``, ``$p =
+div($x, $s)``, ``P = store($p)``, with:
+
+* ``X`` and ``P`` walked one to one by ``D``'s indices, in the same order
+  (:func:`~._common.pointwise_dims`), all three of one float dtype;
+* ``S`` read per dimension at ``X``'s index or, where ``S`` has size 1, at 0;
+* ``S`` a root buffer with a single writer, a kernel that sums into it
+  (``add``) a value computed by ``exp``: a softmax's denominator.  Every term
+  is positive and the row's largest is ``exp(0) = 1`` when the maximum was
+  subtracted, so the sum is at least 1 and ``+(E * V) / S`` divides what
+  ``+(E / S * V)`` would have: the same value up to rounding (a few units in
+  the last place), with no new overflow, zero or NaN case;
+* ``P`` a root temporary that nothing but ``D`` and one later kernel ``C``
+  touches, and neither ``X`` nor ``S`` written between ``D`` and ``C``;
+* ``C`` a root ``#contraction`` ``agg_add`` kernel (a leaf without
+  constraints or index offsets) whose statements are exactly two loads (``P``
+  and another buffer ``V``), their ``mul`` and one ``add`` store to ``O``;
+  ``C`` reads ``P`` one index per dimension; where ``S`` is broadcast
+  (size 1, ``P`` larger) that index is summed over (not in ``O``'s view),
+  elsewhere it walks a dimension of ``O`` (so ``S`` is constant along the
+  sum);
+* ``O`` walked one to one by ``C``'s output indices (its view is one
+  distinct index, or 0 for size 1, per dimension, with the dimension's size
+  as range), written by no other statement and touched by none before ``C``.
+
+Then ``C`` reads ``X`` where it read ``P`` and sums into a new root temporary
+``O'`` of ``O``'s shape; a new ``#eltwise`` kernel right after ``C`` (with
+``D``'s name) writes ``O = O' / S``, reading ``S`` at ``O``'s indices; ``D``
+and ``P`` go.
+
+Run before ``fuse`` (which joins the new division to the product) and
+``nest`` (whose attention chain then ends with it).
+
+Requires: verified IR.  Guarantees: the program's results up to rounding
+(the division moves outside a sum whose divisor is at least 1: see above),
+verified IR, the same object when nothing applies, a fixed point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from ..ir.affine import Affine
+from ..ir.nodes import (
+    Block,
+    Index,
+    Intrinsic,
+    Load,
+    Program,
+    Refinement,
+    Statement,
+    Store,
+    TensorShape,
+)
+from ._common import fresh, is_leaf, pointwise_dims, single_index, touches, writes
+from .registry import register
+
+_FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
+
+
+@register
+@dataclass(frozen=True)
+class DivideLate:
+    """Move a softmax's division after the product that reads it (no options)."""
+
+    name: ClassVar[str] = "divide_late"
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        while True:
+            new = _rewrite_once(root)
+            if new is None:
+                return program if root is program.root else Program(root)
+            root = new
+
+
+def _view(refs: tuple[Refinement, ...], stmt: Statement) -> Refinement | None:
+    return next((r for r in refs if isinstance(stmt, (Load, Store)) and r.into == stmt.ref), None)
+
+
+def _division(d: Block) -> tuple[Refinement, Refinement, Refinement] | None:
+    """``D``'s views of ``X``, ``S`` and ``P`` when it is ``P = X / S`` as above."""
+    if not ({"kernel", "eltwise"} <= d.tags) or d.constraints or not is_leaf(d):
+        return None
+    if len(d.stmts) != 4 or len(d.refs) != 3:
+        return None
+    *loads, div, store = d.stmts
+    if not (
+        all(isinstance(s, Load) for s in loads)
+        and isinstance(div, Intrinsic)
+        and div.op == "div"
+        and isinstance(store, Store)
+        and store.value == div.into
+    ):
+        return None
+    by_scalar = {s.into: _view(d.refs, s) for s in loads if isinstance(s, Load)}
+    if set(by_scalar) != set(div.inputs) or len(by_scalar) != 2:
+        return None
+    x, s = by_scalar[div.inputs[0]], by_scalar[div.inputs[1]]
+    p = _view(d.refs, store)
+    if x is None or s is None or p is None or x.from_ == s.from_:
+        return None
+    if x.dir != "in" or s.dir != "in" or p.dir != "out" or p.agg not in ("", "assign"):
+        return None
+    if not (x.shape.dtype == s.shape.dtype == p.shape.dtype == div.dtype in _FLOATS):
+        return None
+    return x, s, p
+
+
+def _root_sizes(root: Block, name: str) -> tuple[int, ...] | None:
+    ref = next((r for r in root.refs if r.into == name), None)
+    return None if ref is None else ref.shape.sizes
+
+
+def _softmax_sum(root: Block, name: str) -> bool:
+    """Whether root buffer ``name``'s only writer sums ``exp`` values into it."""
+    return _exp_valued(root, name, "add", 2)
+
+
+def _exp_valued(root: Block, name: str, agg: str, depth: int) -> bool:
+    """Whether root buffer ``name``'s only writer stores into it, with ``agg``,
+    values computed by ``exp``, or loaded from a buffer holding only such
+    values (``depth`` more buffers deep)."""
+    writers = [s for s in root.stmts if name in writes(s)]
+    if len(writers) != 1 or not isinstance(writers[0], Block) or not is_leaf(writers[0]):
+        return False
+    w = writers[0]
+    views = [r for r in w.refs if r.from_ == name and r.dir == "out"]
+    if len(views) != 1 or (views[0].agg or "assign") != agg:
+        return False
+    made = {s.into: s for s in w.stmts if isinstance(s, (Intrinsic, Load))}
+    stored = [s.value for s in w.stmts if isinstance(s, Store) and s.ref == views[0].into]
+
+    def exp_value(value: str) -> bool:
+        s = made.get(value)
+        if isinstance(s, Intrinsic):
+            return s.op == "exp"
+        if isinstance(s, Load) and depth > 0:
+            view = _view(w.refs, s)
+            return view is not None and _exp_valued(root, view.from_, "assign", depth - 1)
+        return False
+
+    return bool(stored) and all(exp_value(v) for v in stored)
+
+
+def _product(c: Block, p_name: str) -> tuple[Refinement, Refinement] | None:
+    """``C``'s views of ``P`` and ``O`` when it is ``O = +(P * V)`` as above."""
+    if not ({"kernel", "contraction", "agg_add"} <= c.tags) or c.constraints or not is_leaf(c):
+        return None
+    if any(i.affine is not None for i in c.idxs) or len(c.stmts) != 4 or len(c.refs) != 3:
+        return None
+    *loads, mul, store = c.stmts
+    if not (
+        all(isinstance(s, Load) for s in loads)
+        and isinstance(mul, Intrinsic)
+        and mul.op == "mul"
+        and isinstance(store, Store)
+        and store.value == mul.into
+    ):
+        return None
+    views = [_view(c.refs, s) for s in loads]
+    if {s.into for s in loads if isinstance(s, Load)} != set(mul.inputs):
+        return None
+    p = next((v for v in views if v is not None and v.from_ == p_name), None)
+    o = _view(c.refs, store)
+    if p is None or o is None or p.dir != "in" or o.dir != "out" or o.agg != "add":
+        return None
+    if sum(v is not None and v.from_ == p_name for v in views) != 1:
+        return None
+    return p, o
+
+
+def _walk(block: Block, access: tuple[Affine, ...], sizes: tuple[int, ...]) -> list | None:
+    """Per dimension the index of ``block`` at it (None: size 1 at 0), distinct."""
+    ranges = {i.name: i.range for i in block.idxs}
+    dims: list[str | None] = []
+    for expr, size in zip(access, sizes, strict=True):
+        name = single_index(expr)
+        if name is not None and name in ranges and name not in dims and ranges[name] == size:
+            dims.append(name if size > 1 else None)
+        elif expr.is_constant and expr.const == 0 and size == 1:
+            dims.append(None)
+        elif name is not None and ranges.get(name) == 1 and size == 1:
+            dims.append(None)
+        else:
+            return None
+    return dims
+
+
+def _rewrite_once(root: Block) -> Block | None:
+    stmts = root.stmts
+    temps = {r.into for r in root.refs if r.dir == "none"}
+    for i, d in enumerate(stmts):
+        if not isinstance(d, Block):
+            continue
+        views = _division(d)
+        if views is None:
+            continue
+        x, s, p = views
+        x_sizes, s_sizes, p_sizes = (_root_sizes(root, v.from_) for v in views)
+        if x_sizes is None or s_sizes is None or p_sizes is None or p.from_ not in temps:
+            continue
+        dims = pointwise_dims(d, p.access, p_sizes)
+        if dims is None or pointwise_dims(d, x.access, x_sizes) != dims:
+            continue
+        s_dims = _walk(d, s.access, s_sizes)
+        if s_dims is None or len(s_sizes) != len(p_sizes):
+            continue
+        if any(sd is not None and sd != pd for sd, pd in zip(s_dims, dims, strict=True)):
+            continue
+        if not _softmax_sum(root, s.from_):
+            continue
+        users = [j for j, t in enumerate(stmts) if j != i and touches(t, p.from_)]
+        if len(users) != 1 or users[0] < i:
+            continue
+        j = users[0]
+        c = stmts[j]
+        if not isinstance(c, Block) or any(
+            x.from_ in writes(t) or s.from_ in writes(t) for t in stmts[i + 1 : j]
+        ):
+            continue
+        found = _product(c, p.from_)
+        if found is None:
+            continue
+        cp, co = found
+        o_sizes = _root_sizes(root, co.from_)
+        if o_sizes is None or co.from_ in (x.from_, s.from_, p.from_):
+            continue
+        o_dims = _walk(c, co.access, o_sizes)
+        cp_dims = _walk(c, cp.access, p_sizes)
+        if o_dims is None or cp_dims is None:
+            continue
+        # S along the sum is constant; elsewhere it follows an output dimension.
+        s_at: list[int | None] = []
+        for sd, cd, size in zip(s_dims, cp_dims, p_sizes, strict=True):
+            if sd is None and size > 1:
+                if cd is None or cd in o_dims:
+                    break
+                s_at.append(None)
+            elif cd is None:
+                s_at.append(None)
+            elif cd in o_dims:
+                s_at.append(o_dims.index(cd))
+            else:
+                break
+        else:
+            if any(co.from_ in writes(t) or touches(t, co.from_) for t in stmts[:j]) or any(
+                co.from_ in writes(t) for t in stmts[j + 1 :]
+            ):
+                continue
+            return _apply(root, i, j, x, s, p, cp, co, o_sizes, s_at)
+    return None
+
+
+def _apply(
+    root: Block,
+    i: int,
+    j: int,
+    x: Refinement,
+    s: Refinement,
+    p: Refinement,
+    cp: Refinement,
+    co: Refinement,
+    o_sizes: tuple[int, ...],
+    s_at: list[int | None],
+) -> Block:
+    d, c = root.stmts[i], root.stmts[j]
+    assert isinstance(d, Block) and isinstance(c, Block)
+    root_refs = {r.into: r for r in root.refs}
+    o_root, x_root, s_root = root_refs[co.from_], root_refs[x.from_], root_refs[s.from_]
+    taken = set(root_refs) | {t.name for t in root.stmts if isinstance(t, Block)}
+    summed = fresh(f"{co.from_}_sum", taken)
+    dtype = o_root.shape.dtype
+    sum_shape = TensorShape.dense(dtype, o_sizes)
+    sum_root = Refinement("none", summed, sum_shape, location=o_root.location)
+    one = (1,) * len(o_sizes)
+    names = {r.into for r in c.refs}
+    local = {
+        cp.into: x.from_ if x.from_ not in names else cp.into,
+        co.into: summed if summed not in names else co.into,
+    }
+    new_c = replace(
+        c,
+        refs=tuple(
+            replace(
+                r,
+                into=local[r.into],
+                from_=x.from_ if r is cp else summed,
+                shape=TensorShape(
+                    dtype, r.shape.sizes, (x_root.shape if r is cp else sum_shape).strides
+                ),
+            )
+            if r is cp or r is co
+            else r
+            for r in c.refs
+        ),
+        stmts=tuple(
+            replace(t, ref=local.get(t.ref, t.ref)) if isinstance(t, (Load, Store)) else t
+            for t in c.stmts
+        ),
+    )
+    idxs = tuple(Index(f"i{k}", n) for k, n in enumerate(o_sizes))
+    at = tuple(Affine.index(f"i{k}") if n > 1 else Affine() for k, n in enumerate(o_sizes))
+    s_access = tuple(Affine() if k is None else at[k] for k in s_at)
+    s_one = (1,) * len(s_root.shape.sizes)
+    scalars = ("$sum", "$den", "$out")
+    divide = Block(
+        idxs=idxs,
+        refs=(
+            Refinement("in", summed, TensorShape(dtype, one, sum_shape.strides), summed, at),
+            Refinement(
+                "in", s.from_, TensorShape(dtype, s_one, s_root.shape.strides), s.from_, s_access
+            ),
+            Refinement(
+                "out",
+                co.from_,
+                TensorShape(dtype, one, o_root.shape.strides),
+                co.from_,
+                at,
+                "assign",
+            ),
+        ),
+        stmts=(
+            Load(scalars[0], summed),
+            Load(scalars[1], s.from_),
+            Intrinsic("div", scalars[:2], scalars[2], dtype),
+            Store(co.from_, scalars[2]),
+        ),
+        tags=frozenset({"kernel", "eltwise"}),
+        name=d.name,
+        comment=f"{co.from_} = {summed} / {s.from_} (divided after the product)",
+    )
+    stmts = [*root.stmts[:i], *root.stmts[i + 1 : j], new_c, divide, *root.stmts[j + 1 :]]
+    refs = tuple(r for r in root.refs if r.into != p.from_) + (sum_root,)
+    return replace(root, refs=refs, stmts=tuple(stmts))
