@@ -223,7 +223,7 @@ def _rewrite_once(root: Block) -> Block | None:
             continue
         if any(sd is not None and sd != pd for sd, pd in zip(s_dims, dims, strict=True)):
             continue
-        if not _softmax_sum(root, s.from_):
+        if not _softmax_sum(root, s.from_) or not any(s.from_ in writes(t) for t in stmts[:i]):
             continue
         users = [j for j, t in enumerate(stmts) if j != i and touches(t, p.from_)]
         if len(users) != 1 or users[0] < i:
