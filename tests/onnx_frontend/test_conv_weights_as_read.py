@@ -130,3 +130,64 @@ def test_a_warm_process_gives_the_cold_ones_outputs(model_file, tmp_path) -> Non
     assert cold_info["passes"] and not warm_info["passes"]
     np.testing.assert_array_equal(warm, cold)
     _close(warm, _onnxruntime(model_file))
+
+
+def _conv3x3_bn(size: int) -> tuple[Any, np.ndarray]:
+    """A 3 x 3, stride-1, padded convolution (64 -> 64 channels) on a ``size`` x
+    ``size`` image, a batch normalisation folded into it; and its input."""
+    w = (RNG.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float32)
+    scale, beta = RNG.uniform(0.5, 2.0, 64), RNG.standard_normal(64)
+    mean, var = RNG.standard_normal(64), RNG.uniform(0.5, 2.0, 64)
+    inits = [numpy_helper.from_array(w, "w")] + [
+        numpy_helper.from_array(v.astype(np.float32), n)
+        for v, n in ((scale, "s"), (beta, "beta"), (mean, "mean"), (var, "var"))
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["y"]),
+    ]
+    shape = [1, 64, size, size]
+    g = helper.make_graph(
+        nodes,
+        "conv3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    x = RNG.standard_normal(shape).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x
+
+
+@pytest.mark.parametrize("size", [7, 8])
+def test_a_3x3_convolution_too_small_for_winograd_reads_its_weights_as_stored(
+    size, tmp_path, monkeypatch
+) -> None:
+    """Below the cpu target's ``winograd`` ``min_size`` (8) a 3 x 3, stride-1
+    convolution is direct: its weights are the array read (no channels-last copy);
+    from 8 on ``winograd`` takes it, from channels-last weights.  Both against
+    onnxruntime."""
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "cache"))
+    model, x = _conv3x3_bn(size)
+    path = tmp_path / "conv3.onnx"
+    onnx.save(model, str(path))
+    fn = stripeml.onnx.compile(str(path), target="cpu")
+    exe = fn.lower(x)
+    assert exe is not None
+    read = fn.graph.initializers["w"]
+    as_read = any(np.shares_memory(c, read) for c in exe.function.constants.values())
+    assert as_read == (size < 8)
+    assert ("_wino_u" in exe.ir) == (size >= 8)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    _close(np.asarray(fn(x)), session.run(None, {"x": x})[0])
+
+
+def test_the_importers_winograd_size_is_the_cpu_targets() -> None:
+    """The importer reads a 3 x 3 convolution's weights as stored below the cpu
+    target's ``winograd`` ``min_size``: the two stay equal."""
+    from stripeml.onnx.layout_conv import WINOGRAD_MIN_SIZE
+    from stripeml.targets import resolve
+
+    (spec,) = [s for s in resolve("cpu").pipeline if s.name == "winograd"]
+    assert dict(spec.options)["min_size"] == WINOGRAD_MIN_SIZE

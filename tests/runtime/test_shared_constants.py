@@ -71,6 +71,7 @@ def test_layouts_are_freed_with_their_programs() -> None:
     before = len(shared_constants.REGISTRY)
     f = stripeml.compile(MATMUL, target="cpu", constants={"W": w})
     _run(f, 8)
+    shared_constants.flush()  # what the next program's plan does (a first one defers)
     assert len(shared_constants.REGISTRY) > before
     del f
     gc.collect()
@@ -84,3 +85,51 @@ def test_results_do_not_depend_on_which_shape_came_first(order) -> None:
     for m in order:
         a, c, _ = _run(f, m)
         np.testing.assert_allclose(c, a @ w, rtol=1e-4, atol=1e-4)
+
+
+def _idle() -> None:
+    """No program of earlier tests left registered or deferred."""
+    import gc
+
+    gc.collect()
+    shared_constants.flush()
+    gc.collect()
+    assert shared_constants.idle()
+
+
+def test_a_first_program_computes_no_value_ids(monkeypatch) -> None:
+    """With nothing to share with (a warm start's one program), the first call
+    canonicalises no constant statement; the next program still shares."""
+    _idle()
+    steps: list[int] = []
+    real = shared_constants._step
+    monkeypatch.setattr(shared_constants, "_step", lambda p, k: steps.append(k) or real(p, k))
+    w = np.random.default_rng(5).standard_normal((64, 192)).astype(np.float32)
+    f = stripeml.compile(MATMUL, target="cpu", constants={"W": w})
+    a1, c1, e1 = _run(f, 32)
+    np.testing.assert_allclose(c1, a1 @ w, rtol=1e-4, atol=1e-4)
+    assert _kept(e1), "the pipeline lays W out as a constant temporary"
+    assert steps == [], "no value ids for the only program"
+    a2, c2, e2 = _run(f, 64)  # a second program: the first registers, then it plans
+    np.testing.assert_allclose(c2, a2 @ w, rtol=1e-4, atol=1e-4)
+    assert steps, "ids worked out once another program asks"
+    first, second = _kept(e1), _kept(e2)
+    assert any(second[n] is first[n] for n in second if n in first)
+    assert e2._compiled._reuse.skip
+    np.testing.assert_allclose(f(a1), a1 @ w, rtol=1e-4, atol=1e-4)  # still right
+
+
+def test_a_deferred_program_that_is_gone_offers_nothing() -> None:
+    import gc
+
+    _idle()
+    w = np.random.default_rng(6).standard_normal((64, 192)).astype(np.float32)
+    f = stripeml.compile(MATMUL, target="cpu", constants={"W": w})
+    _run(f, 16)
+    del f
+    gc.collect()
+    shared_constants.flush()
+    assert len(shared_constants.REGISTRY) == 0 and shared_constants.idle()
+    g = stripeml.compile(MATMUL, target="cpu", constants={"W": w + 1.0})
+    a, c, _ = _run(g, 16)
+    np.testing.assert_allclose(c, a @ (w + 1.0), rtol=1e-4, atol=1e-4)

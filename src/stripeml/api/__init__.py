@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import gc_pause
-from ..errors import ShapeError, StripeError
+from ..errors import InternalError, ShapeError, StripeError
 from ..ir.nodes import Program
 from ..phases import phase
 from ..runtime.backend import Backend, Compiled, backend_for
@@ -33,17 +33,16 @@ from ..runtime.host import bind_constants, out_of_memory
 from ..runtime.memo import SignatureCache
 from ..targets import Target, resolve
 from ..targets.loader import check_threads, set_validation_memo
-from ..tile import ast
-from ..tile.bind import Signature, bind, signature_of
-from ..tile.check import check
-from ..tile.parser import parse
-from .executable import Executable, _fmt_sig, _internal_errors, _nbytes
+from .executable import Executable, Signature, _fmt_sig, _internal_errors, _nbytes, signature_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     # Loaded on first use: a warm start (the optimised program read from the disk
     # cache) lowers nothing and profiles nothing.
     from ..passes.manager import PipelineResult
     from ..runtime.cache_store import Remembered
+    from ..tile.ast import Function as TileFunction
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
@@ -123,8 +122,29 @@ def target_for(target: str | os.PathLike[str] | Target, threads: int | None = No
     return resolve(target, threads=threads)
 
 
+def _parsed(source: str) -> TileFunction:
+    """``source`` parsed and checked."""
+    from ..tile.check import check
+    from ..tile.parser import parse
+
+    with phase("tile parse + check"):
+        tree = parse(source)
+        check(tree)
+    return tree
+
+
 class Function:
-    """A compiled Tile function; call it with NumPy arrays."""
+    """A compiled Tile function; call it with NumPy arrays.
+
+    ``names`` (for frontends that wrote ``source``: every parameter's name and
+    every output's, in order) defers parsing to the first compile that lowers:
+    a warm start whose optimised program the disk cache holds (keyed by this
+    exact source, with the compiler's sources) never parses it (ResNet-50's
+    13,000 characters: 12 ms).  ``on_parse`` is then given the tree, once, when
+    it is parsed (the frontend's own checks); names the source does not declare
+    are an :class:`InternalError` then.  Without ``names`` the source is parsed
+    and checked here, its errors raised at once.
+    """
 
     def __init__(
         self,
@@ -134,6 +154,9 @@ class Function:
         constants: Mapping[str, Any] | None = None,
         threads: int | None = None,
         tuned: bool = True,
+        *,
+        names: tuple[Sequence[str], Sequence[str]] | None = None,
+        on_parse: Callable[[TileFunction], None] | None = None,
     ) -> None:
         if not isinstance(source, str):
             raise StripeError(f"source must be a string of Tile code, got {type(source).__name__}")
@@ -142,21 +165,50 @@ class Function:
         #: Whether compiles use the tuning database's choices (docs/tuning.md);
         #: ``stripeml tune`` compiles its "before" with ``False``.
         self.tuned = tuned
-        with phase("tile parse + check"):
-            self.ast: ast.Function = parse(source)
-            check(self.ast)
+        self._ast: TileFunction | None = None
+        self._on_parse = on_parse
+        if names is None:
+            self._ast = _parsed(source)
+            every = tuple(p.name for p in self._ast.params)
+            outputs = tuple(o.name for o in self._ast.outputs)
+        else:
+            every, outputs = tuple(names[0]), tuple(names[1])
+        #: Every parameter's name, the constants' included, in order.
+        self.every: tuple[str, ...] = every
         self.target: Target = target_for(target, threads)
         self.backend: Backend = backend_for(self.target)
-        every = tuple(p.name for p in self.ast.params)
         self.constants: dict[str, np.ndarray] = bind_constants(every, constants or {})
         #: The parameters a call passes (those not bound as constants), in order.
         self.params: tuple[str, ...] = tuple(p for p in every if p not in self.constants)
-        self.outputs: tuple[str, ...] = tuple(o.name for o in self.ast.outputs)
+        self.outputs: tuple[str, ...] = outputs
         # compiled signatures, most recently used last, bounded in bytes (runtime/memo.py)
         self._cache: SignatureCache[Executable] = SignatureCache(_footprint)
         # The executable of the last call, weakly (the cache decides what lives):
         # a call with arrays of exactly its signature skips the lookup.
         self._last: weakref.ref[Executable] | None = None
+        if self._ast is not None and on_parse is not None:
+            self._ast_parsed(self._ast)
+
+    @property
+    def ast(self) -> TileFunction:
+        """The parsed and checked Tile syntax tree (parsed when first asked for,
+        where ``names`` deferred it)."""
+        if self._ast is None:
+            tree = _parsed(self.source)
+            self._ast_parsed(tree)
+            self._ast = tree
+        return self._ast
+
+    def _ast_parsed(self, tree: TileFunction) -> None:
+        declared = (tuple(p.name for p in tree.params), tuple(o.name for o in tree.outputs))
+        if declared != (self.every, self.outputs):
+            raise InternalError(
+                f"{self.name}: the source declares parameters {declared[0]} and outputs "
+                f"{declared[1]}, its frontend said {self.every} and {self.outputs}"
+            )
+        check_tree, self._on_parse = self._on_parse, None
+        if check_tree is not None:
+            check_tree(tree)
 
     def __repr__(self) -> str:
         return f"<stripeml.Function {self.name}({', '.join(self.params)}) -> ({', '.join(self.outputs)}) target={self.target.name!r}>"
@@ -233,6 +285,7 @@ class Function:
     def lowered(self, sig: Signature) -> Program:
         """The program of signature ``sig`` (of the parameters a call passes), as
         lowered: bound and lowered, before any pass."""
+        from ..tile.bind import bind
         from ..tile.lower import lower
 
         with phase("bind + lower"):
@@ -253,7 +306,7 @@ class Function:
         """``sig`` (of the parameters a call passes) with the constants' in place."""
         given = iter(sig)
         fixed = {k: signature_of([v])[0] for k, v in self.constants.items()}
-        return tuple(fixed[p.name] if p.name in fixed else next(given) for p in self.ast.params)
+        return tuple(fixed[p] if p in fixed else next(given) for p in self.every)
 
     # A backend with a disk cache (``describe()`` is not None) also caches the
     # optimised program per (source, signature, target), so a warm start skips
@@ -375,10 +428,15 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
     """For frontends laying out constants (weights): a new contiguous ``(C, B, A)``
     array ``out[c, b, a] = src[a, b, c] * scale[a]`` (no factor without
     ``scale``) from an ``(A, B, C)`` one, in native code on the host (see
-    :mod:`stripeml.runtime.native_layout`)."""
+    :mod:`stripeml.runtime.native_layout`).  Read-only, and so is any view of it
+    (a reshape): :func:`compile` binds it as a constant without copying it (a
+    writable view, a transposed ``Gemm`` weight's reshape, was copied again,
+    8 MB for ResNet-50's classifier, into fresh pages)."""
     from ..runtime import native_layout
 
-    return native_layout.reversed_axes(src, scale)
+    out = native_layout.reversed_axes(src, scale)
+    out.setflags(write=False)
+    return out
 
 
 def host_array(shape: Sequence[int], dtype: Any) -> np.ndarray:

@@ -24,7 +24,6 @@ from ..ir.printer import format as format_ir
 from ..runtime import host
 from ..runtime.backend import Compiled
 from ..runtime.host import check_memory, out_of_memory, separate_outputs
-from ..tile.bind import Signature, signature_of
 
 if TYPE_CHECKING:
     # Loaded on first use: a warm start (the optimised program read from the disk
@@ -32,6 +31,28 @@ if TYPE_CHECKING:
     from ..analysis.roofline import ProfileRow, Work
     from ..passes.manager import PipelineResult
     from . import Function
+
+
+#: Per parameter its shape and dtype name (:data:`stripeml.tile.bind.Signature`).
+Signature = tuple[tuple[tuple[int, ...], str], ...]
+
+#: ``str(dtype)`` by dtype (NumPy's ``str`` of a dtype runs Python code).
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def signature_of(arrays: Sequence[np.ndarray]) -> Signature:
+    """:func:`stripeml.tile.bind.signature_of`, here so that a call (and a warm
+    start, which binds nothing) does not import the Tile frontend (its syntax
+    tree, types and binder: 12 ms)."""
+    out = []
+    for a in arrays:
+        name = _DTYPE_NAMES.get(a.dtype)
+        if name is None:
+            name = str(a.dtype)
+            if len(_DTYPE_NAMES) < 256:  # a few numeric dtypes in practice; never unbounded
+                _DTYPE_NAMES[a.dtype] = name
+        out.append((tuple(int(s) for s in a.shape), name))
+    return tuple(out)
 
 
 class Executable:

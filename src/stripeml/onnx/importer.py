@@ -396,8 +396,12 @@ def finish(
         count = sum(1 for s in b.statements if not s.startswith("//"))
         if say is not None:
             say(f"compiling {count} Tile statements")
-        function = api.compile(source, target, name=name, constants=constants)
-        b.check(function.ast)
+        # parsed only where the disk cache lacks the program (a warm start never
+        # parses it); the builder's shapes are checked against Tile's then
+        every = [b.tile_name(p) for p in b.params]
+        function = api.Function(
+            source, target, name, constants, names=(every, out_names), on_parse=b.check
+        )
     spec = Specialised(source, function, inputs, outputs)
     if any(t is not None for t in narrow):
         spec.narrow = narrow

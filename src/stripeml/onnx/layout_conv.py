@@ -4,7 +4,8 @@ graph rewrite that folds a batch normalisation into the convolution before it.
 
 * ``Conv`` (2-D, weights known when compiling): one NHWC contraction.  With
   one group and a multiple of :data:`AS_READ_CHANNELS` output channels (not a
-  3 x 3, stride-1 one, whose weights ``winograd`` transforms) it reads the
+  3 x 3, stride-1 one large enough for ``winograd``, which transforms its
+  weights channels-last) it reads the
   weights as the file stores them, ``(CO, CI, KH, KW)``: the array read is
   bound as the constant, no copy at import, and the target's pipeline lays it
   out for its register tiles, once (the cpu target's panels,
@@ -45,6 +46,12 @@ if TYPE_CHECKING:  # the quantised forms load it when first used
 #: weights in place) keep the channels-last copy, and so do 3 x 3, stride-1 ones
 #: (``passes/winograd.py`` transforms weights in that layout).
 AS_READ_CHANNELS = 64
+
+#: The cpu target's ``winograd`` ``min_size`` (``targets/cpu.toml``): a 3 x 3,
+#: stride-1 convolution with a smaller output side is convolved directly there
+#: (ResNet-50's 7 x 7 maps), so its weights are read as stored too, not copied
+#: channels-last (two 9.4 MB copies less at a warm start of ResNet-50).
+WINOGRAD_MIN_SIZE = 8
 
 
 def _channels_last(w: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -100,10 +107,13 @@ def conv(b: Builder, node: Node) -> list[Value | None]:
     xs = affine((win.strides[1], "x"), (win.dilations[1], "kx"), const=-win.begin[1])
     if factor is not None and groups != 1:
         w = w * factor[:, None, None, None]  # one rounding per weight
-    # (a 3 x 3, stride-1 convolution keeps the channels-last copy: the cpu target's
-    # ``winograd`` pass takes its weights in that layout)
+    # (a 3 x 3, stride-1 convolution keeps the channels-last copy where the cpu
+    # target's ``winograd`` pass may take it: it takes weights in that layout)
     winograd = (
-        (kh, kw) == (3, 3) and tuple(win.strides) == (1, 1) and tuple(win.dilations) == (1, 1)
+        (kh, kw) == (3, 3)
+        and tuple(win.strides) == (1, 1)
+        and tuple(win.dilations) == (1, 1)
+        and min(oh, ow) >= WINOGRAD_MIN_SIZE
     )
     as_read = groups == 1 and co % AS_READ_CHANNELS == 0 and not winograd
     if as_read:

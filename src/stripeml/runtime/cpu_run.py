@@ -25,6 +25,7 @@ from .host import (
     checked,
     run_root_special,
 )
+from .kept_pages import kept_array, promote_huge
 
 if TYPE_CHECKING:
     pass
@@ -76,6 +77,13 @@ class CpuCompiled:
         self._kept = {k: b for k, b in enumerate(self._buffers) if b.info.name in kept}
         self._kept_storage: dict[int, np.ndarray] | None = None
         self._reuse: shared_constants.Reuse | None = None
+        # What a call made on 4 KiB pages (the kept temporaries, a fresh arena), given
+        # huge pages when that call is done (kept_pages.promote_huge: ``promoting``).
+        self._promote: list[np.ndarray] = []
+        self.promoting: threading.Thread | None = None
+        # The constant parameters of the first call, while the kept temporaries'
+        # value ids are deferred (:func:`shared_constants.defer`), else None.
+        self._deferred: dict[str, object] | None = None
         self._temps = tuple(
             b for b in self._buffers if b.info.kind not in ("in", "out") and b.info.name not in kept
         )
@@ -255,7 +263,11 @@ class CpuCompiled:
             for k in self._rezero or ():
                 spare[k].fill(0)
             return spare
-        arenas = {loc: _zeroed_arena(n) for loc, n in self.arena_bytes.items()}
+        # on 4 KiB pages for this call, huge pages after it (kept_pages: a fresh huge
+        # page's first touch may stall the call)
+        arenas = {loc: _zeroed_arena(n, fresh=True) for loc, n in self.arena_bytes.items()}
+        with self._lock:
+            self._promote += [a.base if a.base is not None else a for a in arenas.values()]
         return [
             b.storage() if b.offset is None else b.view(arenas[b.location]) for b in self._temps
         ]
@@ -283,8 +295,13 @@ class CpuCompiled:
         return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
 
     def _give_back_temps(self, temps: list[np.ndarray]) -> None:
+        """``temps`` free for the next call; what this call made on 4 KiB pages (its
+        arena, the kept layouts) gets huge pages now, its work done."""
         with self._lock:
             self._spare_temps.append(temps)
+            promote, self._promote = self._promote, []
+        if promote:
+            self.promoting = promote_huge(promote)
 
     def _kept_storages(self, inputs: Mapping[str, object]) -> dict[int, np.ndarray]:
         """The kept temporaries' storage, made at the first call: those another
@@ -292,6 +309,14 @@ class CpuCompiled:
         (:mod:`.shared_constants`), the others are this program's own."""
         if self._kept_storage is None:
             with self._lock:
+                if self._kept_storage is None and self._kept and shared_constants.idle():
+                    # nothing to share with: no value ids now (registered when
+                    # another program asks, shared_constants.flush)
+                    assert self._program is not None  # kept temporaries come from it
+                    params = {r.into for r in self._program.root.refs if r.const}
+                    self._deferred = {k: v for k, v in inputs.items() if k in params}
+                    self._kept_storage = {k: b.kept_storage() for k, b in self._kept.items()}
+                    self._promote += self._kept_storage.values()
                 if self._kept_storage is None:
                     reuse = shared_constants.plan_reuse(
                         self._program, self._buffers, self._const_steps, self._kept, inputs
@@ -299,8 +324,10 @@ class CpuCompiled:
                     shared = reuse.shared if reuse is not None else {}
                     self._reuse = reuse
                     self._kept_storage = {
-                        k: shared[k] if k in shared else b.storage() for k, b in self._kept.items()
+                        k: shared[k] if k in shared else b.kept_storage()
+                        for k, b in self._kept.items()
                     }
+                    self._promote += [a for k, a in self._kept_storage.items() if k not in shared]
         return self._kept_storage
 
     def _prime(self, pointers: ctypes.Array[ctypes.c_void_p], storages: list[np.ndarray]) -> None:
@@ -311,7 +338,22 @@ class CpuCompiled:
                 self._run_steps(pointers, storages, constant=True)
                 if self._reuse is not None and self._kept_storage is not None:
                     shared_constants.register(self._reuse, self._kept_storage)
+                elif self._deferred is not None:
+                    shared_constants.defer(self)
                 self._primed = True
+
+    def register_deferred(self) -> None:
+        """Offer the kept temporaries, computed at the first call without value ids
+        (:func:`shared_constants.defer`), to the registry: their ids now, from the
+        constant parameters of that call."""
+        given, self._deferred = self._deferred, None
+        if given is None or self._kept_storage is None:
+            return
+        reuse = shared_constants.plan_reuse(
+            self._program, self._buffers, self._const_steps, self._kept, given
+        )
+        if reuse is not None:  # (its ids name only the arrays not found registered)
+            shared_constants.register(reuse, self._kept_storage)
 
     def _run_steps(
         self,
@@ -449,9 +491,14 @@ class CpuCompiled:
         )
 
 
-def _zeroed_arena(nbytes: int, align: int = 64) -> np.ndarray:
+def _zeroed_arena(nbytes: int, align: int = 64, fresh: bool = False) -> np.ndarray:
     """``nbytes`` zeroed bytes starting at a multiple of ``align`` (calloc'd: pages
-    are touched only when used)."""
+    are touched only when used); ``fresh``: on 4 KiB pages mapped at once
+    (:func:`.kept_pages.kept_array`; the view's ``base`` is the whole array)."""
+    if fresh:
+        raw = kept_array(nbytes + align, np.uint8)
+        start = -raw.ctypes.data % align
+        return raw[start : start + nbytes]
     return _zeroed_arena_at(nbytes, align)[0]
 
 

@@ -65,6 +65,14 @@ class RootBuffer:
             return np.zeros(self.info.sizes, self.dtype).reshape(-1)
         return np.zeros(max(self.extent, at_least), self.dtype)
 
+    def kept_storage(self) -> np.ndarray:
+        """:meth:`storage` for a temporary a program keeps (a constant layout),
+        written by the first call: on 4 KiB pages mapped at once
+        (:func:`.kept_pages.kept_array`), given huge pages after that call."""
+        from .kept_pages import kept_array
+
+        return kept_array(self.extent, self.dtype)
+
     def view(self, arena: np.ndarray) -> np.ndarray:
         """Flat storage at ``offset`` in ``arena`` (bytes of its location)."""
         start = self.offset or 0
@@ -444,8 +452,12 @@ def _advise(address: int, nbytes: int, no_huge: bool, populate: bool) -> None:
             madvise(start, end - start, _MADV_POPULATE_WRITE)  # older kernels: EINVAL, faults
 
 
+_MADV_HUGEPAGE = 14  # Linux (mmap.MADV_HUGEPAGE)
 _MADV_NOHUGEPAGE = 15  # Linux (mmap.MADV_NOHUGEPAGE)
 _MADV_POPULATE_WRITE = 23  # Linux 5.14
+_MADV_COLLAPSE = 25  # Linux 6.1
+
+
 #: Fresh arrays of at least this many bytes are mapped at once (:func:`_advise`).
 POPULATE_BYTES = 64 << 10
 

@@ -22,6 +22,14 @@ array and skips the statements that only wrote it, unless a statement it must
 still run would read an earlier value of it or write into it (then it keeps
 its own copy).  Nothing here changes a result: a shared array holds exactly
 what the skipped statements would have written.
+
+The value ids cost a canonical form per constant statement (ResNet-50: 65
+kernels, 13 ms of a 0.3 s warm start), and the first program of a process has
+no one to share with.  So while nothing is registered or deferred
+(:func:`idle`), a program computes its kept temporaries without ids and, once
+they are computed, is :func:`defer`-red: the next program that plans its reuse
+first has every deferred program (still alive) work out its ids and register
+its arrays (:func:`plan_reuse`), so what it may share is the same as before.
 """
 
 from __future__ import annotations
@@ -31,15 +39,15 @@ import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
-from ..analysis.canonical import canonical_kernel
 from ..ir.nodes import Block, Program, Special
 from ..ir.printer import format_stmt
 from .host import RootBuffer
 
-__all__ = ["Reuse", "plan_reuse", "register"]
+__all__ = ["Reuse", "defer", "flush", "idle", "plan_reuse", "register"]
 
 ValueId = tuple
 
@@ -74,6 +82,42 @@ class _Registry:
 REGISTRY = _Registry()
 
 
+class Deferred(Protocol):
+    """A compiled program whose kept temporaries are computed but not registered."""
+
+    def register_deferred(self) -> None: ...
+
+
+# The programs deferred (weakly: one that is gone has nothing to offer).
+_DEFERRED: weakref.WeakSet[Deferred] = weakref.WeakSet()
+_DEFERRED_LOCK = threading.Lock()
+
+
+def idle() -> bool:
+    """Whether no program could share anything now: nothing registered, nothing
+    deferred (a new program then plans no reuse, only :func:`defer`-s)."""
+    with _DEFERRED_LOCK:
+        if len(_DEFERRED):
+            return False
+    return len(REGISTRY) == 0
+
+
+def defer(owner: Deferred) -> None:
+    """Register ``owner``'s kept temporaries (computed now) when another program
+    first asks (:func:`flush`), not now."""
+    with _DEFERRED_LOCK:
+        _DEFERRED.add(owner)
+
+
+def flush() -> None:
+    """Have every deferred program still alive register its kept temporaries."""
+    with _DEFERRED_LOCK:
+        owners = list(_DEFERRED)
+        _DEFERRED.clear()
+    for owner in owners:
+        owner.register_deferred()
+
+
 @dataclass
 class Reuse:
     """What a program takes from the registry: ``shared`` kept temporaries (buffer
@@ -92,6 +136,8 @@ def _step(program: Program, k: int) -> tuple[str, tuple[str, ...], frozenset[str
     root = program.root
     stmt = root.stmts[k]
     if isinstance(stmt, Block):
+        from ..analysis.canonical import canonical_kernel  # not at a warm start (idle)
+
         canon = canonical_kernel(root, stmt)
         writes = frozenset(r.from_ for r in stmt.refs if r.dir in ("out", "inout") and r.from_)
         # the offsets too: kernels reading different rows of a buffer share a body
@@ -120,9 +166,11 @@ def plan_reuse(
 ) -> Reuse | None:
     """How a program with these constant statements and kept temporaries (by
     buffer slot) can use the registry, given its first call's ``inputs``; None
-    when it has nothing to share or something unexpected touches its constants."""
+    when it has nothing to share or something unexpected touches its constants.
+    The deferred programs register first (:func:`flush`)."""
     if program is None or not constant or not kept:
         return None
+    flush()
     slot = {b.info.name: k for k, b in enumerate(buffers)}
     ids: dict[str, ValueId] = {}
     values: dict[str, object] = {}

@@ -1,0 +1,107 @@
+"""The constant layouts a program keeps (its weights' panels) are written by its
+first call on 4 KiB pages mapped at once (``runtime.host.kept_array``), so that
+call never waits for the kernel to compact memory into huge pages; once its
+result is ready, a thread of their own advises and collapses them into huge
+pages for the calls after (``runtime.host.promote_huge``).  Results against
+NumPy, before and after."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stripeml
+from stripeml.runtime import cpu_run, host
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's smaps")
+
+MATMUL = "function (A[M, K], W[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * W[k, n]); }"
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding ``address``."""
+    current = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            current = lo <= address < hi
+        elif current and line.startswith("VmFlags:"):
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def _large_kept(f, a: np.ndarray) -> list[np.ndarray]:
+    compiled = f.lower(a)._compiled
+    kept = [s for s in compiled._kept_storage.values() if s.nbytes >= host.LARGE_BYTES]
+    assert kept, "the program keeps W's panels (8 MiB)"
+    return kept
+
+
+def _case(seed: int) -> tuple:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((1024, 2048)).astype(np.float32)  # 8 MiB of panels
+    a = rng.standard_normal((8, 1024)).astype(np.float32)
+    return w, a, stripeml.compile(MATMUL, target="cpu", constants={"W": w})
+
+
+def test_the_first_call_writes_its_layouts_on_small_pages(monkeypatch) -> None:
+    promoted: list = []
+    monkeypatch.setattr(cpu_run, "promote_huge", lambda arrays: promoted.append(arrays))
+    w, a, f = _case(1)
+    np.testing.assert_allclose(f(a), a @ w, rtol=1e-4, atol=1e-3)
+    for arr in _large_kept(f, a):
+        flags = _vm_flags(arr.ctypes.data + arr.nbytes // 2)
+        assert "nh" in flags and "hg" not in flags, flags
+    assert len(promoted) == 1, "promoted once, after the first call"
+    np.testing.assert_allclose(f(2 * a), 2 * a @ w, rtol=1e-4, atol=1e-3)
+    assert len(promoted) == 1
+
+
+def test_the_layouts_get_huge_pages_after_the_first_call() -> None:
+    w, a, f = _case(2)
+    np.testing.assert_allclose(f(a), a @ w, rtol=1e-4, atol=1e-3)
+    compiled = f.lower(a)._compiled
+    assert compiled.promoting is not None
+    compiled.promoting.join(timeout=60)
+    for arr in _large_kept(f, a):
+        flags = _vm_flags(arr.ctypes.data + arr.nbytes // 2)
+        assert "hg" in flags and "nh" not in flags, flags
+    for k in range(3):  # the contents are what they were
+        x = a + k
+        np.testing.assert_allclose(f(x), x @ w, rtol=1e-4, atol=1e-3)
+
+
+CHAIN = """function (A[M, K], W[K, N]) -> (C) {
+    T[m, n : M, N] = +(A[m, k] * W[k, n]);
+    S[0, n : 1, N] = +(T[m, n]);
+    C = T * S;
+}"""
+
+
+def test_the_temporaries_arena_too(monkeypatch) -> None:
+    """The arena of the temporaries (``T``, 8 MiB, read whole by ``S`` before ``C``)
+    is made on small pages for the first call and given huge pages after it, like
+    the layouts."""
+    promoted: list = []
+    monkeypatch.setattr(cpu_run, "promote_huge", lambda arrays: promoted.append(arrays))
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((1024, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 2048)).astype(np.float32)
+    f = stripeml.compile(CHAIN, target="cpu")
+    t = a.astype(np.float64) @ w
+    want = t * t.sum(axis=0, keepdims=True)
+    np.testing.assert_allclose(f(a, w), want, rtol=1e-3, atol=1e-1)
+    compiled = f.lower(a, w)._compiled
+    assert compiled.arena_bytes.get("DRAM", 0) >= host.LARGE_BYTES, compiled.arena_bytes
+    (given,) = promoted
+    arenas = [x for x in given if x.nbytes >= compiled.arena_bytes["DRAM"]]
+    assert arenas, "the arena is promoted after the call"
+    for arena in arenas:
+        flags = _vm_flags(arena.ctypes.data + arena.nbytes // 2)
+        assert "nh" in flags and "hg" not in flags, flags
+    np.testing.assert_allclose(f(a, w), want, rtol=1e-3, atol=1e-1)
+    assert len(promoted) == 1  # the second call reuses the first's arena
