@@ -127,3 +127,49 @@ def test_onnx_softmax_then_matmul_against_onnxruntime() -> None:
     args = list(spec.call_args(arrays))
     assert _divisions(_after("fuse", True, spec.function, args)) == [(h, m, d)]
     assert _divisions(_after("fuse", False, spec.function, args)) == [(h, m, m)]
+
+
+def _layers(count: int) -> str:
+    """``count`` attention layers, each one's output the next one's queries."""
+    body, q = [], "Q"
+    for n in range(count):
+        body += [
+            f"S{n}[h, m, k : H, M, N] = +({q}[h, m, d] * K[h, k, d]);",
+            f"X{n}[h, m, 0 : H, M, 1] = >(S{n}[h, m, k]);",
+            f"E{n} = exp(S{n} - X{n});",
+            f"Z{n}[h, m, 0 : H, M, 1] = +(E{n}[h, m, k]);",
+            f"P{n} = E{n} / Z{n};",
+            f"O{n}[h, m, e : H, M, E] = +(P{n}[h, m, k] * V[h, k, e]);",
+        ]
+        q = f"O{n}"
+    lines = "\n    ".join(body)
+    return f"function (Q[H, M, D], K[H, N, D], V[H, N, E]) -> ({q}) {{\n    {lines}\n}}"
+
+
+def test_the_pass_scans_the_program_once_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each statement's buffers are looked up once per round (two rounds: the
+    # rewrites, then none), not once per division: 8 layers, 48 statements
+    from stripeml.passes import divide_late
+
+    args = _inputs(2, 8, 8, 8, 8)
+    f = stripeml.compile(_layers(8), target=api.target_for("cpu", 1))
+    passes = f.target.passes
+    upto = next(i for i, p in enumerate(passes) if p.name == "divide_late")
+    before = run_pipeline(f.lowered(signature_of(args)), passes[:upto]).program
+    calls = 0
+    real = divide_late.writes
+
+    def counted(stmt):  # noqa: ANN001, ANN202 - the function it stands in for
+        nonlocal calls
+        calls += 1
+        return real(stmt)
+
+    monkeypatch.setattr(divide_late, "writes", counted)
+    after = passes[upto].run(before)
+    assert len(_divisions(after)) == 8 and all(s == (2, 8, 8) for s in _divisions(after))
+    assert calls <= 2 * len(before.root.stmts)
+    got = stripeml.compile(_layers(8), target="cpu")(*args)
+    q = args[0]
+    for _ in range(8):
+        q = _reference(q, args[1], args[2]).astype(np.float32)
+    np.testing.assert_allclose(got, q, rtol=1e-4, atol=1e-5)
