@@ -24,9 +24,10 @@ from the final (optimised) IR, one root statement at a time:
   (inputs, outputs and root temporaries; a nested block's own ``none``
   buffers, its register tiles and packed panels, are not DRAM traffic) that
   the kernel reads, plus those it writes, each buffer counted once per
-  direction: per buffer the box hull of the elements the kernel's loads
-  touch over its whole domain (exact bounds from isl), times the element
-  size, and likewise for its stores.  This is the *compulsory* traffic of a
+  direction: per buffer the box hull of the elements each of the kernel's
+  loads touches over its whole domain (exact bounds from isl), overlapping
+  boxes hulled together and disjoint ones (a halo's slabs) counted apart,
+  times the element size, and likewise for its stores.  This is the *compulsory* traffic of a
   kernel that keeps everything else in cache: a buffer read by several
   loads, or in several tiles, counts once; an ``inout`` view's elements
   count as read and as written; a ``special`` reads its inputs and writes
@@ -180,23 +181,40 @@ def _flops(nest: list[Block], aggs: Mapping[str, str]) -> int:
 # -- bytes -------------------------------------------------------------------------
 
 
-def _box_union(
-    boxes: dict[str, list[tuple[int, int]]], name: str, box: list[tuple[int, int]]
-) -> None:
-    old = boxes.get(name)
-    if old is None:
-        boxes[name] = box
-    else:
-        boxes[name] = [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(old, box)]
+Box = list[tuple[int, int]]
 
 
-def _box_bytes(boxes: Mapping[str, list[tuple[int, int]]], refs: Mapping[str, Refinement]) -> int:
+def _overlap(a: Box, b: Box) -> bool:
+    return all(lo <= d and c <= hi for (lo, hi), (c, d) in zip(a, b))
+
+
+def _box_union(boxes: dict[str, list[Box]], name: str, box: Box) -> None:
+    """Add ``box`` to ``name``'s boxes: hulled with every box it overlaps (until
+    none does), kept apart from the boxes it misses (a halo's slabs, filled by
+    one kernel, count their own elements, not the whole buffer's)."""
+    kept = boxes.setdefault(name, [])
+    merged = True
+    while merged:
+        merged = False
+        for other in kept:
+            if _overlap(other, box):
+                kept.remove(other)
+                box = [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(other, box)]
+                merged = True
+                break
+    kept.append(box)
+
+
+def _box_bytes(boxes: Mapping[str, list[Box]], refs: Mapping[str, Refinement]) -> int:
     total = 0
-    for name, box in boxes.items():
+    for name, parts in boxes.items():
         ref = refs[name]
-        elements = 1
-        for lo, hi in box:
-            elements *= max(0, hi - lo + 1)
+        elements = 0
+        for box in parts:
+            count = 1
+            for lo, hi in box:
+                count *= max(0, hi - lo + 1)
+            elements += count
         total += min(elements, ref.shape.elem_count) * itemsize(ref.shape.dtype)
     return total
 
@@ -210,8 +228,8 @@ def kernel_work(root: Block, stmt: Statement) -> Work:
         return Work(0, read, written)
     if not isinstance(stmt, Block):
         return NO_WORK
-    reads: dict[str, list[tuple[int, int]]] = {}
-    writes: dict[str, list[tuple[int, int]]] = {}
+    reads: dict[str, list[Box]] = {}
+    writes: dict[str, list[Box]] = {}
     domains: dict[int, isl.BasicSet] = {}
     for acc in accesses(stmt):
         if acc.buffer not in refs:
@@ -230,7 +248,8 @@ def kernel_work(root: Block, stmt: Statement) -> Work:
             _box_union(writes if acc.write else reads, acc.buffer, box)
     for r in stmt.refs:  # an inout view's stored elements are read first
         if r.dir == "inout" and r.from_ in writes:
-            _box_union(reads, r.from_, writes[r.from_])
+            for box in writes[r.from_]:
+                _box_union(reads, r.from_, box)
     return Work(flops(stmt), _box_bytes(reads, refs), _box_bytes(writes, refs))
 
 

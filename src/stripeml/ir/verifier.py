@@ -16,10 +16,11 @@ isl bounds check runs only once the names in an access are known to be
 visible).  The semantics are in ``docs/stripe-ir.md``.
 
 What a root kernel's refinement, statement and nested-block rules answer
-depends on its indices as a set, not on their order, and on none of its tags:
-the incremental mode (``seen``) relies on that to run only the block-level and
-tag rules of a kernel that differs from a verified one in nothing else.  A
-rule below a kernel must not read its tags or its indices' order.
+depends on its indices as a set, not on their order, on none of its tags, and
+on names only to tell them apart (and whether a scalar's starts with ``$``):
+the incremental mode (``seen``, :mod:`.verify_memo`) relies on that to run only
+the block-level and tag rules of a kernel that differs from a verified one in
+nothing else.  A rule below a kernel must not read more than that.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .nodes import AGGREGATIONS, DIRECTIONS, Block, Program, Refinement, Special
 from .printer import format_stmt
 from .stmt_rules import SPECIALS, STMT_RULES, Env, scalar_def
 from .tags import DECLARED
+from .verify_memo import parent_facts, shape_key, twin_key
 
 VIEW_DIRS = ("in", "out", "inout")
 OUTPUT_AGGS = tuple(a for a in AGGREGATIONS if a)
@@ -456,31 +458,7 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
         if isinstance(stmt, Block):
             label = stmt.name or f"<{k}>"
             if seen is not None:
-                # A kernel's validity depends only on itself and what its rules read
-                # of the refinements it names in the root (direction, shape,
-                # aggregation); nodes are immutable, so a kernel seen before with the
-                # same facts was verified before (a pass that only placed or added
-                # other buffers re-verifies nothing).
-                # Under the same root refinements (the same tuple) the facts are too.
-                same = (id(stmt), id(block.refs))
-                if same in seen:
-                    continue
-                facts = _parent_facts(stmt, scope)
-                key = (id(stmt), facts)
-                if key in seen:
-                    seen[same] = (stmt, block.refs)
-                    continue
-                # A kernel that differs from one verified before only in the order
-                # of its indices and in its tags (``thread`` and ``vectorize`` mark
-                # most kernels so) passes every rule below its block-level and tag
-                # rules as that one did: they read its indices as a set and none of
-                # its tags.  Only those are run again.
-                twin = _twin_key(stmt, facts)
-                if twin in seen:
-                    _verify_block_only(Scope(stmt, scope, label, outer))
-                else:
-                    _verify_block(Scope(stmt, scope, label, outer))
-                seen[key] = seen[twin] = seen[same] = (stmt, block.refs)  # keeps the ids alive
+                _verify_kernel(Scope(stmt, scope, label, outer), seen)
                 continue
             _verify_block(Scope(stmt, scope, label, outer))
             continue
@@ -499,6 +477,35 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
             raise _fail(scope.where, message)
 
 
+def _verify_kernel(scope: Scope, seen: dict) -> None:
+    """A root kernel in the incremental mode (:mod:`.verify_memo`): nothing when
+    verified before under the same facts (a pass that only placed or added other
+    buffers re-verifies nothing); its block-level and tag rules when a twin was;
+    those of every block of its nest when one equal up to names was; else all."""
+    stmt, root = scope.block, scope.parent
+    assert root is not None
+    same = (id(stmt), id(root.block.refs))
+    if same in seen:
+        return
+    facts = parent_facts(stmt, root)
+    key = (id(stmt), facts)
+    if key in seen:
+        seen[same] = (stmt, root.block.refs)
+        return
+    twin = twin_key(stmt, facts)
+    if twin in seen:
+        _verify_block_only(scope)
+    else:
+        shape = shape_key(stmt, facts)
+        if shape is not None and shape in seen:
+            _verify_nest_only(scope)
+        else:
+            _verify_block(scope)
+            if shape is not None:
+                seen[shape] = True
+    seen[key] = seen[twin] = seen[same] = (stmt, root.block.refs)  # keeps the ids alive
+
+
 def _verify_block_only(scope: Scope) -> None:
     """The block-level and tag rules of ``scope``'s block, not those of its
     refinements or statements."""
@@ -511,21 +518,13 @@ def _verify_block_only(scope: Scope) -> None:
             raise _fail(scope.where, message)
 
 
-def _twin_key(block: Block, facts: tuple) -> tuple:
-    """What a kernel's refinement, statement and nested rules read of it: its
-    refinements, statements and constraints (by identity: nodes are immutable),
-    its indices as a set (by identity, so a reordered tuple of the same objects
-    matches) and the parent facts; not the order of its indices nor its tags."""
-    return (
-        "twin",
-        id(block.refs),
-        id(block.stmts),
-        id(block.constraints),
-        tuple(sorted(map(id, block.idxs))),
-        block.name,
-        block.comment,
-        facts,
-    )
+def _verify_nest_only(scope: Scope) -> None:
+    """:func:`_verify_block_only` of ``scope``'s block and of every block nested in it."""
+    _verify_block_only(scope)
+    outer = scope.visible_idxs
+    for k, stmt in enumerate(scope.block.stmts):
+        if isinstance(stmt, Block):
+            _verify_nest_only(Scope(stmt, scope, stmt.name or f"<{k}>", outer))
 
 
 def _text(stmt: Any) -> str:
@@ -534,15 +533,6 @@ def _text(stmt: Any) -> str:
         return format_stmt(stmt)
     except TypeError:
         return repr(stmt)
-
-
-def _parent_facts(block: Block, parent: Scope) -> tuple:
-    """What the rules of ``block`` (a child of ``parent``) read of the refinements it names."""
-    facts = []
-    for r in block.refs:
-        p = parent.ref(r.from_) if r.from_ else None
-        facts.append((r.from_, None) if p is None else (r.from_, p.dir, p.shape, p.agg))
-    return tuple(facts)
 
 
 def verify(program: Program, seen: dict | None = None) -> None:

@@ -46,6 +46,7 @@ and the same object when nothing applies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -59,11 +60,12 @@ from ..ir.nodes import (
     LoadIndex,
     Program,
     Refinement,
+    Special,
     Statement,
     Store,
     TensorShape,
 )
-from ._common import fresh, inside_nests, touches
+from ._common import TOUCH_DIRS, fresh, inside_nests, touches
 from .registry import check_selector, register
 
 
@@ -86,6 +88,7 @@ class Epilogue:
         root = program.root
         stmts: list[Statement] = []
         dropped: set[str] = set()
+        touching = _touching(root.stmts)
         i, n = 0, len(root.stmts)
         while i < n:
             t = self._result(root.stmts[i])
@@ -100,8 +103,13 @@ class Epilogue:
             parts = [p for p in root.stmts[i:j] if isinstance(p, Block)]  # all are: _result(t)
             fused: list[Block] | None = None
             if j < n:
-                others = root.stmts[:i] + root.stmts[j + 1 :]
-                attached = [_attach(p, root.stmts[j], root, others) for p in parts]
+                mine = root.stmts[i : j + 1]  # the run and the kernel after it
+
+                def elsewhere(name: str, mine: tuple[Statement, ...] = mine) -> bool:
+                    """Whether a root statement besides ``mine`` touches ``name``."""
+                    return touching.get(name, 0) > sum(touches(s, name) for s in mine)
+
+                attached = [_attach(p, root.stmts[j], root, elsewhere) for p in parts]
                 # Every part or none: the result buffer disappears only if all are fused.
                 if all(f is not None for f in attached):
                     fused = [f for f in attached if f is not None]
@@ -125,11 +133,30 @@ class Epilogue:
         return outs[0].from_ if len(outs) == 1 else None
 
 
-def _attach(tiled: Block, e: Statement, root: Block, others: tuple[Statement, ...]) -> Block | None:
+def _touching(stmts: tuple[Statement, ...]) -> dict[str, int]:
+    """Root buffer -> how many of ``stmts`` touch it (:func:`._common.touches`),
+    counted once, so that whether statements besides a few touch a buffer is a
+    subtraction, not a scan of the root per candidate kernel."""
+    count: dict[str, int] = {}
+    for s in stmts:
+        if isinstance(s, Block):
+            names = {r.from_ for r in s.refs if r.from_ and r.dir in TOUCH_DIRS}
+        elif isinstance(s, Special):
+            names = {*s.inputs, *s.outputs}
+        else:
+            continue
+        for name in names:
+            count[name] = count.get(name, 0) + 1
+    return count
+
+
+def _attach(
+    tiled: Block, e: Statement, root: Block, elsewhere: Callable[[str], bool]
+) -> Block | None:
     """``tiled`` with the elementwise kernel ``e`` run on each finished register
-    tile (see the module docstring); ``others``: the root statements besides
-    ``tiled``'s run and ``e``."""
-    found = _epilogue_view(tiled, e, root, others)
+    tile (see the module docstring); ``elsewhere(name)``: whether a root
+    statement besides ``tiled``'s run and ``e`` touches root buffer ``name``."""
+    found = _epilogue_view(tiled, e, root, elsewhere)
     if found is None:
         return None
     t, tv = found
@@ -227,7 +254,7 @@ def _attach(tiled: Block, e: Statement, root: Block, others: tuple[Statement, ..
 
 
 def _epilogue_view(
-    k: Block, e: Statement, root: Block, others: tuple[Statement, ...]
+    k: Block, e: Statement, root: Block, elsewhere: Callable[[str], bool]
 ) -> tuple[str, Refinement] | None:
     """(the kernel's result ``T``, ``e``'s view of it) when the elementwise kernel
     ``e`` can run as an epilogue of ``k`` (see the module docstring)."""
@@ -242,7 +269,7 @@ def _epilogue_view(
         return None
     t = outs[0].from_
     troot = next((r for r in root.refs if r.into == t), None)
-    if troot is None or troot.dir != "none" or any(touches(s, t) for s in others):
+    if troot is None or troot.dir != "none" or elsewhere(t):
         return None
     tviews = [r for r in e.refs if r.from_ == t]
     if len(tviews) != 1 or tviews[0].dir != "in":

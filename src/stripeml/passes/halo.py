@@ -111,6 +111,9 @@ class Halo:
     select: str = "contraction"
     max_bytes: int = 1 << 26
     assume_finite: bool = True
+    # One fill kernel for the whole halo (padded as much above as below), not one
+    # per slab: fewer kernels to pass, compile and dispatch.
+    merge_fills: bool = True
     name: ClassVar[str] = "halo"
 
     def __post_init__(self) -> None:
@@ -122,10 +125,11 @@ class Halo:
         stmts: list[Statement] = []
         refs = list(root.refs)
         changed = False
+        decided: dict[tuple, bool] = {}  # isl's answers, by what they read
         for s in root.stmts:
             new = None
             if isinstance(s, Block) and parse_selector(self.select)(s.tags):
-                new = self._halo(refs, s)
+                new = self._halo(refs, s, decided)
             if new is None:
                 stmts.append(s)
                 continue
@@ -138,9 +142,10 @@ class Halo:
         return Program(replace(root, refs=tuple(refs), stmts=tuple(stmts)))
 
     def _halo(
-        self, root_refs: list[Refinement], k: Block
+        self, root_refs: list[Refinement], k: Block, decided: dict[tuple, bool]
     ) -> tuple[Refinement, tuple[Block, ...], Block, Block] | None:
-        """The halo buffer, fill, copy and rewritten kernel, or ``None`` when illegal."""
+        """The halo buffer, fill, copy and rewritten kernel, or ``None`` when illegal
+        (``decided``: :func:`_constraints_exact`'s answers so far)."""
         if not k.constraints or any(i.affine is not None for i in k.idxs):
             return None
         if not all(_scalar(s) for s in k.stmts):
@@ -173,14 +178,13 @@ class Halo:
         if p.dir != "in" or p.from_ == out.from_:
             return None
         parent = parents[p.from_]
-        box = block_domain(replace(k, constraints=()))
-        domain = block_domain(k)
-        inside = constrain(box, _in_bounds(p, parent.shape.sizes))
-        # The constraints are implied by P's in-bounds conditions: nothing more is cut.
-        if not inside.is_subset(domain):
-            return None
-        # Every output element stored on the box was stored before.
-        if not _image(box, out.access).is_subset(_image(domain, out.access)):
+        # The questions to isl read only these (a model's repeated layers ask them
+        # again with other names): asked once per run.
+        key = (k.idxs, k.constraints, p.access, p.shape.sizes, parent.shape.sizes, out.access)
+        exact = decided.get(key)
+        if exact is None:
+            exact = decided[key] = _constraints_exact(k, p, parent, out)
+        if not exact:
             return None
         if out.agg == "add" and not self._product_of_load(k, p, out):
             return None
@@ -200,7 +204,7 @@ class Halo:
         name = fresh(f"{p.from_}_halo", {r.into for r in root_refs})
         halo_ref = Refinement("none", name, dense)
         fill = agg_identity(out.agg, dtype)  # 0 for the sum of products
-        fills, copy = _fill_and_copy(k.name, parent, name, dense, lows, fill)
+        fills, copy = _fill_and_copy(k.name, parent, name, dense, lows, fill, self.merge_fills)
         new_p = replace(
             p,
             from_=name,
@@ -234,6 +238,20 @@ class Halo:
             return True
         other = defs.get(next(x for x in mul.inputs if x != pv))
         return isinstance(other, Constant) and math.isfinite(float(other.value))
+
+
+def _constraints_exact(k: Block, p: Refinement, parent: Refinement, out: Refinement) -> bool:
+    """Whether ``k``'s constraints cut exactly the points where view ``p`` (of
+    ``parent``) leaves its buffer, and every output element stored on the box was
+    stored with them (isl)."""
+    box = block_domain(replace(k, constraints=()))
+    domain = block_domain(k)
+    inside = constrain(box, _in_bounds(p, parent.shape.sizes))
+    # The constraints are implied by P's in-bounds conditions: nothing more is cut.
+    if not inside.is_subset(domain):
+        return False
+    # Every output element stored on the box was stored before.
+    return bool(_image(box, out.access).is_subset(_image(domain, out.access)))
 
 
 def _stores_load(k: Block, p: Refinement, out: Refinement) -> bool:
@@ -281,12 +299,20 @@ def _fill_and_copy(
     dense: TensorShape,
     lows: list[int],
     fill: int | float | bool,
+    merge: bool = True,
 ) -> tuple[tuple[Block, ...], Block]:
-    """Kernels storing ``fill`` to the halo of ``dst`` and ``src`` to its interior at ``lows``."""
+    """Kernels storing ``fill`` to the halo of ``dst`` and ``src`` to its interior at
+    ``lows``: one fill kernel (:func:`_one_fill`) when ``merge`` and each padded
+    dimension is padded as much above as below, else one per slab."""
     dtype = dense.dtype
     one = (1,) * len(dense.sizes)
     zero = fill
     value = "$zero" if fill == 0 else "$pad"  # a pool's identity: -inf, +inf, ...
+    highs = [t - lo - n for lo, t, n in zip(lows, dense.sizes, src.shape.sizes)]
+    padded = [d for d, (lo, hi) in enumerate(zip(lows, highs)) if lo or hi]
+    if merge and padded:
+        fills = [_one_fill(kname, dst, dense, src.shape.sizes, lows, padded, value, fill)]
+        return tuple(fills), _copy(kname, src, dst, dense, lows)
     # Zero only the halo: per padded dimension a low and a high slab (full extent
     # in the other dimensions; corners are written twice, by different kernels).
     fills = []
@@ -311,6 +337,81 @@ def _fill_and_copy(
                     name=f"{kname}_{dst}_fill{d}{side}",
                 )
             )
+    return tuple(fills), _copy(kname, src, dst, dense, lows)
+
+
+def _one_fill(
+    kname: str,
+    dst: str,
+    dense: TensorShape,
+    sizes: tuple[int, ...],
+    lows: list[int],
+    padded: list[int],
+    value: str,
+    fill: int | float | bool,
+) -> Block:
+    """One kernel storing ``fill`` to the whole halo of ``dst``: a view and a
+    block per slab (the low and the high side of each of the ``padded``
+    dimensions), the slab of dimension ``d`` spanning the interior of the padded
+    dimensions before ``d`` and the whole of those after it, so each halo
+    element is stored once.  One kernel and one body instead of a kernel per
+    slab and a body per dimension (each costs the compile an LLVM module, a few
+    milliseconds, the passes a kernel and every call a dispatch).  Each view is
+    a box beside the interior, as the slab kernels' were, so ``alias_copy`` sees
+    that the fill misses the copied region."""
+    dtype = dense.dtype
+    one = (1,) * len(dense.sizes)
+    views: list[Refinement] = []
+    blocks: list[Statement] = []
+    for d in padded:
+        high = lows[d] + sizes[d]
+        for side, start, extent in (("lo", 0, lows[d]), ("hi", high, dense.sizes[d] - high)):
+            if extent <= 0:
+                continue
+            origin, span = [], []
+            for e, total in enumerate(dense.sizes):
+                if e == d:
+                    origin.append(start)
+                    span.append(extent)
+                elif e in padded and e < d:  # the interior: an earlier slab has the rest
+                    origin.append(lows[e])
+                    span.append(sizes[e])
+                else:
+                    origin.append(0)
+                    span.append(total)
+            slab = f"{dst}_{d}{side}"
+            views.append(
+                Refinement(
+                    "out", slab, TensorShape(dtype, tuple(span), dense.strides), dst,
+                    tuple(Affine.constant(c) for c in origin), "assign",
+                )
+            )  # fmt: skip
+            idx = tuple(Index(f"i{e}", n) for e, n in enumerate(span))
+            acc = tuple(Affine.index(i.name) for i in idx)
+            blocks.append(
+                Block(
+                    idxs=idx,
+                    refs=(
+                        Refinement(
+                            "out", slab, TensorShape(dtype, one, dense.strides), slab, acc, "assign"
+                        ),
+                    ),  # fmt: skip
+                    stmts=(Constant(value, fill, dtype), Store(slab, value)),
+                    name=f"{kname}_{slab}",
+                )
+            )
+    return Block(
+        refs=tuple(views),
+        stmts=tuple(blocks),
+        tags=frozenset({"kernel", "eltwise", "fill"}),
+        name=f"{kname}_{dst}_fill",
+    )
+
+
+def _copy(kname: str, src: Refinement, dst: str, dense: TensorShape, lows: list[int]) -> Block:
+    """The kernel storing ``src`` to the interior of ``dst`` at ``lows``."""
+    dtype = dense.dtype
+    one = (1,) * len(dense.sizes)
     copy_idx = tuple(Index(f"i{d}", s) for d, s in enumerate(src.shape.sizes))
     acc = tuple(Affine.index(i.name) for i in copy_idx)
     shifted = tuple(a + lo for a, lo in zip(acc, lows))
@@ -324,4 +425,4 @@ def _fill_and_copy(
         tags=frozenset({"kernel", "eltwise", "copy"}),
         name=f"{kname}_{dst}_copy",
     )
-    return tuple(fills), copy
+    return copy

@@ -19,23 +19,36 @@ nothing else.  A kernel with no race-free index of 2 or more values, or a
 Requires: verified IR.  Guarantees: the same results and verified IR (only
 the index order and a tag change), the same object when nothing is marked, a
 fixed point (marked kernels are skipped), and for every ``#thread`` kernel a
-race-free first index.  Kernels equal up to names (a model's repeated layers,
-:mod:`stripeml.analysis.canonical`) are decided once: the choice depends on the
-kernel alone, and the canonical form keeps its index names.
+race-free first index.  Kernels equal up to the names of their refinements,
+blocks and comments (a model's repeated layers) are decided once
+(:func:`choice_key`): the choice depends on the kernel alone, and reads
+refinement names only to tell buffers apart.  A pass that builds kernels
+race-free by construction may mark them itself through :func:`choose_among`
+(``winograd``'s transforms); marked kernels are skipped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..analysis.access import accesses
-from ..analysis.canonical import canonical_kernel
+from ..analysis.access import Access, accesses
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import parse_selector
 from ..ir.affine import box_interval
 from ..ir.dtypes import itemsize
-from ..ir.nodes import Block, Program, Statement
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Program,
+    Special,
+    Statement,
+    Store,
+)
 from ._common import index_stride
 from .registry import check_non_negative, check_positive, check_selector, register
 
@@ -70,10 +83,10 @@ class Thread:
             return program
         wanted = parse_selector(self.select)
         stmts: list[Statement] = []
-        chosen: dict[str, str | None] = {}  # canonical form -> index: a model's layers repeat
+        chosen: dict[tuple, str | None] = {}  # choice_key -> index: a model's layers repeat
         for s in program.root.stmts:
             if isinstance(s, Block) and wanted(s.tags) and "thread" not in s.tags:
-                key = canonical_kernel(program.root, s).text
+                key = choice_key(s)
                 if key not in chosen:
                     chosen[key] = self._choose(s)
                 index = chosen[key]
@@ -88,6 +101,55 @@ class Thread:
             return choose_thread_index(block, self.threads)
         ranked = thread_candidates(block, self.threads)
         return ranked[min(self.rank, len(ranked) - 1)] if ranked else None
+
+
+def choice_key(kernel: Block) -> tuple:
+    """``kernel`` as a hashable value, its refinement names (a view's, its
+    parent's, what a load, store or special names) and its scalar names each
+    replaced by the order of their first appearance, block names and comments
+    left out; everything else (indices and their names, constraints, shapes,
+    accesses, tags, constants, operations) kept as it is.  Two kernels with one
+    key differ only in what their buffers and scalars are called, so
+    :func:`choose_thread_index` and :func:`thread_candidates` answer alike for
+    both: they read those names only to tell buffers apart.  About a tenth of
+    the cost of printing the canonical form (no root needed: the choice reads
+    nothing of it)."""
+    refs: dict[str, int] = {}
+    scalars: dict[str, int] = {}
+
+    def ref(n: str) -> int:
+        return refs.setdefault(n, len(refs))
+
+    def scalar(n: str) -> int:
+        return scalars.setdefault(n, len(scalars))
+
+    def block(b: Block) -> tuple:
+        views = tuple(
+            (r.dir, ref(r.into), ref(r.from_) if r.from_ else -1, r.shape, r.access,
+             r.agg, r.location, r.offset, r.const)
+            for r in b.refs
+        )  # fmt: skip
+        return (b.idxs, b.constraints, b.tags, views, tuple(stmt(t) for t in b.stmts))
+
+    def stmt(t: Statement) -> object:
+        if isinstance(t, Load):
+            return ("load", scalar(t.into), ref(t.ref))
+        if isinstance(t, Store):
+            return ("store", ref(t.ref), scalar(t.value))
+        if isinstance(t, Intrinsic):
+            return ("op", t.op, tuple(map(scalar, t.inputs)), scalar(t.into), t.dtype)
+        if isinstance(t, Constant):
+            return ("const", scalar(t.into), repr(t.value), t.dtype)
+        if isinstance(t, LoadIndex):
+            return ("index", scalar(t.into), t.expr)
+        if isinstance(t, Special):
+            ins = tuple(map(ref, t.inputs))
+            return ("special", t.op, ins, tuple(map(ref, t.outputs)), t.params)
+        if isinstance(t, Block):
+            return block(t)
+        raise TypeError(f"not a statement: {t!r}")
+
+    return block(kernel)
 
 
 def thread_candidates(block: Block, threads: int) -> list[str]:
@@ -117,10 +179,18 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
     (each thread would stream the whole 860 KB image twice), while a 7x7x512
     one splits its 64 panels (9.4 MB of weights against an image of 166 KB).
     """
-    ranges = {i.name: i.range for i in block.idxs}
-    if not any(r >= 2 for r in ranges.values()):
+    if not any(i.range >= 2 for i in block.idxs):
         return None
-    safe = [n for n in race_free_indices(block) if ranges[n] >= 2]
+    return choose_among(block, threads, race_free_indices(block))
+
+
+def choose_among(block: Block, threads: int, race_free: Sequence[str]) -> str | None:
+    """:func:`choose_thread_index`'s choice when the indices along which a split
+    is race-free are known to be ``race_free`` (in the block's order): a pass
+    that builds a kernel race-free by construction (``winograd``'s transforms)
+    marks it so, and ``thread`` need not analyse it."""
+    ranges = {i.name: i.range for i in block.idxs}
+    safe = [n for n in race_free if ranges[n] >= 2]
     if not safe:
         return None
     full = [n for n in safe if ranges[n] >= threads]
@@ -140,7 +210,8 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
     even = [n for n in even if n not in unit] or even
     if len(even) == 1:
         return even[0]
-    cost = {n: chunk_read_bytes(block, n, chunk(n)) for n in even}
+    accs = accesses(block)  # once for every candidate
+    cost = {n: _read_bytes(block, accs, n, chunk(n)) for n in even}
     # Within 10% of the cheapest counts as a tie: the first in index order wins.
     best = min(cost.values())
     return next(n for n in even if cost[n] <= 1.1 * best)
@@ -150,8 +221,13 @@ def chunk_read_bytes(block: Block, index: str, values: int) -> int:
     """Bytes of inputs that ``block`` reads when its ``index`` takes ``values``
     consecutive values and every other index its whole range: per view, the box
     hull of its accesses (the largest, for a view read several ways)."""
+    return _read_bytes(block, accesses(block), index, values)
+
+
+def _read_bytes(block: Block, accs: list[Access], index: str, values: int) -> int:
+    """:func:`chunk_read_bytes` from ``block``'s accesses ``accs``."""
     boxes: dict[str, int] = {}
-    for acc in accesses(block):
+    for acc in accs:
         if acc.write:
             continue
         ranges: dict[str, int] = {}

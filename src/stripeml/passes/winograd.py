@@ -59,7 +59,9 @@ of the convolution:
 Options: ``min_channels``, ``min_size`` (the image's smaller side at least
 this: the ``cpu`` target says 8, as ResNet's 7 x 7 images, 16 blocks for 49
 pixels with a kernel per part, ran faster direct), ``vector_width``, ``select``
-(a tag selector of the kernels considered).  The pipeline runs it after ``halo`` (the image is then a
+(a tag selector of the kernels considered), ``threads`` (at least 2: each
+transform comes marked ``#thread`` as :mod:`.thread` would mark it, so that pass
+need not analyse it; see :func:`_threaded`).  The pipeline runs it after ``halo`` (the image is then a
 zero-haloed buffer) and ``alias_copy``, before ``nest`` and ``unroll``.
 
 Requires: verified IR.  Guarantees: the same results up to float32 rounding
@@ -86,9 +88,10 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh
+from ._common import fresh, index_stride
 from ._winograd_body import AT, BT, Body, G, inline, separable, view
-from .registry import check_positive, check_selector, register
+from .registry import check_non_negative, check_positive, check_selector, register
+from .thread import choose_among, mark_threaded
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,15 @@ class Winograd:
     min_size: int = 1
     vector_width: int = 16
     select: str = "contraction"
+    # The target's threads: each transform, race-free on every index by
+    # construction, is marked #thread as ``thread`` would mark it (0: not marked).
+    threads: int = 0
     name: ClassVar[str] = "winograd"
 
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "min_channels", "min_size", "vector_width")
+        check_non_negative(self, "threads")
 
     def run(self, program: Program) -> Program:
         root = program.root
@@ -147,6 +154,8 @@ class Winograd:
             consumer = _consumer(root, s, conv, after) if isinstance(after, Block) else None
             roots = {r.into: r for r in refs}
             new_refs, kernels = _rewrite(s, conv, taken, consumer, roots)
+            if self.threads >= 2 and _permutes(consumer):
+                kernels = [_threaded(b, self.threads) for b in kernels]
             if consumer is not None:
                 k += 1  # merged into the output transform
                 gone.add(conv.out.from_ or conv.out.into)
@@ -166,6 +175,47 @@ class Winograd:
             and z[c.co] >= self.min_channels
             and z[c.co] % self.vector_width == 0
         )
+
+
+def _threaded(b: Block, threads: int) -> Block:
+    """Transform ``b`` (``#winograd``) marked ``#thread`` as :mod:`.thread` would
+    mark it after ``vectorize``, every index race-free by construction (see
+    :func:`_permutes`); the products (``#contraction``) are left to ``thread``."""
+    if "winograd" not in b.tags:
+        return b
+    index = choose_among(b, threads, [i.name for i in b.idxs])
+    if index is None or any(index_stride(r, index) == 1 for r in b.refs if r.dir == "out"):
+        # ``vectorize`` moves a written unit-stride index last: left to ``thread``,
+        # which runs after it (a 14 x 14 transform splits its channels so)
+        return b
+    return mark_threaded(b, index)
+
+
+def _permutes(e: Block | None) -> bool:
+    """Whether the transforms of a convolution (whose output transform computes
+    the consumer ``e``, when given) are race-free on every index: each point
+    writes elements no other point touches.  ``U`` writes ``[a, b, ci, co]``,
+    ``V`` a row of its own per block, the output transform the pixels ``2t + i``,
+    ``2s + j`` of its block, all reading only what they do not write.  An
+    inlined ``e`` must write each of its outputs (distinct buffers, none of them
+    read by ``e``) through a permutation of its indices (each once, coefficient
+    1, any constants): then it writes each pixel's elements once."""
+    if e is None:
+        return True
+    outs = [r.from_ or r.into for r in e.refs if r.dir == "out"]
+    ins = {r.from_ or r.into for r in e.refs if r.dir == "in"}
+    if len(set(outs)) != len(outs) or ins & set(outs):
+        return False
+    names = sorted(i.name for i in e.idxs)
+    for r in e.refs:
+        if r.dir != "out":
+            continue
+        plain = [_plain(a) for a in r.access]
+        if any(n is None or len(n) > 1 for n in plain):
+            return False
+        if sorted(n[0] for n in plain if n) != names:
+            return False
+    return True
 
 
 def _plain(a: Affine) -> tuple[str, ...] | None:

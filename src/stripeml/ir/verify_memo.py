@@ -1,0 +1,135 @@
+"""The keys of the verifier's incremental mode (:func:`stripeml.ir.verifier.verify`
+with ``seen``): when a root kernel's rules need not run again.
+
+A root kernel's validity depends only on itself and on what its rules read of
+the root refinements it names (their direction, shape and aggregation:
+:func:`parent_facts`).  Three keys, cheapest first:
+
+* ``(id(kernel), facts)``: the very kernel, verified under the same facts;
+* :func:`twin_key`: the same refinements, statements and constraints (by
+  identity) and indices as a set: only the order of its indices or its tags
+  differ (``thread`` and ``vectorize`` mark most kernels so).  The rules below
+  a kernel's own block-level and tag rules read neither;
+* :func:`shape_key`: a kernel equal to a verified one up to the names of its
+  refinements, of its scalars (each keeps whether it starts with ``$``) and of
+  its blocks, its comments and the order of its blocks' indices, under facts
+  equal up to the same renaming: a model's repeated layers (``T18`` in one,
+  ``T24`` in the next), a tiled kernel whose inner blocks ``vectorize``
+  reordered.  The
+  refinement and statement rules read names only to tell them apart (a
+  lookup, an equality, a scalar's ``$``), so they answer alike for both; the
+  block-level and tag rules (which read names, comments and tags) run on every
+  block of the nest.
+
+Requires: nothing (keys of any value).  Guarantees: kernels with equal keys
+pass or fail the rules that the key lets the verifier skip alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .nodes import Block, Constant, Index, Intrinsic, Load, LoadIndex, Special, Store
+
+if TYPE_CHECKING:
+    from .verifier import Scope
+
+__all__ = ["parent_facts", "shape_key", "twin_key"]
+
+
+def parent_facts(block: Block, parent: Scope) -> tuple:
+    """What the rules of ``block`` (a child of ``parent``) read of the refinements it names."""
+    facts = []
+    for r in block.refs:
+        p = parent.ref(r.from_) if r.from_ else None
+        facts.append((r.from_, None) if p is None else (r.from_, p.dir, p.shape, p.agg))
+    return tuple(facts)
+
+
+def twin_key(block: Block, facts: tuple) -> tuple:
+    """What a kernel's refinement, statement and nested rules read of it: its
+    refinements, statements and constraints (by identity: nodes are immutable),
+    its indices as a set (by identity, so a reordered tuple of the same objects
+    matches) and the parent facts; not the order of its indices nor its tags."""
+    return (
+        "twin",
+        id(block.refs),
+        id(block.stmts),
+        id(block.constraints),
+        tuple(sorted(map(id, block.idxs))),
+        block.name,
+        block.comment,
+        facts,
+    )
+
+
+def _name(idx: Index) -> str:
+    return idx.name
+
+
+class _Unknown(Exception):
+    """A statement of no known kind: no key (the rules report it)."""
+
+
+def shape_key(kernel: Block, facts: tuple) -> tuple | None:
+    """``kernel`` and its ``facts`` (:func:`parent_facts`) as a value equal for
+    two kernels exactly when they differ only in names (see the module
+    docstring): every refinement name (a view's, its parent's, what a load,
+    store or special names) replaced by the order of its first appearance and
+    every scalar name by whether it starts with ``$`` and the order of its first
+    appearance, the empty name kept apart; block names, comments and tags left
+    out (their rules run anyway), each block's indices in name order (the rules
+    read them as a set); everything else kept as it is (constants and
+    special params by ``repr``, so ``1``, ``1.0`` and ``True`` differ).  ``None``
+    for a kernel holding a statement of no known kind."""
+    refs: dict[str, int] = {}
+    scalars: dict[str, tuple[bool, int]] = {}
+
+    def ref(n: str) -> int:
+        return refs.setdefault(n, len(refs)) if n else -1
+
+    def scalar(n: str) -> tuple[bool, int]:
+        got = scalars.get(n)
+        if got is None:
+            got = scalars[n] = (n.startswith("$"), len(scalars))
+        return got
+
+    def block(b: Block) -> tuple:
+        views = tuple(
+            (r.dir, ref(r.into), ref(r.from_), r.shape, r.access, r.agg, r.location, r.offset,
+             r.const)
+            for r in b.refs
+        )  # fmt: skip
+        idxs = tuple(sorted(b.idxs, key=_name))  # a set: the order is not read
+        return (idxs, b.constraints, views, tuple(stmt(t) for t in b.stmts))
+
+    def stmt(t: object) -> tuple:
+        kind = type(t)
+        if kind is Load:
+            return ("load", scalar(t.into), ref(t.ref))  # type: ignore[attr-defined]
+        if kind is Store:
+            return ("store", ref(t.ref), scalar(t.value))  # type: ignore[attr-defined]
+        if kind is Intrinsic:
+            assert isinstance(t, Intrinsic)
+            return ("op", t.op, tuple(map(scalar, t.inputs)), scalar(t.into), t.dtype)
+        if kind is Constant:
+            assert isinstance(t, Constant)
+            return ("const", scalar(t.into), repr(t.value), t.dtype)
+        if kind is LoadIndex:
+            assert isinstance(t, LoadIndex)
+            return ("index", scalar(t.into), t.expr)
+        if kind is Special:
+            assert isinstance(t, Special)
+            ins, outs = tuple(map(ref, t.inputs)), tuple(map(ref, t.outputs))
+            return ("special", t.op, ins, outs, repr(t.params))
+        if kind is Block:
+            assert isinstance(t, Block)
+            return block(t)
+        raise _Unknown
+
+    try:
+        body = block(kernel)
+    except _Unknown:
+        return None
+    named = tuple((ref(f[0]), *f[1:]) for f in facts)
+    return ("shape", body, named)
