@@ -117,7 +117,8 @@ class _Flows:
     def __init__(self) -> None:
         self._seen: dict[int, tuple[Statement, set[str], set[str], frozenset[str]]] = {}
         self._root: Block | None = None
-        self._positions: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self._positions: tuple[dict[str, int], dict[str, int], list[int]] = ({}, {}, [])
+        self._buffers: dict[str, Refinement] = {}
 
     def _get(self, s: Statement) -> tuple[Statement, set[str], set[str], frozenset[str]]:
         found = self._seen.get(id(s))
@@ -139,10 +140,12 @@ class _Flows:
         """Every buffer ``s`` names (a view's source, a special's operand)."""
         return self._get(s)[3]
 
-    def positions(self, root: Block) -> tuple[dict[str, int], dict[str, int]]:
+    def positions(self, root: Block) -> tuple[dict[str, int], dict[str, int], list[int]]:
         """Per buffer, the first statement of ``root`` reading or writing it and the
-        last one writing it (worked out once per root: the reshapes that do not
-        alias all ask of the same one)."""
+        last one writing it, as places of a numbering that keeps its order when a
+        statement goes, and each statement's place in it (worked out once per
+        root: the reshapes that do not alias all ask of the same one, and an
+        alias updates them, :meth:`aliased`)."""
         if self._root is not root:
             first: dict[str, int] = {}
             last: dict[str, int] = {}
@@ -153,15 +156,44 @@ class _Flows:
                 for b in wr:
                     first.setdefault(b, n)
                     last[b] = n
-            self._root, self._positions = root, (first, last)
+            self._root, self._positions = root, (first, last, list(range(len(root.stmts))))
+            self._buffers = {r.into: r for r in root.refs}
         return self._positions
+
+    def buffers(self, root: Block) -> dict[str, Refinement]:
+        """``root``'s buffers by name."""
+        self.positions(root)
+        return self._buffers
+
+    def aliased(
+        self, old: Block, new: Block, k: int, gone: str, kept: str, at: tuple[int | None, ...]
+    ) -> None:
+        """Move what was worked out for ``old`` to ``new``: ``old`` without its
+        statement ``k`` (the reshape of ``gone`` and ``kept``) and with ``gone``
+        renamed ``kept``, so every other buffer's statements keep their places;
+        ``at``: ``kept``'s first and last statement in ``new``, found by the
+        caller.  The scan after an alias then does not work every place out
+        again (BERT-base: 50 aliases over 570 statements and 800 buffers)."""
+        if self._root is not old:
+            return
+        first, last, place = self._positions
+        del place[k]
+        for b in (gone, kept):
+            first.pop(b, None)
+            last.pop(b, None)
+        if at[0] is not None:
+            first[kept] = place[at[0]]
+        if at[1] is not None:
+            last[kept] = place[at[1]]
+        del self._buffers[gone]
+        self._root = new
 
 
 def _alias(root: Block, k: int, special: Special, flows: _Flows) -> Block | None:
     if len(special.inputs) != 1 or len(special.outputs) != 1:
         return None
     (d,), (t,) = special.inputs, special.outputs
-    buffers = {r.into: r for r in root.refs}
+    buffers = flows.buffers(root)
     rd, rt = buffers.get(d), buffers.get(t)
     if rd is None or rt is None or d == t:
         return None
@@ -171,10 +203,11 @@ def _alias(root: Block, k: int, special: Special, flows: _Flows) -> Block | None
         return None
     if not (_row_major(rd.shape) and _row_major(rt.shape)):
         return None
-    first, last = flows.positions(root)
-    if first.get(t, k) < k:  # a statement before k touches T
+    first, last, place = flows.positions(root)
+    at = place[k]  # k's place in the numbering of first and last
+    if first.get(t, at) < at:  # a statement before k touches T
         return None
-    if last.get(d, k) > k or last.get(t, k) > k:  # one after k writes D or T
+    if last.get(d, at) > at or last.get(t, at) > at:  # one after k writes D or T
         return None
     groups = refinement_groups(rd.shape.sizes, rt.shape.sizes)
     if groups is not None and _movable(rt):
@@ -185,18 +218,30 @@ def _alias(root: Block, k: int, special: Special, flows: _Flows) -> Block | None
             return None
         gone, kept = rd, rt  # a merge: D's writers (and readers) use T
     stmts: list[Statement] = []
+    first_kept = last_kept = None  # the kept buffer's places in the new root
     for i, s in enumerate(root.stmts):
         if i == k:
             continue
-        if gone.into not in flows.names(s):
-            stmts.append(s)  # what _retarget gives a statement that does not name it
+        names = flows.names(s)
+        if gone.into in names:
+            new = _retarget(s, gone, kept, groups)
+            if new is None:
+                return None
+        elif kept.into in names:
+            new = s  # what _retarget gives a statement that does not name it
+        else:
+            stmts.append(s)
             continue
-        new = _retarget(s, gone, kept, groups)
-        if new is None:
-            return None
+        new_reads, new_writes = flows(new)
+        if first_kept is None and (kept.into in new_reads or kept.into in new_writes):
+            first_kept = len(stmts)
+        if kept.into in new_writes:
+            last_kept = len(stmts)
         stmts.append(new)
     refs = tuple(r for r in root.refs if r.into != gone.into)
-    return replace(root, refs=refs, stmts=tuple(stmts))
+    out = replace(root, refs=refs, stmts=tuple(stmts))
+    flows.aliased(root, out, k, gone.into, kept.into, (first_kept, last_kept))
+    return out
 
 
 def _movable(ref: Refinement) -> bool:

@@ -80,6 +80,10 @@ off: as one work-group per row block, a nested depthwise+pointwise pair ran
 slower than the two tiled kernels (PoCL: MobileNetV2 127 against 112 ms,
 EfficientNet-B0 246 against 223).
 
+**Repeated layers.**  Each start's window of kernels is analysed once per
+structure (equal up to buffer names, with the buffers' shapes and uses):
+the repeated layers of a model share the answer (:mod:`._nest_memo`).
+
 Requires: verified IR.  Guarantees: the same results (each kernel runs the
 same points, a row block at a time, and no value crosses row blocks), verified
 IR, the same object when nothing applies.
@@ -106,6 +110,7 @@ from ..ir.nodes import (
 )
 from ._common import fresh, reads, single_index, writes
 from ._nest_blocks import Plan, external_views, product_of, tiling
+from ._nest_memo import ChainMemo
 from ._nest_panels import access_names, laid_out
 from .registry import (
     check_fraction,
@@ -162,19 +167,19 @@ class Nest:
         gone: set[str] = set()
         added: list[Refinement] = []
         seen = _Seen(root, stmts, self.unit_taps, self.select)
+        memo = ChainMemo(stmts, seen)  # the layers' chains analysed once per structure
         i = 0
         while i < len(stmts):
             best = None
             last = i  # the chain may reach the first statement that is no leaf kernel
             while last + 1 < min(len(stmts), i + MAX_CHAIN) and seen.leaf[last + 1]:
                 last += 1
-            for j in range(last, i, -1):  # the longest chain that nests
-                if _splits_epilogue(stmts, j):
-                    continue
-                plan = _plan(stmts, i, j, self, seen)
-                if plan is not None:
-                    best = (j, plan)
-                    break
+            if seen.leaf[i] and last > i:  # else no chain from i nests (_plan)
+                key, names = memo.key(i, last)
+                known, best = memo.get(key, names, i)
+                if not known:
+                    best = _best(stmts, i, last, self, seen)
+                    memo.put(key, names, i, best)
             if best is None:
                 out.append(stmts[i])
                 i += 1
@@ -221,14 +226,37 @@ class _Seen:
             for b in self.rd[n] | self.wr[n]:
                 self.first.setdefault(b, n)
                 self.last[b] = n
-        self.views: dict = {}  # _nest_blocks.tiling's memo (the kernels above stay alive)
-        self.kernels = [
-            _squeezed(st) if unit_taps and isinstance(st, Block) else st for st in stmts
-        ]
+        self.views: dict = {}  # _nest_blocks.tiling's memo (the kernels below stay alive)
+        self.stmts = stmts
+        self.unit_taps = unit_taps
+        self._kernels: dict[int, Statement] = {}
+
+    def kernel(self, n: int) -> Statement:
+        """Statement ``n`` as the row analysis sees it (squeezed when first asked:
+        the chains :class:`._nest_memo.ChainMemo` answers never are)."""
+        found = self._kernels.get(n)
+        if found is None:
+            st = self.stmts[n]
+            found = _squeezed(st) if self.unit_taps and isinstance(st, Block) else st
+            self._kernels[n] = found
+        return found
 
     def outside(self, b: str, i: int, j: int) -> bool:
         """Whether a statement before ``i`` or after ``j`` touches ``b``."""
         return self.first.get(b, i) < i or self.last.get(b, j) > j
+
+
+def _best(
+    stmts: Sequence[Statement], i: int, last: int, opt: Nest, seen: _Seen
+) -> tuple[int, Plan] | None:
+    """The longest chain from ``i`` (to ``last`` at most) that nests, and its plan."""
+    for j in range(last, i, -1):
+        if _splits_epilogue(stmts, j):
+            continue
+        plan = _plan(stmts, i, j, opt, seen)
+        if plan is not None:
+            return j, plan
+    return None
 
 
 def _leaf_kernel(s: Statement, select: str) -> bool:
@@ -262,7 +290,7 @@ def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen) ->
         return None
     if not seen.leaf[i]:
         return None
-    ks = [k for k in seen.kernels[i : j + 1] if isinstance(k, Block)]
+    ks = [k for n in range(i, j + 1) if isinstance(k := seen.kernel(n), Block)]
     bufs = seen.bufs
     written = seen.wr[i : j + 1]  # all blocks (checked above): one per kernel of ks
     read = seen.rd[i : j + 1]
