@@ -156,3 +156,24 @@ def test_generated_modules_leave_no_cyclic_garbage() -> None:
     arrays = _arrays(8, 16, 16)
     got = stripeml.compile(TWO_LAYERS, target="cpu")(*arrays)
     np.testing.assert_allclose(got, _want(*arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_a_program_prints_each_distinct_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the canonical text of a repeated layer's kernel is the first layer's, printed
+    # once per program (the code generator asks for every kernel's text)
+    from stripeml.analysis import canonical
+
+    p = _program(TWO_LAYERS, _arrays(8, 16, 16))
+    printed = []
+    real = canonical.format_block
+
+    def counted(block):  # noqa: ANN001, ANN202 - the function it stands in for
+        printed.append(block)
+        return real(block)
+
+    monkeypatch.setattr(canonical, "format_block", counted)
+    monkeypatch.setattr(canonical, "_TEXTS", None, raising=False)
+    texts = [canonical_kernel(p.root, k).text for k in _kernels(p)]
+    assert len(printed) == len(set(texts)) == len(texts) // 2
+    assert texts[: len(texts) // 2] == texts[len(texts) // 2 :]
+    assert texts == [real(canonical_kernel(p.root, k).program.root) + "\n" for k in _kernels(p)]

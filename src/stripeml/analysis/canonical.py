@@ -163,8 +163,28 @@ def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     mini = Program(replace(root, refs=buffers, stmts=(renamed,), name="canonical", comment=""))
     # the text ``format`` gives, printed without taking the printer's memo of the
     # last program (the whole program's text, which its cache key and the
-    # executable's ``ir`` both ask for after the code generator asked here)
-    return CanonicalKernel(mini, used, format_block(mini.root) + "\n", offsets)
+    # executable's ``ir`` both ask for after the code generator asked here);
+    # printed once per distinct canonical kernel of a program (a model's layers)
+    texts = _texts(root)
+    text = texts.get(mini.root)
+    if text is None:
+        text = texts[mini.root] = format_block(mini.root) + "\n"
+    return CanonicalKernel(mini, used, text, offsets)
+
+
+_TEXTS: tuple[Block, dict[Block, str]] | None = None
+
+
+def _texts(root: Block) -> dict[Block, str]:
+    """The canonical kernels of program ``root`` printed so far, by kernel (equal
+    IR values, so equal text): kept for the last root asked about only."""
+    global _TEXTS
+    last = _TEXTS
+    if last is not None and last[0] is root:
+        return last[1]
+    texts: dict[Block, str] = {}
+    _TEXTS = (root, texts)
+    return texts
 
 
 def _hoisted(
