@@ -29,7 +29,9 @@ KEY_BYTES = 32
 #: validated, so a warm start need not build the passes; models/: ONNX models
 #: that validated, so a warm start need not check them again; folds/: what
 #: constant programs computed on the interpreter, so a warm start need not fold
-#: a model's constants again).
+#: a model's constants again; facts/: what the CPU runtime learned of a
+#: compiled program at its second call, so a later process need not analyse
+#: it again).
 FOLDERS = {
     "cpu": ".kernel",
     "bodies": ".body",
@@ -38,6 +40,7 @@ FOLDERS = {
     "pipelines": ".pipeline",
     "models": ".model",
     "folds": ".fold",
+    "facts": ".facts",
 }
 _WARNED: set[tuple[str, str]] = set()  # (root, what) already reported by this process
 

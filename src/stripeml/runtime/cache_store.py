@@ -3,7 +3,9 @@ recently used first.
 
 Entry file layout (integers little-endian), the same for every kind::
 
-    magic    8 bytes  the kind: b"STRPMLK\\0" kernels, b"STRPMLP\\0" program texts
+    magic    8 bytes  the kind: b"STRPMLK\\0" kernels, b"STRPMLP\\0" program texts,
+                      b"STRPMLV\\0" pipelines, b"STRPMLM\\0" models, b"STRPMLF\\0"
+                      folds, b"STRPMLL\\0" program facts
     version  u32      the format version
     length   u64      payload length in bytes
     tag      32 bytes HMAC-SHA256(key, b"stripeml\\0" name b"\\0" magic version length payload)

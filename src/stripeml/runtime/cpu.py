@@ -61,6 +61,7 @@ from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, llvm_pool, native_pool
 from .kernel_cache import Entry, KernelCache, cache_key
+from .program_facts import Liveness
 
 if TYPE_CHECKING:
     from ..codegen.llvm import Known
@@ -207,6 +208,7 @@ class CpuBackend:
             min_chunk_work=o.min_chunk_work,
             chunks_per_thread=o.chunks_per_thread,
             code=code,
+            facts=Liveness(program, key, o.cache_dir),
         )
 
     def _generate(

@@ -26,6 +26,7 @@ from .host import (
     run_root_special,
 )
 from .kept_pages import kept_array, promote_huge
+from .program_facts import Liveness
 
 if TYPE_CHECKING:
     pass
@@ -52,6 +53,7 @@ class CpuCompiled:
         min_chunk_work: int = MIN_WORK_PER_CHUNK,
         chunks_per_thread: int = CHUNKS_PER_THREAD,
         code: str | None = None,
+        facts: Liveness | None = None,
     ) -> None:
         self.module = module
         self.code = module.llvm_ir if code is None else code
@@ -102,6 +104,10 @@ class CpuCompiled:
         # disk cache, one call) must not import; the first call zeroes them all.
         self._written: frozenset[int] | None = None
         self._called = False
+        # Both analyses, from the disk cache when an earlier process stored them.
+        self._facts = (
+            facts if facts is not None or program is None else Liveness(program, None, None)
+        )
         self._kernels = {
             s.kernel.symbol: loaded.kernel(s.kernel.symbol)
             for s in module.steps
@@ -276,22 +282,18 @@ class CpuCompiled:
         """Slots of the outputs the program writes all over before reading
         (:func:`~stripeml.analysis.liveness.written_outputs`): fresh ones need no
         zeroing.  None of them without the program to analyse."""
-        if self._program is None:
+        if self._facts is None:
             return frozenset()
-        from ..analysis.liveness import written_outputs
-
-        names = written_outputs(self._program)
+        names = self._facts.get()[1]
         return frozenset(k for k, b in enumerate(self._buffers) if b.info.name in names)
 
     def _initial_reads(self) -> tuple[int, ...]:
         """Positions of the temporaries whose initial (zero) contents may be read."""
         if not self._temps:
             return ()
-        if self._program is None:  # nothing to analyse: keep the values of the last call
+        if self._facts is None:  # nothing to analyse: keep the values of the last call
             return ()
-        from ..analysis.liveness import initial_reads
-
-        names = initial_reads(self._program)
+        names = self._facts.get()[0]
         return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
 
     def _give_back_temps(self, temps: list[np.ndarray]) -> None:
