@@ -173,3 +173,14 @@ def test_the_pass_scans_the_program_once_per_round(monkeypatch: pytest.MonkeyPat
     for _ in range(8):
         q = _reference(q, args[1], args[2]).astype(np.float32)
     np.testing.assert_allclose(got, q, rtol=1e-4, atol=1e-5)
+
+
+def test_half_precision_keeps_its_division_first() -> None:
+    # float16 tops out at 65504: the undivided sum over 512 keys of E * V could
+    # overflow where the normalised one does not, so the division stays first
+    args = [a.astype(np.float16) for a in _inputs(2, 8, 16, 4, 4)]
+    f = stripeml.compile(ATTENTION, target=api.target_for("cpu", 1))
+    passes = f.target.passes
+    upto = next(i for i, p in enumerate(passes) if p.name == "fuse") + 1
+    program = run_pipeline(f.lowered(signature_of(args)), passes[:upto]).program
+    assert _divisions(program) == [(2, 8, 16)]

@@ -16,7 +16,9 @@ whose statements are exactly ``$x = load(X)``, ``$s = load(S)``, ``$p =
 div($x, $s)``, ``P = store($p)``, with:
 
 * ``X`` and ``P`` walked one to one by ``D``'s indices, in the same order
-  (:func:`~._common.pointwise_dims`), all three of one float dtype;
+  (:func:`~._common.pointwise_dims`), all three of one float dtype with
+  float32's range (``f32``, ``f64``, ``bf16``: in ``f16`` the sum of the
+  undivided products could overflow where the quotients' would not);
 * ``S`` read per dimension at ``X``'s index or, where ``S`` has size 1, at 0;
 * ``S`` a root buffer with a single writer, a kernel that sums into it
   (``add``) a value computed by ``exp``: a softmax's denominator.  Every term
@@ -73,7 +75,9 @@ from ..ir.nodes import (
 from ._common import fresh, is_leaf, pointwise_dims, reads, single_index, writes
 from .registry import register
 
-_FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
+# float16's range is too narrow: a row's sum of exponentials times V (up to the
+# row length times V's largest value) can overflow where V's own values do not
+_FLOATS = frozenset({"bf16", "f32", "f64"})
 
 
 @register
