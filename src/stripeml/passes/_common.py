@@ -261,7 +261,7 @@ def single_index(expr: Affine) -> str | None:
 
 
 def pointwise_dims(
-    block: Block, access: Sequence[Affine], sizes: Sequence[int]
+    block: Block, access: Sequence[Affine], sizes: Sequence[int], every_index: bool = True
 ) -> tuple[str | None, ...] | None:
     """Per dimension, the index of ``block`` that walks it, when the map is one-to-one.
 
@@ -270,8 +270,10 @@ def pointwise_dims(
     to the buffer's elements through ``access``: the block has no constraints
     and no index offsets; each dimension is accessed either by a distinct index
     with coefficient 1 and the dimension's size as range, or (size 1) by the
-    constant 0 (``None`` in the result); and every index of range > 1 appears.
-    Indices of range 1 count as 0 in a dimension that another index walks.
+    constant 0 (``None`` in the result); and every index of range > 1 appears
+    (not asked with ``every_index`` false: a contraction's output view, whose
+    summed indices are elsewhere).  Indices of range 1 count as 0 in a
+    dimension that another index walks.
     """
     if block.constraints or any(i.affine is not None for i in block.idxs):
         return None
@@ -292,7 +294,7 @@ def pointwise_dims(
             dims.append(None)
         else:
             return None
-    if any(r > 1 and n not in dims for n, r in ranges.items()):
+    if every_index and any(r > 1 and n not in dims for n, r in ranges.items()):
         return None
     return tuple(dims)
 

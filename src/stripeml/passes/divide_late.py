@@ -72,7 +72,7 @@ from ..ir.nodes import (
     Store,
     TensorShape,
 )
-from ._common import fresh, is_leaf, pointwise_dims, reads, single_index, writes
+from ._common import fresh, is_leaf, pointwise_dims, reads, writes
 from .registry import register
 
 # float16's range is too narrow: a row's sum of exponentials times V (up to the
@@ -117,29 +117,39 @@ def _view(refs: tuple[Refinement, ...], stmt: Statement) -> Refinement | None:
     return next((r for r in refs if isinstance(stmt, (Load, Store)) and r.into == stmt.ref), None)
 
 
+def _binary(
+    block: Block, tags: set[str], op: str
+) -> tuple[Refinement, Refinement, Refinement, Intrinsic] | None:
+    """A leaf root kernel with ``tags`` and no constraints whose statements are
+    exactly two loads of distinct buffers, their ``op`` and one store of it: its
+    views of the first operand, the second, the result, and the intrinsic."""
+    if not (tags <= block.tags) or block.constraints or not is_leaf(block):
+        return None
+    if len(block.stmts) != 4 or len(block.refs) != 3:
+        return None
+    *loads, fn, store = block.stmts
+    if not (isinstance(fn, Intrinsic) and fn.op == op and len(fn.inputs) == 2):
+        return None
+    if not (isinstance(store, Store) and store.value == fn.into):
+        return None
+    by_scalar = {t.into: _view(block.refs, t) for t in loads if isinstance(t, Load)}
+    if len(by_scalar) != 2 or set(by_scalar) != set(fn.inputs):
+        return None
+    a, b, out = by_scalar[fn.inputs[0]], by_scalar[fn.inputs[1]], _view(block.refs, store)
+    if a is None or b is None or out is None or a.from_ == b.from_:
+        return None
+    if a.dir != "in" or b.dir != "in" or out.dir != "out":
+        return None
+    return a, b, out, fn
+
+
 def _division(d: Block) -> tuple[Refinement, Refinement, Refinement] | None:
     """``D``'s views of ``X``, ``S`` and ``P`` when it is ``P = X / S`` as above."""
-    if not ({"kernel", "eltwise"} <= d.tags) or d.constraints or not is_leaf(d):
+    found = _binary(d, {"kernel", "eltwise"}, "div")
+    if found is None:
         return None
-    if len(d.stmts) != 4 or len(d.refs) != 3:
-        return None
-    *loads, div, store = d.stmts
-    if not (
-        all(isinstance(s, Load) for s in loads)
-        and isinstance(div, Intrinsic)
-        and div.op == "div"
-        and isinstance(store, Store)
-        and store.value == div.into
-    ):
-        return None
-    by_scalar = {s.into: _view(d.refs, s) for s in loads if isinstance(s, Load)}
-    if set(by_scalar) != set(div.inputs) or len(by_scalar) != 2:
-        return None
-    x, s = by_scalar[div.inputs[0]], by_scalar[div.inputs[1]]
-    p = _view(d.refs, store)
-    if x is None or s is None or p is None or x.from_ == s.from_:
-        return None
-    if x.dir != "in" or s.dir != "in" or p.dir != "out" or p.agg not in ("", "assign"):
+    x, s, p, div = found
+    if p.agg not in ("", "assign"):
         return None
     if not (x.shape.dtype == s.shape.dtype == p.shape.dtype == div.dtype in _FLOATS):
         return None
@@ -186,46 +196,16 @@ def _exp_valued(root: Block, index: _Index, name: str, agg: str, depth: int) -> 
 
 def _product(c: Block, p_name: str) -> tuple[Refinement, Refinement] | None:
     """``C``'s views of ``P`` and ``O`` when it is ``O = +(P * V)`` as above."""
-    if not ({"kernel", "contraction", "agg_add"} <= c.tags) or c.constraints or not is_leaf(c):
+    if any(i.affine is not None for i in c.idxs):
         return None
-    if any(i.affine is not None for i in c.idxs) or len(c.stmts) != 4 or len(c.refs) != 3:
+    found = _binary(c, {"kernel", "contraction", "agg_add"}, "mul")
+    if found is None:
         return None
-    *loads, mul, store = c.stmts
-    if not (
-        all(isinstance(s, Load) for s in loads)
-        and isinstance(mul, Intrinsic)
-        and mul.op == "mul"
-        and isinstance(store, Store)
-        and store.value == mul.into
-    ):
-        return None
-    views = [_view(c.refs, s) for s in loads]
-    if {s.into for s in loads if isinstance(s, Load)} != set(mul.inputs):
-        return None
-    p = next((v for v in views if v is not None and v.from_ == p_name), None)
-    o = _view(c.refs, store)
-    if p is None or o is None or p.dir != "in" or o.dir != "out" or o.agg != "add":
-        return None
-    if sum(v is not None and v.from_ == p_name for v in views) != 1:
+    a, b, o, _ = found
+    p = a if a.from_ == p_name else b if b.from_ == p_name else None
+    if p is None or o.agg != "add":
         return None
     return p, o
-
-
-def _walk(block: Block, access: tuple[Affine, ...], sizes: tuple[int, ...]) -> list | None:
-    """Per dimension the index of ``block`` at it (None: size 1 at 0), distinct."""
-    ranges = {i.name: i.range for i in block.idxs}
-    dims: list[str | None] = []
-    for expr, size in zip(access, sizes, strict=True):
-        name = single_index(expr)
-        if name is not None and name in ranges and name not in dims and ranges[name] == size:
-            dims.append(name if size > 1 else None)
-        elif expr.is_constant and expr.const == 0 and size == 1:
-            dims.append(None)
-        elif name is not None and ranges.get(name) == 1 and size == 1:
-            dims.append(None)
-        else:
-            return None
-    return dims
 
 
 @dataclass(frozen=True)
@@ -274,7 +254,7 @@ def _plan(
     dims = pointwise_dims(d, p.access, p_sizes)
     if dims is None or pointwise_dims(d, x.access, x_sizes) != dims:
         return None
-    s_dims = _walk(d, s.access, s_sizes)
+    s_dims = pointwise_dims(d, s.access, s_sizes, every_index=False)
     if s_dims is None:
         return None
     if any(sd is not None and sd != pd for sd, pd in zip(s_dims, dims, strict=True)):
@@ -302,8 +282,8 @@ def _plan(
     # C alone writes O, and nothing touches O before it
     if index.writers.get(co.from_) != [j] or index.users[co.from_][0] != j:
         return None
-    o_dims = _walk(c, co.access, o_sizes)
-    cp_dims = _walk(c, cp.access, p_sizes)
+    o_dims = pointwise_dims(c, co.access, o_sizes, every_index=False)
+    cp_dims = pointwise_dims(c, cp.access, p_sizes, every_index=False)
     if o_dims is None or cp_dims is None:
         return None
     # S along the sum is constant; elsewhere it follows an output dimension.
