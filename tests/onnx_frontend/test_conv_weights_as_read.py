@@ -8,10 +8,6 @@ process (the disk cache the cold one left)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -24,6 +20,8 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import stripeml.onnx  # noqa: E402
+
+from .warm import cold_then_warm  # noqa: E402
 
 RNG = np.random.default_rng(2026)
 X = RNG.standard_normal((1, 16, 12, 10)).astype(np.float32)
@@ -112,20 +110,7 @@ CHILD = textwrap.dedent(
 def test_a_warm_process_gives_the_cold_ones_outputs(model_file, tmp_path) -> None:
     """Cold, then warm (a fresh process on the cache the cold one left): the same
     bits, onnxruntime's values, and the warm process builds no pass."""
-    np.save(tmp_path / "x.npy", X)
-    env = {**os.environ, "STRIPEML_CACHE_DIR": str(tmp_path / "cache")}
-    runs = []
-    for which in ("cold", "warm"):
-        out = tmp_path / f"{which}.npy"
-        proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(model_file), str(tmp_path / "x.npy"), str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append((json.loads(proc.stdout.strip().splitlines()[-1]), np.load(out)))
+    runs = cold_then_warm(CHILD, model_file, X, tmp_path)
     (cold_info, cold), (warm_info, warm) = runs
     assert cold_info["passes"] and not warm_info["passes"]
     np.testing.assert_array_equal(warm, cold)

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import stripeml  # noqa: E402
 import stripeml.onnx  # noqa: E402
@@ -20,28 +19,12 @@ from stripeml.errors import InternalError  # noqa: E402
 from stripeml.onnx import builder  # noqa: E402
 from stripeml.tile import parser  # noqa: E402
 
-RNG = np.random.default_rng(31)
-W = RNG.standard_normal((16, 8)).astype(np.float32)
-B = RNG.standard_normal(8).astype(np.float32)
-X = RNG.standard_normal((4, 16)).astype(np.float32)
+from .warm import B, W, X, cold_then_warm, dense_model  # noqa: E402
 
 
 def _path(tmp_path: Path) -> str:
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["xw"]),
-        helper.make_node("Add", ["xw", "b"], ["z"]),
-        helper.make_node("Relu", ["z"], ["y"]),
-    ]
-    g = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
-        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")],
-    )
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "m.onnx"
-    path.write_bytes(model.SerializeToString())
+    path.write_bytes(dense_model().SerializeToString())
     return str(path)
 
 
@@ -137,26 +120,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("stripeml.tile"))
 
 
 def test_a_warm_process_imports_no_tile_frontend(tmp_path) -> None:
-    import json
-    import os
-    import subprocess
-    import sys
-
-    path = _path(tmp_path)
-    np.save(tmp_path / "x.npy", X)
-    env = {**os.environ, "STRIPEML_CACHE_DIR": str(tmp_path / "cache")}
-    runs = []
-    for which in ("cold", "warm"):
-        out = tmp_path / f"{which}.npy"
-        proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, path, str(tmp_path / "x.npy"), str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append((json.loads(proc.stdout.strip().splitlines()[-1]), np.load(out)))
+    runs = cold_then_warm(_CHILD, _path(tmp_path), X, tmp_path)
     (cold_mods, cold), (warm_mods, warm) = runs
     assert "stripeml.tile.parser" in cold_mods
     assert warm_mods == [], warm_mods

@@ -28,29 +28,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import stripeml.onnx  # noqa: E402
 from stripeml.onnx import OnnxError, graph, validate  # noqa: E402
 
-RNG = np.random.default_rng(14)
-W = RNG.standard_normal((16, 8)).astype(np.float32)
-B = RNG.standard_normal(8).astype(np.float32)
-X = RNG.standard_normal((4, 16)).astype(np.float32)
+from .warm import RNG, B, W, X, dense_model  # noqa: E402
 
-
-def _model(alpha: float = 0.0) -> onnx.ModelProto:
-    """``y = leaky_relu(x @ w + b, alpha)`` (``Relu`` when ``alpha`` is 0)."""
-    nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["xw"]),
-        helper.make_node("Add", ["xw", "b"], ["z"]),
-        helper.make_node("LeakyRelu", ["z"], ["y"], alpha=alpha)
-        if alpha
-        else helper.make_node("Relu", ["z"], ["y"]),
-    ]
-    g = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
-        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+_model = dense_model
 
 
 def _expected(alpha: float = 0.0) -> np.ndarray:

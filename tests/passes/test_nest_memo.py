@@ -66,20 +66,6 @@ def _program(keys: list[str], sizes: dict[str, int]) -> tuple[Program, dict[str,
     return run_pipeline(program, [Fuse(), Dce()]).program, inputs
 
 
-@pytest.fixture
-def unified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """One entry per chain whose rows the pass tried to unify."""
-    calls: list[int] = []
-    real = nest_module._unify
-
-    def counting(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(nest_module, "_unify", counting)
-    return calls
-
-
 def _nested(program: Program) -> list[Block]:
     return [s for s in program.root.stmts if isinstance(s, Block) and "nest" in s.tags]
 

@@ -7,32 +7,16 @@ does not is one nest, and it computes what NumPy does."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import stripeml
 from attention import ATTENTION
 from attention import attention_reference as _attention
 from stripeml.ir.nodes import Block
-from stripeml.passes import nest as nest_module
 from stripeml.passes.dce import Dce
 from stripeml.passes.fuse import Fuse
 from stripeml.passes.manager import run_pipeline
 from stripeml.passes.nest import Nest
 from stripeml.runtime.interp import run
-
-
-@pytest.fixture
-def unified(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """One entry per chain whose rows the pass tried to unify."""
-    calls: list[int] = []
-    real = nest_module._unify
-
-    def counting(*args):
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(nest_module, "_unify", counting)
-    return calls
 
 
 def _fused(h: int, m: int, n: int, d: int):

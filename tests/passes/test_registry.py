@@ -66,7 +66,8 @@ def test_make_pass_builds_with_options() -> None:
 
 def test_make_pass_unknown_pass_names_it_and_the_known_ones() -> None:
     with pytest.raises(
-        StripeError, match=r"unknown pass 'fusion' \(known passes: .*dce, divide_late, epilogue, fuse.*\)"
+        StripeError,
+        match=r"unknown pass 'fusion' \(known passes: .*dce, divide_late, epilogue, fuse.*\)",
     ):
         make_pass("fusion")
 

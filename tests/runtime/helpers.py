@@ -1,6 +1,8 @@
-"""Shared helpers for the interpreter tests."""
+"""Shared helpers for the interpreter tests, and the memory mappings' flags."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -64,3 +66,16 @@ def run_all(program: Program, inputs, outputs=None, rtol=1e-5, atol=1e-5, chunk=
                 err_msg=str(kw),
             )
     return first
+
+
+def vm_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding ``address`` (Linux)."""
+    current = None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            current = lo <= address < hi
+        elif current and line.startswith("VmFlags:"):
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")

@@ -6,25 +6,13 @@ their mapping ``nh`` (``VM_NOHUGEPAGE``) in ``/proc/self/smaps``."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from stripeml.runtime import host, native_layout
 
-
-def _vm_flags(address: int) -> set[str]:
-    """The VmFlags of the mapping holding ``address`` (Linux)."""
-    current = None
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and all(c in "0123456789abcdef-" for c in head):
-            lo, hi = (int(x, 16) for x in head.split("-"))
-            current = lo <= address < hi
-        elif current and line.startswith("VmFlags:"):
-            return set(line.split()[1:])
-    raise AssertionError(f"no mapping holds {address:#x}")
+from .helpers import vm_flags
 
 
 def test_fresh_arrays_are_what_numpy_makes() -> None:
@@ -38,11 +26,11 @@ def test_fresh_arrays_are_what_numpy_makes() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's smaps")
 def test_large_fresh_arrays_get_no_huge_pages() -> None:
     big = host.fresh_array((host.LARGE_BYTES * 2,), np.uint8)
-    assert "nh" in _vm_flags(big.ctypes.data + host.LARGE_BYTES)
+    assert "nh" in vm_flags(big.ctypes.data + host.LARGE_BYTES)
     big[:] = 1  # usable as any array
     assert int(big.sum()) == big.size
     rng = np.random.default_rng(3)
     w = rng.standard_normal((512, 256, 9)).astype(np.float32)  # 4.5 MiB, two threads
     out = native_layout.reversed_axes(w)
-    assert "nh" in _vm_flags(out.ctypes.data + out.nbytes // 2)
+    assert "nh" in vm_flags(out.ctypes.data + out.nbytes // 2)
     np.testing.assert_array_equal(out, w.transpose(2, 1, 0))

@@ -8,7 +8,6 @@ NumPy, before and after."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,22 +15,11 @@ import pytest
 import stripeml
 from stripeml.runtime import cpu_run, host
 
+from .helpers import vm_flags
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's smaps")
 
 MATMUL = "function (A[M, K], W[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * W[k, n]); }"
-
-
-def _vm_flags(address: int) -> set[str]:
-    """The VmFlags of the mapping holding ``address``."""
-    current = None
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and all(c in "0123456789abcdef-" for c in head):
-            lo, hi = (int(x, 16) for x in head.split("-"))
-            current = lo <= address < hi
-        elif current and line.startswith("VmFlags:"):
-            return set(line.split()[1:])
-    raise AssertionError(f"no mapping holds {address:#x}")
 
 
 def _large_kept(f, a: np.ndarray) -> list[np.ndarray]:
@@ -54,7 +42,7 @@ def test_the_first_call_writes_its_layouts_on_small_pages(monkeypatch) -> None:
     w, a, f = _case(1)
     np.testing.assert_allclose(f(a), a @ w, rtol=1e-4, atol=1e-3)
     for arr in _large_kept(f, a):
-        flags = _vm_flags(arr.ctypes.data + arr.nbytes // 2)
+        flags = vm_flags(arr.ctypes.data + arr.nbytes // 2)
         assert "nh" in flags and "hg" not in flags, flags
     assert len(promoted) == 1, "promoted once, after the first call"
     np.testing.assert_allclose(f(2 * a), 2 * a @ w, rtol=1e-4, atol=1e-3)
@@ -68,7 +56,7 @@ def test_the_layouts_get_huge_pages_after_the_first_call() -> None:
     assert compiled.promoting is not None
     compiled.promoting.join(timeout=60)
     for arr in _large_kept(f, a):
-        flags = _vm_flags(arr.ctypes.data + arr.nbytes // 2)
+        flags = vm_flags(arr.ctypes.data + arr.nbytes // 2)
         assert "hg" in flags and "nh" not in flags, flags
     for k in range(3):  # the contents are what they were
         x = a + k
@@ -101,7 +89,7 @@ def test_the_temporaries_arena_too(monkeypatch) -> None:
     arenas = [x for x in given if x.nbytes >= compiled.arena_bytes["DRAM"]]
     assert arenas, "the arena is promoted after the call"
     for arena in arenas:
-        flags = _vm_flags(arena.ctypes.data + arena.nbytes // 2)
+        flags = vm_flags(arena.ctypes.data + arena.nbytes // 2)
         assert "nh" in flags and "hg" not in flags, flags
     np.testing.assert_allclose(f(a, w), want, rtol=1e-3, atol=1e-1)
     assert len(promoted) == 1  # the second call reuses the first's arena
