@@ -92,6 +92,43 @@ def test_one_row_streams_its_panels_unpacked():
     assert "cache_in" in four.stages[-1][1]
 
 
+def test_panels_read_by_few_tiles_are_not_packed():
+    """``pack_min_tiles``: a packed copy costs a pass over the panel, so a panel
+    read by fewer register tiles than that is read in place (4 x 2 tiles of 16
+    rows: 4 per panel), one read by enough is packed (64 rows: 16 per panel)."""
+    few = _check(
+        MATMUL, [(16, 40), (40, 32)], lambda a, b: a @ b, vector_width=8, rows=4, pack_min_tiles=8
+    )
+    assert "cache_in" not in few.stages[-1][1]
+    many = _check(
+        MATMUL, [(64, 40), (40, 32)], lambda a, b: a @ b, vector_width=8, rows=4, pack_min_tiles=8
+    )
+    assert "cache_in" in many.stages[-1][1]
+
+
+def test_panel_over_the_size_limit_is_read_in_place():
+    """``pack_max_bytes`` bounds a packed panel: 40 x 16 floats (2,560 bytes)."""
+    small = dict(vector_width=8, rows=4, vectors=2)
+    over = _check(MATMUL, [(8, 40), (40, 32)], lambda a, b: a @ b, pack_max_bytes=2559, **small)
+    assert "cache_in" not in over.stages[-1][1]
+    at = _check(MATMUL, [(8, 40), (40, 32)], lambda a, b: a @ b, pack_max_bytes=2560, **small)
+    assert "cache_in" in at.stages[-1][1]
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(4, 768, 768), (512, 3072, 768)])
+def test_cpu_target_matmuls_of_few_rows_and_long_panels(m, k, n):
+    """The cpu target's packing rule on the shapes it was chosen for (a batch of 4
+    rows reads its panels in place; 512 rows pack a 3072-deep panel larger than
+    L2): both against NumPy in float64."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    exe = stripeml.compile(MATMUL, target="cpu").lower(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(exe(a, b), want, rtol=1e-4, atol=1e-3 * np.abs(want).max())
+    assert ("cache_in" in exe.ir) == (m >= 64)
+
+
 def test_one_row_with_constant_weights_reads_them_laid_out_in_panels():
     """A matrix-vector product with a constant matrix (a classifier at batch 1): no
     per-call packing, but the weights are laid out once in dense panels, so the

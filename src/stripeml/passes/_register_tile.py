@@ -2,7 +2,8 @@
 
 :func:`register_tiles` rewrites one root kernel into three levels: the kernel
 over panels of the vector index (with a dense copy of each strided panel that
-fits ``pack_max_bytes``), a ``#tile`` block over the row tiles and the other
+fits ``pack_max_bytes`` and is read by at least ``pack_min_tiles`` register
+tiles), a ``#tile`` block over the row tiles and the other
 output indices, and a ``#register_tile`` leaf over one tile and the whole
 reduction (or one block of it, with ``k_block``).  Which indices and how many
 rows and vectors is the pass's choice (``unroll.py``); this module only builds
@@ -32,6 +33,7 @@ def register_tiles(
     *,
     tile_rows: int,
     pack_max_bytes: int,
+    pack_min_tiles: int = 0,
     row_blocks: int = 1,
     k_block: int = 0,
     flat: bool = False,
@@ -40,8 +42,8 @@ def register_tiles(
     """``k`` tiled: panels of ``vt`` along ``v``; tile rows along ``u`` (``tile_rows``
     of them, or ``tile_rows // r2`` when ``u2 = (name, r2)`` adds a second row
     index, for a 2-D tile of pixels); ``red``: the reduction indices.  Options as
-    :class:`~stripeml.passes.unroll.Unroll`'s (``pack_max_bytes``, ``row_blocks``,
-    ``k_block``); ``flat``: two levels even with several panels (the panel index
+    :class:`~stripeml.passes.unroll.Unroll`'s (``pack_max_bytes``,
+    ``pack_min_tiles``, ``row_blocks``, ``k_block``); ``flat``: two levels even with several panels (the panel index
     beside the tile indices, no packing); ``batch``: output indices that go on the
     panel level with the vector index's panels (chosen here: see the end)."""
     ranges = {i.name: i.range for i in k.idxs}
@@ -126,6 +128,9 @@ def register_tiles(
         box0[ks.outer] = ranges[ks.name] // k_block
     refs0, refs1, refs2, copies = [], [], [], []
     packed_deps: set[str] = set()  # the indices a packed input depends on
+    # Register tiles that read each panel: a packed copy costs a pass over the
+    # panel, paid back only when enough tiles read it dense.
+    reuse = math.prod(box1.values())
     # One panel only: the tile rows become the kernel's own (parallel) indices.
     merged = flat or (ranges[v] // vt == 1 and (u is not None or bool(others)))
     for r in k.refs:
@@ -162,7 +167,7 @@ def register_tiles(
             and not merged
             and (not dense_view or across)
             and any(a.coeff(v) for a in r.access)
-            and (nbytes <= pack_max_bytes or across)
+            and (across or (nbytes <= pack_max_bytes and reuse >= pack_min_tiles))
         ):
             buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
             dense = TensorShape.dense(r.shape.dtype, tuple(s0))
@@ -244,7 +249,8 @@ def register_tiles(
         moved = tuple(n for n in others if n in packed_deps)
         return register_tiles(
             root, k, v, vt, u, red, u2, tile_rows=tile_rows, pack_max_bytes=pack_max_bytes,
-            row_blocks=row_blocks, k_block=k_block, flat=flat, batch=moved,
+            pack_min_tiles=pack_min_tiles, row_blocks=row_blocks, k_block=k_block, flat=flat,
+            batch=moved,
         )  # fmt: skip
     top_b = (Index(ub, nb),) if ub is not None else ()
     return Block(

@@ -128,8 +128,10 @@ class Unroll:
     # the range (0 or ``rows``: never; then rows split into tiles + a remainder).
     max_rows: int = 7
     # Inputs read along the vector index are copied per panel into a dense buffer
-    # (no cache-set conflicts from a long row stride) when the panel is this small.
+    # (no cache-set conflicts from a long row stride) when the panel is this small
+    # and at least ``pack_min_tiles`` register tiles read it (0: any number).
     pack_max_bytes: int = 1 << 18
+    pack_min_tiles: int = 0
     # Reductions longer than this are split into blocks of it (0: never; blocking
     # measured slower than streaming one packed panel from L2 on a 2-core znver3).
     k_block: int = 0
@@ -174,8 +176,9 @@ class Unroll:
         check_selector(self)
         check_positive(self, "vector_width", "vectors", "rows", "max_vectors", "row_blocks")
         check_non_negative(
-            self, "max_rows", "pack_max_bytes", "k_block", "registers", "vector_groups"
+            self, "max_rows", "pack_max_bytes", "pack_min_tiles", "k_block", "registers"
         )
+        check_non_negative(self, "vector_groups")
 
     def shaped(self) -> Unroll:
         """The options with the tile shape of ``registers`` (0 left alone).
@@ -491,5 +494,6 @@ class Unroll:
                 root = laid.root
         return register_tiles(
             root, k, v, vt, u, red, u2, flat=flat, tile_rows=self.rows,
-            pack_max_bytes=self.pack_max_bytes, row_blocks=self.row_blocks, k_block=self.k_block,
+            pack_max_bytes=self.pack_max_bytes, pack_min_tiles=self.pack_min_tiles,
+            row_blocks=self.row_blocks, k_block=self.k_block,
         )  # fmt: skip
