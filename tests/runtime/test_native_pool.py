@@ -225,7 +225,7 @@ def test_without_a_pool_kernels_run_on_the_calling_thread(monkeypatch):
     np.testing.assert_allclose(f(a, a), a @ a, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("workers", [0, 1, 3])
 def test_a_batch_runs_its_kernels_in_order_split_or_whole(add_index, workers):
     """One native call runs a kernel split in 5 chunks, one called whole over 3000
     points, and another split in 2: each point once per kernel that covers it,
@@ -260,3 +260,32 @@ def test_a_busy_pool_declines_a_batch(add_index):
     assert not data.any()
     assert p.run_batch(batch, data.ctypes.data)
     assert data[4096] == 1
+
+
+def test_one_thread_runs_its_kernels_in_one_native_call(monkeypatch):
+    """A program compiled for one thread runs its run of kernels as one native
+    batch on a pool of no workers (not one call through ctypes per kernel), with
+    NumPy's results."""
+    import stripeml
+    from stripeml import api
+    from stripeml.runtime.native_pool import NativePool
+
+    src = """function (X[N, K]) -> (Y) {
+        M[n, 0 : N, 1] = >(X[n, k]);
+        E = exp(X - M);
+        S[n, 0 : N, 1] = +(E[n, k]);
+        Y = E / S;
+    }"""
+    x = np.random.default_rng(3).standard_normal((64, 40)).astype(np.float32)
+    exe = stripeml.compile(src, target=api.target_for("cpu", 1)).lower(x)
+    batches: list[int] = []
+    real = NativePool.run_batch
+
+    def counted(self, batch, ptrs):
+        batches.append(self.workers)
+        return real(self, batch, ptrs)
+
+    monkeypatch.setattr(NativePool, "run_batch", counted)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(exe(x), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert batches and set(batches) == {0}

@@ -21,9 +21,10 @@ its parallel index on the process's native thread pool
 (:mod:`.native_pool`: worker threads that live in native code and claim
 chunks with an atomic compare-and-swap; the calling thread claims chunks too,
 so a hand-off costs microseconds, not the 0.1-0.2 ms of a Python pool).
-With two or more threads, each run of consecutive kernels goes to native code
-in one call (:class:`.native_pool.Batch`: ``stripeml_pool_batch`` calls each
-kernel whole or splits it on the pool), so no Python runs between kernels;
+Each run of consecutive kernels goes to native code in one call
+(:class:`.native_pool.Batch`: ``stripeml_pool_batch`` calls each kernel whole
+or splits it on the pool; on one thread, a pool of no workers), so no Python
+runs between kernels;
 while profiling (``step_seconds``) the steps run one by one, timed.
 Root-level ``special`` statements run on the host (:func:`.host.run_root_special`:
 ``copy``/``reshape``/``gather`` as NumPy copies, ``scatter``/``scatter_nd``/``topk``

@@ -258,15 +258,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_MINE.clear)
 
 
-def pool(workers: int) -> NativePool | TeamPool | None:
+def pool(workers: int, team: bool = True) -> NativePool | TeamPool | None:
     """This process's pool of ``workers`` native workers (created on first use);
     ``None`` where none can be made (no POSIX ``usleep``/``sched_yield`` to link
     against, as on Windows): the runtime then runs every kernel on the calling
     thread, and :func:`unavailable` says why.  Inside :func:`.omp_team.team`,
-    the OpenMP team's pool (:class:`.omp_team.TeamPool`)."""
-    team = current_team(workers)
-    if team is not None:
-        return team
+    the OpenMP team's pool (:class:`.omp_team.TeamPool`), unless ``team`` is
+    false.  With no workers it starts no thread: its batches run on the caller."""
+    found_team = current_team(workers) if team else None
+    if found_team is not None:
+        return found_team
     found = _MINE.get(workers)  # this process's, without a lock: every run asks
     if found is not None:
         return found
