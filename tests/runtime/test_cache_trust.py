@@ -250,22 +250,26 @@ class _Touch:
         return (Path.touch, (self.path,))
 
 
+@pytest.mark.parametrize("where", ["summary", "program"])
 @pytest.mark.parametrize("kind", ["call", "not a program"])
-def test_an_authentic_entry_unpickles_ir_nodes_only(tmp_path, kind):
+def test_an_authentic_entry_unpickles_ir_nodes_only(tmp_path, kind, where):
     """Even an entry with a good tag (written by a broken or hostile stripeml with the
-    key) cannot make the program cache run or return anything but a program."""
+    key) cannot make the program cache run or return anything but a program (nor
+    a summary of one)."""
     import pickle
     import struct
 
     from stripeml.runtime.cache_store import pack
-    from stripeml.runtime.kernel_cache import FORMAT_VERSION, PROGRAM_MAGIC
+    from stripeml.runtime.kernel_cache import PROGRAM_FORMAT_VERSION, PROGRAM_MAGIC
 
     marker = tmp_path / "ran"
     payload = _Touch(marker) if kind == "call" else {"not": "a program"}
     programs = ProgramCache(tmp_path)
     text = b"block [] #program () {\n}\n"
-    data = struct.pack("<Q", len(text)) + text + pickle.dumps(payload)
-    assert programs.entries.store(KEY, pack(PROGRAM_MAGIC, FORMAT_VERSION, data))
+    summary = pickle.dumps(payload if where == "summary" else ((), [], [], []))
+    program = pickle.dumps(payload if where == "program" else None)
+    data = struct.pack("<Q", len(text)) + text + struct.pack("<Q", len(summary)) + summary + program
+    assert programs.entries.store(KEY, pack(PROGRAM_MAGIC, PROGRAM_FORMAT_VERSION, data))
     got, messages = _caught(lambda: ProgramCache(tmp_path).get_program(KEY))
     assert got is None and any("is not an IR node" in m or "not a program" in m for m in messages)
     assert not programs.entries.path(KEY).exists()  # removed: the next compile rewrites it

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     # cache) lowers nothing and profiles nothing.
     from ..passes.manager import PipelineResult
     from ..runtime.cache_store import Remembered
+    from ..runtime.kernel_cache import StoredProgram
     from ..tile.ast import Function as TileFunction
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
@@ -262,16 +263,17 @@ class Function:
             self._cache.put(sig, exe)
         return exe
 
-    def _compile(self, program: Program) -> Compiled:
-        """``backend.compile``; running out of memory there (a GPU backend
+    def _compile(self, program: Program | StoredProgram) -> Compiled:
+        """``backend.compile`` (a :class:`StoredProgram` only where the backend
+        ``compiles_stored``); running out of memory there (a GPU backend
         allocates its buffers when it loads a program) is a :class:`ShapeError`."""
         try:
-            return self.backend.compile(program)
+            return self.backend.compile(program)  # type: ignore[arg-type]
         except MemoryError:
-            parts = [
-                (f"'{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
-                for r in program.root.refs
-            ]
+            from ..runtime.kernel_cache import StoredProgram
+
+            refs = program.summary.refs if isinstance(program, StoredProgram) else program.root.refs
+            parts = [(f"'{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r)) for r in refs]
             raise out_of_memory(f"compiling {self.name}", parts, "an allocation failed") from None
 
     def _optimise(self, sig: Signature) -> PipelineResult:
@@ -315,7 +317,7 @@ class Function:
         described = self.backend.describe()
         if described is None:
             return None
-        from ..runtime.kernel_cache import cache_key, compiler_fingerprint
+        from ..runtime.kernel_cache import PROGRAM_FORMAT_VERSION, cache_key, compiler_fingerprint
         from ..runtime.tuning_db import choices_digest
 
         # the choices the program was optimised with: a tune changes the key
@@ -327,6 +329,7 @@ class Function:
         consts = sorted(self.constants)  # which parameters are const (not their values)
         text = (
             f"{self.source}\0{self.name}\0{every!r}\0{consts}\0{target}\0{compiler_fingerprint()}"
+            f"\0programs={PROGRAM_FORMAT_VERSION}"
         )
         return cache_key(text, described)
 
@@ -339,15 +342,18 @@ class Function:
         from ..runtime.kernel_cache import ProgramCache
 
         with phase("cache read"):
-            found = ProgramCache(self.backend.cache_dir).get_program(key)
+            found = ProgramCache(self.backend.cache_dir).get_stored(key)
         if found is None:
             return None
-        text, program = found
-        if program is None:
-            with phase("parse IR"):
-                program = parse_ir(text)
-        remember(program, text)
-        return Executable(self, program, None, self._compile(program), [], ir=text)
+        if not isinstance(found, str):
+            # the program itself is loaded only when asked for (exe.program), or by a
+            # backend that needs it to compile
+            whole = found if getattr(self.backend, "compiles_stored", False) else found.program
+            return Executable(self, found, None, self._compile(whole), [], ir=found.text)
+        with phase("parse IR"):
+            program = parse_ir(found)
+        remember(program, found)
+        return Executable(self, program, None, self._compile(program), [], ir=found)
 
     def _to_disk(self, sig: Signature, exe: Executable) -> None:
         key = self._disk_key(sig)
@@ -421,7 +427,7 @@ def compile(  # noqa: A001
 def _footprint(exe: Executable) -> int:
     """What an executable is counted at in memory: the bytes of its program's
     temporaries and results (an upper bound of its arena and constant layouts)."""
-    return sum(_nbytes(r) for r in exe.program.root.refs if r.dir != "in")
+    return sum(_nbytes(r) for r in exe.root_refs if r.dir != "in")
 
 
 def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:

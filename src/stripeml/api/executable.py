@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     # cache) lowers nothing and profiles nothing.
     from ..analysis.roofline import ProfileRow, Work
     from ..passes.manager import PipelineResult
+    from ..runtime.kernel_cache import StoredProgram
     from . import Function
 
 
@@ -56,25 +57,40 @@ def signature_of(arrays: Sequence[np.ndarray]) -> Signature:
 
 
 class Executable:
-    """A program specialised for one signature on one target."""
+    """A program specialised for one signature on one target.
+
+    ``program`` may be a :class:`~stripeml.runtime.kernel_cache.StoredProgram`
+    (a warm start's, read from the disk cache with ``ir`` its text): what a call
+    needs comes from its summary, and :attr:`program` loads it when first asked
+    for."""
 
     def __init__(
         self,
         fn: Function,
-        program: Program,
+        program: Program | StoredProgram,
         stages: PipelineResult | None,
         compiled: Compiled,
         timings: list[tuple[str, float]] | None = None,
         ir: str | None = None,
     ):
         self.function = fn
-        self.program = program
+        self._program: Program | None = None
+        self._stored: StoredProgram | None = None
+        if isinstance(program, Program):
+            self._program = program
+            #: The program's root refinements (parameters, results, temporaries).
+            self.root_refs: tuple[Refinement, ...] = program.root.refs
+        else:
+            self._stored = program
+            self.root_refs = program.summary.refs
         self._stages = stages  # their texts are printed when first asked for
         self._timings = list(timings or [])
         self._compiled = compiled
-        self.ir = ir if ir is not None else format_ir(program)
+        self.ir = ir if ir is not None else format_ir(self.program)
         self.output_specs = tuple(
-            (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype))) for r in program.outputs
+            (r.into, r.shape.sizes, np.dtype(_np_dtype(r.shape.dtype)))
+            for r in self.root_refs
+            if r.dir == "out"
         )
         self._memory: list[tuple[str | None, str, int]] | None = None
         self._work: dict[str, Work] | None = None
@@ -85,6 +101,15 @@ class Executable:
         # Whether everything a call can allocate fits in physical memory (then
         # run_named checks nothing); None until the first call.
         self._always_fits: bool | None = None
+
+    @property
+    def program(self) -> Program:
+        """The optimised Stripe program (after a warm start, loaded from the disk
+        cache when first asked for)."""
+        if self._program is None:
+            assert self._stored is not None
+            self._program = self._stored.program
+        return self._program
 
     @property
     def stages(self) -> list[tuple[str, str]]:
@@ -108,6 +133,8 @@ class Executable:
     def peak_bytes(self) -> dict[str, int]:
         """Memory the program's temporaries need per location (after ``place``,
         buffers that are never live together share bytes)."""
+        if self._program is None and self._stored is not None:
+            return dict(self._stored.summary.peak)
         from ..analysis.memory import peak_bytes
 
         return peak_bytes(self.program)
@@ -249,7 +276,8 @@ class Executable:
         if self._memory is None:
             self._memory = [
                 (r.into, f"output '{r.into}' {r.shape.dtype}{r.shape.sizes}", _nbytes(r))
-                for r in self.program.outputs
+                for r in self.root_refs
+                if r.dir == "out"
             ]
             self._memory += [(None, f"temporaries in {k}", n) for k, n in self.peak_bytes.items()]
         return self._memory
@@ -315,8 +343,8 @@ class Executable:
         if self._signature is None:
             self._signature = tuple(
                 (r.shape.sizes, str(_np_dtype(r.shape.dtype)))
-                for r in self.program.inputs
-                if not r.const
+                for r in self.root_refs
+                if r.dir == "in" and not r.const
             )
         return self._signature
 

@@ -61,7 +61,7 @@ from ..ir.printer import format as format_ir
 from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
 from . import jit, llvm_pool, native_pool
-from .kernel_cache import Entry, KernelCache, cache_key
+from .kernel_cache import Entry, KernelCache, StoredProgram, cache_key
 from .program_facts import Liveness
 
 if TYPE_CHECKING:
@@ -182,25 +182,50 @@ class CpuBackend:
             f"fma={o.fma} int8_dot={o.int8_dot}; {jit.target_description()}"
         )
 
-    def compile(self, program: Program) -> CpuCompiled:
+    #: :meth:`compile` takes a :class:`~.kernel_cache.StoredProgram` as well: a warm
+    #: start then loads the object code without loading the program.
+    compiles_stored: ClassVar[bool] = True
+
+    def compile(self, program: Program | StoredProgram) -> CpuCompiled:
         """Object code from the disk cache, or generated, optimised and stored.
 
         Two levels of cache: the program's entry (its wrappers' object and
         metadata, naming the bodies it links) and one entry per distinct kernel
-        body (``bodies/``), shared by every program that has that kernel."""
+        body (``bodies/``), shared by every program that has that kernel.  A
+        :class:`~.kernel_cache.StoredProgram` (read from the program cache) is
+        loaded only if its object code must be generated again."""
         o = self.options
         cache = KernelCache(o.cache_dir)
         body_cache = KernelCache(o.cache_dir, BODY_FOLDER)
         described = self.describe()
+        stored: StoredProgram | None = None
+        whole: Program | None = None
         with phase("cache read"):
-            key = cache_key(format_ir(program), described)
+            if isinstance(program, StoredProgram):
+                stored, text = program, program.text
+            else:
+                whole, text = program, format_ir(program)
+            key = cache_key(text, described)
             entry = cache.get(key)
             bodies = _cached_bodies(body_cache, entry, described) if entry is not None else None
         if entry is None or bodies is None:
-            entry, bodies = self._generate(program, cache, key, body_cache, described)
+            if whole is None:
+                assert stored is not None
+                whole = stored.program
+            entry, bodies = self._generate(whole, cache, key, body_cache, described)
         code = entry.module.llvm_ir + "".join(f"\n{b.module.llvm_ir}" for b in bodies)
         with phase("load"):
             loaded = jit.load_object([entry.object_code, *(b.object_code for b in bodies)])
+        if whole is not None:
+            facts = Liveness(whole, key, o.cache_dir)
+        else:
+            assert stored is not None
+            facts = Liveness(
+                lambda: stored.program,
+                key,
+                o.cache_dir,
+                names=frozenset(r.into for r in stored.summary.refs),
+            )
         return CpuCompiled(
             entry.module,
             loaded,
@@ -209,7 +234,7 @@ class CpuBackend:
             min_chunk_work=o.min_chunk_work,
             chunks_per_thread=o.chunks_per_thread,
             code=code,
-            facts=Liveness(program, key, o.cache_dir),
+            facts=facts,
         )
 
     def _generate(

@@ -26,6 +26,7 @@ from .host import (
     run_root_special,
 )
 from .kept_pages import kept_array, promote_huge
+from .kernel_cache import StoredProgram
 from .program_facts import Liveness
 
 if TYPE_CHECKING:
@@ -41,7 +42,11 @@ class CpuCompiled:
 
     ``program``: the Stripe program the module was generated from (its root
     refinements, in ``module.buffers`` order); the placed temporaries' offsets
-    come from it.  Without it every temporary gets its own array.
+    come from it.  Without it every temporary gets its own array.  A
+    :class:`~.kernel_cache.StoredProgram` (a warm start's) is asked for its
+    summary; its program is loaded only when another program of the process
+    plans to share constant layouts with this one, or the runtime's analyses
+    are not in the disk cache.
     """
 
     def __init__(
@@ -49,7 +54,7 @@ class CpuCompiled:
         module: CpuModule,
         loaded: jit.LoadedObject,
         threads: int,
-        program: Program | None = None,
+        program: Program | StoredProgram | None = None,
         min_chunk_work: int = MIN_WORK_PER_CHUNK,
         chunks_per_thread: int = CHUNKS_PER_THREAD,
         code: str | None = None,
@@ -62,20 +67,28 @@ class CpuCompiled:
         self.chunks_per_thread = chunks_per_thread
         self._loaded = loaded  # keeps the executable memory alive
         refs: tuple[Refinement | None, ...] = (None,) * len(module.buffers)
-        if program is not None and [r.into for r in program.root.refs] == [
-            b.name for b in module.buffers
-        ]:
-            refs = program.root.refs
+        root_refs: tuple[Refinement, ...] = ()
+        if isinstance(program, StoredProgram):
+            root_refs = program.summary.refs
+            constant, kept = program.summary.constant, program.summary.kept
+        elif program is not None:
+            root_refs = program.root.refs
+            const = constness(program)
+            constant, kept = const.statements, const.temporaries
+        else:
+            constant, kept = frozenset(), frozenset()
+        if [r.into for r in root_refs] == [b.name for b in module.buffers]:
+            refs = root_refs
         self._program = program
+        #: The constant parameters' names.
+        self._const_params = frozenset(r.into for r in root_refs if r.const)
         self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
         self._seen = SeenInputs(len(self._buffers))  # a model's weights, call after call
         self._in_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "in")
         self._out_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "out")
         # Steps computing from constant parameters alone run once, at the first call;
         # the temporaries they write are kept (shared by every call) from then on.
-        const = constness(program) if program is not None else None
-        self._const_steps = const.statements if const is not None else frozenset()
-        kept = const.temporaries if const is not None else frozenset()
+        self._const_steps = constant
         self._kept = {k: b for k, b in enumerate(self._buffers) if b.info.name in kept}
         self._kept_storage: dict[int, np.ndarray] | None = None
         self._reuse: shared_constants.Reuse | None = None
@@ -105,9 +118,9 @@ class CpuCompiled:
         self._written: frozenset[int] | None = None
         self._called = False
         # Both analyses, from the disk cache when an earlier process stored them.
-        self._facts = (
-            facts if facts is not None or program is None else Liveness(program, None, None)
-        )
+        if facts is None and isinstance(program, Program):
+            facts = Liveness(program, None, None)
+        self._facts = facts
         self._kernels = {
             s.kernel.symbol: loaded.kernel(s.kernel.symbol)
             for s in module.steps
@@ -314,14 +327,13 @@ class CpuCompiled:
                 if self._kept_storage is None and self._kept and shared_constants.idle():
                     # nothing to share with: no value ids now (registered when
                     # another program asks, shared_constants.flush)
-                    assert self._program is not None  # kept temporaries come from it
-                    params = {r.into for r in self._program.root.refs if r.const}
+                    params = self._const_params
                     self._deferred = {k: v for k, v in inputs.items() if k in params}
                     self._kept_storage = {k: b.kept_storage() for k, b in self._kept.items()}
                     self._promote += self._kept_storage.values()
                 if self._kept_storage is None:
                     reuse = shared_constants.plan_reuse(
-                        self._program, self._buffers, self._const_steps, self._kept, inputs
+                        self._whole_program(), self._buffers, self._const_steps, self._kept, inputs
                     )
                     shared = reuse.shared if reuse is not None else {}
                     self._reuse = reuse
@@ -352,10 +364,15 @@ class CpuCompiled:
         if given is None or self._kept_storage is None:
             return
         reuse = shared_constants.plan_reuse(
-            self._program, self._buffers, self._const_steps, self._kept, given
+            self._whole_program(), self._buffers, self._const_steps, self._kept, given
         )
         if reuse is not None:  # (its ids name only the arrays not found registered)
             shared_constants.register(reuse, self._kept_storage)
+
+    def _whole_program(self) -> Program | None:
+        """The program (a stored one loaded now)."""
+        program = self._program
+        return program.program if isinstance(program, StoredProgram) else program
 
     def _run_steps(
         self,

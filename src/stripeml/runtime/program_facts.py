@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 from ..ir.nodes import Program
 from .cache_root import CacheRoot
@@ -33,15 +34,29 @@ class Liveness:
     """:func:`~stripeml.analysis.liveness.initial_reads` and
     :func:`~stripeml.analysis.liveness.written_outputs` of ``program``, from the
     cache under ``key`` (in ``directory``, the program entry's root) when there,
-    else computed and stored.  ``key`` None: computed, never stored."""
+    else computed and stored.  ``key`` None: computed, never stored.
+
+    ``program`` may be a function giving it, called only if the facts must be
+    computed; ``names`` (its root's buffers) then check what the cache gives."""
 
     def __init__(
-        self, program: Program, key: str | None, directory: str | os.PathLike[str] | None
+        self,
+        program: Program | Callable[[], Program],
+        key: str | None,
+        directory: str | os.PathLike[str] | None,
+        names: frozenset[str] | None = None,
     ) -> None:
-        self.program = program
+        self._program = program
         self.key = key
         self.directory = directory
+        self._names = names
         self._found: tuple[frozenset[str], frozenset[str]] | None = None
+
+    @property
+    def program(self) -> Program:
+        if not isinstance(self._program, Program):
+            self._program = self._program()
+        return self._program
 
     def _entries(self) -> EntryFolder:
         return EntryFolder(CacheRoot(self.directory), "facts", MAGIC, VERSION, "program facts")
@@ -63,7 +78,9 @@ class Liveness:
             reads, written = frozenset(text["initial_reads"]), frozenset(text["written_outputs"])
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             return None
-        names = {r.into for r in self.program.root.refs}
+        names = self._names
+        if names is None:
+            names = frozenset(r.into for r in self.program.root.refs)
         if not (reads <= names and written <= names):
             return None
         return reads, written
