@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -31,6 +33,7 @@ from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
 from .llvm_math import MATH_FUNCTIONS
+from .llvm_plan import work_estimate
 from .plan import kernel_symbol
 
 #: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
@@ -80,6 +83,8 @@ def generate(
     steps: list[Step] = []
     bodies: dict[str, Body] = {}
     declared: set[str] = set()
+    bounded: dict[str, tuple[str, ...]] = {}  # body symbol -> its runtime-bound indices
+    options = (triple, vector_width, fma, vector_registers, int8_dot)
     for n, stmt in enumerate(root.stmts):
         if isinstance(stmt, Special):
             steps.append(Step(special=stmt))
@@ -88,30 +93,45 @@ def generate(
             symbol = body_symbol(canon.text)
             body = bodies.get(symbol)
             if body is None:
+                # the level and bounds are functions of the canonical kernel: once per body
+                opt = body_opt_level(canon.kernel, vector_width)
+                bounded[symbol] = runtime_bounds(canon.kernel, opt)
                 info = known(symbol) if known is not None else None
                 if info is not None:
-                    body = Body(symbol, None, info, body_opt_level(stmt, vector_width))
+                    body = Body(symbol, None, info, opt)
                 else:
                     body = _body(
                         canon, symbol, vector_width, triple, fma, vector_registers, int8_dot
                     )
-                    if on_body is not None:
+                    twin = _same_code(body, options, bodies, known)
+                    if twin is not None:
+                        body = twin
+                    elif on_body is not None:
                         on_body(body)
                 bodies[symbol] = body
-            if symbol not in declared:  # the body's entry: (its own pointer array, start, end)
-                declared.add(symbol)
-                glue.append(entry_declaration(symbol))
+            bounds = bounded[symbol]
+            if body.symbol not in declared:  # the body's entry: (its own pointer array, start, end)
+                declared.add(body.symbol)
+                glue.append(entry_declaration(body.symbol, len(bounds)))
             wrapper = kernel_symbol(n, stmt)
             glue.append(
                 forwarder_text(
-                    wrapper, symbol, [slot[name] for name in canon.buffers], canon.offsets
+                    wrapper,
+                    body.symbol,
+                    [slot[name] for name in canon.buffers],
+                    canon.offsets,
+                    [stmt.idx(name).range for name in bounds],
                 )
             )
             steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
+    linked: dict[str, Body] = {}  # one per symbol: the generated one where a twin shares it
+    for body in bodies.values():
+        if body.llvm_ir is not None or body.symbol not in linked:
+            linked[body.symbol] = body
     text = "".join(glue)
-    return CpuModule(text, buffers, tuple(steps), tuple(bodies.values()))
+    return CpuModule(text, buffers, tuple(steps), tuple(linked.values()))
 
 
 def release(module: ir.Module) -> None:
@@ -147,6 +167,82 @@ def body_symbol(canonical_text: str) -> str:
     return "sk_" + hashlib.sha256(canonical_text.encode()).hexdigest()[:32]
 
 
+def runtime_bounds(kernel: Block, opt: int) -> tuple[str, ...]:
+    """The indices of root kernel ``kernel`` whose loops run to a bound its
+    body takes at run time instead of their range as a constant (the wrapper
+    passes the range): in a body compiled at O1 (``opt``, :func:`body_opt_level`),
+    every index of the kernel's own block with no affine and a range of at
+    least 2, except, in a kernel with no nested block, the indices that move a
+    view's unit-stride last dimension: its innermost loop may run in vector
+    lanes, whose scalar tail loop LLVM deletes for a constant range that the
+    lanes divide (with those bounds too, BERT-base's O1 bodies took 18% more
+    of LLVM's time).  A body's code then often does not depend on those ranges (a
+    matmul's loop over row tiles: a second sequence length of a transformer),
+    and kernels whose code is the same share one body (:func:`_same_code`).
+    At O1 LLVM neither unrolls nor vectorises loops, so a constant trip count
+    gave it nothing to use; O3 bodies keep their constants."""
+    if opt != 1:
+        return ()
+    lanes: set[str] = set()
+    if not kernel.sub_blocks:  # a leaf: its innermost loop may run in vector lanes
+        for r in kernel.refs:
+            if r.access and r.shape.strides and r.shape.strides[-1] == 1:
+                lanes.update(n for n, c in r.access[-1].terms if c == 1)
+    return tuple(
+        i.name for i in kernel.idxs if i.affine is None and i.range >= 2 and i.name not in lanes
+    )
+
+
+#: Bodies generated in this process, by their code: (SHA-256 of the body's LLVM
+#: text with its symbol taken out, the code generator's options, the
+#: optimisation level) -> the body's symbol.  At most :data:`SAME_CODE_ENTRIES`,
+#: least recently used first out (about 200 bytes each).
+_BY_CODE: OrderedDict[tuple[object, ...], str] = OrderedDict()
+_BY_CODE_LOCK = threading.Lock()  # two threads may generate programs at once
+SAME_CODE_ENTRIES = 4096
+
+
+def _same_code(
+    body: Body,
+    options: tuple[object, ...],
+    bodies: dict[str, Body],
+    known: Known | None,
+) -> Body | None:
+    """A body compiled before (in this program or, as ``known`` says, in the
+    cache) whose LLVM text is ``body``'s up to its symbol, as ``body`` but
+    named after it and not to be compiled; else ``None`` (``body`` is noted
+    as the one with that code).
+
+    Two kernels whose canonical forms differ (in the range of a runtime-bound
+    index, :func:`runtime_bounds`, or in a root buffer's sizes) may still have
+    the same code: then the text generated for the new kernel is the old
+    body's, the same function of the buffers and bounds it is called with, so
+    the old body computes exactly what the new one would (the wrapper passes
+    this kernel's own bounds).  Only the LLVM time is saved: the text is
+    generated to be compared."""
+    text = body.llvm_ir
+    if text is None:
+        return None
+    digest = hashlib.sha256(text.replace(body.symbol, "").encode()).digest()
+    key = (digest, body.opt, *options)
+    with _BY_CODE_LOCK:
+        symbol = _BY_CODE.get(key)
+    if symbol is not None and symbol != body.symbol:
+        if any(b.symbol == symbol and b.llvm_ir is not None for b in bodies.values()) or (
+            known is not None and known(symbol) is not None
+        ):
+            with _BY_CODE_LOCK:
+                if key in _BY_CODE:
+                    _BY_CODE.move_to_end(key)
+            return replace(body, symbol=symbol, llvm_ir=None)
+    with _BY_CODE_LOCK:
+        _BY_CODE[key] = body.symbol
+        _BY_CODE.move_to_end(key)
+        while len(_BY_CODE) > SAME_CODE_ENTRIES:
+            _BY_CODE.popitem(last=False)
+    return None
+
+
 def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     """The LLVM pipeline a kernel's body gets (docs/performance.md, "Compile time"):
 
@@ -159,7 +255,11 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       nothing more to do (ResNet-50's tiled convolutions 0.98-1.01x the time at
       O1, BERT-base's plain matmuls 1.00x, for 0.6x the compile time), and for
       the transforms of Winograd convolutions (``winograd``: straight-line sums
-      of 16 loads in vector lanes, where O3's unrolling cost ~90 ms per body);
+      of 16 loads in vector lanes, where O3's unrolling cost ~90 ms per body),
+      and for *tiny* kernels, of at most :data:`TINY_WORK` scalar operations
+      (:func:`.llvm_plan.work_estimate`: a transformer's per-row scalars of a
+      normalisation, its mask's conversion; about a microsecond a call, where
+      O3 cost 10-25 ms of LLVM each and O1 5-7);
     * O3, with loop and SLP vectorisation and unrolling, for the rest: scalar
       reductions, element-wise kernels (at O1 SqueezeNet ran 1.10x the time),
       BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of one or two
@@ -172,11 +272,16 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     """
     if "copy" in kernel.tags or "fill" in kernel.tags or generator_tiled(kernel, vector_width):
         return 1
+    if work_estimate(kernel) <= TINY_WORK:  # a microsecond of work: O3 cannot pay back
+        return 1
     if "winograd" in kernel.tags:  # straight-line sums, in vector lanes already
         return 1
     return 3
 
 
+#: Kernels of at most this many scalar operations (points times statements) are
+#: compiled at O1 (:func:`body_opt_level`).
+TINY_WORK = 4096
 #: A register tile compiled at O1 keeps at least this many vectors of accumulators ...
 O1_TILE_VECTORS = 4
 #: ... and its innermost reduction index runs at least this many steps.
@@ -251,6 +356,7 @@ def _body(
         body_only=True,
         vector_registers=vector_registers,
         int8_dot=int8_dot,
+        bounds=runtime_bounds(canon.kernel, opt),
     )
     # At O1 a loop of one trip costs LLVM time and changes no code (ResNet-50's 74
     # bodies byte for byte the same, BERT-base's 13 but for one's register choice);

@@ -28,28 +28,51 @@ from .llvm_types import F32, I1, I8, I64, PTR, lanes_of, mem_type, reg_type, vec
 from .plan import bound_terms, place_constraints
 
 
-def emit_wrapper(module: ir.Module, symbol: str, body: ir.Function, slots: list[int]) -> None:
+def emit_wrapper(
+    module: ir.Module,
+    symbol: str,
+    body: ir.Function,
+    slots: list[int],
+    bounds: Sequence[int] | None = None,
+) -> None:
     """The ABI function ``symbol(void **buffers, start, end)``: loads
-    ``buffers[slots[i]]`` for each pointer parameter of ``body`` and calls it."""
-    wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), symbol)
+    ``buffers[slots[i]]`` for each pointer parameter of ``body`` and calls it.
+
+    ``bounds``: the ranges of the body's runtime-bound indices
+    (:func:`.llvm.runtime_bounds`), passed as constants; ``None`` when
+    ``symbol`` is a body's entry, which takes them as parameters after ``end``
+    (``symbol(void **args, start, end, n0, n1, ...)``) and passes them on."""
+    extra = body.function_type.args[len(slots) + 2 :]
+    own = len(extra) if bounds is None else 0
+    wrapper = ir.Function(
+        module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, *([I64] * own)]), symbol
+    )
     wb = ir.IRBuilder(wrapper.append_basic_block("entry"))
-    bufs, start, end = wrapper.args
+    bufs, start, end = wrapper.args[:3]
     ptrs = []
     for slot in slots:
         at = wb.gep(bufs, [ir.Constant(I64, slot)], source_etype=PTR)
         ptrs.append(wb.load(at, typ=PTR))
-    wb.call(body, [*ptrs, start, end])
+    passed = list(wrapper.args[3:]) if bounds is None else [ir.Constant(I64, n) for n in bounds]
+    wb.call(body, [*ptrs, start, end, *passed])
     wb.ret_void()
 
 
-def forwarder_text(symbol: str, entry: str, slots: list[int], offsets: Sequence[int] = ()) -> str:
+def forwarder_text(
+    symbol: str,
+    entry: str,
+    slots: list[int],
+    offsets: Sequence[int] = (),
+    bounds: Sequence[int] = (),
+) -> str:
     """The LLVM text of the ABI function ``symbol(void **buffers, start, end)`` of
     a kernel step: it gathers ``buffers[slots[i]]`` (plus ``offsets[i]`` bytes,
     the constant offsets its canonical form took out) into an array of its own
     and calls ``entry`` (a body's entry, declared with :func:`entry_declaration`)
-    with it.  Written as text, not through llvmlite's builder: a model has one
-    per kernel step (BERT-base: 295), and building and printing them with
-    llvmlite objects cost more than the text."""
+    with it, and with ``bounds``, the ranges of the body's runtime-bound
+    indices (:func:`.llvm.runtime_bounds`).  Written as text, not through
+    llvmlite's builder: a model has one per kernel step (BERT-base: 295), and
+    building and printing them with llvmlite objects cost more than the text."""
     n = max(1, len(slots))
     lines = [
         f'define void @"{symbol}"(ptr %bufs, i64 %start, i64 %end)',
@@ -70,13 +93,20 @@ def forwarder_text(symbol: str, entry: str, slots: list[int], offsets: Sequence[
             f"  %to{i} = getelementptr [{n} x ptr], ptr %local, i64 0, i64 {i}",
             f"  store ptr {value}, ptr %to{i}",
         ]
-    lines += [f'  call void @"{entry}"(ptr %local, i64 %start, i64 %end)', "  ret void", "}", ""]
+    passed = "".join(f", i64 {int(v)}" for v in bounds)
+    lines += [
+        f'  call void @"{entry}"(ptr %local, i64 %start, i64 %end{passed})',
+        "  ret void",
+        "}",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def entry_declaration(symbol: str) -> str:
-    """The declaration of a body's entry ``symbol(ptr args, i64 start, i64 end)``."""
-    return f'declare void @"{symbol}"(ptr, i64, i64)\n'
+def entry_declaration(symbol: str, bounds: int = 0) -> str:
+    """The declaration of a body's entry ``symbol(ptr args, i64 start, i64 end)``,
+    with ``bounds`` more ``i64`` parameters (its runtime-bound indices' ranges)."""
+    return f'declare void @"{symbol}"(ptr, i64, i64{", i64" * bounds})\n'
 
 
 class KernelBuilder:
@@ -89,7 +119,9 @@ class KernelBuilder:
     ``symbol(void **args, start, end)`` takes the kernel's own pointer array,
     ``args[i]`` the i-th buffer in
     :func:`stripeml.analysis.canonical.kernel_buffers` order (a wrapper
-    elsewhere builds it; see :func:`.llvm.generate`).  The body is inlined
+    elsewhere builds it; see :func:`.llvm.generate`), and after ``end`` the
+    ranges of ``bounds``, indices of ``kernel`` whose loops run to that value
+    instead of a constant (:func:`.llvm.runtime_bounds`).  The body is inlined
     into that function either way: LLVM optimises the same code as when the
     wrapper and body share a module (compiled on their own, the body of a
     grouped convolution got 64-bit gathers and 13% more instructions).
@@ -106,6 +138,7 @@ class KernelBuilder:
         body_only: bool = False,
         vector_registers: int = 16,
         int8_dot: bool = False,
+        bounds: Sequence[str] = (),
     ):
         self.module = module
         self.int8_dot = int8_dot
@@ -123,7 +156,10 @@ class KernelBuilder:
         self.no_one_trip_loops = False
         used = list(kernel_buffers(kernel))
         self.used = used
-        body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(used) + [I64, I64])
+        bounds = tuple(bounds)
+        body_ty = ir.FunctionType(
+            ir.VoidType(), [PTR] * len(used) + [I64, I64] + [I64] * len(bounds)
+        )
         self.fn = ir.Function(module, body_ty, symbol + ".body")
         self.fn.linkage = "internal"
         self.fn.attributes.add("alwaysinline")
@@ -131,7 +167,13 @@ class KernelBuilder:
             emit_wrapper(module, symbol, self.fn, list(range(len(used))))
         else:
             root_index = {r.into: i for i, r in enumerate(root.refs)}
-            emit_wrapper(module, symbol, self.fn, [root_index[name] for name in used])
+            emit_wrapper(
+                module,
+                symbol,
+                self.fn,
+                [root_index[name] for name in used],
+                [kernel.idx(n).range for n in bounds],
+            )
         for a in self.fn.args[: len(used)]:
             a.add_attribute("noalias")
         self.entry = self.fn.append_basic_block("entry")
@@ -139,6 +181,11 @@ class KernelBuilder:
         first = self.fn.append_basic_block("start")
         self.b = ir.IRBuilder(first)
         self.start, self.end = self.fn.args[len(used)], self.fn.args[len(used) + 1]
+        # The kernel's indices whose loops run to a bound passed at run time (the
+        # body's parameters after ``end``) instead of their range as a constant.
+        self.bound_args: dict[str, ir.Value] = {
+            n: self.fn.args[len(used) + 2 + k] for k, n in enumerate(bounds)
+        }
         self.root_binds = {
             name: Bind(self.fn.args[i], Affine(), root.ref(name).shape.dtype, "", "read", name)
             for i, name in enumerate(used)
@@ -287,6 +334,8 @@ class KernelBuilder:
             base = idx.affine or Affine()
             lo: ir.Value = ir.Constant(I64, 0)
             hi: ir.Value = ir.Constant(I64, idx.range)
+            if top and name in self.bound_args:
+                hi = self.bound_args[name]  # equal to idx.range: the caller passes it
             for c in per_loop[name]:
                 coef, rest = bound_terms(c, name, base)
                 r = self.affine(rest, env2)
