@@ -33,7 +33,7 @@ def test_a_choice_changes_only_its_kernel():
     f, program, arrays = _program()
     passes = f.target.passes
     point = tuning_point(passes)
-    assert point is not None and passes[point].name == "unroll"
+    assert point is not None and passes[point].name == "winograd"
     at_point = run_pipeline(program, passes[:point]).program
     first = next(s for s in at_point.root.stmts if s.name.startswith("k0"))
     choice = {"unroll": {"rows": 2}, "thread": {"rank": 1}}

@@ -183,7 +183,10 @@ def _root_writes(
 
 def parallel_index(kernel: Block) -> str | None:
     """An index of the kernel whose distinct values write distinct elements of every
-    root buffer the kernel writes (and the kernel reads none of them): safe to split."""
+    root buffer the kernel writes (and the kernel reads none of them): safe to split.
+    None for a ``#serial`` kernel (it runs on one thread)."""
+    if "serial" in kernel.tags:
+        return None
     if (
         "thread" in kernel.tags
         and kernel.idxs

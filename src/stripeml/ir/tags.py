@@ -138,6 +138,13 @@ TAGS: tuple[Tag, ...] = (
         read_by=("passes.thread", "codegen.llvm_plan"),
     ),
     Tag(
+        "serial",
+        "the kernel runs on one thread: no index is split (`thread`'s `serial_below`, "
+        "a choice of `stripeml tune`)",
+        set_by=("passes.thread",),
+        read_by=("passes.thread", "codegen.llvm_plan"),
+    ),
+    Tag(
         "vector",
         "the last index is the vector index (`vectorize`)",
         set_by=("passes.vectorize",),

@@ -15,10 +15,16 @@ A pass with choices for some kernels runs on *segments*: maximal runs of
 consecutive root statements that get the same options.  Each segment is run
 as a program of its own (the root's buffers, its statements only) with its
 options; the results are put back in order, and buffers a segment added to the
-root (packed constant panels) are added once.  That is exact for the passes
-that may declare tunable options (the registry's rule: each root kernel
-decided on its own).  A pass without choices, or a pipeline without any, runs
-as usual: tuning changes nothing for kernels it has not measured.
+root (packed constant panels) are added once, and buffers a segment's run
+dropped are dropped.  That is exact for the passes that may declare tunable
+options (the registry's rule: each root kernel decided on its own), and
+checked: a pass that looks past a kernel (``winograd`` asks whether anything
+else reads a convolution's result) sees only its segment, so when a
+segment's run stopped writing a buffer another segment reads, or dropped one
+the result still uses, the pass runs over the whole program with the file's
+options instead (docs/tuning.md).  A pass without choices, or a pipeline
+without any, runs as usual: tuning changes nothing for kernels it has not
+measured.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ..analysis.canonical import canonical_kernel
-from ..ir.nodes import Block, Program, Refinement, Statement
+from ..ir.nodes import Block, Program, Refinement, Special, Statement
 from .registry import Pass, tunable_options, with_choice
 
 #: One kernel's choice: pass name -> option -> value.
@@ -102,14 +108,52 @@ class KernelChoices:
         refs: dict[str, Refinement] = {r.into: r for r in root.refs}
         stmts: list[Statement] = []
         changed = False
+        removed: set[str] = set()  # root buffers a segment's run dropped
+        # per segment: the root buffers its statements read, and those they no
+        # longer write (``winograd`` merges a consumer: the result is never stored)
+        reads: list[set[str]] = []
+        lost: list[set[str]] = []
         for key, part in segments:
             runner = p if key is None else with_choice(p, dict(key))
             sub = Program(replace(root, refs=tuple(refs.values()), stmts=tuple(part)))
             done = runner.run(sub)
             changed |= done is not sub
             stmts.extend(done.root.stmts)
+            kept = {r.into for r in done.root.refs}
+            removed |= {r.into for r in sub.root.refs} - kept
             for r in done.root.refs:
                 refs[r.into] = r
+            reads.append(_root_uses(done.root.stmts, write=False))
+            lost.append(_root_uses(part, write=True) - _root_uses(done.root.stmts, write=True))
         if not changed:
             return program
-        return Program(replace(root, refs=tuple(refs.values()), stmts=tuple(stmts)))
+        # Exact only if no segment's run decided something another segment's
+        # statements contradict: a pass that looks past a kernel (``winograd``
+        # asks whether anything else reads a convolution's result) saw only its
+        # segment.  Otherwise the pass runs over the whole program with the
+        # file's options: slower code perhaps, never wrong code.
+        used = _root_uses(stmts, write=False) | _root_uses(stmts, write=True)
+        for n, gone in enumerate(lost):
+            if any(gone & r for m, r in enumerate(reads) if m != n):
+                return p.run(program)
+        if removed & used:
+            return p.run(program)
+        return Program(
+            replace(
+                root,
+                refs=tuple(r for name, r in refs.items() if name not in removed),
+                stmts=tuple(stmts),
+            )
+        )
+
+
+def _root_uses(stmts: Sequence[Statement], write: bool) -> set[str]:
+    """The root buffers the root statements ``stmts`` write (``write``) or read."""
+    dirs = ("out", "inout") if write else ("in", "inout")
+    out: set[str] = set()
+    for s in stmts:
+        if isinstance(s, Block):
+            out |= {r.from_ or r.into for r in s.refs if r.dir in dirs}
+        elif isinstance(s, Special):
+            out |= set(s.outputs if write else s.inputs)
+    return out

@@ -14,15 +14,17 @@ the front of the kernel's indices and adds the tag ``#thread``: the CPU
 backend runs the values of the first index of a ``#thread`` block on
 different threads.  Points are unordered, so reordering indices changes
 nothing else.  A kernel with no race-free index of 2 or more values, or a
-``threads`` below 2, is left as it is.
+``threads`` below 2, is left as it is.  With ``serial_below`` (a tuned
+choice, docs/tuning.md), selected kernels of less work than that are tagged
+``#serial`` instead (any ``#thread`` removed): they run on one thread.
 
 Requires: verified IR.  Guarantees: the same results and verified IR (only
 the index order and a tag change), the same object when nothing is marked, a
-fixed point (marked kernels are skipped), and for every ``#thread`` kernel a
-race-free first index.  Kernels equal up to the names of their refinements,
-blocks and comments (a model's repeated layers) are decided once
-(:func:`choice_key`): the choice depends on the kernel alone, and reads
-refinement names only to tell buffers apart.  A pass that builds kernels
+fixed point (marked kernels, ``#thread`` or ``#serial``, are skipped), and
+for every ``#thread`` kernel a race-free first index.  Kernels equal up to
+the names of their refinements, blocks and comments (a model's repeated
+layers) are decided once (:func:`choice_key`): the choice depends on the
+kernel alone, and reads refinement names only to tell buffers apart.  A pass that builds kernels
 race-free by construction may mark them itself through :func:`choose_among`
 (``winograd``'s transforms); marked kernels are skipped.
 """
@@ -35,7 +37,7 @@ from typing import ClassVar
 
 from ..analysis.access import Access, accesses
 from ..analysis.dependence import race_free_indices
-from ..analysis.select import parse_selector
+from ..analysis.select import Selector, parse_selector
 from ..ir.affine import box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import (
@@ -70,22 +72,34 @@ class Thread:
     # :func:`thread_candidates` (past the last: the last).  ``stripeml tune``
     # varies it per kernel; a target file has no reason to.
     rank: int = 0
+    # Selected kernels of less work than this (:func:`work`) run on one thread:
+    # tagged ``#serial``, any ``#thread`` an earlier pass set removed (0: none).
+    # A kernel of a few microseconds can take longer handed to the pool than on
+    # the calling thread (docs/tuning.md); ``stripeml tune`` varies it per
+    # kernel, where a kernel's parts (a Winograd convolution's transforms and
+    # products) differ in work by 100x.
+    serial_below: int = 0
     name: ClassVar[str] = "thread"
-    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"rank": (0, 1, 2, 3)}
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {
+        "rank": (0, 1, 2, 3),
+        "serial_below": (0, 1 << 18, 1 << 20, 1 << 22, 1 << 24),
+    }
 
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "threads")
-        check_non_negative(self, "rank")
+        check_non_negative(self, "rank", "serial_below")
 
     def run(self, program: Program) -> Program:
         if self.threads < 2:
             return program
         wanted = parse_selector(self.select)
+        if self.serial_below:
+            program = _serial(program, wanted, self.serial_below)
         stmts: list[Statement] = []
         chosen: dict[tuple, str | None] = {}  # choice_key -> index: a model's layers repeat
         for s in program.root.stmts:
-            if isinstance(s, Block) and wanted(s.tags) and "thread" not in s.tags:
+            if isinstance(s, Block) and wanted(s.tags) and not s.tags & {"thread", "serial"}:
                 key = choice_key(s)
                 if key not in chosen:
                     chosen[key] = self._choose(s)
@@ -101,6 +115,31 @@ class Thread:
             return choose_thread_index(block, self.threads)
         ranked = thread_candidates(block, self.threads)
         return ranked[min(self.rank, len(ranked) - 1)] if ranked else None
+
+
+def _serial(program: Program, wanted: Selector, below: int) -> Program:
+    """``program`` with each selected root kernel of less work than ``below``
+    tagged ``#serial`` and without ``#thread``: code generation then splits none
+    of its indices."""
+    stmts: list[Statement] = []
+    for s in program.root.stmts:
+        if isinstance(s, Block) and wanted(s.tags) and "serial" not in s.tags:
+            if work(s) < below:
+                s = replace(s, tags=(s.tags - {"thread"}) | {"serial"})
+        stmts.append(s)
+    root = program.root.with_stmts(tuple(stmts))
+    return program if root is program.root else Program(root)
+
+
+def work(block: Block) -> int:
+    """Scalar statements ``block`` runs in all: its points times its own
+    statements and its nested blocks' work (what the CPU runtime weighs to
+    decide whether splitting pays, ``codegen.llvm_plan.work_estimate``)."""
+    points = 1
+    for i in block.idxs:
+        points *= i.range
+    own = sum(1 for s in block.stmts if not isinstance(s, Block))
+    return points * (own + sum(work(s) for s in block.sub_blocks))
 
 
 def choice_key(kernel: Block) -> tuple:

@@ -61,7 +61,10 @@ this: the ``cpu`` target says 8, as ResNet's 7 x 7 images, 16 blocks for 49
 pixels with a kernel per part, ran faster direct), ``vector_width``, ``select``
 (a tag selector of the kernels considered), ``threads`` (at least 2: each
 transform comes marked ``#thread`` as :mod:`.thread` would mark it, so that pass
-need not analyse it; see :func:`_threaded`).  The pipeline runs it after ``halo`` (the image is then a
+need not analyse it; see :func:`_threaded`), ``enabled`` (tunable: ``stripeml
+tune`` may leave a convolution direct; off, the pass changes nothing, so a
+convolution and the consumer it would merge are left as they are whatever
+segment each is in).  The pipeline runs it after ``halo`` (the image is then a
 zero-haloed buffer) and ``alias_copy``, before ``nest`` and ``unroll``.
 
 Requires: verified IR.  Guarantees: the same results up to float32 rounding
@@ -125,7 +128,11 @@ class Winograd:
     # The target's threads: each transform, race-free on every index by
     # construction, is marked #thread as ``thread`` would mark it (0: not marked).
     threads: int = 0
+    # False: no convolution is rewritten.  ``stripeml tune`` turns it off per
+    # convolution (docs/tuning.md): a target file has no reason to.
+    enabled: bool = True
     name: ClassVar[str] = "winograd"
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"enabled": (True, False)}
 
     def __post_init__(self) -> None:
         check_selector(self)
@@ -133,6 +140,8 @@ class Winograd:
         check_non_negative(self, "threads")
 
     def run(self, program: Program) -> Program:
+        if not self.enabled:
+            return program
         root = program.root
         wanted = parse_selector(self.select)
         taken = {r.into for r in root.refs} | {s.name for s in root.stmts if isinstance(s, Block)}

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 import threading
 import time
@@ -302,8 +303,10 @@ class TuningDB:
                 )  # fmt: skip
             except (KeyError, TypeError, ValueError) as exc:
                 raise StripeError(f"{path}: row {n} is malformed ({exc})") from None
-            if row.best_s <= 0 or row.base_s <= 0:
-                raise StripeError(f"{path}: row {n} has a time that is not positive")
+            # 0 is a time: a kernel ``epilogue`` merged into the one before it
+            # runs no step of its own (its window is empty), and a tune stores it
+            if not (0 <= row.best_s < math.inf and 0 <= row.base_s < math.inf):
+                raise StripeError(f"{path}: row {n} has a time that is negative or not finite")
             rows.append(row)
         return self.put(rows)
 

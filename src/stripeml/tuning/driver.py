@@ -21,6 +21,7 @@ slower.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from ..runtime.tuning_db import Row, TuningDB, compiler_key, target_key
 from ..tile.bind import signature_of
 from .executors import make_measurer
 from .kernels import KernelJob, check_outputs, kernel_jobs
-from .measure import Timing, time_interleaved
+from .measure import Timing, faster, time_interleaved
 from .search import KernelResult, KernelSearch
 from .space import axes
 
@@ -74,6 +75,16 @@ class TuneReport:
     kept: bool | None = None
     #: why not, or what the safety check found
     verdict: str = ""
+    #: the 1-minute load average when the tune started and ended, and the CPUs
+    #: this process may use (None where the OS does not say)
+    load: tuple[float, float] | None = None
+    cpus: int = 0
+
+    @property
+    def busy(self) -> bool:
+        """Whether other processes kept the CPUs busy: a load average above the
+        CPUs plus one half (the tune's own threads count about one per CPU)."""
+        return self.load is not None and self.cpus > 0 and max(self.load) > self.cpus + 0.5
 
     @property
     def hits(self) -> int:
@@ -110,6 +121,12 @@ class TuneReport:
             )
         if self.verdict:
             lines.append(self.verdict)
+        if self.busy:
+            assert self.load is not None
+            lines.append(
+                f"the machine was busy (load average {self.load[0]:.1f} -> {self.load[1]:.1f} "
+                f"on {self.cpus} CPUs): gains of a few per cent are within its noise"
+            )
         lines.append(
             f"{len(self.kernels)} kernels ({self.hits} from the database), {self.measured} "
             f"candidates timed, {self.elapsed_s:.1f} s"
@@ -170,6 +187,7 @@ def tune(
             "whose backend caches compiled kernels, such as cpu)"
         )
     report = TuneReport(target.name)
+    load_before = _load()
     sig = signature_of(args)
     named = dict(zip(fn.params, args))
     jobs, report.skipped = kernel_jobs(fn.lowered(sig), target, fn.constants, seed, named)
@@ -242,8 +260,27 @@ def tune(
                 k.dropped = True
     db.put([_row(k, (tkey, ckey), target.name) for k in new])
     report.elapsed_s = time.monotonic() - t0
+    load_after = _load()
+    if load_before is not None and load_after is not None:
+        report.load, report.cpus = (load_before, load_after), _cpus()
     say()
     return report
+
+
+def _load() -> float | None:
+    """The 1-minute load average (None where the OS does not give one)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 0
 
 
 def _search(
@@ -336,13 +373,7 @@ def _faster(before: Timing, after: Timing) -> bool:
     """Whether ``after`` is faster than ``before`` beyond noise: its median at
     least :data:`MIN_PROGRAM_GAIN` lower, and faster in at least
     :data:`MIN_ROUNDS_WON` of the rounds (each round timed both, adjacently)."""
-    if not after.median_s < before.median_s * (1 - MIN_PROGRAM_GAIN):
-        return False
-    pairs = list(zip(before.batches, after.batches))
-    if not pairs:
-        return True
-    won = sum(1 for b, a in pairs if a < b)
-    return won >= MIN_ROUNDS_WON * len(pairs)
+    return faster(before, after, MIN_PROGRAM_GAIN, MIN_ROUNDS_WON)
 
 
 def _program_latency(

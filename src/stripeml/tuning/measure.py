@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["COUNTER", "Timing", "time_interleaved"]
+__all__ = ["COUNTER", "Timing", "faster", "time_interleaved"]
 
 
 class _Counter:
@@ -46,6 +46,20 @@ class Timing:
     samples: int
     stopped: bool = False
     batches: tuple[float, ...] = ()
+
+
+def faster(before: Timing, after: Timing, min_gain: float, min_won: float) -> bool:
+    """Whether ``after`` is faster than ``before`` beyond noise: its median at
+    least ``min_gain`` lower, and faster in at least ``min_won`` of the rounds
+    both were timed in (each round timed both, adjacently: a sign test, so a
+    lower median from a few lucky rounds is not a gain)."""
+    if not after.median_s < before.median_s * (1 - min_gain):
+        return False
+    pairs = list(zip(before.batches, after.batches))
+    if not pairs:
+        return True
+    won = sum(1 for b, a in pairs if a < b)
+    return won >= min_won * len(pairs)
 
 
 def time_interleaved(

@@ -17,8 +17,9 @@ expanded too, so a step that does nothing does not end the walk.  The search
 ends when a generation improves the best by less than ``min_gain``, when
 nothing new is left, or at the kernel's deadline.  Last, the winner and the
 analytic choice are timed against each other in more rounds; a winner less
-than ``min_gain`` faster is not kept (the analytic choice is stored: a later
-tune measures nothing).
+than ``min_gain`` faster, or faster in fewer than two thirds of those rounds
+(a sign test: on a busy machine a lower median can be a few lucky rounds), is
+not kept (the analytic choice is stored: a later tune measures nothing).
 
 The first thing measured is always the analytic choice (``{}``), on its own
 or, where the executor can, with every other kernel's from the same runs: it
@@ -33,7 +34,7 @@ from typing import Protocol
 
 from ..passes._kernel_choices import Choice
 from .kernels import KernelJob
-from .measure import Timing
+from .measure import Timing, faster
 from .space import Axis, choice_key, neighbours
 
 __all__ = ["KernelResult", "KernelSearch", "Measurer"]
@@ -185,12 +186,19 @@ class KernelSearch:
         while not self.done and time.monotonic() < deadline:
             self.step()
 
+    #: Rounds of the last timing of the winner against the analytic choice, and
+    #: the share of them the winner must win (:func:`.measure.faster`).
+    FINAL_ROUNDS = 9
+    FINAL_WON = 2 / 3
+
     def finish(self) -> KernelResult:
-        """Time the winner against the analytic choice and keep it if it is faster."""
+        """Time the winner against the analytic choice and keep it if it is
+        faster beyond noise: ``min_gain`` lower median and faster in
+        :attr:`FINAL_WON` of the paired rounds."""
         r = self.result
         if r.error is None and self.best:
-            base, best = self.measurer.time(self.job, [{}, self.best], self.rounds + 2)
-            if best.median_s < base.median_s * (1 - self.min_gain):
+            base, best = self.measurer.time(self.job, [{}, self.best], self.FINAL_ROUNDS)
+            if faster(base, best, self.min_gain, self.FINAL_WON):
                 r.choice, r.base_s, r.best_s = self.best, base.median_s, best.median_s
             else:
                 r.base_s = r.best_s = base.median_s
