@@ -45,6 +45,14 @@ def _kernels(program) -> list[Block]:
     return [s for s in program.root.stmts if isinstance(s, Block)]
 
 
+def _at_point(f, inputs):
+    """``f``'s passes, its lowered program for ``inputs``, and that program at
+    the tuning point (the input of the first pass with tunable options)."""
+    passes = f.target.passes
+    program = f.lowered(signature_of(inputs))
+    return passes, program, run_pipeline(program, passes[: tuning_point(passes)]).program
+
+
 def test_the_space_has_both_levers():
     f, image, _ = _convs()
     space = axes(f.target, tuning_point(f.target.passes))
@@ -58,10 +66,7 @@ def test_the_space_has_both_levers():
 
 def test_one_convolution_left_direct():
     f, image, want = _convs()
-    passes = f.target.passes
-    program = f.lowered(signature_of([image]))
-    point = tuning_point(passes)
-    at_point = run_pipeline(program, passes[:point]).program
+    passes, program, at_point = _at_point(f, [image])
     convs = [k for k in _kernels(at_point) if "contraction" in k.tags]
     assert len(convs) == 2
     plain = run_pipeline(program, passes).program
@@ -81,10 +86,7 @@ def test_one_convolution_left_direct():
 
 def test_small_kernels_on_one_thread():
     f, image, want = _convs()
-    passes = f.target.passes
-    program = f.lowered(signature_of([image]))
-    point = tuning_point(passes)
-    at_point = run_pipeline(program, passes[:point]).program
+    passes, program, at_point = _at_point(f, [image])
     second = [k for k in _kernels(at_point) if "contraction" in k.tags][1]
     plain = run_pipeline(program, passes).program
     parts = [k for k in _kernels(plain) if k.name.startswith(second.name)]
@@ -115,9 +117,7 @@ def test_serial_kernel_runs_whole_on_one_thread():
     """A ``#serial`` matmul is one step the runtime never splits, and computes A @ B."""
     f = stripeml.compile(MATMUL, target="cpu", threads=2)
     a, b = matmul_inputs(96, 128, 256)
-    program = f.lowered(signature_of([a, b]))
-    passes = f.target.passes
-    at_point = run_pipeline(program, passes[: tuning_point(passes)]).program
+    passes, program, at_point = _at_point(f, [a, b])
     (k,) = _kernels(at_point)
     plain = f.backend.compile(run_pipeline(program, passes).program)
     assert any(s.kernel.splittable for s in plain.module.steps if s.kernel)  # the control
@@ -148,9 +148,7 @@ def test_a_choice_elsewhere_never_changes_what_winograd_merges():
     k1 = (rng.standard_normal((3, 3, 32, 32)) * 0.1).astype(np.float32)
     k2 = (rng.standard_normal((3, 3, 32, 32)) * 0.1).astype(np.float32)
     f = stripeml.compile(SHARED, target="cpu", threads=2, constants={"K1": k1, "K2": k2})
-    passes = f.target.passes
-    program = f.lowered(signature_of([image]))
-    at_point = run_pipeline(program, passes[: tuning_point(passes)]).program
+    passes, program, at_point = _at_point(f, [image])
     last = _kernels(at_point)[-1]  # S = T * 2
     assert "eltwise" in last.tags
     plain = run_pipeline(program, passes).program
