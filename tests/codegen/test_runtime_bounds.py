@@ -155,7 +155,7 @@ def test_tiny_kernels_are_compiled_at_o1(rows: int, level: int, tmp_path) -> Non
     """A kernel of at most ``TINY_WORK`` scalar operations gets O1 (and so runtime
     bounds); a larger element-wise kernel keeps O3.  Both compute NumPy's values."""
     from stripeml.codegen.llvm import TINY_WORK
-    from stripeml.codegen.llvm_plan import work_estimate
+    from stripeml.ir.nodes import work_estimate
 
     x = np.random.default_rng(rows).standard_normal((rows, 96)).astype(np.float32)
     p = _program(EXP, [x])

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 import stripeml
-from stripeml.ir.nodes import Block
+from stripeml.ir.nodes import Block, work_estimate
 from stripeml.passes._kernel_choices import kernel_key, tuning_point
 from stripeml.passes.manager import run_pipeline
-from stripeml.passes.thread import work
 from stripeml.tile.bind import signature_of
 from stripeml.tuning.space import axes, neighbours
 
@@ -93,8 +92,8 @@ def test_small_kernels_on_one_thread():
     threaded = [k for k in parts if "thread" in k.tags]
     assert threaded  # the control: without a choice its parts are split
     below = 1 << 22
-    small = {k.name for k in parts if work(k) < below}
-    large = {k.name for k in parts if work(k) >= below and "thread" in k.tags}
+    small = {k.name for k in parts if work_estimate(k) < below}
+    large = {k.name for k in parts if work_estimate(k) >= below and "thread" in k.tags}
     assert small
     choice = {kernel_key(at_point.root, second): {"thread": {"serial_below": below}}}
     tuned = run_pipeline(program, passes, choices=choice).program

@@ -28,12 +28,11 @@ import llvmlite.ir as ir
 
 from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
-from ..ir.nodes import Block, Intrinsic, Program, Special
+from ..ir.nodes import Block, Intrinsic, Program, Special, work_estimate
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
 from .llvm_math import MATH_FUNCTIONS
-from .llvm_plan import work_estimate
 from .plan import kernel_symbol
 
 #: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
@@ -257,7 +256,7 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       the transforms of Winograd convolutions (``winograd``: straight-line sums
       of 16 loads in vector lanes, where O3's unrolling cost ~90 ms per body),
       and for *tiny* kernels, of at most :data:`TINY_WORK` scalar operations
-      (:func:`.llvm_plan.work_estimate`: a transformer's per-row scalars of a
+      (:func:`~stripeml.ir.nodes.work_estimate`: a transformer's per-row scalars of a
       normalisation, its mask's conversion; about a microsecond a call, where
       O3 cost 10-25 ms of LLVM each and O1 5-7);
     * O3, with loop and SLP vectorisation and unrolling, for the rest: scalar

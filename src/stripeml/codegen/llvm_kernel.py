@@ -25,7 +25,17 @@ import llvmlite.ir as ir
 
 from ..errors import StripeError
 from ..ir.dtypes import itemsize
-from ..ir.nodes import Block, Constant, Intrinsic, Load, LoadIndex, Special, Store, TensorShape
+from ..ir.nodes import (
+    Block,
+    Constant,
+    Intrinsic,
+    Load,
+    LoadIndex,
+    Special,
+    Store,
+    TensorShape,
+    work_estimate,
+)
 from .cpu_abi import KernelInfo
 from .llvm_builder import KernelBuilder
 from .llvm_ops import combine, hreduce, intrinsic
@@ -35,7 +45,6 @@ from .llvm_plan import (
     parallel_index,
     register_tile_plan,
     vectorizable,
-    work_estimate,
 )
 from .llvm_tile import emit_register_tile
 from .llvm_types import I1, I64, acc_dtype, const, identity, mem_type, reg_type, splat, vec

@@ -243,14 +243,3 @@ def _separates(a: Affine, p: str, own: set[str], ranges: dict[str, int]) -> bool
             return False
         span += abs(k) * (ranges[n] - 1)
     return span < abs(c)
-
-
-def work_estimate(blk: Block) -> int:
-    """Scalar statements ``blk`` runs in all (points times statements, nested
-    blocks included): whether splitting it over threads pays off."""
-    points = 1
-    for i in blk.idxs:
-        points *= i.range
-    inner = sum(work_estimate(s) for s in blk.sub_blocks)
-    own = sum(1 for s in blk.stmts if not isinstance(s, Block))
-    return points * (own + inner)

@@ -246,6 +246,19 @@ def walk_blocks(block: Block):
             yield from walk_blocks(s)
 
 
+def work_estimate(blk: Block) -> int:
+    """Scalar statements ``blk`` runs in all (points times statements, nested
+    blocks included): what the CPU runtime weighs to decide whether splitting
+    a kernel over threads pays off, ``thread``'s ``serial_below`` and the code
+    generator's choice of optimisation level."""
+    points = 1
+    for i in blk.idxs:
+        points *= i.range
+    inner = sum(work_estimate(s) for s in blk.sub_blocks)
+    own = sum(1 for s in blk.stmts if not isinstance(s, Block))
+    return points * (own + inner)
+
+
 def _fast_pickling(cls: type) -> None:
     """Give frozen, slotted node class ``cls`` a pickle state of its field values in
     order, set back with one loop: the dataclass default looks the fields up again

@@ -50,6 +50,7 @@ from ..ir.nodes import (
     Special,
     Statement,
     Store,
+    work_estimate,
 )
 from ._common import index_stride
 from .registry import check_non_negative, check_positive, check_selector, register
@@ -72,7 +73,7 @@ class Thread:
     # :func:`thread_candidates` (past the last: the last).  ``stripeml tune``
     # varies it per kernel; a target file has no reason to.
     rank: int = 0
-    # Selected kernels of less work than this (:func:`work`) run on one thread:
+    # Selected kernels of less work than this (:func:`~stripeml.ir.nodes.work_estimate`) run on one thread:
     # tagged ``#serial``, any ``#thread`` an earlier pass set removed (0: none).
     # A kernel of a few microseconds can take longer handed to the pool than on
     # the calling thread (docs/tuning.md); ``stripeml tune`` varies it per
@@ -124,22 +125,11 @@ def _serial(program: Program, wanted: Selector, below: int) -> Program:
     stmts: list[Statement] = []
     for s in program.root.stmts:
         if isinstance(s, Block) and wanted(s.tags) and "serial" not in s.tags:
-            if work(s) < below:
+            if work_estimate(s) < below:
                 s = replace(s, tags=(s.tags - {"thread"}) | {"serial"})
         stmts.append(s)
     root = program.root.with_stmts(tuple(stmts))
     return program if root is program.root else Program(root)
-
-
-def work(block: Block) -> int:
-    """Scalar statements ``block`` runs in all: its points times its own
-    statements and its nested blocks' work (what the CPU runtime weighs to
-    decide whether splitting pays, ``codegen.llvm_plan.work_estimate``)."""
-    points = 1
-    for i in block.idxs:
-        points *= i.range
-    own = sum(1 for s in block.stmts if not isinstance(s, Block))
-    return points * (own + sum(work(s) for s in block.sub_blocks))
 
 
 def choice_key(kernel: Block) -> tuple:
