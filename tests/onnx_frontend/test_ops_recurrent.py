@@ -434,3 +434,65 @@ def test_steps_copy_nothing_and_share_their_code(direction):
     bodies = {canonical_kernel(program.root, k).text for k in kernels}
     assert len(kernels) >= 2 * seq * dirs  # a product and a gate kernel per step
     assert len(bodies) <= 8 * dirs, len(bodies)
+
+
+BIDIRECTIONAL_CASES = [
+    # kind, attributes, array options
+    ("GRU", {"layout": 1}, {"h0": True, "lengths": [5, 5]}),  # equal lengths, shorter than X
+    ("GRU", {"linear_before_reset": 1, "clip": 0.8}, {"runtime": INPUTS}),
+    ("GRU", {}, {"runtime": INPUTS, "h0": True}),
+    ("LSTM", {"activations": ["Sigmoid", "Tanh", "Tanh"] * 2}, {"h0": True, "c0": True, "peep": True}),
+    ("LSTM", {"layout": 1}, {"peep": True, "lengths": [6, 2, 0]}),
+    ("LSTM", {}, {"h0": True, "c0": True, "lengths": [4, 4, 4]}),
+    ("RNN", {"activations": ["Relu", "Relu"]}, {"runtime": INPUTS, "h0": True}),
+    # more entries than the per-entry copies take: a gather each way
+    ("GRU", {"direction": "reverse"}, {"h0": True, "lengths": [7, 3, 0, 5, 1, 6] * 3}),
+    ("RNN", {"layout": 1}, {"lengths": [2, 7, 4] * 6}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case", BIDIRECTIONAL_CASES, ids=lambda c: f"{c[0]}-{sorted(c[1])}-{sorted(c[2])}"
+)
+def test_bidirectional_against_the_reference(case):
+    """Both directions (or a reverse one) with states, peepholes, clip, run-time
+    weights, equal lengths shorter than X and unequal ones, in either layout:
+    Y, Y_h and Y_c against the NumPy reference."""
+    kind, attrs, opts = case
+    attrs, opts = {"direction": "bidirectional", **attrs}, dict(opts)
+    runtime = tuple(opts.pop("runtime", ("X",)))
+    if "lengths" in opts:
+        runtime = (*runtime, "sequence_lens")
+    batch = len(opts["lengths"]) if "lengths" in opts else 2
+    dirs = 2 if attrs["direction"] == "bidirectional" else 1
+    a = arrays(kind, 7, batch, 3, 4, dirs, layout=attrs.get("layout", 0), **opts)
+    m = model(kind, a, runtime=runtime, **attrs)
+    check(run_stripeml(m, a), reference(kind, a, **attrs))
+
+
+@pytest.mark.parametrize("batch", [3, 17])
+def test_unequal_lengths_reverse_through_copies(batch):
+    """A reverse direction with unequal lengths reads X and writes Y in
+    processing order through one ``=`` copy per batch entry each way (native
+    kernels sharing one compiled body per way); past 16 entries through two
+    gathers (host steps)."""
+    from stripeml.analysis.canonical import canonical_kernel
+    from stripeml.ir.nodes import Block, Special
+
+    lengths = [(7 * k + 3) % 8 for k in range(batch)]  # 3, 2, 1, 0, 7 ...
+    a = arrays("LSTM", 7, batch, 3, 4, 2, h0=True, lengths=lengths)
+    m = model("LSTM", a, runtime=("X", "sequence_lens"), direction="bidirectional")
+    f = so.compile(m, target="cpu")
+    check(list(f(**feeds(m, a))), reference("LSTM", a, direction="bidirectional"))
+    program = f.lower(**feeds(m, a)).program
+    gathers = [s for s in program.root.stmts if isinstance(s, Special) and s.op == "gather"]
+    assert len(gathers) == (0 if batch <= 16 else 2)
+    if batch <= 16:
+        reversed_copies = [
+            k
+            for k in program.root.stmts
+            if isinstance(k, Block) and " - t, " in k.comment and "fill" not in k.tags
+        ]
+        assert len(reversed_copies) == 2 * sum(n > 0 for n in lengths)
+        bodies = {canonical_kernel(program.root, k).text for k in reversed_copies}
+        assert len(bodies) <= 2, len(bodies)

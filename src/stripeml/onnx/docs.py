@@ -278,7 +278,17 @@ LSTM of 32 steps: 262 kernels per run before, 136 now).  `sequence_lens` must be
 compiling (a static input): unequal lengths add a constant mask per step
 that freezes finished sequences (their rows of `Y` are 0, `Y_h`/`Y_c` keep
 their last step, 0 for a length of 0), and a reverse direction then reads
-and writes its rows through `gather`s of constant indices.  The formulas are onnx's reference
+its rows of X and writes those of Y in processing order, through one `=` copy
+per batch entry each way with its time reversed within its length, from a
+buffer whose time axis starts with `seq` rows of zeros (X copied after them;
+Y's steps written from row `seq` on), so that every copy reads in bounds, a
+time past the length reads a zero row, and the copies differ only in offsets
+and share one compiled body: native kernels, where a `gather` is a host step
+of 13-22 us.  Past 16 batch entries it is one `gather` of constant indices
+each way.  A bidirectional GRU 64 -> 128 of 32 steps with lengths 32 and 20
+went from 383-422 to 314-321 us per call on one thread (onnxruntime 304-307),
+the LSTM of the same sizes from 476-508 to 381-392 us (onnxruntime 320-337).
+The formulas are onnx's reference
 implementation's; `activations` (alpha and beta consumed in order by the
 functions that take them), `clip` (on each gate's input to its activation),
 `input_forget` and `sequence_lens`, which it ignores, follow the

@@ -32,8 +32,13 @@ graph input the importer specialises on).  Rows of ``Y`` past a sequence's
 length are 0 and ``Y_h``/``Y_c`` hold its last valid step (0 for a length of
 0); a reverse direction runs each sequence from its own last element.  When
 the lengths differ, each step carries a constant mask that freezes the
-finished sequences' state, and a reverse direction reads its input (and
-writes ``Y``) through a ``gather`` of rows known when compiling.
+finished sequences' state, and a reverse direction reads its input and
+writes ``Y`` in processing order: one ``=`` copy per batch entry each way,
+its time reversed within its length, from a buffer whose time axis starts
+with ``seq`` rows of zeros (so every copy reads in bounds and the copies share
+one compiled body; see :meth:`_Lowering._times`), native kernels where a
+``gather`` would be a host step; past ``_COPIES_UP_TO`` entries, a ``gather``
+of rows known when compiling each way.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ from ._util import literal
 from .shape import reshape
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+#: Up to this many batch entries, a reverse direction with unequal lengths
+#: reads X and writes Y in processing order through one ``=`` copy per entry
+#: (native kernels); beyond, through a ``gather`` each (a host step apiece).
+_COPIES_UP_TO = 16
 _DEFAULT_ACTS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
 
 # activation (lower case) -> (takes alpha, takes beta, default alpha, default beta).
@@ -460,19 +469,59 @@ class _Lowering:
                 xi = "t, n, i" if s.layout == 0 else "n, t, i"
                 text = f"{{out}}[t, n, d, g : {sizes}] = +({self.ref(x)}[{xi}] * {self.ref(wt)}[i, d, g])"
             else:
-                flat = reshape(b, x, (s.seq * s.batch, s.inputs))
-                idx = self.ref(_const(rows))
-                xg = b.statement(
-                    f"{{out}} = gather({self.ref(flat)}, {idx}, 0)",
-                    (steps, s.batch, s.dirs, s.inputs),
-                    s.dtype,
-                )
+                xg = self._ordered_input(steps, rows)
                 text = f"{{out}}[t, n, d, g : {sizes}] = +({self.ref(xg)}[t, n, d, i] * {self.ref(wt)}[i, d, g])"
             xw = b.contraction(text, shape, s.dtype)
         bias = self.bias()
         if bias is None:
             return xw
         return b.eltwise(f"{self.ref(xw)} + {self.ref(bias)}", shape, s.dtype)
+
+    def _ordered_input(self, steps: int, rows: np.ndarray) -> Value:
+        """X in processing order, ``[steps, batch, dirs, input]``: row ``rows[t, n,
+        d]`` of X flattened to ``[seq * batch, input]``.  Up to ``_COPIES_UP_TO``
+        batch entries, ``=`` copies (see :meth:`_times`); beyond, a ``gather``."""
+        s, b = self.s, self.b
+        x = self.n.input(0)
+        shape = (steps, s.batch, s.dirs, s.inputs)
+        if not self.copies:
+            flat = reshape(b, x, (s.seq * s.batch, s.inputs))
+            idx = self.ref(_const(rows))
+            return b.statement(f"{{out}} = gather({self.ref(flat)}, {idx}, 0)", shape, s.dtype)
+        # X after seq rows of zeros (its time axis twice as long): every reverse
+        # copy reads in bounds, the rows before X for the times past its length
+        if s.layout == 0:
+            padded, dst, src = (2 * s.seq, s.batch, s.inputs), f"t + {s.seq}, n, i", "t, n, i"
+        else:
+            padded, dst, src = (s.batch, 2 * s.seq, s.inputs), f"n, t + {s.seq}, i", "n, t, i"
+        psizes = ", ".join(str(k) for k in padded)
+        xp = b.contraction(f"{{out}}[{dst} : {psizes}] = =({self.ref(x)}[{src}])", padded, s.dtype)
+        sizes = ", ".join(str(k) for k in shape)
+        out: Value | None = None
+        for d, back in enumerate(s.reverse):
+            for nb, time in self._times(back):
+                xi = f"{time}, {nb}, i" if s.layout == 0 else f"{nb}, {time}, i"
+                tail = f", default {out.name}" if out is not None else ""
+                out = b.contraction(
+                    f"{{out}}[t, {nb}, {d}, i : {sizes}] = =({self.ref(xp)}[{xi}]){tail}",
+                    shape,
+                    s.dtype,
+                )
+        assert out is not None
+        return out
+
+    def _times(self, back: bool) -> list[tuple[str, str]]:
+        """``(batch index, time)`` pairs, as Tile text, of the ``=`` copies that
+        put a direction in processing order or back, reading a buffer whose time
+        axis starts with ``seq`` rows of zeros: ``("n", "t + seq")`` for a
+        forward direction; for a reverse one, per entry of nonzero length ``L``,
+        ``(entry, "seq + L - 1 - t")``, in bounds for every ``t`` of the copy (a
+        time past ``L`` reads a zero row), so that the copies differ only in
+        offsets and share one compiled body."""
+        seq = self.s.seq
+        if not back:
+            return [("n", f"t + {seq}")]
+        return [(str(nb), f"{seq + int(n) - 1} - t") for nb, n in enumerate(self.lengths) if n > 0]
 
     # -- the cells ------------------------------------------------------------------
     def rnn_cell(self, d: int, q: Value, hp: str, cp: str | None) -> tuple[str, str | None]:
@@ -530,6 +579,8 @@ class _Lowering:
     def run(self) -> list[Value | None]:
         s, b, n = self.s, self.b, self.n
         lengths = s.lengths if s.lengths is not None else np.full(s.batch, s.seq, np.int64)
+        self.lengths = lengths
+        self.copies = s.batch <= _COPIES_UP_TO
         steps = int(lengths.max()) if s.batch else 0
         y_shape = (
             (s.seq, s.dirs, s.batch, s.hidden)
@@ -598,13 +649,36 @@ class _Lowering:
                 y_rows.append((y_val, t, d))
         y = self._assemble_y(y_rows, gathered)
         if gathered:
-            flat = reshape(b, y, (s.seq * s.dirs * s.batch, s.hidden))
-            idx = self.ref(_const(self._output_rows(lengths)))
-            y = b.statement(f"{{out}} = gather({self.ref(flat)}, {idx}, 0)", y_shape, s.dtype)
+            y = self._ordered_output(y, y_shape)
         outs = [y, self._final(hs, lengths, h_shape)]
         if s.kind == "LSTM":
             outs.append(self._final(cs, lengths, h_shape))
         return outs[: n.n_outputs]
+
+    def _ordered_output(self, yp: Value, shape: tuple[int, ...]) -> Value:
+        """``Y`` in its layout from the processing-order result ``yp``: up to
+        ``_COPIES_UP_TO`` batch entries by ``=`` copies (``yp`` is then
+        ``[2 * seq, dirs, batch, hidden]``, the steps from row ``seq`` on; see
+        :meth:`_times`), beyond by a ``gather`` (``yp`` ``[seq, dirs, batch,
+        hidden]``)."""
+        s, b = self.s, self.b
+        if not self.copies:
+            flat = reshape(b, yp, (s.seq * s.dirs * s.batch, s.hidden))
+            idx = self.ref(_const(self._output_rows(self.lengths)))
+            return b.statement(f"{{out}} = gather({self.ref(flat)}, {idx}, 0)", shape, s.dtype)
+        sizes = ", ".join(str(k) for k in shape)
+        src = self.ref(yp)
+        out: Value | None = None
+        for d, back in enumerate(s.reverse):
+            for nb, time in self._times(back):
+                idx = f"t, {d}, {nb}, h" if s.layout == 0 else f"{nb}, t, {d}, h"
+                tail = f", default {out.name}" if out is not None else ""
+                out = b.contraction(
+                    f"{{out}}[{idx} : {sizes}] = =({src}[{time}, {d}, {nb}, h]){tail}",
+                    shape,
+                    s.dtype,
+                )
+        return out if out is not None else _zeros(shape, s.dtype)
 
     def _assemble_y(self, rows: list[tuple[str, int, int]], gathered: bool) -> Value:
         """``Y`` from each step's ``(value, time, direction)`` (in processing order,
@@ -619,14 +693,15 @@ class _Lowering:
         ``alias_view`` would otherwise fold slices among them, and no copy stands
         between a step's state and the next step reading it."""
         s = self.s
+        pad = s.seq if gathered and self.copies else 0  # zero rows first: see _times
         if s.layout == 0 or gathered:
-            shape = (s.seq, s.dirs, s.batch, s.hidden)
+            shape = (pad + s.seq, s.dirs, s.batch, s.hidden)
         else:
             shape = (s.batch, s.seq, s.dirs, s.hidden)
         sizes = ", ".join(str(x) for x in shape)
         prev: Value | None = None
         for val, t, d in rows:
-            idx = f"{t}, {d}, n, h" if s.layout == 0 or gathered else f"n, {t}, {d}, h"
+            idx = f"{pad + t}, {d}, n, h" if s.layout == 0 or gathered else f"n, {t}, {d}, h"
             tail = f", default {prev.name}" if prev is not None else ""
             prev = self.b.contraction(
                 f"{{out}}[{idx} : {sizes}] = =({val}[n, h]){tail}", shape, s.dtype
