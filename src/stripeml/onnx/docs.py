@@ -41,6 +41,13 @@ tests it leaves out, grouped by reason.
    signature: input shapes and dtypes, plus the *values* of graph inputs that an
    operator needs when compiling (the `shape` of a `Reshape`, the `pads` of a
    `Pad`, ...: the "static inputs" below).  Initializers are always known.
+   A call whose arguments are arrays (positional, all of them) of exactly the
+   last call's shapes and dtypes, in a model without static inputs, runs the
+   last call's program without checking its arguments or building its
+   signature again (they passed both then): 13.5 against 21 us of CPU per call
+   for a one-node model on one thread (onnxruntime: 5.5), which the
+   recurrent models' few-microsecond steps feel.  Any other call takes the full
+   path, so a changed shape, dtype or rank is still checked and compiled for.
 2. **Operators are written in Tile** (`src/stripeml/onnx/ops/`): each returns
    Tile statements with the shapes and dtypes it declares, and the importer
    checks every declaration against the Tile frontend's own inference.
