@@ -439,9 +439,11 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
     writable view, a transposed ``Gemm`` weight's reshape, was copied again,
     8 MB for ResNet-50's classifier, into fresh pages)."""
     from ..runtime import native_layout
+    from ..runtime.provenance import note_derived
 
     out = native_layout.reversed_axes(src, scale)
     out.setflags(write=False)
+    note_derived(out, "reversed_axes/1", src, scale)  # (runtime/provenance.py)
     return out
 
 
@@ -452,6 +454,31 @@ def host_array(shape: Sequence[int], dtype: Any) -> np.ndarray:
     from ..runtime.host import fresh_array
 
     return fresh_array(shape, dtype)
+
+
+def note_file_arrays(
+    fd: int, before: os.stat_result, arrays: list[tuple[np.ndarray, int]], keep: bool = False
+) -> None:
+    """For frontends reading weights: each ``(array, offset)`` of ``arrays`` holds
+    the bytes of the open file ``fd`` from ``offset`` on, read since ``os.fstat``
+    gave ``before``; the disk cache then names them by the file's identity rather
+    than by hashing them (:mod:`stripeml.runtime.provenance`), and with ``keep``
+    keeps a copy of them for :func:`weights_copy` (:mod:`stripeml.runtime.weight_copies`)."""
+    from ..runtime.provenance import note_file
+
+    if note_file(fd, before, arrays) and keep:
+        from ..runtime.weight_copies import store_copy
+
+        store_copy(before, arrays)
+
+
+def weights_copy(st: os.stat_result) -> Any:
+    """For frontends reading weights: the disk cache's copy of the weights of the
+    model file whose ``os.fstat`` is ``st`` (its ``view(offset, n)``: that file's
+    bytes, mapped read-only), or None (:mod:`stripeml.runtime.weight_copies`)."""
+    from ..runtime.weight_copies import open_copy
+
+    return open_copy(st)
 
 
 def validated_models() -> Remembered:

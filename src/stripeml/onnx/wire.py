@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from io import BufferedReader
+from typing import Any
 
 import numpy as np
 
@@ -73,8 +74,10 @@ def _encode_varint(value: int) -> bytes:
 class _Reader:
     """Ranges of one open file, read exactly (a short read is a ValueError)."""
 
-    def __init__(self, f: BufferedReader, size: int) -> None:
+    def __init__(self, f: BufferedReader, size: int, copy: Any = None) -> None:
         self.f, self.size = f, size
+        self.arrays: list[tuple[np.ndarray, int]] = []  # (array read, its offset in the file)
+        self.copy = copy  # the disk cache's copy of the file's weights (api.weights_copy)
 
     def read(self, start: int, end: int) -> bytes:
         self.f.seek(start)
@@ -86,11 +89,17 @@ class _Reader:
     def into(self, start: int, n: int) -> np.ndarray:
         from .. import api  # loaded by the import anyway
 
+        if self.copy is not None:
+            arr = self.copy.view(start, n)
+            if arr is not None:
+                self.arrays.append((arr, start))
+                return arr
         arr = api.host_array((n,), np.uint8)  # large: no huge pages (runtime.host.fresh_array)
         self.f.seek(start)
         if n and self.f.readinto(arr.data) != n:
             raise ValueError("the file ended early (changed while it was read?)")
         arr.setflags(write=False)
+        self.arrays.append((arr, start))
         return arr
 
 
@@ -100,8 +109,11 @@ def read_split(path: str | os.PathLike[str]) -> tuple[bytes, dict[int, np.ndarra
     read-only ``uint8`` array)."""
     raws: dict[int, np.ndarray] = {}
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        r = _Reader(f, size)
+        from .. import api
+
+        before = os.fstat(f.fileno())
+        size = before.st_size
+        r = _Reader(f, size, api.weights_copy(before))
         # The ModelProto's own fields are few and small except the graph: read
         # them whole, the graph's structure field by field.
         head = _Headers(r)
@@ -113,6 +125,7 @@ def read_split(path: str | os.PathLike[str]) -> tuple[bytes, dict[int, np.ndarra
                 out += _encode_varint(_GRAPH << 3 | _LEN) + _encode_varint(len(body)) + body
             else:
                 out += r.read(start, end)
+        api.note_file_arrays(f.fileno(), before, r.arrays, r.copy is None)
     return bytes(out), raws
 
 

@@ -31,7 +31,9 @@ KEY_BYTES = 32
 #: constant programs computed on the interpreter, so a warm start need not fold
 #: a model's constants again; facts/: what the CPU runtime learned of a
 #: compiled program at its second call, so a later process need not analyse
-#: it again).
+#: it again; layouts/: the constant layouts a program keeps, mapped at a warm
+#: start, :mod:`.kept_layouts`; weights/: copies of model files' weights, mapped
+#: at a warm start instead of read, :mod:`.weight_copies`).
 FOLDERS = {
     "cpu": ".kernel",
     "bodies": ".body",
@@ -41,6 +43,8 @@ FOLDERS = {
     "models": ".model",
     "folds": ".fold",
     "facts": ".facts",
+    "layouts": ".layout",
+    "weights": ".weights",
 }
 _WARNED: set[tuple[str, str]] = set()  # (root, what) already reported by this process
 

@@ -11,9 +11,12 @@ Entry file layout (integers little-endian), the same for every kind::
     tag      32 bytes HMAC-SHA256(key, b"stripeml\\0" name b"\\0" magic version length payload)
     payload
 
-The tag binds the entry's content to its name (the cache key) under the root's
-secret key (:mod:`.cache_root`); it is checked with :func:`hmac.compare_digest`
-before the payload is parsed or loaded as code.  A use touches the entry's
+(The kept layouts, ``layouts/``, and the weights' copies, ``weights/``, too
+large to tag whole, have a layout of their own: :mod:`.kept_layouts`,
+:mod:`.weight_copies`.)  The tag binds the entry's content to its name (the
+cache key) under the root's secret key (:mod:`.cache_root`); it is checked
+with :func:`hmac.compare_digest` before the payload is parsed or loaded as
+code.  A use touches the entry's
 mtime; writes evict the entries, oldest mtime first, down to :func:`cache_limit`
 (``$STRIPEML_CACHE_LIMIT``, default 1 GiB): see :func:`account`.
 """

@@ -16,7 +16,7 @@ import numpy as np
 from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule
 from ..ir.nodes import Program, Refinement, Special
-from . import jit, native_pool, shared_constants
+from . import jit, kept_layouts, native_pool, shared_constants
 from .chunking import CHUNKS_PER_THREAD, MIN_WORK_PER_CHUNK, chunk_bounds
 from .host import (
     RootBuffer,
@@ -121,6 +121,12 @@ class CpuCompiled:
         if facts is None and isinstance(program, Program):
             facts = Liveness(program, None, None)
         self._facts = facts
+        # The kept temporaries mapped from the disk cache when an earlier process
+        # stored them for the same constants (kept_layouts); their steps never run.
+        self._layouts: kept_layouts.LayoutStore | None = None
+        if self._kept and facts is not None and facts.key is not None:
+            self._layouts = kept_layouts.LayoutStore(facts.key, facts.directory, self._kept)
+        self._mapped = False
         self._kernels = {
             s.kernel.symbol: loaded.kernel(s.kernel.symbol)
             for s in module.steps
@@ -329,8 +335,12 @@ class CpuCompiled:
                     # another program asks, shared_constants.flush)
                     params = self._const_params
                     self._deferred = {k: v for k, v in inputs.items() if k in params}
-                    self._kept_storage = {k: b.kept_storage() for k, b in self._kept.items()}
-                    self._promote += self._kept_storage.values()
+                    mapped = self._layouts.load(self._deferred) if self._layouts else None
+                    if mapped is not None:
+                        self._kept_storage, self._mapped = mapped, True
+                    else:
+                        self._kept_storage = {k: b.kept_storage() for k, b in self._kept.items()}
+                        self._promote += self._kept_storage.values()
                 if self._kept_storage is None:
                     reuse = shared_constants.plan_reuse(
                         self._whole_program(), self._buffers, self._const_steps, self._kept, inputs
@@ -349,7 +359,10 @@ class CpuCompiled:
         (they read only constant parameters and the temporaries they write)."""
         with self._prime_lock:
             if not self._primed:
-                self._run_steps(pointers, storages, constant=True)
+                if not self._mapped:
+                    self._run_steps(pointers, storages, constant=True)
+                    if self._layouts is not None and self._kept_storage is not None:
+                        self._layouts.store(self._kept_storage)  # (looked up at load)
                 if self._reuse is not None and self._kept_storage is not None:
                     shared_constants.register(self._reuse, self._kept_storage)
                 elif self._deferred is not None:

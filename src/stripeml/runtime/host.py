@@ -507,11 +507,30 @@ def bind_constants(params: Sequence[str], given: Mapping[str, Any]) -> dict[str,
     return out
 
 
+#: Read-only arrays over memory no one writes (the disk cache's read-only
+#: mappings of its own files, :mod:`.weight_copies`), by id: views of them are
+#: immutable.
+_SEALED: dict[int, weakref.ref] = {}
+
+
+def seal(arr: np.ndarray) -> None:
+    """Record that no one writes the read-only ``arr``'s memory (:func:`immutable`)."""
+    key = id(arr)
+
+    def gone(_: weakref.ref) -> None:
+        _SEALED.pop(key, None)
+
+    _SEALED[key] = weakref.ref(arr, gone)
+
+
 def immutable(arr: np.ndarray) -> bool:
     """Whether no one can write ``arr``'s elements through it or any array it views."""
     base: object = arr
     while isinstance(base, np.ndarray):
         if base.flags.writeable:
             return False
+        sealed = _SEALED.get(id(base))
+        if sealed is not None and sealed() is base:
+            return True
         base = base.base
     return base is None or isinstance(base, bytes)
