@@ -142,7 +142,7 @@ def test_the_pass_scans_the_program_once_per_round(monkeypatch: pytest.MonkeyPat
     # rewrites, then none), not once per division: 8 layers, 56 statements
     from stripeml.passes import divide_late
 
-    args = _inputs(2, 8, 8, 8, 8)
+    args = _inputs(2, 8, 16, 8, 8)
     f = stripeml.compile(_layers(8), target=api.target_for("cpu", 1))
     passes = f.target.passes
     upto = next(i for i, p in enumerate(passes) if p.name == "divide_late")

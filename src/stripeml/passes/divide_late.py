@@ -35,8 +35,10 @@ div($x, $s)``, ``P = store($p)``, with:
   (size 1, ``P`` larger) that index is summed over (not in ``O``'s view),
   elsewhere it walks a dimension of ``O`` (so ``S`` is constant along the
   sum);
-* fewer elements in ``O`` than in ``P`` (fewer divisions after the product
-  than before it);
+* no more elements in ``O`` than in ``P`` (no more divisions after the
+  product than before it; as many, a head of 64 at sequence 64, still saves
+  the pass over ``P``, and gives attention the same kernels at every
+  sequence length from the head's size up);
 * ``O`` walked one to one by ``C``'s output indices (its view is one
   distinct index, or 0 for size 1, per dimension, with the dimension's size
   as range), written by no other statement and touched by none before ``C``.
@@ -277,8 +279,8 @@ def _plan(
     o_sizes = _root_sizes(index, co.from_)
     if o_sizes is None or co.from_ in (x.from_, s.from_, p.from_):
         return None
-    if math.prod(o_sizes) >= math.prod(p_sizes):
-        return None  # no fewer divisions after the product than before it
+    if math.prod(o_sizes) > math.prod(p_sizes):
+        return None  # more divisions after the product than before it
     # C alone writes O, and nothing touches O before it
     if index.writers.get(co.from_) != [j] or index.users[co.from_][0] != j:
         return None
