@@ -6,6 +6,7 @@ temporaries and constant statements)."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
 import time
 from collections.abc import Mapping
@@ -147,6 +148,11 @@ class CpuCompiled:
             if b.info.kind in ("in", "out")
         )
         self._out_order = tuple(b.info.name for b in self._buffers if b.info.kind == "out")
+        # The read-only inputs bound in frames (_settle): their names, the arrays,
+        # and the other parameters, which every call still handles; per frame (by
+        # the id of its temporaries) the record it was bound under.
+        self._settled: tuple[tuple[str, ...], tuple[object, ...], tuple] | None = None
+        self._frame_settled: dict[int, object] = {}
         self._lock = threading.Lock()
         self._prime_lock = threading.Lock()
         self._primed = False
@@ -173,6 +179,19 @@ class CpuCompiled:
         if frame is None:
             frame = self._new_frame(temps, self._kept_storages(inputs))
         pointers, storages = frame[1], frame[2].copy()
+        # Read-only inputs passed again (a model's weights) are bound in this frame
+        # already when they are the very arrays of its last settling (_settle):
+        # one identity test each, at C speed, instead of a lookup and two ctypes
+        # stores each (a microsecond apiece, 104 weights in ShuffleNet).
+        io = self._io
+        settled = self._settled
+        if (
+            settled is not None
+            and self._frame_settled.get(id(temps)) is settled
+            and all(map(operator.is_, map(inputs.__getitem__, settled[0]), settled[1]))
+        ):
+            io = settled[2]
+        hits: list[int] | None = [] if io is self._io else None
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
         seen = self._seen
@@ -183,13 +202,15 @@ class CpuCompiled:
             else:
                 self._called = True
                 written = frozenset()
-        for slot, buf, is_in, name in self._io:
+        for slot, buf, is_in, name in io:
             if is_in:
                 value = inputs[name]
                 hit = seen.get(slot, value)
                 if hit is not None:
                     pointers[slot] = hit[0]
                     storages[slot] = hit[1]
+                    if hits is not None and not value.flags.writeable:
+                        hits.append(slot)
                     continue
                 arr = checked(buf, value, "input")
                 if buf.dense:
@@ -227,6 +248,8 @@ class CpuCompiled:
                     copy_back.append((name, buf, storage))
             pointers[slot] = buf.pointer(storage)
             storages[slot] = storage
+        if hits:
+            self._settle(temps, frame, hits, inputs, storages)
         try:
             if self._const_steps and not self._primed:
                 self._prime(pointers, storages)
@@ -241,6 +264,34 @@ class CpuCompiled:
         return {name: results[name] for name in self._out_order}
 
     # -- helpers -------------------------------------------------------------
+
+    def _settle(
+        self,
+        temps: list[np.ndarray],
+        frame: tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p], list],
+        slots: list[int],
+        inputs: Mapping[str, object],
+        storages: list,
+    ) -> None:
+        """Bind the read-only inputs of ``slots`` (found again, unchanged, in the
+        cache of inputs seen before) in the frame of ``temps``: its pointer array
+        has their addresses already; its storages get theirs.  Later calls with
+        these very arrays skip them (``run``); any other call takes the whole
+        path and settles again.  The same set of arrays keeps its record, so
+        frames of concurrent calls do not unsettle one another."""
+        names = tuple(self._buffers[s].info.name for s in slots)
+        values = tuple(inputs[n] for n in names)
+        old = self._settled
+        if old is not None and old[0] == names and all(map(operator.is_, values, old[1])):
+            new = old
+        else:
+            taken = set(slots)
+            new = (names, values, tuple(e for e in self._io if e[0] not in taken))
+        kept = frame[2]
+        for s in slots:
+            kept[s] = storages[s]
+        self._settled = new
+        self._frame_settled[id(temps)] = new
 
     def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
         if inputs.keys() == self._in_names and outputs.keys() <= self._out_names:
