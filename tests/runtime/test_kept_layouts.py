@@ -66,6 +66,7 @@ def _start(w: np.ndarray = W, a: np.ndarray = A) -> None:
     for _ in range(2):
         np.testing.assert_allclose(f(a), a @ w, rtol=1e-4, atol=1e-4)
     del f
+    kept_layouts.wait_writes()  # the layout file is written on a thread of its own
     _idle()
 
 
@@ -82,6 +83,31 @@ def test_a_warm_start_maps_the_layouts_the_cold_one_stored(cache, loads) -> None
     assert loads == [False, True], "mapped from the file"
     assert _files(cache) == [path], "nothing written again"
     assert cache_info(cache).entries["layouts"] == (1, path.stat().st_size)
+
+
+def test_the_first_call_does_not_wait_for_the_layout_file(cache, loads, monkeypatch) -> None:
+    import threading
+
+    events: list[str] = []
+    release = threading.Event()
+    store = kept_layouts.LayoutStore.store
+
+    def slow(self, arrays):
+        release.wait(timeout=5)  # (a synchronous write would hold the call this long)
+        events.append("stored")
+        return store(self, arrays)
+
+    monkeypatch.setattr(kept_layouts.LayoutStore, "store", slow)
+    _idle()
+    f = stripeml.compile(MATMUL, target="cpu", constants={"W": W})
+    np.testing.assert_allclose(f(A), A @ W, rtol=1e-4, atol=1e-4)
+    events.append("returned")
+    release.set()
+    kept_layouts.wait_writes()
+    assert events == ["returned", "stored"]
+    assert len(_files(cache)) == 1
+    del f
+    _idle()
 
 
 def test_mapped_layouts_skip_the_constant_steps(cache, monkeypatch) -> None:

@@ -86,6 +86,7 @@ def _model_start(path: Path) -> None:
     f = stripeml.onnx.compile(str(path), target="cpu")
     np.testing.assert_allclose(f(x=X), _onnxruntime(path), rtol=1e-4, atol=1e-4)
     del f
+    kept_layouts.wait_writes()  # the cache's files are written on a thread of their own
     _idle()
 
 
@@ -148,6 +149,7 @@ def test_weights_mapped_from_the_cache_are_read_only(cache, copies, tmp_path) ->
     from stripeml.onnx.load import read_model
 
     read_model(str(path))
+    kept_layouts.wait_writes()
     _, _, raws = read_model(str(path))
     assert copies == [False, True]
     for raw in raws.values():

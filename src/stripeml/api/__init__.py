@@ -467,9 +467,10 @@ def note_file_arrays(
     from ..runtime.provenance import note_file
 
     if note_file(fd, before, arrays) and keep:
+        from ..runtime.kept_layouts import in_background
         from ..runtime.weight_copies import store_copy
 
-        store_copy(before, arrays)
+        in_background(store_copy, before, list(arrays))  # the model's import goes on
 
 
 def weights_copy(st: os.stat_result) -> Any:
