@@ -16,6 +16,7 @@ import pytest
 import stripeml.runtime.host
 from stripeml.runtime import kept_layouts, weight_copies
 
+from . import test_kept_layouts
 from .test_kept_layouts import DAMAGE, _idle
 
 onnx = pytest.importorskip("onnx")
@@ -27,28 +28,10 @@ import stripeml.onnx  # noqa: E402
 RNG = np.random.default_rng(11)
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh cache root, where layouts of any size are stored."""
-    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(kept_layouts, "MIN_BYTES", 0)
-    _idle()
-    return tmp_path
-
-
-@pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Per layout lookup of this test: whether the layouts came from a file."""
-    found: list[bool] = []
-    load = kept_layouts.LayoutStore.load
-
-    def recorded(self, constants):
-        got = load(self, constants)
-        found.append(got is not None)
-        return got
-
-    monkeypatch.setattr(kept_layouts.LayoutStore, "load", recorded)
-    return found
+# the layout tests' fixtures: a fresh cache root storing layouts of any size,
+# and each layout lookup's outcome
+cache = test_kept_layouts.cache
+loads = test_kept_layouts.loads
 
 
 X = RNG.standard_normal((8, 96)).astype(np.float32)

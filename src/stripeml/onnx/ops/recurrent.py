@@ -496,17 +496,13 @@ class _Lowering:
             padded, dst, src = (s.batch, 2 * s.seq, s.inputs), f"n, t + {s.seq}, i", "n, t, i"
         psizes = ", ".join(str(k) for k in padded)
         xp = b.contraction(f"{{out}}[{dst} : {psizes}] = =({self.ref(x)}[{src}])", padded, s.dtype)
-        sizes = ", ".join(str(k) for k in shape)
-        out: Value | None = None
-        for d, back in enumerate(s.reverse):
-            for nb, time in self._times(back):
-                xi = f"{time}, {nb}, i" if s.layout == 0 else f"{nb}, {time}, i"
-                tail = f", default {out.name}" if out is not None else ""
-                out = b.contraction(
-                    f"{{out}}[t, {nb}, {d}, i : {sizes}] = =({self.ref(xp)}[{xi}]){tail}",
-                    shape,
-                    s.dtype,
-                )
+        src = self.ref(xp)
+
+        def copy(d: int, nb: str, time: str, sizes: str) -> str:
+            xi = f"{time}, {nb}, i" if s.layout == 0 else f"{nb}, {time}, i"
+            return f"{{out}}[t, {nb}, {d}, i : {sizes}] = =({src}[{xi}])"
+
+        out = self._copies(shape, copy)
         assert out is not None
         return out
 
@@ -666,19 +662,30 @@ class _Lowering:
             flat = reshape(b, yp, (s.seq * s.dirs * s.batch, s.hidden))
             idx = self.ref(_const(self._output_rows(self.lengths)))
             return b.statement(f"{{out}} = gather({self.ref(flat)}, {idx}, 0)", shape, s.dtype)
-        sizes = ", ".join(str(k) for k in shape)
         src = self.ref(yp)
+
+        def copy(d: int, nb: str, time: str, sizes: str) -> str:
+            idx = f"t, {d}, {nb}, h" if s.layout == 0 else f"{nb}, t, {d}, h"
+            return f"{{out}}[{idx} : {sizes}] = =({src}[{time}, {d}, {nb}, h])"
+
+        out = self._copies(shape, copy)
+        return out if out is not None else _zeros(shape, s.dtype)
+
+    def _copies(
+        self, shape: tuple[int, ...], copy: Callable[[int, str, str, str], str]
+    ) -> Value | None:
+        """A chain of ``=`` copies into one value of ``shape``, each the default of
+        the next: per direction ``d`` and ``(entry, time)`` pair of :meth:`_times`,
+        ``copy(d, entry, time, sizes)`` (its Tile text up to the closing
+        parenthesis); None when there is none."""
+        s = self.s
+        sizes = ", ".join(str(k) for k in shape)
         out: Value | None = None
         for d, back in enumerate(s.reverse):
             for nb, time in self._times(back):
-                idx = f"t, {d}, {nb}, h" if s.layout == 0 else f"{nb}, t, {d}, h"
                 tail = f", default {out.name}" if out is not None else ""
-                out = b.contraction(
-                    f"{{out}}[{idx} : {sizes}] = =({src}[{time}, {d}, {nb}, h]){tail}",
-                    shape,
-                    s.dtype,
-                )
-        return out if out is not None else _zeros(shape, s.dtype)
+                out = self.b.contraction(copy(d, nb, time, sizes) + tail, shape, s.dtype)
+        return out
 
     def _assemble_y(self, rows: list[tuple[str, int, int]], gathered: bool) -> Value:
         """``Y`` from each step's ``(value, time, direction)`` (in processing order,
