@@ -1,5 +1,5 @@
 """Read-only inputs passed again (a function's constants, a model's weights) are
-bound once per frame and then skipped by each call (``CpuCompiled._settle``):
+bound once per frame and then skipped by each call (``SeenInputs.settle``):
 the results still follow every array actually passed, checked against NumPy."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def _counting(compiled):
             calls[0] += 1
             return real(slot, value)
 
-        def put(self, *args):
-            return seen.put(*args)
+        def __getattr__(self, name):  # the rest of the cache as it is
+            return getattr(seen, name)
 
     compiled._seen = Counting()
     return calls

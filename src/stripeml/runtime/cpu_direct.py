@@ -131,7 +131,7 @@ class DirectCall:
             if frame is None:
                 frame = c._new_frame(temps, c._kept_storages({}))
             pointers, storages = frame[1], frame[2]
-            c._frame_settled.pop(id(temps), None)  # its pointers change: run() binds again
+            c._seen.unbind(id(temps))  # its pointers change: run() binds again
             for slot, p in zip(self._in_slots, in_ptrs):
                 pointers[slot] = p
             for slot, p in zip(self._out_slots, out_ptrs):

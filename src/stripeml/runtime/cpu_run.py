@@ -6,7 +6,6 @@ temporaries and constant statements)."""
 from __future__ import annotations
 
 import ctypes
-import operator
 import threading
 import time
 from collections.abc import Mapping
@@ -18,17 +17,13 @@ from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule
 from ..ir.nodes import Program, Refinement, Special
 from . import jit, kept_layouts, native_pool, shared_constants
+from .arenas import writable_c, zeroed_arena, zeroed_arena_at
 from .chunking import CHUNKS_PER_THREAD, MIN_WORK_PER_CHUNK, chunk_bounds
-from .host import (
-    RootBuffer,
-    SeenInputs,
-    check_names,
-    checked,
-    run_root_special,
-)
-from .kept_pages import kept_array, promote_huge
+from .host import RootBuffer, check_names, checked, run_root_special
+from .kept_pages import promote_huge
 from .kernel_cache import StoredProgram
 from .program_facts import Liveness
+from .seen_inputs import SeenInputs
 
 if TYPE_CHECKING:
     pass
@@ -148,11 +143,6 @@ class CpuCompiled:
             if b.info.kind in ("in", "out")
         )
         self._out_order = tuple(b.info.name for b in self._buffers if b.info.kind == "out")
-        # The read-only inputs bound in frames (_settle): their names, the arrays,
-        # and the other parameters, which every call still handles; per frame (by
-        # the id of its temporaries) the record it was bound under.
-        self._settled: tuple[tuple[str, ...], tuple[object, ...], tuple] | None = None
-        self._frame_settled: dict[int, object] = {}
         self._lock = threading.Lock()
         self._prime_lock = threading.Lock()
         self._primed = False
@@ -179,22 +169,15 @@ class CpuCompiled:
         if frame is None:
             frame = self._new_frame(temps, self._kept_storages(inputs))
         pointers, storages = frame[1], frame[2].copy()
-        # Read-only inputs passed again (a model's weights) are bound in this frame
-        # already when they are the very arrays of its last settling (_settle):
-        # one identity test each, at C speed, instead of a lookup and two ctypes
-        # stores each (a microsecond apiece, 104 weights in ShuffleNet).
-        io = self._io
-        settled = self._settled
-        if (
-            settled is not None
-            and self._frame_settled.get(id(temps)) is settled
-            and all(map(operator.is_, map(inputs.__getitem__, settled[0]), settled[1]))
-        ):
-            io = settled[2]
-        hits: list[int] | None = [] if io is self._io else None
+        # Read-only inputs passed again (a model's weights) that this frame holds
+        # already (SeenInputs.settle): one identity test each, at C speed, instead
+        # of a lookup and two ctypes stores each (104 weights in ShuffleNet).
+        seen = self._seen
+        rest = seen.bound(id(temps), inputs)
+        io = self._io if rest is None else rest
+        hits: list[int] | None = [] if rest is None else None
         results: dict[str, np.ndarray] = {}
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
-        seen = self._seen
         written = self._written
         if written is None:
             if self._called:
@@ -223,7 +206,7 @@ class CpuCompiled:
                 target = outputs.get(name)
                 if target is not None:
                     target = checked(buf, target, "output")
-                if target is not None and buf.dense and _writable_c(target):
+                if target is not None and buf.dense and writable_c(target):
                     storage = target.reshape(-1)
                     results[name] = target
                 elif target is None and buf.dense:
@@ -233,7 +216,7 @@ class CpuCompiled:
                     # memory per result per call).  64-byte aligned, like the
                     # arena: threads splitting a small result by whole vectors
                     # then never share a cache line.
-                    raw, address = _zeroed_arena_at(buf.nbytes, zeroed=slot not in written)
+                    raw, address = zeroed_arena_at(buf.nbytes, zeroed=slot not in written)
                     storage = raw.view(buf.dtype)
                     results[name] = storage.reshape(buf.info.sizes)
                     pointers[slot] = address + buf.origin * storage.itemsize
@@ -248,8 +231,17 @@ class CpuCompiled:
                     copy_back.append((name, buf, storage))
             pointers[slot] = buf.pointer(storage)
             storages[slot] = storage
-        if hits:
-            self._settle(temps, frame, hits, inputs, storages)
+        if hits:  # read-only inputs found again: this frame holds them from now on
+            for k in hits:
+                frame[2][k] = storages[k]
+            names = tuple(self._buffers[k].info.name for k in hits)
+            taken = set(hits)
+            seen.settle(
+                id(temps),
+                names,
+                tuple(inputs[n] for n in names),
+                lambda: tuple(e for e in self._io if e[0] not in taken),
+            )
         try:
             if self._const_steps and not self._primed:
                 self._prime(pointers, storages)
@@ -264,34 +256,6 @@ class CpuCompiled:
         return {name: results[name] for name in self._out_order}
 
     # -- helpers -------------------------------------------------------------
-
-    def _settle(
-        self,
-        temps: list[np.ndarray],
-        frame: tuple[list[np.ndarray], ctypes.Array[ctypes.c_void_p], list],
-        slots: list[int],
-        inputs: Mapping[str, object],
-        storages: list,
-    ) -> None:
-        """Bind the read-only inputs of ``slots`` (found again, unchanged, in the
-        cache of inputs seen before) in the frame of ``temps``: its pointer array
-        has their addresses already; its storages get theirs.  Later calls with
-        these very arrays skip them (``run``); any other call takes the whole
-        path and settles again.  The same set of arrays keeps its record, so
-        frames of concurrent calls do not unsettle one another."""
-        names = tuple(self._buffers[s].info.name for s in slots)
-        values = tuple(inputs[n] for n in names)
-        old = self._settled
-        if old is not None and old[0] == names and all(map(operator.is_, values, old[1])):
-            new = old
-        else:
-            taken = set(slots)
-            new = (names, values, tuple(e for e in self._io if e[0] not in taken))
-        kept = frame[2]
-        for s in slots:
-            kept[s] = storages[s]
-        self._settled = new
-        self._frame_settled[id(temps)] = new
 
     def _check_names(self, inputs: Mapping[str, object], outputs: Mapping[str, object]) -> None:
         if inputs.keys() == self._in_names and outputs.keys() <= self._out_names:
@@ -341,7 +305,7 @@ class CpuCompiled:
             return spare
         # on 4 KiB pages for this call, huge pages after it (kept_pages: a fresh huge
         # page's first touch may stall the call)
-        arenas = {loc: _zeroed_arena(n, fresh=True) for loc, n in self.arena_bytes.items()}
+        arenas = {loc: zeroed_arena(n, fresh=True) for loc, n in self.arena_bytes.items()}
         with self._lock:
             self._promote += [a.base if a.base is not None else a for a in arenas.values()]
         return [
@@ -576,28 +540,3 @@ class CpuCompiled:
             and y.dense
             and x.origin == 0 == y.origin
         )
-
-
-def _zeroed_arena(nbytes: int, align: int = 64, fresh: bool = False) -> np.ndarray:
-    """``nbytes`` zeroed bytes starting at a multiple of ``align`` (calloc'd: pages
-    are touched only when used); ``fresh``: on 4 KiB pages mapped at once
-    (:func:`.kept_pages.kept_array`; the view's ``base`` is the whole array)."""
-    if fresh:
-        raw = kept_array(nbytes + align, np.uint8)
-        start = -raw.ctypes.data % align
-        return raw[start : start + nbytes]
-    return _zeroed_arena_at(nbytes, align)[0]
-
-
-def _zeroed_arena_at(nbytes: int, align: int = 64, zeroed: bool = True) -> tuple[np.ndarray, int]:
-    """:func:`_zeroed_arena` and its address (``.ctypes.data`` costs over a
-    microsecond, at every call for a fresh output); ``zeroed=False``: the bytes
-    are left as the allocator gives them."""
-    raw = (np.zeros if zeroed else np.empty)(nbytes + align, np.uint8)
-    address = raw.ctypes.data
-    start = -address % align
-    return raw[start : start + nbytes], address + start
-
-
-def _writable_c(arr: np.ndarray) -> bool:
-    return arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned

@@ -356,57 +356,6 @@ def _gather_into(x: np.ndarray, idx: np.ndarray, axis: int, out: np.ndarray) -> 
     return True
 
 
-class SeenInputs:
-    """Per input buffer, the C-contiguous array of the last call, passed as it
-    was (``docs/cpu-backend.md``, "Inputs seen before").
-
-    The first time an array comes, only a weak reference to it is kept.  When
-    the next call passes the same array again (a model's weights, at every
-    call), the array is kept with its shape, dtype, strides, pointer and 1-D
-    view, and :meth:`get` returns ``(pointer, view)`` for later calls with it,
-    which skip the checks and the pointer lookup.  The view held keeps NumPy
-    from resizing the array (its data cannot move under the pointer), a change
-    of shape, dtype or strides misses, and a different array replaces the
-    entry.  An array passed once is not kept alive.
-    """
-
-    __slots__ = ("_held", "_once")
-
-    def __init__(self, slots: int) -> None:
-        self._held: list[tuple | None] = [None] * slots
-        self._once: list[weakref.ref | None] = [None] * slots
-
-    def get(self, slot: int, value: object) -> tuple[int, np.ndarray] | None:
-        hit = self._held[slot]
-        if (
-            hit is not None
-            and hit[0] is value
-            and value.shape == hit[1]
-            and value.dtype is hit[2]
-            and value.strides == hit[3]
-        ):
-            return hit[4], hit[5]
-        return None
-
-    def put(
-        self,
-        slot: int,
-        value: object,
-        arr: np.ndarray,
-        storage: np.ndarray,
-        pointer: Callable[[np.ndarray], int],
-    ) -> None:
-        """Remember ``arr`` (checked, given as ``value``) and its 1-D ``storage``."""
-        self._held[slot] = None
-        if arr is not value or not arr.flags.c_contiguous:
-            return
-        first = self._once[slot]
-        if first is not None and first() is arr:
-            self._held[slot] = (arr, arr.shape, arr.dtype, arr.strides, pointer(storage), storage)
-        else:
-            self._once[slot] = weakref.ref(arr)
-
-
 #: Fresh arrays of at least this many bytes get no transparent huge pages
 #: (NumPy asks the kernel for them from 4 MiB on).
 LARGE_BYTES = 4 << 20
