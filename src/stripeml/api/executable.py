@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InternalError, ShapeError, StripeError
+from ..exact_args import exact_arrays
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Program, Refinement
 from ..ir.printer import format as format_ir
@@ -330,12 +331,7 @@ class Executable:
             expected = self._expected = tuple(
                 (tuple(sizes), np.dtype(dtype)) for sizes, dtype in self.signature
             )
-        if len(args) != len(expected):
-            return None
-        for a, (shape, dtype) in zip(args, expected):
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                return None
-        return args
+        return args if exact_arrays(args, expected) else None
 
     @property
     def signature(self) -> Signature:

@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import gc_pause
 from ..errors import StripeError
+from ..exact_args import exact_arrays
 from ..phases import phase
 from . import validated
 from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Value
@@ -54,6 +55,8 @@ Progress = Callable[[str], None]
 # What a call is specialised on: per graph input its shape and dtype (and, for
 # inputs some op needs at compile time, its bytes).
 _Key = tuple[tuple[object, ...], ...]
+# Per graph input its shape and dtype.
+_Signature = tuple[tuple[tuple[int, ...], np.dtype], ...]
 
 
 @dataclass
@@ -101,9 +104,7 @@ class OnnxFunction:
     # The last call's signature, for the next call's fast path (``__call__``):
     # per graph input its (shape, dtype), and the program, held weakly so that
     # the signature cache's byte bound still decides what stays.
-    _last: tuple[tuple[tuple[tuple[int, ...], np.dtype], ...], weakref.ref[Specialised]] | None = (
-        None
-    )
+    _last: tuple[_Signature, weakref.ref[Specialised]] | None = None
 
     def __init__(
         self,
@@ -320,21 +321,6 @@ class OnnxFunction:
             self._last = (tuple((a.shape, a.dtype) for a in arrays), weakref.ref(spec))
         return self._run_spec(spec, arrays)
 
-    def _same_as_last(self, args: Sequence[Any]) -> Specialised | None:
-        """The last call's program when ``args`` are arrays of exactly its input
-        shapes and dtypes, positional and complete (they passed its checks then);
-        else None, and the call takes the full path."""
-        last = self._last
-        if last is None:
-            return None
-        sig, ref = last
-        if len(args) != len(sig):
-            return None
-        for a, (shape, dtype) in zip(args, sig):
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                return None
-        return ref()
-
     def _run_spec(self, spec: Specialised, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
@@ -357,8 +343,11 @@ class OnnxFunction:
         return split.rest._run(rest)
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        spec = None if kwargs else self._same_as_last(args)
-        if spec is not None:  # the signature of the last call: its checks held
+        # the last call's program when these are positional arrays of exactly its
+        # input shapes and dtypes (its checks held then); else the full path
+        last = None if kwargs else self._last
+        spec = last[1]() if last is not None and exact_arrays(args, last[0]) else None
+        if spec is not None:
             outs = self._run_spec(spec, args)
         else:
             outs = self._run(self._arrays(args, kwargs))
