@@ -36,7 +36,7 @@ import numpy as np
 
 from .host import immutable
 
-__all__ = ["describe", "fingerprint", "note_derived", "note_file"]
+__all__ = ["describe", "file_identity", "fingerprint", "note_derived", "note_file"]
 
 #: id(array) -> (weak reference to it, its origin)
 _NOTED: dict[int, tuple[weakref.ref, tuple]] = {}
@@ -46,7 +46,9 @@ _LOCK = threading.Lock()
 HASHED_INPUT_BYTES = 1 << 20
 
 
-def _identity(st: os.stat_result) -> tuple[int, ...]:
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What names a file's contents (device, inode, size, modification and
+    status-change times), from its ``os.stat_result``."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -72,8 +74,8 @@ def note_file(fd: int, before: os.stat_result, arrays: Iterable[tuple[np.ndarray
         after = os.fstat(fd)
     except OSError:
         return False
-    ident = _identity(after)
-    if ident != _identity(before):
+    ident = file_identity(after)
+    if ident != file_identity(before):
         return False
     for arr, offset in arrays:
         if isinstance(arr, np.ndarray) and arr.flags.c_contiguous:

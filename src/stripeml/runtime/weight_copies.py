@@ -42,6 +42,7 @@ from .cache_root import CacheRoot
 from .cache_store import touch
 from .host import seal
 from .kept_layouts import PAGE, map_checked, open_file, reject, write_file
+from .provenance import file_identity
 
 __all__ = ["WeightCopy", "open_copy", "store_copy"]
 
@@ -53,7 +54,7 @@ MIN_BYTES = 1 << 20
 
 
 def _name(st: os.stat_result) -> str:
-    ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    ident = file_identity(st)
     return hashlib.sha256(f"weights\0{VERSION}\0{ident}".encode()).hexdigest()
 
 
