@@ -361,6 +361,7 @@ def _body(
     # bodies byte for byte the same, BERT-base's 13 but for one's register choice);
     # at O3 it changed what the unrollers did, so O3 bodies keep their loops.
     emitter.no_one_trip_loops = opt == 1
+    emitter.unroll_epilogues = opt == 1
     info = emitter.run()
     text = str(module)
     release(module)

@@ -46,7 +46,7 @@ from .llvm_plan import (
     register_tile_plan,
     vectorizable,
 )
-from .llvm_tile import emit_register_tile
+from .llvm_tile import emit_register_tile, emit_unrolled, unrolled_epilogue_plan
 from .llvm_types import I1, I64, acc_dtype, const, identity, mem_type, reg_type, splat, vec
 from .plan import (
     deferred_scope,
@@ -61,6 +61,11 @@ from .plan import (
 
 class KernelEmitter(KernelBuilder):
     """Emits root kernel ``kernel`` as the function ``symbol`` (see :class:`KernelBuilder`)."""
+
+    #: Emit a register tile's small ``epilogue`` straight-line (``llvm_tile.emit_unrolled``):
+    #: set for the bodies compiled at O1, whose loops LLVM does not unroll (at O3 it
+    #: unrolls that loop itself, and the object code is the same either way).
+    unroll_epilogues = False
 
     def run(self) -> KernelInfo:
         """Emit the kernel; its metadata for the runtime."""
@@ -114,6 +119,14 @@ class KernelEmitter(KernelBuilder):
             plan = register_tile_plan(blk, binds, self.vector_width, self.tile_vectors)
             if plan is not None:
                 emit_register_tile(self, blk, env, binds, *plan)
+                return
+            flat = (
+                unrolled_epilogue_plan(blk, binds, self.vector_width, self.tile_vectors)
+                if self.unroll_epilogues
+                else None
+            )
+            if flat is not None:
+                emit_unrolled(self, blk, env, binds, *flat)
                 return
         scopes = [n for n, bd in binds.items() if bd.mode == "scope"]
         if scopes and init is None and deferred_scope(blk, scopes):

@@ -6,6 +6,14 @@ elements of its address indices live in vector registers across the
 reduction loops: ``vidx`` runs in vector lanes and the other address indices
 are fully unrolled.  The tile is loaded before the reduction (or set to the
 aggregation's identity when it starts a scope) and stored once after it.
+
+The ``epilogue`` that follows such a tile (bias, activation: ``unroll``'s
+nest, then the ``epilogue`` pass) reads the tile's buffer at the same points.
+:func:`unrolled_epilogue_plan` accepts it when it is as small as a tile, and
+:func:`emit_unrolled` emits it straight-line, one vector per point of its
+other indices, at constant offsets: the tile's stores into its stack buffer
+and the epilogue's loads from it then share constant addresses, and LLVM's
+SROA keeps the values in registers (no loop, no stack round trip).
 """
 
 from __future__ import annotations
@@ -15,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from ..ir.nodes import Block
-from .llvm_plan import Bind
+from ..ir.nodes import Block, Store
+from .llvm_plan import MAX_UNROLL, Bind, vectorizable
 from .llvm_types import I64, acc_dtype, identity, reg_type, splat, vec
 
 if TYPE_CHECKING:
@@ -80,3 +88,52 @@ def emit_register_tile(
             tile = g.from_acc(b.load(slots[combo, j], typ=rt), bd.dtype)
             g.vstore(bd, at(combo, j, env), tile, w)
     bd.mode = mode
+
+
+def unrolled_epilogue_plan(
+    blk: Block, binds: dict[str, Bind], w: int, max_vectors: int
+) -> tuple[str, list[str]] | None:
+    """``(vidx, unrolled)`` when ``blk`` is an ``epilogue`` leaf small enough to
+    emit straight-line (see the module): no constraints, allocations or
+    offsets of indices, plain stores only, its last index in whole vectors of
+    ``w`` lanes, and at most ``max_vectors`` vectors over its other indices
+    (each of at most ``MAX_UNROLL`` points)."""
+    if w < 2 or "epilogue" not in blk.tags or blk.sub_blocks or blk.constraints or not blk.idxs:
+        return None
+    if any(r.dir == "none" for r in blk.refs) or any(i.affine is not None for i in blk.idxs):
+        return None
+    if any(binds[s.ref].mode != "plain" for s in blk.stmts if isinstance(s, Store)):
+        return None
+    vidx = blk.idxs[-1].name
+    unrolled = [i.name for i in blk.idxs[:-1]]
+    count = blk.idx(vidx).range // w
+    for u in unrolled:
+        count *= blk.idx(u).range
+    if (
+        blk.idx(vidx).range % w
+        or count > max_vectors
+        or any(blk.idx(u).range > MAX_UNROLL for u in unrolled)
+        or not vectorizable(blk, binds, vidx)
+    ):
+        return None
+    return vidx, unrolled
+
+
+def emit_unrolled(
+    g: KernelEmitter,
+    blk: Block,
+    env: dict[str, ir.Value],
+    binds: dict[str, Bind],
+    vidx: str,
+    unrolled: list[str],
+) -> None:
+    """Emit leaf ``blk`` (:func:`unrolled_epilogue_plan`) as straight-line code: its
+    statements once per point of ``unrolled`` and vector of ``vidx``."""
+    w = g.vector_width
+    combos = itertools.product(*[range(blk.idx(u).range) for u in unrolled])
+    for combo in combos:
+        for j in range(blk.idx(vidx).range // w):
+            env2 = dict(env)
+            for name, value in (*zip(unrolled, combo), (vidx, j * w)):
+                env2[name] = ir.Constant(I64, value)
+            g.stmts(blk, env2, binds, None, w, vidx)
