@@ -28,7 +28,13 @@ Algorithms and sources (coefficients are copied, not fitted)
   polynomial for ``e^r`` and ``2^n`` applied as two exponent-bit scalings (one
   ``vscalef`` with AVX-512), so overflow gives inf and underflow gives
   correctly rounded subnormals.
-  Polynomials: Cephes ``expf.c`` (float), SLEEF ``xexp`` (double).
+  Polynomials: Cephes ``expf.c`` (float), SLEEF ``xexp`` (double).  With
+  AVX-512 the polynomial is evaluated by Horner's rule (fewer operations; the
+  loops that call ``exp`` hide its longer chain), and scalar float code (a
+  kernel LLVM's loop vectoriser widens: a softmax's ``exp`` and row sum) rounds
+  ``n`` by adding 1.5 * 2^23 and reads its integer from the sum's bits, so a
+  NaN flows into ``ldexp`` (one ``vscalef``) with no conversion back to float
+  and no select to patch it.
 * log: float: Cephes ``logf.c``; double: fdlibm ``e_log.c`` (as in musl).
   Subnormal inputs are scaled by a power of two first.
 * tanh: ``x + x^3 P(x^2)`` below 0.625 (Cephes ``tanhf.c`` polynomial,
@@ -37,8 +43,8 @@ Algorithms and sources (coefficients are copied, not fitted)
 * sigmoid: ``e = exp(-|x|)``, ``1/(1+e)`` for ``x >= 0`` and ``e/(1+e)``
   otherwise: no overflow and no cancellation.
 * erf: float: the rational minimax approximation on [-4, 4] used by Eigen and
-  XLA (``x P(x^2) / Q(x^2)``); double: fdlibm ``s_erf.c`` with its four
-  intervals evaluated branch-free.
+  XLA (``x P(x^2) / Q(x^2)``, both by Horner's rule); double: fdlibm
+  ``s_erf.c`` with its four intervals evaluated branch-free.
 * sin, cos, tan: quadrant ``q = roundeven(|x| * 2/pi)``, three-part
   Cody-Waite reduction with FMA (the first step is exact), polynomials from
   Cephes ``sinf.c``/``tanf.c`` (float) and ``sin.c``/``tan.c`` (double).  The
@@ -268,6 +274,17 @@ class _Emit:
                 power = self.mul(power, power)
         return terms[0]
 
+    def horner(self, x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
+        """Horner's rule for ``coeffs`` from the highest degree down: one FMA per
+        coefficient, no powers of ``x``.  In a loop over many elements (the
+        vectoriser's, or a kernel's vector loop) the longer dependency chain is
+        hidden and the fewer operations win: ``exp`` with AVX-512 and float
+        ``erf`` use it (docs/cpu-backend.md, "Intrinsics")."""
+        acc = self.f(coeffs[0])
+        for c in coeffs[1:]:
+            acc = self.fma(acc, x, c)
+        return acc
+
     # comparisons and selection
     def cmp(self, op: str, a: ir.Value, c: ir.Value | float) -> ir.Value:
         """Ordered comparison: false when either side is NaN."""
@@ -379,6 +396,8 @@ def _exp(e: _Emit, x: ir.Value, lo: ir.Value | None = None) -> ir.Value:
         lo_b, hi_b = -104.0, 89.0
         (ln2_hi, ln2_lo), coeffs = EXPF_LN2, EXPF_P
     native = e.has_scalef()
+    if not native and not e.is64 and lo is None and _native_ldexp(e.b.module.triple):
+        return _exp_f32_ldexp(e, x, lo_b, hi_b, ln2_hi, ln2_lo, coeffs)
     # Past the bounds e^x is 0 or inf in this precision.  With ``vscalef``, n
     # stays a float and a NaN flows through every step; otherwise clamping keeps
     # n an in-range integer (NaN is clamped too and patched back at the end).
@@ -388,11 +407,43 @@ def _exp(e: _Emit, x: ir.Value, lo: ir.Value | None = None) -> ir.Value:
     r = e.fma(n, -ln2_lo, r)
     if lo is not None:
         r = e.add(r, e.sel(e.cmp("==", xc, x), lo, 0.0))
-    u = e.poly(r, coeffs)
+    u = e.horner(r, coeffs) if native else e.poly(r, coeffs)
     p = e.add(e.fma(e.mul(r, r), u, r), 1.0)
     if native:
         return e.scalef(p, n)
     return e.sel(e.isnan(x), x, e.scale(p, e.to_i32(n)))
+
+
+# 1.5 * 2^23: added to |v| < 2^22 it rounds v to an integer (ties to even), which
+# the sum's low mantissa bits then hold as a two's-complement offset.
+_ROUND_F32 = 12582912.0
+_ROUND_F32_BITS = 0x4B400000
+
+
+def _exp_f32_ldexp(
+    e: _Emit,
+    x: ir.Value,
+    lo_b: float,
+    hi_b: float,
+    ln2_hi: float,
+    ln2_lo: float,
+    coeffs: Sequence[float],
+) -> ir.Value:
+    """float e^x where ``llvm.ldexp`` is one instruction (AVX-512's ``vscalef``)
+    and the code is scalar (widened by LLVM's loop vectoriser): ``n`` rounded by
+    adding 1.5 * 2^23, its integer read from the sum's bits, so no float-to-int
+    conversion runs and a NaN flows through every step into ``ldexp`` (NaN in,
+    NaN out) with no select to patch it back.  Same bounds, reduction and
+    polynomial as :func:`_exp`; the integer taken for a NaN is some value,
+    never poison."""
+    xc = e.clamp_keeping_nan(x, lo_b, hi_b)
+    t = e.fma(xc, LOG2E, _ROUND_F32)
+    n = e.sub(t, _ROUND_F32)
+    k = e.b.sub(e.bits(t), e.i(_ROUND_F32_BITS))
+    r = e.fma(n, -ln2_hi, xc)
+    r = e.fma(n, -ln2_lo, r)
+    p = e.add(e.fma(e.mul(r, r), e.horner(r, coeffs), r), 1.0)
+    return e.scale(p, k)
 
 
 def _log_specials(e: _Emit, x: ir.Value, r: ir.Value) -> ir.Value:
@@ -548,7 +599,7 @@ def _erf_f32(e: _Emit, x: ir.Value) -> ir.Value:
     xc = e.sel(e.cmp("<", xc, -4.0), -4.0, xc)
     z = e.mul(xc, xc)
     # x * (P/Q), not (x P)/Q: keeps subnormal x from flushing to zero.
-    r = e.abs(e.mul(xc, e.div(e.poly(z, ERFF_P), e.poly(z, ERFF_Q))))
+    r = e.abs(e.mul(xc, e.div(e.horner(z, ERFF_P), e.horner(z, ERFF_Q))))
     return e.copysign(e.sel(e.cmp(">", r, 1.0), 1.0, r), x)
 
 
