@@ -120,10 +120,14 @@ class KernelEmitter(KernelBuilder):
             if plan is not None:
                 emit_register_tile(self, blk, env, binds, *plan)
                 return
-            flat = (
-                unrolled_epilogue_plan(blk, binds, self.vector_width, self.tile_vectors)
-                if self.unroll_epilogues
-                else None
+            # (At O3 too for a narrower-lane epilogue, which LLVM's loop vectoriser
+            # ran across its rows with gathers and scatters.)
+            flat = unrolled_epilogue_plan(
+                blk,
+                binds,
+                self.vector_width,
+                self.tile_vectors,
+                narrow_only=not self.unroll_epilogues,
             )
             if flat is not None:
                 emit_unrolled(self, blk, env, binds, *flat)

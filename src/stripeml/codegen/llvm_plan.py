@@ -77,8 +77,7 @@ def register_tile_plan(
         return None  # a reduction with no points must leave its outputs alone
 
     def lanes_of(n: str) -> int:
-        r = blk.idx(n).range
-        return r if 4 <= r < w and r & (r - 1) == 0 else w
+        return narrow_lanes(blk.idx(n).range, w)
 
     units = [n for n in addr if bd.offset.coeff(n) == 1 and blk.idx(n).range % lanes_of(n) == 0]
     for vidx in reversed(units):
@@ -95,6 +94,14 @@ def register_tile_plan(
         if ok:
             return out, vidx, unrolled, lanes_of(vidx)
     return None
+
+
+def narrow_lanes(n: int, w: int) -> int:
+    """The lanes a vector index of ``n`` points runs in: ``w``, or, when whole vectors
+    of ``w`` do not divide ``n``, the largest power of two (at least 4, below ``w``)
+    that does (``unroll``'s narrower-lane rests: 8 lanes of 24 channels, 4 of 12)."""
+    low = n & -n
+    return low if n % w and 4 <= low < w else w
 
 
 _VECTOR_OPS = frozenset(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from ..ir.nodes import Block, Store
-from .llvm_plan import MAX_UNROLL, Bind, vectorizable
+from .llvm_plan import MAX_UNROLL, Bind, narrow_lanes, vectorizable
 from .llvm_types import I64, acc_dtype, identity, reg_type, splat, vec
 
 if TYPE_CHECKING:
@@ -91,13 +91,19 @@ def emit_register_tile(
 
 
 def unrolled_epilogue_plan(
-    blk: Block, binds: dict[str, Bind], w: int, max_vectors: int
-) -> tuple[str, list[str]] | None:
-    """``(vidx, unrolled)`` when ``blk`` is an ``epilogue`` leaf small enough to
-    emit straight-line (see the module): no constraints, allocations or
+    blk: Block, binds: dict[str, Bind], w: int, max_vectors: int, narrow_only: bool = False
+) -> tuple[str, list[str], int] | None:
+    """``(vidx, unrolled, lanes)`` when ``blk`` is an ``epilogue`` leaf small enough
+    to emit straight-line (see the module): no constraints, allocations or
     offsets of indices, plain stores only, its last index in whole vectors of
-    ``w`` lanes, and at most ``max_vectors`` vectors over its other indices
-    (each of at most ``MAX_UNROLL`` points)."""
+    ``lanes`` (``w``, or for a last index that whole vectors of ``w`` do not
+    divide, the largest power of two of at least 4 dividing its range: the
+    epilogue of ``unroll``'s narrower-lane rest), and at most ``max_vectors``
+    vectors over its other indices (each of at most ``MAX_UNROLL`` points).
+    ``narrow_only``: only such a narrower epilogue of more than one row (bodies
+    compiled at O3: LLVM unrolls full-width epilogues well itself, and one row
+    of narrow lanes too, but vectorised a narrow epilogue's rows with gathers
+    and scatters)."""
     if w < 2 or "epilogue" not in blk.tags or blk.sub_blocks or blk.constraints or not blk.idxs:
         return None
     if any(r.dir == "none" for r in blk.refs) or any(i.affine is not None for i in blk.idxs):
@@ -106,17 +112,20 @@ def unrolled_epilogue_plan(
         return None
     vidx = blk.idxs[-1].name
     unrolled = [i.name for i in blk.idxs[:-1]]
-    count = blk.idx(vidx).range // w
+    lanes = narrow_lanes(blk.idx(vidx).range, w)
+    if narrow_only and (lanes == w or all(blk.idx(u).range == 1 for u in unrolled)):
+        return None
+    count = blk.idx(vidx).range // lanes
     for u in unrolled:
         count *= blk.idx(u).range
     if (
-        blk.idx(vidx).range % w
+        blk.idx(vidx).range % lanes
         or count > max_vectors
         or any(blk.idx(u).range > MAX_UNROLL for u in unrolled)
         or not vectorizable(blk, binds, vidx)
     ):
         return None
-    return vidx, unrolled
+    return vidx, unrolled, lanes
 
 
 def emit_unrolled(
@@ -126,10 +135,11 @@ def emit_unrolled(
     binds: dict[str, Bind],
     vidx: str,
     unrolled: list[str],
+    lanes: int,
 ) -> None:
     """Emit leaf ``blk`` (:func:`unrolled_epilogue_plan`) as straight-line code: its
-    statements once per point of ``unrolled`` and vector of ``vidx``."""
-    w = g.vector_width
+    statements once per point of ``unrolled`` and vector of ``lanes`` points of ``vidx``."""
+    w = lanes
     combos = itertools.product(*[range(blk.idx(u).range) for u in unrolled])
     for combo in combos:
         for j in range(blk.idx(vidx).range // w):

@@ -90,7 +90,8 @@ constraint), or a vector range below one vector.
 Ragged vectors: a vector range ``R`` that whole vectors do not divide (1000
 output channels in 16 lanes) is split into two root kernels, like ragged
 rows: ``[0, R - R % w)`` tiled as above, and the last ``R % w`` points with
-the widest power-of-two lanes (at least 4) dividing them, one vector, no
+the widest power-of-two lanes (at least 4) dividing them, all its vectors in
+one tile (12 points: 3 vectors of 4 lanes, as the accumulators allow), no
 packing; a narrower rest stays untiled (``vectorize`` takes it).  This
 module chooses the tile shape; ``_register_tile.py`` builds the nest and
 ``_unroll_splits.py`` the two parts of a split kernel.
