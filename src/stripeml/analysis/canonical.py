@@ -153,7 +153,20 @@ def _root_refs(root: Block) -> dict[str, Refinement]:
 
 def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     """``kernel`` (a root statement of ``root``) with every name that does not
-    change its code replaced by a canonical one (see the module docstring)."""
+    change its code replaced by a canonical one (see the module docstring).
+    Kept for the kernels of the last two roots asked about (:func:`_texts`):
+    the code generator and then the first run (the runtime's shared
+    constants) both ask for every kernel of a program."""
+    done = _texts(root)[1]
+    hit = done.get(id(kernel))
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
+    made = _canonical(root, kernel)
+    done[id(kernel)] = (kernel, made)
+    return made
+
+
+def _canonical(root: Block, kernel: Block) -> CanonicalKernel:
     used = kernel_buffers(kernel)
     params = {name: f"b{n}" for n, name in enumerate(used)}
     refs = _root_refs(root)
@@ -165,26 +178,37 @@ def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     # last program (the whole program's text, which its cache key and the
     # executable's ``ir`` both ask for after the code generator asked here);
     # printed once per distinct canonical kernel of a program (a model's layers)
-    texts = _texts(root)
+    texts = _texts(root)[0]
     text = texts.get(mini.root)
     if text is None:
         text = texts[mini.root] = format_block(mini.root) + "\n"
     return CanonicalKernel(mini, used, text, offsets)
 
 
-_TEXTS: tuple[Block, dict[Block, str]] | None = None
+_Done = dict[int, tuple[Block, CanonicalKernel]]
+#: (root, its kernels' texts, its kernels' canonical forms) of the last two roots
+#: asked about, the latest last
+_TEXTS: tuple[tuple[Block, dict[Block, str], _Done], ...] = ()
 
 
-def _texts(root: Block) -> dict[Block, str]:
+def _texts(root: Block) -> tuple[dict[Block, str], _Done]:
     """The canonical kernels of program ``root`` printed so far, by kernel (equal
-    IR values, so equal text): kept for the last root asked about only."""
+    IR values, so equal text), and the canonical forms made so far, by the
+    kernel's identity (the kernel kept beside, so its id is not reused): kept
+    for the last two roots asked about (a second input shape's first run asks
+    about the first's kernels, and then its own, which its code generator
+    asked about before)."""
     global _TEXTS
-    last = _TEXTS
-    if last is not None and last[0] is root:
-        return last[1]
-    texts: dict[Block, str] = {}
-    _TEXTS = (root, texts)
-    return texts
+    kept = _TEXTS or ()  # (a test empties it with None)
+    if kept and kept[-1][0] is root:
+        return kept[-1][1], kept[-1][2]
+    for entry in kept:
+        if entry[0] is root:
+            _TEXTS = (*(e for e in kept if e is not entry), entry)
+            return entry[1], entry[2]
+    entry = (root, {}, {})
+    _TEXTS = (*kept[-1:], entry)
+    return entry[1], entry[2]
 
 
 def _hoisted(

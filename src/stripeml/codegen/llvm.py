@@ -94,7 +94,7 @@ def generate(
             if body is None:
                 # the level and bounds are functions of the canonical kernel: once per body
                 opt = body_opt_level(canon.kernel, vector_width)
-                bounded[symbol] = runtime_bounds(canon.kernel, opt)
+                bounded[symbol] = runtime_bounds(canon.kernel, opt, vector_width)
                 info = known(symbol) if known is not None else None
                 if info is not None:
                     body = Body(symbol, None, info, opt)
@@ -166,7 +166,7 @@ def body_symbol(canonical_text: str) -> str:
     return "sk_" + hashlib.sha256(canonical_text.encode()).hexdigest()[:32]
 
 
-def runtime_bounds(kernel: Block, opt: int) -> tuple[str, ...]:
+def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str, ...]:
     """The indices of root kernel ``kernel`` whose loops run to a bound its
     body takes at run time instead of their range as a constant (the wrapper
     passes the range): in a body compiled at O1 (``opt``, :func:`body_opt_level`),
@@ -179,8 +179,22 @@ def runtime_bounds(kernel: Block, opt: int) -> tuple[str, ...]:
     matmul's loop over row tiles: a second sequence length of a transformer),
     and kernels whose code is the same share one body (:func:`_same_code`).
     At O1 LLVM neither unrolls nor vectorises loops, so a constant trip count
-    gave it nothing to use; O3 bodies keep their constants."""
+    gave it nothing to use.  O3 bodies keep their constants, except a kernel the
+    code generator tiled itself but for a call of the math library in an
+    epilogue (:func:`generator_tiled` with ``math``: BERT-base's matmul with its
+    GELU ``erf``, O3 for the epilogue's sake): its own block's indices are
+    loops over whole register tiles, which LLVM's vectorisers and unrollers
+    leave alone (they work on the innermost loops, whose ranges stay
+    constants); a second sequence length then links the first's body."""
     if opt != 1:
+        tiled_but_math = (
+            opt == 3
+            and bool(kernel.sub_blocks)
+            and generator_tiled(kernel, vector_width, math=True)
+            and not generator_tiled(kernel, vector_width)
+        )
+        if tiled_but_math:
+            return tuple(i.name for i in kernel.idxs if i.affine is None and i.range >= 2)
         return ()
     lanes: set[str] = set()
     if not kernel.sub_blocks:  # a leaf: its innermost loop may run in vector lanes
@@ -287,13 +301,14 @@ O1_TILE_VECTORS = 4
 O1_INNER_REDUCTION = 64
 
 
-def generator_tiled(kernel: Block, vector_width: int = 16) -> bool:
+def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False) -> bool:
     """Whether every innermost block of ``kernel`` is a ``register_tile`` (of at
     least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over an
     innermost reduction of at least :data:`O1_INNER_REDUCTION` steps) or an
     ``epilogue``, both put in vector lanes by the ``vectorize`` pass, calling
-    no function of the math library (:data:`.llvm_math.MATH_FUNCTIONS`): code
-    LLVM's vectorisers, unrollers and inliner have nothing left to do with."""
+    no function of the math library (:data:`.llvm_math.MATH_FUNCTIONS`; with
+    ``math``, calls are allowed): code LLVM's vectorisers, unrollers and
+    inliner have nothing left to do with (but the calls)."""
     if "tiled" not in kernel.tags and "nest" not in kernel.tags:
         return False
     stack = list(kernel.sub_blocks)
@@ -306,7 +321,9 @@ def generator_tiled(kernel: Block, vector_width: int = 16) -> bool:
             stack.extend(subs)
         elif "vector" not in blk.tags or blk.tags.isdisjoint(("register_tile", "epilogue")):
             return False
-        elif any(isinstance(st, Intrinsic) and st.op in MATH_FUNCTIONS for st in blk.stmts):
+        elif not math and any(
+            isinstance(st, Intrinsic) and st.op in MATH_FUNCTIONS for st in blk.stmts
+        ):
             return False  # BERT's GELU epilogue (erf) ran its matmul 2.0x slower at O1
         elif "register_tile" in blk.tags and not _large_tile(blk, vector_width):
             return False
@@ -345,6 +362,7 @@ def _body(
     module.triple = triple
     root = canon.program.root
     opt = body_opt_level(canon.kernel, vector_width)
+    bounds = runtime_bounds(canon.kernel, opt, vector_width)
     emitter = KernelEmitter(
         module,
         root,
@@ -355,13 +373,17 @@ def _body(
         body_only=True,
         vector_registers=vector_registers,
         int8_dot=int8_dot,
-        bounds=runtime_bounds(canon.kernel, opt),
+        bounds=bounds,
     )
     # At O1 a loop of one trip costs LLVM time and changes no code (ResNet-50's 74
     # bodies byte for byte the same, BERT-base's 13 but for one's register choice);
-    # at O3 it changed what the unrollers did, so O3 bodies keep their loops.
+    # at O3 it changed what the unrollers did, so O3 bodies keep their loops, but
+    # for the loops over whole register tiles of one taking runtime bounds (a
+    # batch of 1: its index times a stride the sequence length sizes would
+    # otherwise keep a second length from linking the body)
     emitter.no_one_trip_loops = opt == 1
     emitter.unroll_epilogues = opt == 1
+    emitter.no_one_trip_top_loops = bool(bounds)
     info = emitter.run()
     text = str(module)
     release(module)

@@ -154,6 +154,9 @@ class KernelBuilder:
         # Bind an index of range 1 to 0 instead of looping over it (``loops``): set for
         # the bodies compiled at O1, where the object code is the same either way
         self.no_one_trip_loops = False
+        # ... only for the kernel's own block's indices (``top``): set for the O3
+        # bodies whose own indices take runtime bounds (``.llvm.runtime_bounds``)
+        self.no_one_trip_top_loops = False
         used = list(kernel_buffers(kernel))
         self.used = used
         bounds = tuple(bounds)
@@ -355,7 +358,7 @@ class KernelBuilder:
                 rec(k + 1, env3, lanes)
 
             if (
-                self.no_one_trip_loops
+                (self.no_one_trip_loops or (top and self.no_one_trip_top_loops))
                 and idx.range == 1
                 and not per_loop[name]
                 and name != vector

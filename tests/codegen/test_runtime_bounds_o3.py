@@ -1,0 +1,116 @@
+"""An O3 body that the code generator tiled itself but for a call of the math
+library in its epilogue (a transformer's matmul with its GELU ``erf``) takes its
+own block's indices (loops over whole register tiles) at run time, and binds
+their one-trip loops to 0 (codegen/llvm.py, ``runtime_bounds``): a second
+sequence length then links the first length's body instead of compiling its own.
+
+Results are checked against NumPy in float64 (``math.erf``); what was compiled
+is counted with ``jit.STATS`` (every module compiled in this process: no helper
+processes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stripeml.codegen.llvm import body_opt_level, generate, generator_tiled, runtime_bounds
+from stripeml.ir.nodes import Block
+from stripeml.runtime import jit
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import stripeml.onnx  # noqa: E402
+
+K, N = 768, 3072  # BERT-base's feed-forward: the shape its tiling has
+
+
+def _gelu_model() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    """``gelu(X @ W + C)`` (the erf form BERT exports) over a sequence of any length."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((K, N)) * 0.03).astype(np.float32)
+    c = (rng.standard_normal(N) * 0.1).astype(np.float32)
+    consts = {"s2": 1.4142135, "one": 1.0, "half": 0.5}
+    nodes = [
+        helper.make_node("MatMul", ["X", "W"], ["Z"]),
+        helper.make_node("Add", ["Z", "C"], ["A"]),
+        helper.make_node("Div", ["A", "s2"], ["D"]),
+        helper.make_node("Erf", ["D"], ["E"]),
+        helper.make_node("Add", ["E", "one"], ["F"]),
+        helper.make_node("Mul", ["A", "F"], ["G"]),
+        helper.make_node("Mul", ["G", "half"], ["Y"]),
+    ]
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, "S", K])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, "S", N])
+    graph = helper.make_graph(nodes, "gelu_matmul", [x], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, w, c
+
+
+def _expected(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
+    a = x.astype(np.float64) @ w.astype(np.float64) + c
+    return 0.5 * a * (1.0 + np.vectorize(math.erf)(a / math.sqrt(2.0)))
+
+
+def _x(rows: int) -> np.ndarray:
+    return np.random.default_rng(rows).standard_normal((1, rows, K)).astype(np.float32)
+
+
+def _matmul_kernel(program) -> Block:
+    (kernel,) = [s for s in program.root.stmts if isinstance(s, Block) and "tiled" in s.tags]
+    return kernel
+
+
+def test_the_gelu_matmul_takes_its_tile_loops_at_run_time() -> None:
+    model, _, _ = _gelu_model()
+    f = stripeml.onnx.compile(model, target="cpu")
+    kernel = _matmul_kernel(f.lower(_x(64)).program)
+    assert body_opt_level(kernel, 16) == 3  # for the erf in its epilogue
+    assert generator_tiled(kernel, 16, math=True) and not generator_tiled(kernel, 16)
+    bounds = runtime_bounds(kernel, 3, 16)
+    own = [i.name for i in kernel.idxs if i.range >= 2]
+    assert bounds and list(bounds) == own  # the loops over whole register tiles only
+    inner = {i.name for b in kernel.sub_blocks for i in b.idxs}
+    assert not inner & set(bounds)
+
+
+def test_other_o3_bodies_keep_their_constants() -> None:
+    exp = stripeml.compile("function (X[M, N]) -> (E) { E = exp(X); }", target="cpu")
+    x = np.ones((64, 96), np.float32)
+    (kernel,) = [s for s in exp.lower(x).program.root.stmts if isinstance(s, Block)]
+    assert body_opt_level(kernel, 16) == 3
+    assert runtime_bounds(kernel, 3, 16) == ()
+
+
+def test_two_lengths_generate_one_body_text() -> None:
+    model, _, _ = _gelu_model()
+    f = stripeml.onnx.compile(model, target="cpu")
+    texts = []
+    for rows in (128, 64):
+        module = generate(f.lower(_x(rows)).program, vector_width=16)
+        (body,) = [b for b in module.bodies if b.opt == 3]
+        assert body.llvm_ir is not None
+        texts.append(body.llvm_ir.replace(body.symbol, "SYMBOL"))
+    assert texts[0] == texts[1]  # (before: the batch index times a stride sized by the length)
+
+
+def test_a_second_length_links_the_first_lengths_body(tmp_path, monkeypatch) -> None:
+    """128 rows, then 64: the second compile compiles its wrappers only (its copy
+    of the weights' panels and the matmul link 128's bodies), and computes what
+    NumPy does at both lengths."""
+    monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")  # every compile counted here
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+    model, w, c = _gelu_model()
+    f = stripeml.onnx.compile(model, target="cpu")
+    for rows, modules in ((128, None), (64, 1)):
+        x = _x(rows)
+        before = jit.STATS["optimize"]
+        got = f(x)
+        if modules is not None:
+            assert jit.STATS["optimize"] - before == modules
+        np.testing.assert_allclose(got, _expected(x, w, c), rtol=2e-4, atol=2e-4)
