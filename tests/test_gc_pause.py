@@ -1,16 +1,12 @@
 """The garbage collector is off while stripeml compiles and as it was afterwards
 (``stripeml.gc_pause``): on a compile's miss, in the ONNX importer, after an
-error, across threads, and left alone with ``STRIPEML_GC=on``.  What a compile
-leaves is frozen until the next full collection, which frees its cycles; a
-process's own frozen objects are left alone.  Results are
+error, across threads, and left alone with ``STRIPEML_GC=on``.  Results are
 checked against NumPy, so pausing changes nothing computed."""
 
 from __future__ import annotations
 
 import gc
-import sys
 import threading
-import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -28,7 +24,6 @@ def _collector_back() -> Iterator[None]:
     was = gc.isenabled()
     yield
     (gc.enable if was else gc.disable)()
-    gc.collect()  # what a compile froze goes back (gc_pause._thaw)
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[bool]:
@@ -139,105 +134,3 @@ def test_the_onnx_importer_builds_with_it_off(monkeypatch: pytest.MonkeyPatch) -
     np.testing.assert_array_equal(f(v), np.maximum(v, 0))
     assert seen == [False]
     assert gc.isenabled()
-
-
-class _Cell:
-    """A weak-referenceable object for a reference cycle."""
-
-    other: object = None
-
-
-def _frozen_by_the_compile(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], weakref.ref]:
-    """Compile (collector on) with a spy that keeps one list alive and drops one
-    cycle; the kept list and a weak reference into the dropped cycle."""
-    kept: list[int] = [1, 2, 3]
-    holder: dict[str, object] = {}
-    real = api.Function._optimise
-
-    def spying(self, sig):
-        a, b = _Cell(), _Cell()
-        a.other, b.other = b, a  # cyclic garbage once this returns
-        holder["cycle"] = weakref.ref(a)
-        holder["kept"] = [kept]  # a survivor made during the compile
-        return real(self, sig)
-
-    monkeypatch.setattr(api.Function, "_optimise", spying)
-    gc.collect()
-    gc.enable()
-    f = stripeml.compile(SOURCE, target="interp")
-    a, b = _inputs(5)
-    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5)
-    survivor = holder["kept"]
-    assert isinstance(survivor, list)
-    cycle = holder["cycle"]
-    assert isinstance(cycle, weakref.ref)
-    holder.clear()
-    return survivor, cycle
-
-
-def _tracked(obj: object) -> bool:
-    """Whether ``obj`` is in one of the collector's generations (not frozen)."""
-    return any(o is obj for o in gc.get_objects())
-
-
-@pytest.mark.skipif(sys.version_info >= (3, 14), reason="Python 3.14's incremental collector")
-def test_the_survivors_skip_the_young_generations_until_a_full_collection(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    survivor, cycle = _frozen_by_the_compile(monkeypatch)
-    assert gc.isenabled()
-    # frozen: no young collection walks what the compile left ...
-    assert gc.get_freeze_count() > 0
-    assert not _tracked(survivor)
-    gc.collect(0)
-    gc.collect(1)
-    assert not _tracked(survivor)
-    assert cycle() is not None  # (not collected yet)
-    # ... until a full collection, which walks it and frees the compile's cycles
-    gc.collect()
-    assert gc.get_freeze_count() == 0
-    assert _tracked(survivor)
-    assert cycle() is None
-
-
-def test_someone_elses_frozen_objects_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    gc.collect()
-    gc.freeze()  # as a process about to fork
-    try:
-        theirs = gc.get_freeze_count()
-        survivor, cycle = _frozen_by_the_compile(monkeypatch)
-        # nothing of the compile's added (theirs that died since are gone) ...
-        assert gc.get_freeze_count() <= theirs
-        assert _tracked(survivor)
-        gc.collect()
-        assert gc.get_freeze_count() > theirs // 2  # ... and theirs stay frozen
-        assert cycle() is None
-    finally:
-        gc.unfreeze()
-
-
-def test_nothing_is_frozen_when_asked_to_leave_it_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("STRIPEML_GC", "on")
-    gc.collect()
-    survivor, _ = _frozen_by_the_compile(monkeypatch)
-    assert gc.get_freeze_count() == 0
-    assert _tracked(survivor)
-
-
-def test_nothing_is_frozen_when_the_process_keeps_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    gc.collect()
-    kept = [1, 2]
-    real = api.Function._optimise
-
-    def spying(self, sig):
-        kept.append(3)
-        return real(self, sig)
-
-    monkeypatch.setattr(api.Function, "_optimise", spying)
-    gc.disable()
-    f = stripeml.compile(SOURCE, target="interp")
-    a, b = _inputs(6)
-    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5)
-    assert not gc.isenabled()
-    assert gc.get_freeze_count() == 0
-    assert _tracked(kept)
