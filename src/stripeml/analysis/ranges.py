@@ -4,6 +4,14 @@ A contraction aggregates over every integer index tuple for which each access
 is in bounds and each constraint holds.  That set of tuples is a polyhedron;
 its bounding box gives each index's range, and the bounds the box does not
 imply stay behind as block constraints.
+
+Two common shapes of question are answered exactly without isl: ranges when
+every bound names one index (a matmul's; a 1 x 1 convolution's, once its
+window's indices, which their bounds fix at 0, are put in: the tuples are then
+a box), and coverage when the output's accesses are its own indices and no
+bound ties them to the other indices (each output element is then reached
+exactly when its own bounds hold there and the other indices' tuples are not
+none).
 """
 
 from __future__ import annotations
@@ -78,6 +86,10 @@ def _unlabelled(key: tuple[tuple[Affine, int], ...]) -> list[Bound]:
 
 @lru_cache(maxsize=4096)
 def _infer_ranges(indices: tuple[str, ...], key: tuple[tuple[Affine, int], ...]) -> RangeResult:
+    pinned = _pinned(key)
+    plain = RangeResult({}, True, ()) if pinned is None else _box_ranges(indices, pinned)
+    if plain is not None:
+        return plain
     dom = domain_set(indices, _unlabelled(key))
     if dom.is_empty():
         return RangeResult({}, True, ())
@@ -91,6 +103,64 @@ def _infer_ranges(indices: tuple[str, ...], key: tuple[tuple[Affine, int], ...])
             continue
         ranges[name] = (int(lo.to_python()), int(hi.to_python()))
     return RangeResult(ranges, False, tuple(unbounded))
+
+
+def _interval(coeff: int, const: int, top: int) -> tuple[int, int]:
+    """The integers ``i`` with ``0 <= coeff * i + const <= top`` (``coeff`` not 0)."""
+    a, b = -const, top - const
+    return (-(-a // coeff), b // coeff) if coeff > 0 else (-(-b // coeff), a // coeff)
+
+
+def _pinned(key: tuple[tuple[Affine, int], ...]) -> tuple[tuple[Affine, int], ...] | None:
+    """``key``'s bounds with each index that its one-index bounds fix to one value
+    (a 1 x 1 window's) put in as that value where it shares a bound with other
+    indices (again, as long as that fixes more); ``None`` when those bounds leave
+    some index no value.  The same tuples are valid."""
+    while True:
+        lo: dict[str, int] = {}
+        hi: dict[str, int] = {}
+        for expr, top in key:
+            if len(expr.terms) == 1:
+                ((name, coeff),) = expr.terms
+                first, last = _interval(coeff, expr.const, top)
+                lo[name] = max(lo.get(name, first), first)
+                hi[name] = min(hi.get(name, last), last)
+        if any(lo[n] > hi[n] for n in lo):
+            return None
+        shared = {n for expr, _ in key if len(expr.terms) > 1 for n, _ in expr.terms}
+        fixed = {n: lo[n] for n in shared & lo.keys() if lo[n] == hi[n]}
+        if not fixed:
+            return key
+        key = tuple(
+            (expr.substitute(fixed) if len(expr.terms) > 1 else expr, top) for expr, top in key
+        )
+
+
+def _box_ranges(
+    indices: tuple[str, ...], key: tuple[tuple[Affine, int], ...]
+) -> RangeResult | None:
+    """:func:`infer_ranges` when every bound names at most one index (the valid
+    tuples are then a box: each index's interval is the intersection of its
+    bounds', exactly, in integers), else ``None``."""
+    lo: dict[str, int] = {}
+    hi: dict[str, int] = {}
+    for expr, top in key:
+        if not expr.terms:
+            if not 0 <= expr.const <= top:
+                return RangeResult({}, True, ())
+            continue
+        if len(expr.terms) != 1:
+            return None
+        ((name, coeff),) = expr.terms
+        if name not in indices:
+            return None
+        first, last = _interval(coeff, expr.const, top)
+        lo[name] = max(lo.get(name, first), first)
+        hi[name] = min(hi.get(name, last), last)
+    if any(lo[n] > hi[n] for n in lo):
+        return RangeResult({}, True, ())
+    ranges = {n: (lo[n], hi[n]) for n in indices if n in lo}
+    return RangeResult(ranges, False, tuple(n for n in indices if n not in lo))
 
 
 def implied_by_box(expr: Affine, hi: int, box: dict[str, tuple[int, int]]) -> bool:
@@ -123,6 +193,12 @@ def _covers(
     out_access: tuple[Affine, ...],
     out_sizes: tuple[int, ...],
 ) -> bool:
+    pinned = _pinned(key)
+    if pinned is None:
+        return False  # no valid tuple
+    plain = _covers_plainly(indices, key, pinned, out_access, out_sizes)
+    if plain is not None:
+        return plain
     # The points of the domain beside the elements they reach (o = access): one
     # element per point, so empty exactly when the domain is.
     safe = _names(indices)
@@ -140,3 +216,39 @@ def _covers(
         box_conds += [Affine.index(o), Affine.constant(size - 1) - Affine.index(o)]
     box = constrain(isl.BasicSet.universe(set_space(outs)), box_conds).to_set()
     return box.is_subset(image)
+
+
+def _covers_plainly(
+    indices: tuple[str, ...],
+    key: tuple[tuple[Affine, int], ...],
+    pinned: tuple[tuple[Affine, int], ...],
+    out_access: tuple[Affine, ...],
+    out_sizes: tuple[int, ...],
+) -> bool | None:
+    """:func:`covers` without isl when each output access is an index of its own
+    (coefficient 1, no constant) and no bound (``pinned``: :func:`_pinned`'s
+    bounds of ``key``) names both an output index and another index, else
+    ``None``.  Then an element is reached exactly when the
+    bounds on the output indices alone hold at it (a box's corners decide that)
+    and some tuple of the other indices is valid: the domain is not empty, the
+    output box being not empty (:func:`covers` answered the empty ones)."""
+    outs = []
+    for a in out_access:
+        if a.const != 0 or len(a.terms) != 1 or a.terms[0][1] != 1:
+            return None
+        outs.append(a.terms[0][0])
+    own = set(outs)
+    if len(own) != len(outs) or not own <= set(indices):
+        return None
+    box = {n: (0, size - 1) for n, size in zip(outs, out_sizes)}
+    tied = False
+    for expr, top in pinned:
+        names = {n for n, _ in expr.terms}
+        if names <= own:
+            if not implied_by_box(expr, top, box):
+                return False  # an element where this bound fails: no tuple reaches it
+        elif names & own:
+            tied = True
+    if tied:
+        return None
+    return not _infer_ranges(indices, key).empty

@@ -45,6 +45,7 @@ from .nodes import (
     Special,
     Statement,
     Store,
+    TensorShape,
 )
 
 # Words that start an item or a right-hand side; a name spelled like one is quoted.
@@ -95,6 +96,9 @@ def format_name(name: str) -> str:
 
 def format_affine(expr: Affine) -> str:
     """``2*x - y + 3``: terms in name order, then the constant; ``0`` when empty."""
+    terms = expr.terms
+    if len(terms) == 1 and not expr.const and terms[0][1] == 1:
+        return format_name(terms[0][0])  # a plain index: most accesses
     parts: list[str] = []
     for name, coeff in expr.terms:
         mag = abs(coeff)
@@ -150,6 +154,22 @@ def format_constraint(con: Constraint) -> str:
     return f"{format_affine(con.expr)} >= 0"
 
 
+#: Shapes as written (`` f32(1, 1):(64, 1)``), remembered: a program's views repeat
+#: a few shapes thousands of times (bounded like :data:`_NAMES`).
+_SHAPES: dict[tuple[str, tuple[int, ...], tuple[int, ...]], str] = {}
+
+
+def _shape_text(shape: TensorShape) -> str:
+    key = (shape.dtype, shape.sizes, shape.strides)
+    text = _SHAPES.get(key)
+    if text is None:
+        text = f" {format_name(shape.dtype)}{_ints(shape.sizes)}:{_ints(shape.strides)}"
+        if len(_SHAPES) >= _NAMES_MAX:
+            _SHAPES.clear()
+        _SHAPES[key] = text
+    return text
+
+
 def format_ref(ref: Refinement) -> str:
     """One refinement line (without indentation)."""
     direction = ref.dir if ref.dir in DIRECTIONS else format_string(ref.dir)
@@ -160,8 +180,7 @@ def format_ref(ref: Refinement) -> str:
         text += "[" + ", ".join(format_affine(a) for a in ref.access) + "]"
     if ref.agg:
         text += f":{format_name(ref.agg)}"
-    shape = ref.shape
-    text += f" {format_name(shape.dtype)}{_ints(shape.sizes)}:{_ints(shape.strides)}"
+    text += _shape_text(ref.shape)
     if ref.location != DEFAULT_LOCATION or ref.offset is not None:
         text += f" @{format_name(ref.location)}"
         if ref.offset is not None:

@@ -25,8 +25,9 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache
 from queue import SimpleQueue
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ _FN = ctypes.CFUNCTYPE(
     ctypes.c_int64,
     ctypes.c_int64,
 )
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 class _Emitter:
@@ -216,25 +217,120 @@ def _symbol(ty: str, scaled: bool) -> str:
 OPT = 1
 
 
-@cache
-def _entry(ty: str, scaled: bool) -> Callable[..., None]:
-    """One helper, compiled once per machine (its object kept in the kernel cache's
-    ``runtime/`` folder, beside the thread pool's) and loaded once per process."""
-    from ..codegen.cpu_abi import CpuModule
-    from .kernel_cache import Entry, KernelCache, cache_key
+#: Compile a helper the disk cache lacks on a thread of its own, copying with
+#: NumPy (the same bytes) until it is ready, instead of making the caller wait:
+#: the compile (35-45 ms a helper) then overlaps the rest of a cold import.
+BACKGROUND = True
+#: At most this many bytes in all are copied by NumPy while helpers compile
+#: (NumPy copies about 1 GB/s, a fifth of a helper's speed: 24 MB take about as
+#: long as a compile); a copy past that waits for its helper.  The light
+#: ResNet-50's Winograd and classifier weights (22 MB) all go by NumPy; VGG-19's
+#: nine 9.4 MB weights and 411 MB classifier would take NumPy longer than the
+#: compiles (it copies its first 23 MB so).
+NUMPY_BYTES = 24 << 20
+_numpy_bytes = 0
 
-    symbol = _symbol(ty, scaled)
-    text = f'target triple = "{jit.host().triple}"\n' + _function(symbol, ty, scaled)
+#: The helpers a float32 model's import asks for (a convolution's weights with a
+#: batch normalisation's factors; one without, or a ``Gemm``'s transposed ``B``):
+#: the first asked for starts the other's compile too, so that it is ready when
+#: asked for.
+_TOGETHER = {("float", True): (("i32", False),), ("i32", False): (("float", True),)}
+
+_ENTRIES: dict[tuple[str, bool], Callable[..., None]] = {}
+_COMPILING: dict[tuple[str, bool], threading.Thread] = {}
+
+
+def _entry(ty: str, scaled: bool, wait: bool = True) -> Callable[..., None] | None:
+    """One helper, compiled once per machine (its object kept in the kernel cache's
+    ``runtime/`` folder, beside the thread pool's) and loaded once per process.
+    With ``wait`` false, a helper the cache does not hold is compiled on a thread
+    of its own (:data:`BACKGROUND`) and ``None`` returned until it is loaded."""
+    kind = (ty, scaled)
+    fn = _ENTRIES.get(kind)
+    if fn is not None:
+        return fn
     with _LOCK:
-        cache = KernelCache(folder="runtime")
-        key = cache_key(f"native layout\0{OPT}\0{text}", jit.target_description())
-        entry = cache.get(key)
-        if entry is None:
-            entry = Entry(jit.compile_ir(text, count=False, opt=OPT), CpuModule(text, (), ()))
-            cache.put(key, entry)
-        code = jit.load_object(entry.object_code, count=False)
-        _LOADED.append(code)  # never freed: the function pointer outlives this call
-        return _FN(code.address(symbol))
+        fn = _ENTRIES.get(kind) or _start(kind)
+        if fn is not None:
+            return fn
+        if not (wait and BACKGROUND):
+            for other in _TOGETHER.get(kind, ()):
+                _start(other)
+        thread = _COMPILING.get(kind)
+    if not wait and BACKGROUND:
+        return None
+    if thread is not None:
+        thread.join()
+    fn = _ENTRIES.get(kind)
+    if fn is None:  # the compile failed: again, here, where its error is raised
+        fn = _compile(kind, *_source(kind))
+    return fn
+
+
+def _source(kind: tuple[str, bool]) -> tuple[Any, str, str]:
+    """``kind``'s kernel cache, key and LLVM IR text."""
+    from .kernel_cache import KernelCache, cache_key
+
+    text = f'target triple = "{jit.host().triple}"\n' + _function(_symbol(*kind), *kind)
+    key = cache_key(f"native layout\0{OPT}\0{text}", jit.target_description())
+    return KernelCache(folder="runtime"), key, text
+
+
+def _start(kind: tuple[str, bool]) -> Callable[..., None] | None:
+    """(With :data:`_LOCK` held.)  ``kind``'s helper loaded from the disk cache,
+    else ``None`` and its compile started on a thread of its own, if it was not."""
+    if kind in _ENTRIES or kind in _COMPILING:
+        return _ENTRIES.get(kind)
+    cache, key, text = _source(kind)
+    entry = cache.get(key)
+    if entry is not None:
+        return _load(kind, entry.object_code)
+    thread = threading.Thread(
+        target=_compile_quietly,
+        args=(kind, cache, key, text),
+        name="stripeml-layout-compile",
+        daemon=False,  # an exit waits for it: no LLVM call cut off mid-way
+    )
+    _COMPILING[kind] = thread
+    thread.start()
+    return None
+
+
+def _compile(kind: tuple[str, bool], cache: Any, key: str, text: str) -> Callable[..., None]:
+    """Compile ``kind``'s helper, store it in ``cache`` under ``key`` and load it."""
+    from ..codegen.cpu_abi import CpuModule
+    from .kernel_cache import Entry
+
+    entry = Entry(jit.compile_ir(text, count=False, opt=OPT), CpuModule(text, (), ()))
+    cache.put(key, entry)
+    with _LOCK:
+        return _load(kind, entry.object_code)
+
+
+def _compile_quietly(kind: tuple[str, bool], cache: Any, key: str, text: str) -> None:
+    """:func:`_compile` on its own thread: a failure is left for the caller that
+    waits, which compiles again and so raises it on its own thread."""
+    try:
+        _compile(kind, cache, key, text)
+    except Exception:  # noqa: BLE001, S110 - raised again where it is waited for
+        pass
+    finally:
+        with _LOCK:
+            _COMPILING.pop(kind, None)
+
+
+def _load(kind: tuple[str, bool], object_code: bytes) -> Callable[..., None]:
+    code = jit.load_object(object_code, count=False)
+    _LOADED.append(code)  # never freed: the function pointer outlives this call
+    fn = _ENTRIES[kind] = _FN(code.address(_symbol(*kind)))
+    return fn
+
+
+def _settle_compiles() -> None:
+    """Wait for the helpers being compiled (before a fork: no LLVM call, and no
+    lock of it, is left half-way in the child)."""
+    for thread in list(_COMPILING.values()):
+        thread.join()
 
 
 _LOADED: list[jit.LoadedObject] = []
@@ -285,7 +381,7 @@ def _helper() -> _Helper:
 
 
 # A forked child has no helper thread: it starts its own.
-os.register_at_fork(after_in_child=_helper.cache_clear)
+os.register_at_fork(before=_settle_compiles, after_in_child=_helper.cache_clear)
 
 
 def _numpy(src: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
@@ -318,10 +414,14 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
         ty = _FLOAT.get(src.dtype)
     if ty is None or src.size < SMALL:
         return _numpy(src, scale)
+    global _numpy_bytes
+    fn = _entry(ty, scale is not None, wait=_numpy_bytes + src.nbytes > NUMPY_BYTES)
+    if fn is None:  # being compiled (a cold cache): NumPy's copy, the same bytes
+        _numpy_bytes += src.nbytes
+        return _numpy(src, scale)
     src = np.ascontiguousarray(src)
     out = fresh_array((c, b, a), src.dtype)  # large: no huge pages (host.fresh_array)
     factors = None if scale is None else np.ascontiguousarray(scale)
-    fn = _entry(ty, scale is not None)
     if c == 1:  # the same memory as (A, 1, B) -> (B, 1, A): long innermost loops
         b, c = 1, b
     args = (
