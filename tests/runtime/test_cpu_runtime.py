@@ -282,7 +282,7 @@ def test_packed_register_tiles_start_from_the_identity_in_registers():
     src = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
     rng = np.random.default_rng(7)
     a = rng.standard_normal((64, 64)).astype(np.float32)
-    b = rng.standard_normal((64, 128)).astype(np.float32)
+    b = rng.standard_normal((64, 512)).astype(np.float32)  # rows 2 KiB apart: packed
     exe = stripeml.compile(src, target="cpu").lower(a, b)
     if exe.function.target.vector_width < 8:
         pytest.skip("needs 8 or more f32 lanes")

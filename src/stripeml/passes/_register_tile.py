@@ -34,6 +34,7 @@ def register_tiles(
     tile_rows: int,
     pack_max_bytes: int,
     pack_min_tiles: int = 0,
+    pack_min_stride: int = 0,
     row_blocks: int = 1,
     k_block: int = 0,
     flat: bool = False,
@@ -43,7 +44,7 @@ def register_tiles(
     of them, or ``tile_rows // r2`` when ``u2 = (name, r2)`` adds a second row
     index, for a 2-D tile of pixels); ``red``: the reduction indices.  Options as
     :class:`~stripeml.passes.unroll.Unroll`'s (``pack_max_bytes``,
-    ``pack_min_tiles``, ``row_blocks``, ``k_block``); ``flat``: two levels even with several panels (the panel index
+    ``pack_min_tiles``, ``pack_min_stride``, ``row_blocks``, ``k_block``); ``flat``: two levels even with several panels (the panel index
     beside the tile indices, no packing); ``batch``: output indices that go on the
     panel level with the vector index's panels (chosen here: see the end)."""
     ranges = {i.name: i.range for i in k.idxs}
@@ -167,7 +168,14 @@ def register_tiles(
             and not merged
             and (not dense_view or across)
             and any(a.coeff(v) for a in r.access)
-            and (across or (nbytes <= pack_max_bytes and reuse >= pack_min_tiles))
+            and (
+                across
+                or (
+                    nbytes <= pack_max_bytes
+                    and reuse >= pack_min_tiles
+                    and _row_stride(r, s0) >= pack_min_stride
+                )
+            )
         ):
             buf = fresh(f"{r.into}_pack", {x.into for x in k.refs})
             dense = TensorShape.dense(r.shape.dtype, tuple(s0))
@@ -249,8 +257,8 @@ def register_tiles(
         moved = tuple(n for n in others if n in packed_deps)
         return register_tiles(
             root, k, v, vt, u, red, u2, tile_rows=tile_rows, pack_max_bytes=pack_max_bytes,
-            pack_min_tiles=pack_min_tiles, row_blocks=row_blocks, k_block=k_block, flat=flat,
-            batch=moved,
+            pack_min_tiles=pack_min_tiles, pack_min_stride=pack_min_stride,
+            row_blocks=row_blocks, k_block=k_block, flat=flat, batch=moved,
         )  # fmt: skip
     top_b = (Index(ub, nb),) if ub is not None else ()
     return Block(
@@ -270,6 +278,15 @@ class _Split:
     name: str
     outer: str
     inner: str
+
+
+def _row_stride(r: Refinement, sizes: list[int]) -> int:
+    """Bytes between consecutive rows of the panel view ``r`` (its least stride
+    above one over a dimension of more than one point; 0 without one)."""
+    found = [
+        st for st, n in zip(r.shape.strides, sizes) if n > 1 and st > 1
+    ]  # fmt: skip
+    return min(found) * itemsize(r.shape.dtype) if found else 0
 
 
 def _row_bytes(k: Block, v: str, ranges: dict[str, int]) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -80,6 +81,13 @@ class CpuCompiled:
         self._const_params = frozenset(r.into for r in root_refs if r.const)
         self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
         self._seen = SeenInputs(len(self._buffers))  # a model's weights, call after call
+        # Per output slot, the ``out=`` array of the last call written in place, with
+        # its shape, dtype, strides, pointer and 1-D storage: the same array passed
+        # again (a benchmark's, a serving loop's) skips the checks and the pointer
+        # lookup (``ndarray.ctypes``: about 1.3 us).  As with inputs, an array is held
+        # (so NumPy cannot resize it) from its second call on, not kept alive by one.
+        self._out_seen: list[tuple | None] = [None] * len(self._buffers)
+        self._out_once: list[weakref.ref | None] = [None] * len(self._buffers)
         self._in_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "in")
         self._out_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "out")
         # Steps computing from constant parameters alone run once, at the first call;
@@ -205,10 +213,40 @@ class CpuCompiled:
             else:
                 target = outputs.get(name)
                 if target is not None:
+                    last = self._out_seen[slot]
+                    if (
+                        last is not None
+                        and last[0] is target
+                        and target.shape == last[1]
+                        and target.dtype is last[2]
+                        and target.strides == last[3]
+                        and target.flags.writeable
+                    ):
+                        results[name] = target
+                        pointers[slot] = last[4]
+                        storages[slot] = last[5]
+                        continue
                     target = checked(buf, target, "output")
                 if target is not None and buf.dense and writable_c(target):
                     storage = target.reshape(-1)
                     results[name] = target
+                    pointers[slot] = buf.pointer(storage)
+                    storages[slot] = storage
+                    given_out: np.ndarray = target
+                    once = self._out_once[slot]
+                    if once is not None and once() is given_out:  # passed again: held now
+                        self._out_seen[slot] = (
+                            given_out,
+                            given_out.shape,
+                            given_out.dtype,
+                            given_out.strides,
+                            pointers[slot],
+                            storage,
+                        )
+                    else:  # passed once: not kept alive
+                        self._out_seen[slot] = None
+                        self._out_once[slot] = weakref.ref(given_out)
+                    continue
                 elif target is None and buf.dense:
                     # Fresh results start at zero, as on the interpreter: elements a
                     # program never stores read 0.  Those the program writes all
