@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from stripeml.codegen.llvm import body_opt_level, generate, generator_tiled, runtime_bounds
+from stripeml.codegen.llvm_plan import parallel_index
 from stripeml.ir.nodes import Block
 from stripeml.runtime import jit
 
@@ -80,11 +81,16 @@ def test_the_gelu_matmul_takes_its_tile_loops_at_run_time() -> None:
 
 
 def test_other_o3_bodies_keep_their_constants() -> None:
+    """An O3 ``exp`` keeps its vector loop's constant; only its rows, the index
+    the threads split, run to a bound given at run time (``_split_rows``,
+    tests/codegen/test_runtime_bounds_rows.py)."""
     exp = stripeml.compile("function (X[M, N]) -> (E) { E = exp(X); }", target="cpu")
     x = np.ones((64, 96), np.float32)
     (kernel,) = [s for s in exp.lower(x).program.root.stmts if isinstance(s, Block)]
     assert body_opt_level(kernel, 16) == 3
-    assert runtime_bounds(kernel, 3, 16) == ()
+    lanes = kernel.idxs[-1].name  # N, unit-stride in X and E
+    assert runtime_bounds(kernel, 3, 16) == (parallel_index(kernel),)
+    assert lanes not in runtime_bounds(kernel, 3, 16)
 
 
 def test_two_lengths_generate_one_body_text() -> None:

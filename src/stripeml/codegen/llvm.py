@@ -33,6 +33,7 @@ from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
 from .llvm_math import MATH_FUNCTIONS
+from .llvm_plan import parallel_index
 from .plan import kernel_symbol
 
 #: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
@@ -175,7 +176,8 @@ def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str
     view's unit-stride last dimension: its innermost loop may run in vector
     lanes, whose scalar tail loop LLVM deletes for a constant range that the
     lanes divide (with those bounds too, BERT-base's O1 bodies took 18% more
-    of LLVM's time).  A body's code then often does not depend on those ranges (a
+    of LLVM's time), but for the thread-split index, whose loop runs between
+    bounds the caller passes anyway.  A body's code then often does not depend on those ranges (a
     matmul's loop over row tiles: a second sequence length of a transformer),
     and kernels whose code is the same share one body (:func:`_same_code`).
     At O1 LLVM neither unrolls nor vectorises loops, so a constant trip count
@@ -185,7 +187,9 @@ def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str
     GELU ``erf``, O3 for the epilogue's sake): its own block's indices are
     loops over whole register tiles, which LLVM's vectorisers and unrollers
     leave alone (they work on the innermost loops, whose ranges stay
-    constants); a second sequence length then links the first's body."""
+    constants); a second sequence length then links the first's body.  An O3
+    leaf kernel takes a runtime bound on its thread-split index only
+    (:func:`_split_rows`)."""
     if opt != 1:
         tiled_but_math = (
             opt == 3
@@ -195,15 +199,48 @@ def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str
         )
         if tiled_but_math:
             return tuple(i.name for i in kernel.idxs if i.affine is None and i.range >= 2)
+        if opt == 3 and not kernel.sub_blocks:
+            return _split_rows(kernel)
         return ()
     lanes: set[str] = set()
     if not kernel.sub_blocks:  # a leaf: its innermost loop may run in vector lanes
         for r in kernel.refs:
             if r.access and r.shape.strides and r.shape.strides[-1] == 1:
                 lanes.update(n for n, c in r.access[-1].terms if c == 1)
+        # but the thread-split index's loop runs from the caller's start to its
+        # end: its scalar tail stays whatever the range (a mask's conversion)
+        lanes.discard(parallel_index(kernel) or "")
     return tuple(
         i.name for i in kernel.idxs if i.affine is None and i.range >= 2 and i.name not in lanes
     )
+
+
+def _split_rows(kernel: Block) -> tuple[str, ...]:
+    """The runtime-bound index of an O3 leaf kernel (:func:`runtime_bounds`): its
+    thread-split index (:func:`.llvm_plan.parallel_index`), when it moves no
+    unit-stride dimension of a view it reads (so it is not the loop LLVM's
+    vectorisers work on) and another index of range 2 or more does: that
+    loop runs from ``max(0, start)`` to ``min(range, end)``, bounds the
+    caller passes anyway, so LLVM knew only an upper bound of its trip count
+    (the innermost loops keep their constants); the range as a runtime value
+    takes the sequence length out of a transformer's row-wise kernels (a
+    layer norm's mean, variance and scaling over rows of 768: a third
+    sequence length links the second's)."""
+    par = parallel_index(kernel)
+    if par is None:
+        return ()
+    idx = kernel.idx(par)
+    if idx.affine is not None or idx.range < 2:
+        return ()
+    ranges = {i.name: i.range for i in kernel.idxs}
+    inner = False
+    for r in kernel.refs:
+        if r.dir == "in" and r.access and r.shape.strides and r.shape.strides[-1] == 1:
+            names = {n for n, c in r.access[-1].terms if c != 0}
+            if par in names:
+                return ()
+            inner = inner or any(ranges.get(n, 0) >= 2 for n in names)
+    return (par,) if inner else ()
 
 
 #: Bodies generated in this process, by their code: (SHA-256 of the body's LLVM

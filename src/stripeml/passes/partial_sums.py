@@ -23,7 +23,10 @@ offsets) when ``threads`` is at least 2 and:
   a root buffer ``R``, whose indices are distinct indices or constants per
   dimension; its other outputs are ``assign`` views;
 * the index ``thread`` would split (:func:`~.thread.choose_thread_index`) is
-  none, or a unit-stride index of a written view (the vector index);
+  none, or the unit-stride index of every written view that has one of range 2
+  or more (the vector index; a layer norm's sum over rows of 768, which writes
+  the rows' values as well, is split by rows: its ``[rows, 1]`` sums are
+  unit-stride along the rows, its values along the 768);
 * an index the reduction view does not use (a reduction index) has a range
   that ``threads`` divides, at least ``2 * threads`` (the largest such);
 * the kernel has at least ``min_points`` points (a small kernel is not
@@ -113,7 +116,7 @@ class PartialSums:
         if len(set(used)) != len(used):
             return None
         chosen = choose_thread_index(k, self.threads)
-        if chosen is not None and not any(index_stride(r, chosen) == 1 for r in writes):
+        if chosen is not None and not all(_lane(r, chosen, k) for r in writes):
             return None  # the threads already have a good split
         t = self.threads
         cands = [i for i in k.idxs if i.name not in used and i.range % t == 0 and i.range >= 2 * t]
@@ -174,3 +177,14 @@ class PartialSums:
             comment=f"{parent.into} = {red.agg} of the {t} partial results {pname}",
         )
         return [part, combine]
+
+
+def _lane(r: Refinement, name: str, k: Block) -> bool:
+    """Whether index ``name`` of kernel ``k`` is the unit-stride index of written
+    view ``r``, or ``r`` has none of range 2 or more (a layer norm's sum over a
+    row of 768 writes the row's ``[rows, 768]`` values along its lanes and its
+    ``[rows, 1]`` sums, unit-stride along the rows: split by rows, each thread
+    still has whole vector rows)."""
+    if index_stride(r, name) == 1:
+        return True
+    return not any(i.range >= 2 and index_stride(r, i.name) == 1 for i in k.idxs)
