@@ -1,7 +1,9 @@
 """Where candidates are compiled and timed: this process, or a Ray cluster.
 
 ``local``: compiles, checks and times in this process, one candidate after
-another (what the search needs from it is :class:`.search.Measurer`).
+another (what the search needs from it is :class:`.search.Measurer`),
+running only the passes each candidate's choice can change
+(:class:`.kernels.Stages`, one per program at the tuning point).
 
 ``ray``: compiles and checks on the cluster, many at a time (each a Ray task
 of one CPU: the passes and LLVM, whose object code lands in that node's disk
@@ -26,7 +28,7 @@ from ..errors import StripeError, TargetError
 from ..passes._kernel_choices import Choice
 from ..runtime.tuning_db import target_key
 from ..targets import Target, resolve
-from .kernels import Built, KernelJob, build_candidate, owner_seconds, window_seconds
+from .kernels import Built, KernelJob, Stages, build_candidate, owner_seconds, window_seconds
 from .measure import COUNTER, Timing, time_interleaved
 from .space import choice_key
 
@@ -38,13 +40,17 @@ EXECUTORS = ("local", "ray")
 class LocalMeasurer:
     """Compile, check and time in this process."""
 
-    def __init__(self, target: Target, pause_s: float = 0.05) -> None:
+    def __init__(self, target: Target, pause_s: float = 0.05, staged: bool = True) -> None:
         self.target = target
         self.pause_s = pause_s
         self._built: dict[tuple[str, str], Built] = {}
         # optimised whole program -> its build: the analytic program is every job's
         self._by_text: dict[str, Built] = {}
         self._analytic: dict[str, str] = {}  # program at the tuning point -> analytic text
+        # program at the tuning point -> its pipeline's stages (only the passes a
+        # candidate's choice can change are run again; ``staged=False``: every pass)
+        self._stages: dict[str, Stages] = {}
+        self.staged = staged
 
     def _build(self, job: KernelJob, choice: Choice) -> Built:
         k = (job.key, choice_key(choice))
@@ -52,10 +58,24 @@ class LocalMeasurer:
         if built is None and not choice and job.program in self._analytic:
             built = self._built[k] = self._by_text[self._analytic[job.program]]
         if built is None:
-            built = self._built[k] = build_candidate(job, self.target, choice, self._by_text)
+            built = self._built[k] = build_candidate(
+                job, self.target, choice, self._by_text, self._stages_of(job)
+            )
             if not choice:
                 self._analytic[job.program] = built.text
         return built
+
+    def _stages_of(self, job: KernelJob) -> Stages | None:
+        if not self.staged:
+            return None
+        stages = self._stages.get(job.program)
+        if stages is None:
+            try:
+                stages = Stages(job, self.target)
+            except StripeError:
+                return None  # the analytic pipeline fails: build_candidate says why
+            self._stages = {job.program: stages}  # one program at a time
+        return stages
 
     def check(self, job: KernelJob, choices: list[Choice]) -> list[tuple[str, str | None]]:
         return [(b.text, b.error) for b in (self._build(job, c) for c in choices)]
@@ -97,12 +117,16 @@ class LocalMeasurer:
     def forget(self, job: KernelJob) -> None:
         """Drop a finished kernel's compiled candidates (the analytic program stays)."""
         self._built = {k: v for k, v in self._built.items() if k[0] != job.key}
+        stages = self._stages.get(job.program)
+        if stages is not None:
+            stages.forget()
         keep = set(self._analytic.values())
         self._by_text = {t: b for t, b in self._by_text.items() if t in keep}
 
     def close(self) -> None:
         self._built.clear()
         self._by_text.clear()
+        self._stages.clear()
 
 
 # -- Ray ------------------------------------------------------------------------

@@ -10,7 +10,9 @@ key) and the target's for the others, is run through the rest of the pipeline
 (so ``epilogue`` merges the following bias and activation into it, exactly as
 in a compile), compiled, run on the call's inputs and compared with the
 interpreter's outputs of the whole program (the oracle, computed once per
-tune) before it is timed (:func:`build_candidate`).
+tune) before it is timed (:func:`build_candidate`).  A measurer runs only
+the passes a candidate's choice can change (:class:`Stages`): the program is
+the one the whole pipeline gives, at a quarter or less of the cost.
 
 What is timed is the kernel's *window* inside the whole program
 (:func:`window_seconds`): the steps the compiled program runs for the kernel
@@ -27,9 +29,10 @@ other processes or machines, which rebuild the target from its name.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -38,16 +41,19 @@ from ..errors import StripeError
 from ..ir.dtypes import is_float, to_numpy
 from ..ir.nodes import Block, Program, Refinement
 from ..ir.parser import parse as parse_ir
+from ..ir.printer import block_header, format_block, format_ref, format_stmt
 from ..ir.printer import format as format_ir
-from ..passes._kernel_choices import Choice, kernel_key, tuning_point
+from ..ir.verifier import verify
+from ..passes._kernel_choices import Choice, KernelChoices, kernel_key, tuning_point
 from ..passes.manager import run_pipeline
+from ..passes.registry import tuning_start
 from ..runtime.backend import Compiled, backend_for
 from ..runtime.interp import run as interpret
 from ..targets import Target
 
 __all__ = [
-    "Built", "KernelJob", "build_candidate", "check_outputs", "kernel_jobs", "owner_seconds",
-    "step_owner", "window_seconds",
+    "Built", "KernelJob", "Stages", "build_candidate", "check_outputs", "kernel_jobs",
+    "owner_seconds", "step_owner", "window_seconds",
 ]  # fmt: skip
 
 
@@ -226,20 +232,196 @@ def _close(got: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.array_equal(got, want))
 
 
+def _same(a: Program, b: Program) -> bool:
+    """Whether ``a`` and ``b`` are the same program: equal trees whose differing
+    root statements and refinements also print alike (equality alone takes
+    ``0.0`` for ``-0.0`` and ``1`` for ``1.0``).  Nodes a pass left alone are
+    the same objects, so only the kernels a choice changed are compared."""
+    if a is b:
+        return True
+    ra, rb = a.root, b.root
+    if len(ra.stmts) != len(rb.stmts) or len(ra.refs) != len(rb.refs) or a != b:
+        return False
+    if block_header(ra) != block_header(rb):
+        return False
+    for x, y in zip(ra.refs, rb.refs):
+        if x is not y and format_ref(x) != format_ref(y):
+            return False
+    for s, t in zip(ra.stmts, rb.stmts):
+        if s is t:
+            continue
+        if isinstance(s, Block) and isinstance(t, Block):
+            if format_block(s) != format_block(t):
+                return False
+        elif format_stmt(s) != format_stmt(t):
+            return False
+    return True
+
+
+class _Remembered:
+    """A pass whose runs are remembered by their input's root refinements and
+    statements (by identity: nodes are immutable; the memo keeps them alive):
+    ``KernelChoices.run`` runs the kernels around a tuned one as segments of
+    their own, the same statements for every choice of that kernel, so each
+    segment is optimised once.  Everything else is the pass's own (its name,
+    options, ``tuning_start``: a choice's segment runs the real pass)."""
+
+    def __init__(self, p: Any, memo: dict[tuple, tuple[Block, Program | None]]) -> None:
+        self._pass = p
+        self._memo = memo
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pass, name)
+
+    def tuning_start(self) -> Any:
+        return tuning_start(self._pass)
+
+    def run(self, program: Program) -> Program:
+        root = program.root
+        key = (tuple(map(id, root.refs)), tuple(map(id, root.stmts)))
+        hit = self._memo.get(key)
+        if hit is not None and _same_root_fields(hit[0], root):
+            return program if hit[1] is None else hit[1]
+        out = self._pass.run(program)
+        # None: the pass left its input as it was (the caller tells by identity)
+        self._memo[key] = (root, None if out is program else out)
+        return out
+
+
+def _same_root_fields(a: Block, b: Block) -> bool:
+    """Whether two roots with the same refinements and statements (by identity)
+    agree in everything else."""
+    return all(
+        getattr(a, f.name) == getattr(b, f.name)
+        for f in fields(Block)
+        if f.name not in ("refs", "stmts")
+    )
+
+
+class Stages:
+    """The pipeline from the tuning point on, run for many choices of one
+    program's kernels without repeating what a choice cannot change.
+
+    The analytic run's input of every pass is kept.  A choice whose first
+    pass with options is pass ``i`` starts from the analytic input of pass
+    ``i``: the passes before it get no options for any kernel, so they run as
+    in the analytic pipeline (``KernelChoices.run`` is ``Pass.run`` then) and
+    give the same program.  Before each later pass the program is compared
+    (:func:`_same`) with the ones other runs had there with the same options
+    left (the analytic run's, with none left): the passes are functions of
+    their input and options, so an equal program ends as that run did, and the
+    rest is not run (most options change nothing for most kernels).  What is
+    run is what :func:`~stripeml.passes.manager.run_pipeline` runs, verified
+    the same way (one incremental verifier memo for every run: its entries
+    keep their nodes alive), so the result is the program a whole-pipeline
+    run with that choice gives (``tests/tune/test_stages.py``)."""
+
+    def __init__(self, job: KernelJob, target: Target) -> None:
+        self.passes = list(target.passes[job.point :])
+        self.program = job.program
+        self.seen: dict = {}
+        program = job.parsed
+        verify(program, self.seen)
+        inputs = [program]
+        for p in self.passes:
+            new = p.run(program)
+            if new is not program:
+                verify(new, self.seen)
+                program = new
+            inputs.append(program)
+        #: the analytic run's input of each pass (the last: its result)
+        self.inputs = inputs
+        self.text = format_ir(program)
+        # (pass index, options left) -> [(program there, final program, its text)]
+        self._ends: dict[tuple[int, str], list[tuple[Program, Program, str]]] = {
+            (n, ""): [(q, program, self.text)] for n, q in enumerate(inputs)
+        }
+        self._names: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        # per pass: its runs, by input (:class:`_Remembered`)
+        self._segments: list[dict[tuple, tuple[Block, Program | None]]] = [{} for _ in self.passes]
+        self._remembered = [_Remembered(p, m) for p, m in zip(self.passes, self._segments)]
+        self.runs = self.passes_run = self.ended_early = 0
+
+    def _tuned(self, key: str, choice: Choice) -> KernelChoices:
+        names = self._names.get(key)
+        if names is None:
+            first = KernelChoices.at_tuning_point(self.inputs[0], {key: choice})
+            names = self._names[key] = (frozenset(first.by_name), first.names)
+        return KernelChoices(dict.fromkeys(names[0], choice), names[1])
+
+    def _left(self, key: str, choice: Choice, n: int) -> str:
+        """The options left from pass ``n`` on for the kernels of ``key`` ("": none,
+        the analytic run's passes from there)."""
+        later = {p.name for p in self.passes[n:]}
+        left = {p: o for p, o in choice.items() if p in later and o}
+        return f"{key} {json.dumps(left, sort_keys=True, default=repr)}" if left else ""
+
+    def run(self, key: str, choice: Choice) -> tuple[Program, str]:
+        """The optimised program (and its text) with ``choice`` for the kernels
+        of structural key ``key``, the target's options for the others."""
+        self.runs += 1
+        tuned = self._tuned(key, choice) if choice else None
+        if tuned is None or not tuned.by_name:
+            return self.inputs[-1], self.text
+        start = next((n for n, p in enumerate(self.passes) if choice.get(p.name)), len(self.passes))
+        program = self.inputs[start]
+        visited: list[tuple[tuple[int, str], Program]] = []
+        for n in range(start, len(self.passes) + 1):
+            at = (n, self._left(key, choice, n))
+            for there, end, text in self._ends.get(at, ()):
+                if _same(program, there):
+                    self.ended_early += n < len(self.passes)
+                    self._remember(visited, end, text)
+                    return end, text
+            visited.append((at, program))
+            if n == len(self.passes):
+                break
+            self.passes_run += 1
+            new = tuned.run(self._remembered[n], program)
+            if new is not program:
+                verify(new, self.seen)
+                program = new
+        text = format_ir(program)
+        self._remember(visited, program, text)
+        return program, text
+
+    def _remember(self, visited: list[tuple[tuple[int, str], Program]], end: Program,
+                  text: str) -> None:  # fmt: skip
+        for at, program in visited:
+            self._ends.setdefault(at, []).append((program, end, text))
+
+    def forget(self) -> None:
+        """Drop what the runs of choices remembered (the analytic run stays)."""
+        self._ends = {k: v[:1] for k, v in self._ends.items() if k[1] == ""}
+        self.seen = {}
+        for memo in self._segments:
+            memo.clear()
+
+
 def build_candidate(
-    job: KernelJob, target: Target, choice: Choice, by_text: dict[str, Built] | None = None
+    job: KernelJob,
+    target: Target,
+    choice: Choice,
+    by_text: dict[str, Built] | None = None,
+    stages: Stages | None = None,
 ) -> Built:
     """The whole program with ``choice`` for ``job``'s kernel, optimised from the
     tuning point on and compiled, then run on the job's inputs and compared
     with the interpreter's outputs.  ``by_text`` (optimised text -> Built)
-    shares a program several choices or jobs give (the analytic one)."""
+    shares a program several choices or jobs give (the analytic one);
+    ``stages`` (:class:`Stages` of ``job.program``) runs only the passes the
+    choice can change."""
     try:
-        optimised = run_pipeline(
-            job.parsed, target.passes[job.point :], choices={job.key: choice} if choice else None
-        ).program
+        if stages is not None:
+            optimised, text = stages.run(job.key, choice)
+        else:
+            optimised = run_pipeline(
+                job.parsed, target.passes[job.point :],
+                choices={job.key: choice} if choice else None,
+            ).program  # fmt: skip
+            text = format_ir(optimised)
     except StripeError as exc:
         return Built("", None, f"the passes refused it: {exc}")
-    text = format_ir(optimised)
     if by_text is not None and text in by_text:
         return by_text[text]
     built = _compile_and_check(job, target, optimised, text)
