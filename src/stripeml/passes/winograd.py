@@ -64,8 +64,13 @@ transform comes marked ``#thread`` as :mod:`.thread` would mark it, so that pass
 need not analyse it; see :func:`_threaded`), ``enabled`` (tunable: ``stripeml
 tune`` may leave a convolution direct; off, the pass changes nothing, so a
 convolution and the consumer it would merge are left as they are whatever
-segment each is in).  The pipeline runs it after ``halo`` (the image is then a
-zero-haloed buffer) and ``alias_copy``, before ``nest`` and ``unroll``.
+segment each is in), ``min_channels`` (tunable too, 16 or 32: a tune may
+rewrite a convolution of 16-31 channels; run on the convolution's segment
+alone, the rewrite merges no consumer in another segment, and the pass
+manager's segment check falls back to the whole program if a merge hid a
+result another segment reads).  The pipeline runs it after ``halo`` (the
+image is then a zero-haloed buffer) and ``alias_copy``, before ``nest`` and
+``unroll``.
 
 Requires: verified IR.  Guarantees: the same results up to float32 rounding
 (tests compare with NumPy and onnxruntime), verified IR, and the same object
@@ -132,7 +137,13 @@ class Winograd:
     # convolution (docs/tuning.md): a target file has no reason to.
     enabled: bool = True
     name: ClassVar[str] = "winograd"
-    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"enabled": (True, False)}
+    # ``min_channels`` 16 (below the file's 32): SqueezeNet's 3 x 3 16 -> 64
+    # convolution ran 1.15-1.21x faster in its window (docs/tuning.md); no
+    # benchmark convolution has 8-15 channels, so lower values would be dead.
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {
+        "enabled": (True, False),
+        "min_channels": (16, 32),
+    }
 
     def __post_init__(self) -> None:
         check_selector(self)

@@ -15,7 +15,10 @@ within rounds, as ratios).  Points whose program equals a beam member's (a
 plateau: ``rows`` 5 tiles like 4 where 5 does not divide the range) are
 expanded too, so a step that does nothing does not end the walk.  The search
 ends when a generation improves the best by less than ``min_gain``, when
-nothing new is left, or at the kernel's deadline.  Last, the winner and the
+nothing new is left, when :attr:`KernelSearch.MAX_UNTIMED` candidates in a
+row were compiled without one to time (a plateau walk that finds nothing new:
+the rest of the kernel's share of the budget goes back to the kernels after
+it), or at the kernel's deadline.  Last, the winner and the
 analytic choice are timed against each other in more rounds; a winner less
 than ``min_gain`` faster, or faster in fewer than two thirds of those rounds
 (a sign test: on a busy machine a lower median can be a few lucky rounds), is
@@ -101,6 +104,7 @@ class KernelSearch:
         width: int = 2,
         rounds: int = ROUNDS,
         min_gain: float = 0.02,
+        max_untimed: int | None = None,
     ) -> None:
         self.job = job
         self.space = space
@@ -108,6 +112,9 @@ class KernelSearch:
         self.width = width
         self.rounds = rounds
         self.min_gain = min_gain
+        self.max_untimed = self.MAX_UNTIMED if max_untimed is None else max_untimed
+        #: candidates compiled since the last generation that timed one
+        self.untimed = 0
         self.result = KernelResult(job.key, job.label, job.count)
         self.seen: set[str] = set()
         self.by_text: dict[str, float] = {}  # optimised text -> time relative to the analytic
@@ -134,13 +141,18 @@ class KernelSearch:
         self.text_of[choice_key({})] = text
         self.beam = [{}]
 
+    #: Candidates compiled in a row without one to time, at most, before the
+    #: search of a kernel ends (docs/tuning.md, "Search strategy").
+    MAX_UNTIMED = 256
+
     def step(self) -> None:
         """One generation; sets :attr:`done` when the search is over."""
+        room = self.max_untimed - self.untimed  # the plateau walk's cap
         proposals: list[Choice] = []
         for c in self.beam:
             for nb in neighbours(c, self.space):
                 k = choice_key(nb)
-                if k not in self.seen:
+                if k not in self.seen and len(proposals) < room:
                     self.seen.add(k)
                     proposals.append(nb)
         if not proposals:
@@ -163,9 +175,11 @@ class KernelSearch:
             if text not in {t for _, t in fresh}:
                 fresh.append((choice, text))
         if not fresh:
+            self.untimed += len(proposals)
             self.beam = plateau[: 3 * self.width]
-            self.done = not self.beam
+            self.done = not self.beam or self.untimed >= self.max_untimed
             return
+        self.untimed = 0
         timings = self.measurer.time(self.job, [self.best] + [c for c, _ in fresh], self.rounds)
         self.result.timed += len(fresh)
         ref = timings[0].median_s
