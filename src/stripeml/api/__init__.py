@@ -373,6 +373,10 @@ class Function:
         """Run on NumPy arrays; ``out=`` (an array, or a tuple for several outputs)
         receives the results in place and is returned."""
         last = self._last() if self._last is not None and not kwargs else None
+        if last is not None:  # the last call again: Executable.fast_call
+            results = last.fast_call(args, out)
+            if results is not None:
+                return results
         arrays = last._exact_arrays(args) if last is not None else None
         if last is None or arrays is None:
             arrays = self._arrays(args, kwargs)

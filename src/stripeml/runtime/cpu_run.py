@@ -6,11 +6,13 @@ temporaries and constant statements)."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
 import time
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from operator import is_
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -28,6 +30,35 @@ from .seen_inputs import SeenInputs
 
 if TYPE_CHECKING:
     pass
+
+
+_empty, _zeros = np.empty, np.zeros
+_layout = operator.attrgetter("shape", "dtype", "strides")
+_writeable = operator.attrgetter("flags.writeable")
+_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
+
+
+class _Replay(NamedTuple):
+    """A call :meth:`CpuCompiled.replay` may make again: its set of temporaries
+    and their frame (pointer array, storages by slot), its inputs and outputs
+    (fields below), per fresh result ``(output position, slot, bytes, dtype,
+    sizes, origin)``, and the slots of the outputs written all over (not
+    zeroed)."""
+
+    temps: list[np.ndarray]
+    pointers: ctypes.Array[ctypes.c_void_p]
+    storages: list
+    names: tuple[str, ...]  # the inputs, by name
+    objs: tuple[object, ...]  # their arrays
+    layouts: list[tuple]  # their (shape, dtype, strides)
+    given: tuple  # the out= arrays, () for fresh results only, (None,) for a mix
+    results: tuple[np.ndarray | None, ...]
+    fresh: tuple[tuple[int, int, int, np.dtype, tuple[int, ...], int], ...]
+    written: frozenset[int]
+    specials: bool  # whether the program has steps the host runs (they need storages)
+    ptrs: int  # the pointer array's address
+    key: tuple[int, int, int]  # the threading options of the call
+    out_layouts: list[tuple]  # the out= arrays' (shape, dtype, strides)
 
 
 class CpuCompiled:
@@ -151,7 +182,11 @@ class CpuCompiled:
             if b.info.kind in ("in", "out")
         )
         self._out_order = tuple(b.info.name for b in self._buffers if b.info.kind == "out")
+        # Per output, in that order: its slot and buffer.
+        self._out_slots = tuple((k, b) for k, b in enumerate(self._buffers) if b.info.kind == "out")
         self._lock = threading.Lock()
+        # The last call whose every parameter was found held (see replay), or None.
+        self._fast: _Replay | None = None
         self._prime_lock = threading.Lock()
         self._primed = False
         # When a dict, each run adds every step's wall time under its block name.
@@ -185,6 +220,10 @@ class CpuCompiled:
         io = self._io if rest is None else rest
         hits: list[int] | None = [] if rest is None else None
         results: dict[str, np.ndarray] = {}
+        # Whether every parameter was found held (inputs by SeenInputs, ``out=`` by
+        # _out_seen) or is a fresh dense output: then the next call may replay this one.
+        replayable = self.step_seconds is None and not (self._const_steps and not self._primed)
+        fresh: list[int] = []
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
         written = self._written
         if written is None:
@@ -203,6 +242,7 @@ class CpuCompiled:
                     if hits is not None and not value.flags.writeable:
                         hits.append(slot)
                     continue
+                replayable = False
                 arr = checked(buf, value, "input")
                 if buf.dense:
                     storage = np.ascontiguousarray(arr).reshape(-1)
@@ -226,6 +266,7 @@ class CpuCompiled:
                         pointers[slot] = last[4]
                         storages[slot] = last[5]
                         continue
+                    replayable = False
                     target = checked(buf, target, "output")
                 if target is not None and buf.dense and writable_c(target):
                     storage = target.reshape(-1)
@@ -259,8 +300,10 @@ class CpuCompiled:
                     results[name] = storage.reshape(buf.info.sizes)
                     pointers[slot] = address + buf.origin * storage.itemsize
                     storages[slot] = storage
+                    fresh.append(slot)
                     continue  # the address is known: no second (slow) ctypes lookup
                 else:
+                    replayable = False
                     storage = buf.storage()
                     if target is not None:
                         # Elements the program never stores keep the caller's values.
@@ -280,18 +323,150 @@ class CpuCompiled:
                 tuple(inputs[n] for n in names),
                 lambda: tuple(e for e in self._io if e[0] not in taken),
             )
+        record = None
+        if replayable and written is self._written:
+            record = self._record(temps, pointers, storages, inputs, results, written, fresh)
         try:
             if self._const_steps and not self._primed:
                 self._prime(pointers, storages)
             self._run_steps(pointers, storages)
+        except BaseException:
+            record = None
+            raise
         finally:
-            self._give_back_temps(temps)
+            self._give_back_temps(temps, record)
         for name, buf, storage in copy_back:
             if name in results:
                 results[name][...] = buf.logical(storage)
             else:
                 results[name] = np.array(buf.logical(storage), order="C")  # own memory
         return {name: results[name] for name in self._out_order}
+
+    def replay(
+        self, inputs: Mapping[str, object], outs: tuple[object, ...]
+    ) -> tuple[np.ndarray, ...] | None:
+        """The last call again, when it may be (``docs/cpu-backend.md``, "The cost
+        of a call"): ``inputs`` has the very arrays of that call by name, of the
+        same shapes, dtypes and strides, and ``outs`` (the ``out=`` arrays in
+        output order, or ``()``) the very arrays it wrote in place, still
+        writeable, or none where it made fresh results.  The frame of that call
+        still holds their pointers, so only the fresh results are made here.
+        The outputs in ``buffers`` order; ``None`` (nothing run, nothing checked
+        or raised) for any other call, which takes :meth:`run`."""
+        rec = self._fast
+        if rec is None or self.step_seconds is not None:
+            return None
+        temps, pointers, storages, names, objs, layouts, given, held, fresh, written = rec[:10]
+        specials, ptrs, key, out_layouts = rec[10:]
+        # identities, then (shape, dtype, strides) each, at C speed (a model's
+        # weights are inputs too: 15 in a 2-layer LSTM)
+        values = list(map(inputs.get, names))
+        if not all(map(is_, values, objs)) or list(map(_layout, values)) != layouts:
+            return None
+        if outs:
+            if (
+                len(outs) != len(given)
+                or not all(map(is_, outs, given))
+                or list(map(_layout, outs)) != out_layouts
+                or not all(map(_writeable, outs))
+            ):
+                return None
+        elif given:
+            return None
+        threads = self.threads
+        if key != (threads, self.min_chunk_work, self.chunks_per_thread):
+            return None
+        lock = self._lock
+        with lock:
+            spare = self._spare_temps
+            if self._fast is not rec or not spare or spare[-1] is not temps:
+                return None
+            spare.pop()
+            rezero = self._rezero
+            if rezero is None:
+                rezero = self._rezero = self._initial_reads()
+        for k in rezero:
+            temps[k].fill(0)
+        results = list(held)
+        if fresh:
+            if specials:
+                storages = storages.copy()
+            for i, slot, nbytes, dtype, sizes, origin in fresh:
+                # (an address through ctypes.c_char.from_buffer: 0.5 us, not the
+                # 1.3 of ``.ctypes.data``)
+                raw = (_empty if slot in written else _zeros)(nbytes + 64, np.uint8)
+                address = _addressof(_char_at(raw))  # type: ignore[arg-type]
+                start = -address % 64
+                result = results[i] = np.ndarray(sizes, dtype, raw, start)
+                pointers[slot] = address + start + origin * result.itemsize
+                if specials:
+                    storages[slot] = result.reshape(-1)
+        done = False
+        try:
+            pool = native_pool.pool(threads - 1, team=threads > 1)
+            if pool is None or specials:
+                self._run_steps(pointers, storages)
+            else:
+                for batch in self._batches(False):
+                    if not pool.run_batch(batch, ptrs):
+                        self._run_plain(batch.plan, pointers)
+            done = True
+        finally:
+            if self._promote:
+                self._give_back_temps(temps, rec if done else None)
+            else:
+                with lock:
+                    spare.append(temps)
+                    if done:
+                        self._fast = rec
+        return tuple(results)  # type: ignore[arg-type]  # (each set now)
+
+    def _record(
+        self,
+        temps: list[np.ndarray],
+        pointers: ctypes.Array[ctypes.c_void_p],
+        storages: list,
+        inputs: Mapping[str, np.ndarray],
+        results: Mapping[str, np.ndarray],
+        written: frozenset[int],
+        fresh: list[int],
+    ) -> _Replay:
+        """The call :meth:`run` is about to make (every input found held, every
+        output an ``out=`` array written in place or a fresh dense array: the
+        slots ``fresh``), for :meth:`replay`."""
+        names = tuple(name for _, _, is_in, name in self._io if is_in)
+        objs = tuple(inputs[n] for n in names)
+        fresh_only = all(self._out_slots[i][0] in fresh for i in range(len(self._out_order)))
+        given: tuple = ()
+        held: list = [None] * len(self._out_order)
+        made = []
+        for i, name in enumerate(self._out_order):
+            slot, buf = self._out_slots[i]
+            if slot in fresh:
+                made.append((i, slot, buf.nbytes, buf.dtype, buf.info.sizes, buf.origin))
+            else:
+                held[i] = results[name]
+        if not fresh_only:
+            if any(h is None for h in held):
+                given = (None,)  # some fresh, some out=: never replayed with out=
+            else:
+                given = tuple(held)
+        return _Replay(
+            temps,
+            pointers,
+            storages,
+            names,
+            objs,
+            list(map(_layout, objs)),
+            given,
+            tuple(held),
+            tuple(made),
+            written,
+            any(step[5] is not None for step in self._plan(False)),
+            ctypes.addressof(pointers),
+            (self.threads, self.min_chunk_work, self.chunks_per_thread),
+            list(map(_layout, given)) if given and given[0] is not None else [],
+        )
 
     # -- helpers -------------------------------------------------------------
 
@@ -334,6 +509,7 @@ class CpuCompiled:
     def _take_temps(self) -> list[np.ndarray]:
         """Storage of the temporaries for one call: a spare set, or a fresh one."""
         with self._lock:
+            self._fast = None  # this call sets the frame's parameters: nothing to replay
             spare = self._spare_temps.pop() if self._spare_temps else None
             if spare is not None and self._rezero is None:
                 self._rezero = self._initial_reads()
@@ -368,11 +544,15 @@ class CpuCompiled:
         names = self._facts.get()[0]
         return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
 
-    def _give_back_temps(self, temps: list[np.ndarray]) -> None:
+    def _give_back_temps(self, temps: list[np.ndarray], record: _Replay | None = None) -> None:
         """``temps`` free for the next call; what this call made on 4 KiB pages (its
-        arena, the kept layouts) gets huge pages now, its work done."""
+        arena, the kept layouts) gets huge pages now, its work done.  ``record``:
+        the call just made, which the next may replay (set with the spare, under
+        the lock: a call taking ``temps`` meanwhile has changed their pointers)."""
         with self._lock:
             self._spare_temps.append(temps)
+            if record is not None:
+                self._fast = record
             promote, self._promote = self._promote, []
         if promote:
             self.promoting = promote_huge(promote)
