@@ -6,20 +6,17 @@ temporaries and constant statements)."""
 from __future__ import annotations
 
 import ctypes
-import operator
 import threading
 import time
-import weakref
 from collections.abc import Mapping
-from operator import is_
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule
 from ..ir.nodes import Program, Refinement, Special
-from . import jit, kept_layouts, native_pool, shared_constants
+from . import cpu_replay, jit, kept_layouts, native_pool, shared_constants
 from .arenas import writable_c, zeroed_arena, zeroed_arena_at
 from .chunking import CHUNKS_PER_THREAD, MIN_WORK_PER_CHUNK, chunk_bounds
 from .host import RootBuffer, check_names, checked, run_root_special
@@ -30,35 +27,6 @@ from .seen_inputs import SeenInputs
 
 if TYPE_CHECKING:
     pass
-
-
-_empty, _zeros = np.empty, np.zeros
-_layout = operator.attrgetter("shape", "dtype", "strides")
-_writeable = operator.attrgetter("flags.writeable")
-_addressof, _char_at = ctypes.addressof, ctypes.c_char.from_buffer
-
-
-class _Replay(NamedTuple):
-    """A call :meth:`CpuCompiled.replay` may make again: its set of temporaries
-    and their frame (pointer array, storages by slot), its inputs and outputs
-    (fields below), per fresh result ``(output position, slot, bytes, dtype,
-    sizes, origin)``, and the slots of the outputs written all over (not
-    zeroed)."""
-
-    temps: list[np.ndarray]
-    pointers: ctypes.Array[ctypes.c_void_p]
-    storages: list
-    names: tuple[str, ...]  # the inputs, by name
-    objs: tuple[object, ...]  # their arrays
-    layouts: list[tuple]  # their (shape, dtype, strides)
-    given: tuple  # the out= arrays, () for fresh results only, (None,) for a mix
-    results: tuple[np.ndarray | None, ...]
-    fresh: tuple[tuple[int, int, int, np.dtype, tuple[int, ...], int], ...]
-    written: frozenset[int]
-    specials: bool  # whether the program has steps the host runs (they need storages)
-    ptrs: int  # the pointer array's address
-    key: tuple[int, int, int]  # the threading options of the call
-    out_layouts: list[tuple]  # the out= arrays' (shape, dtype, strides)
 
 
 class CpuCompiled:
@@ -112,13 +80,10 @@ class CpuCompiled:
         self._const_params = frozenset(r.into for r in root_refs if r.const)
         self._buffers = tuple(RootBuffer.of(b, r) for b, r in zip(module.buffers, refs))
         self._seen = SeenInputs(len(self._buffers))  # a model's weights, call after call
-        # Per output slot, the ``out=`` array of the last call written in place, with
-        # its shape, dtype, strides, pointer and 1-D storage: the same array passed
+        # The same for the ``out=`` arrays written in place: the same array passed
         # again (a benchmark's, a serving loop's) skips the checks and the pointer
-        # lookup (``ndarray.ctypes``: about 1.3 us).  As with inputs, an array is held
-        # (so NumPy cannot resize it) from its second call on, not kept alive by one.
-        self._out_seen: list[tuple | None] = [None] * len(self._buffers)
-        self._out_once: list[weakref.ref | None] = [None] * len(self._buffers)
+        # lookup (``ndarray.ctypes``: about 1.3 us), held from its second call on.
+        self._out_seen = SeenInputs(len(self._buffers))
         self._in_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "in")
         self._out_names = frozenset(b.info.name for b in self._buffers if b.info.kind == "out")
         # Steps computing from constant parameters alone run once, at the first call;
@@ -186,7 +151,7 @@ class CpuCompiled:
         self._out_slots = tuple((k, b) for k, b in enumerate(self._buffers) if b.info.kind == "out")
         self._lock = threading.Lock()
         # The last call whose every parameter was found held (see replay), or None.
-        self._fast: _Replay | None = None
+        self._fast: cpu_replay.Replay | None = None
         self._prime_lock = threading.Lock()
         self._primed = False
         # When a dict, each run adds every step's wall time under its block name.
@@ -221,7 +186,7 @@ class CpuCompiled:
         hits: list[int] | None = [] if rest is None else None
         results: dict[str, np.ndarray] = {}
         # Whether every parameter was found held (inputs by SeenInputs, ``out=`` by
-        # _out_seen) or is a fresh dense output: then the next call may replay this one.
+        # their SeenInputs) or is a fresh dense output: then the next call may replay this one.
         replayable = self.step_seconds is None and not (self._const_steps and not self._primed)
         fresh: list[int] = []
         copy_back: list[tuple[str, RootBuffer, np.ndarray]] = []
@@ -253,18 +218,10 @@ class CpuCompiled:
             else:
                 target = outputs.get(name)
                 if target is not None:
-                    last = self._out_seen[slot]
-                    if (
-                        last is not None
-                        and last[0] is target
-                        and target.shape == last[1]
-                        and target.dtype is last[2]
-                        and target.strides == last[3]
-                        and target.flags.writeable
-                    ):
+                    hit = self._out_seen.get(slot, target)
+                    if hit is not None and target.flags.writeable:
                         results[name] = target
-                        pointers[slot] = last[4]
-                        storages[slot] = last[5]
+                        pointers[slot], storages[slot] = hit
                         continue
                     replayable = False
                     target = checked(buf, target, "output")
@@ -273,20 +230,8 @@ class CpuCompiled:
                     results[name] = target
                     pointers[slot] = buf.pointer(storage)
                     storages[slot] = storage
-                    given_out: np.ndarray = target
-                    once = self._out_once[slot]
-                    if once is not None and once() is given_out:  # passed again: held now
-                        self._out_seen[slot] = (
-                            given_out,
-                            given_out.shape,
-                            given_out.dtype,
-                            given_out.strides,
-                            pointers[slot],
-                            storage,
-                        )
-                    else:  # passed once: not kept alive
-                        self._out_seen[slot] = None
-                        self._out_once[slot] = weakref.ref(given_out)
+                    # (the pointer is looked up again once, when the array is held)
+                    self._out_seen.put(slot, target, target, storage, buf.pointer)
                     continue
                 elif target is None and buf.dense:
                     # Fresh results start at zero, as on the interpreter: elements a
@@ -325,7 +270,9 @@ class CpuCompiled:
             )
         record = None
         if replayable and written is self._written:
-            record = self._record(temps, pointers, storages, inputs, results, written, fresh)
+            record = cpu_replay.record(
+                self, temps, pointers, storages, inputs, results, written, fresh
+            )
         try:
             if self._const_steps and not self._primed:
                 self._prime(pointers, storages)
@@ -345,128 +292,9 @@ class CpuCompiled:
     def replay(
         self, inputs: Mapping[str, object], outs: tuple[object, ...]
     ) -> tuple[np.ndarray, ...] | None:
-        """The last call again, when it may be (``docs/cpu-backend.md``, "The cost
-        of a call"): ``inputs`` has the very arrays of that call by name, of the
-        same shapes, dtypes and strides, and ``outs`` (the ``out=`` arrays in
-        output order, or ``()``) the very arrays it wrote in place, still
-        writeable, or none where it made fresh results.  The frame of that call
-        still holds their pointers, so only the fresh results are made here.
-        The outputs in ``buffers`` order; ``None`` (nothing run, nothing checked
-        or raised) for any other call, which takes :meth:`run`."""
-        rec = self._fast
-        if rec is None or self.step_seconds is not None:
-            return None
-        temps, pointers, storages, names, objs, layouts, given, held, fresh, written = rec[:10]
-        specials, ptrs, key, out_layouts = rec[10:]
-        # identities, then (shape, dtype, strides) each, at C speed (a model's
-        # weights are inputs too: 15 in a 2-layer LSTM)
-        values = list(map(inputs.get, names))
-        if not all(map(is_, values, objs)) or list(map(_layout, values)) != layouts:
-            return None
-        if outs:
-            if (
-                len(outs) != len(given)
-                or not all(map(is_, outs, given))
-                or list(map(_layout, outs)) != out_layouts
-                or not all(map(_writeable, outs))
-            ):
-                return None
-        elif given:
-            return None
-        threads = self.threads
-        if key != (threads, self.min_chunk_work, self.chunks_per_thread):
-            return None
-        lock = self._lock
-        with lock:
-            spare = self._spare_temps
-            if self._fast is not rec or not spare or spare[-1] is not temps:
-                return None
-            spare.pop()
-            rezero = self._rezero
-            if rezero is None:
-                rezero = self._rezero = self._initial_reads()
-        for k in rezero:
-            temps[k].fill(0)
-        results = list(held)
-        if fresh:
-            if specials:
-                storages = storages.copy()
-            for i, slot, nbytes, dtype, sizes, origin in fresh:
-                # (an address through ctypes.c_char.from_buffer: 0.5 us, not the
-                # 1.3 of ``.ctypes.data``)
-                raw = (_empty if slot in written else _zeros)(nbytes + 64, np.uint8)
-                address = _addressof(_char_at(raw))  # type: ignore[arg-type]
-                start = -address % 64
-                result = results[i] = np.ndarray(sizes, dtype, raw, start)
-                pointers[slot] = address + start + origin * result.itemsize
-                if specials:
-                    storages[slot] = result.reshape(-1)
-        done = False
-        try:
-            pool = native_pool.pool(threads - 1, team=threads > 1)
-            if pool is None or specials:
-                self._run_steps(pointers, storages)
-            else:
-                for batch in self._batches(False):
-                    if not pool.run_batch(batch, ptrs):
-                        self._run_plain(batch.plan, pointers)
-            done = True
-        finally:
-            if self._promote:
-                self._give_back_temps(temps, rec if done else None)
-            else:
-                with lock:
-                    spare.append(temps)
-                    if done:
-                        self._fast = rec
-        return tuple(results)  # type: ignore[arg-type]  # (each set now)
-
-    def _record(
-        self,
-        temps: list[np.ndarray],
-        pointers: ctypes.Array[ctypes.c_void_p],
-        storages: list,
-        inputs: Mapping[str, np.ndarray],
-        results: Mapping[str, np.ndarray],
-        written: frozenset[int],
-        fresh: list[int],
-    ) -> _Replay:
-        """The call :meth:`run` is about to make (every input found held, every
-        output an ``out=`` array written in place or a fresh dense array: the
-        slots ``fresh``), for :meth:`replay`."""
-        names = tuple(name for _, _, is_in, name in self._io if is_in)
-        objs = tuple(inputs[n] for n in names)
-        fresh_only = all(self._out_slots[i][0] in fresh for i in range(len(self._out_order)))
-        given: tuple = ()
-        held: list = [None] * len(self._out_order)
-        made = []
-        for i, name in enumerate(self._out_order):
-            slot, buf = self._out_slots[i]
-            if slot in fresh:
-                made.append((i, slot, buf.nbytes, buf.dtype, buf.info.sizes, buf.origin))
-            else:
-                held[i] = results[name]
-        if not fresh_only:
-            if any(h is None for h in held):
-                given = (None,)  # some fresh, some out=: never replayed with out=
-            else:
-                given = tuple(held)
-        return _Replay(
-            temps,
-            pointers,
-            storages,
-            names,
-            objs,
-            list(map(_layout, objs)),
-            given,
-            tuple(held),
-            tuple(made),
-            written,
-            any(step[5] is not None for step in self._plan(False)),
-            ctypes.addressof(pointers),
-            (self.threads, self.min_chunk_work, self.chunks_per_thread),
-            list(map(_layout, given)) if given and given[0] is not None else [],
-        )
+        """The last call again, when it may be (:func:`.cpu_replay.replay`), else
+        ``None`` with nothing run, checked or raised."""
+        return cpu_replay.replay(self, inputs, outs)
 
     # -- helpers -------------------------------------------------------------
 
@@ -544,7 +372,9 @@ class CpuCompiled:
         names = self._facts.get()[0]
         return tuple(k for k, b in enumerate(self._temps) if b.info.name in names)
 
-    def _give_back_temps(self, temps: list[np.ndarray], record: _Replay | None = None) -> None:
+    def _give_back_temps(
+        self, temps: list[np.ndarray], record: cpu_replay.Replay | None = None
+    ) -> None:
         """``temps`` free for the next call; what this call made on 4 KiB pages (its
         arena, the kept layouts) gets huge pages now, its work done.  ``record``:
         the call just made, which the next may replay (set with the spare, under
