@@ -4,7 +4,7 @@ index moves no unit-stride dimension of what it reads (codegen/llvm.py,
 form BERT exports, then has one body per kernel for every sequence length, and
 a second length links the first's bodies instead of compiling its own.  At 128
 rows too: ``nest`` leaves a chain that reads each input row once unnested while
-its intermediates fit the whole cache (passes/nest.py, ``_reads_once``), and
+its intermediates fit the whole cache (passes/_nest_blocks.py, ``reads_once``), and
 ``partial_sums`` no longer splits its sums over a row (passes/partial_sums.py,
 ``_lane``), so 128 compiles the kernels 64 has.
 
@@ -112,17 +112,7 @@ def test_a_second_length_links_the_first_lengths_bodies(tmp_path, monkeypatch) -
     """48 rows, then 40 (lengths no other test here compiles: a program compiled
     before in this process would be found whatever its code): the second
     compile compiles its wrappers only, and both compute what NumPy does."""
-    monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")  # every compile counted here
-    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
-    model, g, b = _layer_norm_model()
-    f = stripeml.onnx.compile(model, target="cpu")
-    for rows, modules in ((48, None), (40, 1)):
-        x, r = _inputs(rows)
-        before = jit.STATS["optimize"]
-        got = f(x, r)
-        if modules is not None:
-            assert jit.STATS["optimize"] - before == modules
-        np.testing.assert_allclose(got, _expected(x, r, g, b), rtol=1e-4, atol=1e-4)
+    _check_second_length_links(tmp_path, monkeypatch, 48, 40)
 
 
 def test_128_rows_are_not_nested(monkeypatch) -> None:
@@ -139,11 +129,17 @@ def test_128_then_80_rows_link_the_first_bodies(tmp_path, monkeypatch) -> None:
     """128 rows, then 80 (a transformer's first and second sequence lengths; 80,
     which no other test here compiles, so that only 128's bodies can be
     linked): the second compile compiles its wrappers only; both against NumPy."""
-    monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")
+    _check_second_length_links(tmp_path, monkeypatch, 128, 80)
+
+
+def _check_second_length_links(tmp_path, monkeypatch, first: int, second: int) -> None:
+    """The layer norm compiled at ``first`` rows, then ``second``: the second
+    compile compiles one module (its wrappers); both against NumPy."""
+    monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")  # every compile counted here
     monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
     model, g, b = _layer_norm_model()
     f = stripeml.onnx.compile(model, target="cpu")
-    for rows, modules in ((128, None), (80, 1)):
+    for rows, modules in ((first, None), (second, 1)):
         x, r = _inputs(rows)
         before = jit.STATS["optimize"]
         got = f(x, r)

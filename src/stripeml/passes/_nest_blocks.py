@@ -199,3 +199,40 @@ def _rereads(views: list[Views], bufs: dict[str, Refinement], plan: Plan, cached
                 continue
             total += itemsize(r.shape.dtype) * max(0, math.prod(sizes) * points - whole)
     return total
+
+
+def reads_once(
+    ks: list[Block], inter: list[str], bufs: dict[str, Refinement], cache_bytes: int
+) -> bool:
+    """Whether no kernel of the chain reads an input again for other rows: every
+    view of a buffer from outside the chain moves with each index of range 2 or
+    more that moves a view the kernel writes, or the buffer is small (at most
+    ``cache_bytes / 64``: a layer norm's scale and bias, a row of a mask).  Then
+    unnested each input is streamed once, and the intermediates may have the
+    whole cache (``cache_bytes``, not its ``fraction``): a layer norm over
+    sequence 128 of BERT-base (0.75 MiB of intermediates) stays unnested, as at
+    64, and so compiles to the same leaf kernels (docs/cpu-backend.md, "New
+    input shapes").  A product re-reads its other operand (attention's keys
+    for each block of queries): not such a chain."""
+    small = cache_bytes // 64
+    for k in ks:
+        ranges = {i.name: i.range for i in k.idxs}
+        moved = {
+            n
+            for r in k.refs
+            if r.dir != "in"
+            for a in r.access
+            for n, c in a.terms
+            if c != 0 and ranges.get(n, 2) >= 2
+        }
+        for r in k.refs:
+            b = r.from_
+            if r.dir != "in" or b in inter or b not in bufs:
+                continue
+            shape = bufs[b].shape
+            if itemsize(shape.dtype) * shape.elem_count <= small:
+                continue
+            used = {n for a in r.access for n, c in a.terms if c != 0}
+            if not moved <= used:
+                return False
+    return True

@@ -66,7 +66,7 @@ stored.  Fewer than ``min_rows`` rows along the innermost row variable (a
 prime range: 197 = 197 x 1) are too thin for the products' register tiles.  The chain is
 left alone when the intermediates fit that whole anyway (they stay in cache; the
 whole of ``cache_bytes``, not its ``fraction``, when every kernel reads each row of
-its inputs once, :func:`_reads_once`: a layer norm), or when the inputs re-read
+its inputs once, :func:`._nest_blocks.reads_once`: a layer norm), or when the inputs re-read
 once per block from beyond the cache (a block's window of an input larger
 than the rest of ``cache_bytes``: a weight matrix re-read by every block of
 rows) cost more than the intermediates' bytes, each written and read once
@@ -111,7 +111,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, reads, single_index, writes
-from ._nest_blocks import Plan, external_views, product_of, tiling
+from ._nest_blocks import Plan, external_views, product_of, reads_once, tiling
 from ._nest_memo import ChainMemo
 from ._nest_panels import access_names, laid_out
 from .registry import (
@@ -316,7 +316,7 @@ def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen) ->
         return None
     # ``fraction`` keeps the rest of the cache for inputs each row block reads
     # again; a chain that reads each input row once (a layer norm) has none
-    if _fits(inter, bufs, opt.cache_bytes) and _reads_once(ks, inter, bufs, opt):
+    if _fits(inter, bufs, opt.cache_bytes) and reads_once(ks, inter, bufs, opt.cache_bytes):
         return None
     made = set(written[0])
     for n in range(1, len(ks)):  # connected: each kernel reads what an earlier one made
@@ -369,41 +369,6 @@ def _fits(inter: list[str], bufs: dict[str, Refinement], max_bytes: int) -> bool
         shape = bufs[b].shape
         total += itemsize(shape.dtype) * shape.elem_count
     return total <= max_bytes
-
-
-def _reads_once(ks: list[Block], inter: list[str], bufs: dict[str, Refinement], opt: Nest) -> bool:
-    """Whether no kernel of the chain reads an input again for other rows: every
-    view of a buffer from outside the chain moves with each index of range 2 or
-    more that moves a view the kernel writes, or the buffer is small (at most
-    ``cache_bytes / 64``: a layer norm's scale and bias, a row of a mask).  Then
-    unnested each input is streamed once, and the intermediates may have the
-    whole cache (``cache_bytes``, not its ``fraction``): a layer norm over
-    sequence 128 of BERT-base (0.75 MiB of intermediates) stays unnested, as at
-    64, and so compiles to the same leaf kernels (docs/cpu-backend.md, "New
-    input shapes").  A product re-reads its other operand (attention's keys
-    for each block of queries): not such a chain."""
-    small = opt.cache_bytes // 64
-    for k in ks:
-        ranges = {i.name: i.range for i in k.idxs}
-        moved = {
-            n
-            for r in k.refs
-            if r.dir != "in"
-            for a in r.access
-            for n, c in a.terms
-            if c != 0 and ranges.get(n, 2) >= 2
-        }
-        for r in k.refs:
-            b = r.from_
-            if r.dir != "in" or b in inter or b not in bufs:
-                continue
-            shape = bufs[b].shape
-            if itemsize(shape.dtype) * shape.elem_count <= small:
-                continue
-            used = {n for a in r.access for n, c in a.terms if c != 0}
-            if not moved <= used:
-                return False
-    return True
 
 
 def _squeezed(k: Block) -> Block:
