@@ -29,13 +29,18 @@ Cases (one JSON line each, see bench/run.py):
   with; ``error`` is an unexpected exception (a bug: ``ok`` false, exit 1).
   Neither stops the run.  Progress (each model, its compile seconds) goes to
   stderr.
+* ``set_summary`` (with ``--set`` and ``--passes N``, N > 1): the set timed in N
+  passes, each in a fresh process, the passes' ``set`` lines passed through with a
+  ``pass`` field, then one line per model with every pass's ratio and their median
+  (``bench/set_passes.py``): a slow period of a shared machine, tens of seconds
+  long, then moves one pass of a model, not the model's figure.
 
 ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are removed from this process's
 environment before NumPy loads (they slow a current NumPy); the shell's is
 left as it is.
 
     python bench/bench_onnx.py [--model resnet50] [--repeats 20] [--no-compile]
-    python bench/bench_onnx.py --set [NAME,NAME] [--blocks 5]
+    python bench/bench_onnx.py --set [NAME,NAME] [--blocks 5] [--passes 3]
     python bench/models.py             # the set's names (exports what is not cached)
     python bench/bench_onnx.py --kernels [--model resnet50] [--json]   # bench/kernels.py
 """
@@ -264,11 +269,24 @@ def main() -> int:
         help="the benchmark set of bench/models.py (all, or the models named) instead",
     )
     p.add_argument("--blocks", type=int, default=5, help="with --set: blocks per contender")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="with --set: time the set this many times, each in a fresh process, "
+        "and add a per-model summary (the median of the passes' ratios)",
+    )
     p.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--kernels", action="store_true", help="per-kernel roofline vs onnxruntime")
     p.add_argument("--json", action="store_true", help="with --kernels: JSON lines")
     args = p.parse_args()
+    if args.passes < 1:
+        p.error("--passes: at least 1")
     if args.set is not None:
+        if args.passes > 1:
+            import set_passes  # bench/set_passes.py, next to this script
+
+            return set_passes.run_passes(set_names(p, args.set), args.blocks, args.passes)
         return run_set(set_names(p, args.set), args.blocks)
     if args.compile_child:
         compile_once(args.model)
