@@ -1,6 +1,8 @@
-"""``winograd``'s ``min_channels`` as a tunable option: a tune may rewrite a
-3 x 3 convolution of 16-31 channels (below the ``cpu`` target's 32), as one
-candidate of that convolution's job, checked against NumPy and onnxruntime."""
+"""``winograd``'s ``min_channels`` and ``tile`` as tunable options: a tune may
+leave a 3 x 3 convolution of 16-31 channels direct (``min_channels`` 32, above
+the ``cpu`` target's 16), or run it as F(2 x 2, 3 x 3) (``tile`` 2, the target
+says 4), each one candidate of that convolution's job, checked against NumPy
+and onnxruntime."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from stripeml.tuning.executors import LocalMeasurer
 from stripeml.tuning.kernels import build_candidate, kernel_jobs
 from stripeml.tuning.space import axes, neighbours
 
-SIXTEEN = {"winograd": {"min_channels": 16}}
+THIRTY_TWO = {"winograd": {"min_channels": 32}}
+F2 = {"winograd": {"tile": 2}}
 
 
 def _model() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray]:
@@ -31,21 +34,21 @@ def _model() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray]:
             helper.make_node("Relu", ["c"], ["y"]),
         ],
         "conv16",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])],
         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    x = np.random.default_rng(12).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    x = np.random.default_rng(12).standard_normal((1, 16, 16, 16)).astype(np.float32)
     return model, x, w, b
 
 
 def _numpy(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     p = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    out = np.zeros((1, 32, 14, 14), np.float64)
+    out = np.zeros((1, 32, 16, 16), np.float64)
     for ky in range(3):
         for kx in range(3):
-            out += np.einsum("nchw,oc->nohw", p[:, :, ky : ky + 14, kx : kx + 14], w[:, :, ky, kx])
+            out += np.einsum("nchw,oc->nohw", p[:, :, ky : ky + 16, kx : kx + 16], w[:, :, ky, kx])
     return np.maximum(out + b[None, :, None, None], 0).astype(np.float32)
 
 
@@ -60,41 +63,50 @@ def _conv_job(model: onnx.ModelProto, x: np.ndarray):
     return fn.target, job
 
 
-def test_min_channels_is_an_axis_with_the_analytic_value():
+def test_min_channels_and_tile_are_axes_with_the_analytic_values():
     model, x, _, _ = _model()
     target, job = _conv_job(model, x)
     space = axes(target, job.point)
-    (axis,) = [a for a in space if (a.pass_name, a.option) == ("winograd", "min_channels")]
+    (channels,) = [a for a in space if (a.pass_name, a.option) == ("winograd", "min_channels")]
+    (tile,) = [a for a in space if (a.pass_name, a.option) == ("winograd", "tile")]
     winograd = next(p for p in target.passes if p.name == "winograd")
     assert isinstance(winograd, Winograd)
-    # the target file's value is the start, one of the values, and one step from 16
-    assert axis.start == winograd.min_channels == 32
-    assert axis.values == (16, 32)
-    assert SIXTEEN in list(neighbours({}, space))
+    # the target file's value is the start, one of the values, and one step from the other
+    assert channels.start == winograd.min_channels == 16
+    assert channels.values == (16, 32)
+    assert tile.start == winograd.tile == 4
+    assert tile.values == (2, 4)
+    steps = list(neighbours({}, space))
+    assert THIRTY_TWO in steps and F2 in steps
 
 
-def test_a_16_channel_convolution_rewritten_by_a_choice(cache):
-    """The analytic program leaves the convolution direct (16 < 32 channels);
-    the candidate ``min_channels=16`` rewrites it (Winograd kernels appear),
-    passes the measurer's check against the interpreter, equals the whole
-    pipeline's build, and matches NumPy and onnxruntime."""
+def test_a_choice_leaves_a_16_channel_convolution_direct_or_runs_f2(cache):
+    """The analytic program rewrites the 16-channel convolution as F(4 x 4, 3 x 3);
+    the candidate ``min_channels=32`` leaves it direct and ``tile=2`` runs it as
+    F(2 x 2, 3 x 3).  Each passes the measurer's check against the interpreter,
+    equals the whole pipeline's build, and matches NumPy and onnxruntime."""
     import onnxruntime as ort
 
     model, x, w, b = _model()
     target, job = _conv_job(model, x)
     measurer = LocalMeasurer(target)
-    ((analytic_text, analytic_error), (text, error)) = measurer.check(job, [{}, SIXTEEN])
-    assert analytic_error is None and error is None
-    assert "winograd" not in analytic_text  # the control: direct without the choice
-    assert "winograd" in text and text != analytic_text
-    built = measurer._build(job, SIXTEEN)
-    assert built.compiled is not None
-    out = next(r.into for r in job.parsed.root.refs if r.dir == "out")
-    got = built.compiled.run(dict(job.inputs))[out].reshape(1, 32, 14, 14)
+    checked = measurer.check(job, [{}, THIRTY_TWO, F2])
+    ((analytic_text, analytic_error), (direct_text, direct_error), (f2_text, f2_error)) = checked
+    assert analytic_error is None and direct_error is None and f2_error is None
+    assert "winograd" in analytic_text  # rewritten with the file's options
+    assert "winograd" not in direct_text  # the choice leaves it direct
+    assert "winograd" in f2_text and f2_text != analytic_text
+    # the input blocks: 6 x 6 values for F(4 x 4), 4 x 4 for F(2 x 2)
+    assert "6, 6" in analytic_text and "6, 6" not in f2_text and "4, 4" in f2_text
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x}
     )[0]
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
-    np.testing.assert_allclose(got, _numpy(x, w, b), rtol=1e-3, atol=1e-4)
-    whole = build_candidate(job, target, SIXTEEN)  # every pass, no stages
-    assert whole.error is None and whole.text == text
+    out = next(r.into for r in job.parsed.root.refs if r.dir == "out")
+    for choice, text in ((THIRTY_TWO, direct_text), (F2, f2_text)):
+        built = measurer._build(job, choice)
+        assert built.compiled is not None
+        got = built.compiled.run(dict(job.inputs))[out].reshape(1, 32, 16, 16)
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(got, _numpy(x, w, b), rtol=1e-3, atol=1e-4)
+        whole = build_candidate(job, target, choice)  # every pass, no stages
+        assert whole.error is None and whole.text == text

@@ -9,10 +9,38 @@ from collections.abc import Sequence
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Intrinsic, Load, Refinement, Statement, Store, TensorShape
 
-#: The rows of B^T, G and A^T as (coefficient, column) terms.
+#: The rows of B^T, G and A^T of F(2 x 2, 3 x 3) as (coefficient, column) terms.
 BT = (((1, 0), (-1, 2)), ((1, 1), (1, 2)), ((-1, 1), (1, 2)), ((1, 1), (-1, 3)))
 G = (((1.0, 0),), ((0.5, 0), (0.5, 1), (0.5, 2)), ((0.5, 0), (-0.5, 1), (0.5, 2)), ((1.0, 2),))
 AT = (((1, 0), (1, 1), (1, 2)), ((1, 1), (-1, 2), (-1, 3)))
+
+#: The same for F(4 x 4, 3 x 3) (Lavin and Gray's points 0, 1, -1, 2, -2 and
+#: infinity): 6 x 6 input blocks, 36 products for 16 output pixels.
+BT4 = (
+    ((4, 0), (-5, 2), (1, 4)),
+    ((-4, 1), (-4, 2), (1, 3), (1, 4)),
+    ((4, 1), (-4, 2), (-1, 3), (1, 4)),
+    ((-2, 1), (-1, 2), (2, 3), (1, 4)),
+    ((2, 1), (-1, 2), (-2, 3), (1, 4)),
+    ((4, 1), (-5, 3), (1, 5)),
+)
+G4 = (
+    ((1 / 4, 0),),
+    ((-1 / 6, 0), (-1 / 6, 1), (-1 / 6, 2)),
+    ((-1 / 6, 0), (1 / 6, 1), (-1 / 6, 2)),
+    ((1 / 24, 0), (1 / 12, 1), (1 / 6, 2)),
+    ((1 / 24, 0), (-1 / 12, 1), (1 / 6, 2)),
+    ((1.0, 2),),
+)
+AT4 = (
+    ((1, 0), (1, 1), (1, 2), (1, 3), (1, 4)),
+    ((1, 1), (-1, 2), (2, 3), (-2, 4)),
+    ((1, 1), (1, 2), (4, 3), (4, 4)),
+    ((1, 1), (-1, 2), (8, 3), (-8, 4), (1, 5)),
+)
+
+#: By output block side ``m``: ``(B^T, G, A^T)``; the input blocks are ``m + 2`` wide.
+TRANSFORMS = {2: (BT, G, AT), 4: (BT4, G4, AT4)}
 
 
 class Body:
@@ -86,8 +114,8 @@ def view(
 
 
 def separable(rows: tuple, grid: Sequence[Sequence[str | None]], body: Body) -> list[list[str]]:
-    """``R grid R^T`` for the rows ``R`` of a 1-D transform (``grid`` square or
-    ``len(R[0]) x len(R[0])`` values): rows first, then columns."""
+    """``R grid R^T`` for the rows ``R`` of a 1-D transform (``grid`` square, its
+    side the number of columns ``R`` reads): rows first, then columns."""
     half = [[body.combine([(c, grid[j][col]) for c, j in row]) for col in range(len(grid[0]))]
             for row in rows]  # fmt: skip
     return [

@@ -147,6 +147,12 @@ def check_non_negative(p: object, *options: str) -> None:
             raise _bad(p, option, "0 or more")
 
 
+def check_choice(p: object, option: str, choices: Collection[object]) -> None:
+    """Option ``option`` of pass ``p`` is one of ``choices``."""
+    if getattr(p, option) not in choices:
+        raise _bad(p, option, "one of " + ", ".join(map(repr, choices)))
+
+
 def check_fraction(p: object, *options: str) -> None:
     """Each of ``options`` of pass ``p`` is a share of something: in (0, 1]."""
     for option in options:

@@ -1,23 +1,27 @@
-"""``winograd``: 3 x 3 convolutions as Winograd F(2 x 2, 3 x 3) transforms and 16 products.
+"""``winograd``: 3 x 3 convolutions as Winograd F(m x m, 3 x 3) transforms and products.
 
-A 3 x 3, stride-1 convolution computes each 2 x 2 block of output pixels from
-a 4 x 4 block of input pixels with 36 products per input and output channel
-pair.  Winograd's minimal filtering (Lavin and Gray, "Fast Algorithms for
-Convolutional Neural Networks", 2016) computes it with 16:
+A 3 x 3, stride-1 convolution computes each m x m block of output pixels from
+an (m + 2) x (m + 2) block of input pixels with 9 m^2 products per input and
+output channel pair.  Winograd's minimal filtering (Lavin and Gray, "Fast
+Algorithms for Convolutional Neural Networks", 2016) computes it with
+(m + 2)^2:
 
     U = G g G^T        (each 3 x 3 filter, once: the weights are constant)
-    V = B^T d B        (each 4 x 4 input block, per channel)
-    M[a, b] = sum_c V[a, b, c] * U[a, b, c, co]     (16 matrix products)
-    Y = A^T M A        (each 2 x 2 output block, per output channel)
+    V = B^T d B        (each (m + 2) x (m + 2) input block, per channel)
+    M[a, b] = sum_c V[a, b, c] * U[a, b, c, co]     ((m + 2)^2 matrix products)
+    Y = A^T M A        (each m x m output block, per output channel)
 
-with ``B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]``,
-``G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]`` and
-``A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]``.  The products are 2.25 times fewer;
-the transforms are additions and subtractions (halvings for ``U``), and the
-matrix products are ordinary contractions that ``unroll`` register-tiles like
-any other.  The rounding differs from the direct sum by a few units in the last
-place of float32 (the transforms add and subtract values of the input's
-magnitude before the products).
+Option ``tile`` is m.  With 2, F(2 x 2, 3 x 3): ``B^T = [[1, 0, -1, 0], [0, 1,
+1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]``, ``G = [[1, 0, 0], [1/2, 1/2, 1/2],
+[1/2, -1/2, 1/2], [0, 0, 1]]``, ``A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]``: 2.25
+times fewer products, transforms of additions and subtractions.  With 4, F(4 x
+4, 3 x 3) (the points 0, 1, -1, 2, -2 and infinity; the matrices in
+:mod:`._winograd_body`): 36 products for 16 pixels, 4 times fewer, transforms
+with coefficients up to 8 over 6 x 6 blocks.  The matrix products are ordinary
+contractions that ``unroll`` register-tiles like any other.  The rounding
+differs from the direct sum by a few units in the last place of float32 with
+m = 2, a few times that with m = 4 (the transforms add and subtract values of
+the input's magnitude, with m = 4 scaled by up to 8, before the products).
 
 **Which kernels.**  A root ``#contraction`` leaf kernel over float32 whose
 statements are two loads, their product and a store through an ``add``
@@ -33,23 +37,24 @@ output, without constraints or index offsets, whose
 with ``C`` and ``CO`` at least ``min_channels`` (with few channels the
 transforms, which move 4x the image's bytes, cost more than the products save:
 the 3-channel stem) and ``CO`` a multiple of ``vector_width`` (the products'
-vector index).  An odd height or width ends in cut blocks: the last block row
-(column) reads the three input rows (columns) that exist, the fourth taken as
-0, and writes the one output row (column) that exists; the input and output
-transforms then have a kernel per part (whole blocks, the last row, the last
-column, the corner).
+vector index).  A height or width that is not a multiple of m ends in cut
+blocks: the last block row (column), with r output rows (columns) left, reads
+the r + 2 input rows (columns) that exist, the others taken as 0, and writes
+the r output rows (columns) that exist; the input and output transforms then
+have a kernel per part (whole blocks, the last row, the last column, the
+corner).
 
 **What it becomes.**  Four root kernels and three root temporaries, in place
 of the convolution:
 
-* ``U`` ``(4, 4, C, CO)``: the weight transform, elementwise over ``[ci, co]``,
+* ``U`` ``(m + 2, m + 2, C, CO)``: the weight transform, elementwise over ``[ci, co]``,
   reading only the constant weights, so the runtime computes it once
   (:mod:`stripeml.analysis.constness`);
-* ``V`` ``(4, 4, P, C)``, ``P`` the 2 x 2 output blocks: the input transform,
+* ``V`` ``(m + 2, m + 2, P, C)``, ``P`` the m x m output blocks: the input transform,
   elementwise over the blocks and ``ci``;
-* ``M`` ``(4, 4, P, CO)`` ``= +(V[a, b, p, ci] * U[a, b, ci, co])``, the
-  convolution's own name and comment (its node in profiles), 16 matrix
-  products that ``unroll`` register-tiles;
+* ``M`` ``(m + 2, m + 2, P, CO)`` ``= +(V[a, b, p, ci] * U[a, b, ci, co])``,
+  the convolution's own name and comment (its node in profiles), (m + 2)^2
+  matrix products that ``unroll`` register-tiles;
 * the output transform, elementwise over the blocks and ``co``, writing the
   output pixels of each block through the kernel's output view; when the
   kernel right after the convolution is elementwise and alone reads its
@@ -65,10 +70,12 @@ need not analyse it; see :func:`_threaded`), ``enabled`` (tunable: ``stripeml
 tune`` may leave a convolution direct; off, the pass changes nothing, so a
 convolution and the consumer it would merge are left as they are whatever
 segment each is in), ``min_channels`` (tunable too, 16 or 32: a tune may
-rewrite a convolution of 16-31 channels; run on the convolution's segment
-alone, the rewrite merges no consumer in another segment, and the pass
-manager's segment check falls back to the whole program if a merge hid a
-result another segment reads).  The pipeline runs it after ``halo`` (the
+rewrite a convolution of 16-31 channels, or leave it direct; run on the
+convolution's segment alone, the rewrite merges no consumer in another
+segment, and the pass manager's segment check falls back to the whole program
+if a merge hid a result another segment reads), ``tile`` (2 or 4, tunable: a
+tune may run one convolution as F(2 x 2) where the target says F(4 x 4), or
+the other way).  The pipeline runs it after ``halo`` (the
 image is then a zero-haloed buffer) and ``alias_copy``, before ``nest`` and
 ``unroll``.
 
@@ -97,8 +104,14 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, index_stride
-from ._winograd_body import AT, BT, Body, G, inline, separable, view
-from .registry import check_non_negative, check_positive, check_selector, register
+from ._winograd_body import TRANSFORMS, Body, inline, separable, view
+from .registry import (
+    check_choice,
+    check_non_negative,
+    check_positive,
+    check_selector,
+    register,
+)
 from .thread import choose_among, mark_threaded
 
 
@@ -122,7 +135,7 @@ class _Conv:
 @register
 @dataclass(frozen=True)
 class Winograd:
-    """Rewrite 3 x 3 stride-1 convolutions with constant weights as Winograd F(2, 3)."""
+    """Rewrite 3 x 3 stride-1 convolutions with constant weights as Winograd F(m, 3)."""
 
     min_channels: int = 32
     # The image's smaller side at least this (a 7 x 7 map is 16 blocks for 49
@@ -136,6 +149,15 @@ class Winograd:
     # False: no convolution is rewritten.  ``stripeml tune`` turns it off per
     # convolution (docs/tuning.md): a target file has no reason to.
     enabled: bool = True
+    # The output blocks' side ``m``: 2 (F(2 x 2, 3 x 3), 4 x 4 input blocks, 16
+    # products) or 4 (F(4 x 4, 3 x 3), 6 x 6 blocks, 36 products for 4x the pixels:
+    # 1.78x fewer multiplications again, transforms with coefficients up to 8,
+    # rounding a few times F(2, 3)'s).
+    tile: int = 2
+    # With ``tile`` 4, F(2 x 2) where the image's sides are even but not all
+    # multiples of 4 (ResNet's 14 x 14): F(4 x 4) would add cut blocks there,
+    # a transform kernel per part whose 36-value bodies cost compile time.
+    whole_blocks: bool = False
     name: ClassVar[str] = "winograd"
     # ``min_channels`` 16 (below the file's 32): SqueezeNet's 3 x 3 16 -> 64
     # convolution ran 1.15-1.21x faster in its window (docs/tuning.md); no
@@ -143,12 +165,14 @@ class Winograd:
     tunable: ClassVar[dict[str, tuple[object, ...]]] = {
         "enabled": (True, False),
         "min_channels": (16, 32),
+        "tile": (2, 4),
     }
 
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "min_channels", "min_size", "vector_width")
         check_non_negative(self, "threads")
+        check_choice(self, "tile", sorted(TRANSFORMS))
 
     def run(self, program: Program) -> Program:
         if not self.enabled:
@@ -173,7 +197,7 @@ class Winograd:
             after = old[k] if k < len(old) else None
             consumer = _consumer(root, s, conv, after) if isinstance(after, Block) else None
             roots = {r.into: r for r in refs}
-            new_refs, kernels = _rewrite(s, conv, taken, consumer, roots)
+            new_refs, kernels = _rewrite(s, conv, taken, consumer, roots, self._tile(conv))
             if self.threads >= 2 and _permutes(consumer):
                 kernels = [_threaded(b, self.threads) for b in kernels]
             if consumer is not None:
@@ -186,6 +210,16 @@ class Winograd:
             return program
         refs = [r for r in refs if r.into not in gone]
         return replace(program, root=replace(root, refs=tuple(refs), stmts=tuple(stmts)))
+
+    def _tile(self, c: _Conv) -> int:
+        """``tile``, or 2 where ``whole_blocks`` asks for it: the image's sides
+        are even but not all multiples of ``tile``, so F(2 x 2) has no cut
+        blocks where F(4 x 4) would."""
+        sides = (c.sizes[c.y], c.sizes[c.x])
+        if self.whole_blocks and all(s % 2 == 0 for s in sides):
+            if any(s % self.tile for s in sides):
+                return 2
+        return self.tile
 
     def _worth(self, c: _Conv) -> bool:
         z = c.sizes
@@ -363,21 +397,28 @@ def _consumer(root: Block, k: Block, c: _Conv, e: Block) -> Block | None:
 
 
 def _rewrite(
-    k: Block, c: _Conv, taken: set[str], consumer: Block | None = None, roots: dict | None = None
+    k: Block,
+    c: _Conv,
+    taken: set[str],
+    consumer: Block | None = None,
+    roots: dict | None = None,
+    tile: int = 2,
 ) -> tuple[list[Refinement], list[Block]]:
     ix = Affine.index
     z = c.sizes
-    ty, tx = (z[c.y] + 1) // 2, (z[c.x] + 1) // 2  # 2 x 2 output blocks, the last ones cut
-    fy, fx = z[c.y] // 2, z[c.x] // 2  # whole ones
+    bt, gt, at_ = TRANSFORMS[tile]
+    side = tile + 2  # the input blocks' side
+    ty, tx = -(-z[c.y] // tile), -(-z[c.x] // tile)  # m x m output blocks, the last ones cut
+    fy, fx = z[c.y] // tile, z[c.x] // tile  # whole ones
     nn, cin, cout = z[c.n], z[c.ci], z[c.co]
     u_name = fresh(f"{k.name}_wu", taken)
     v_name = fresh(f"{k.name}_wv", taken)
     m_name = fresh(f"{k.name}_wm", taken)
     taken |= {u_name, v_name, m_name}
-    u = Refinement("none", u_name, TensorShape.dense("f32", (4, 4, cin, cout)))
-    pts = nn * ty * tx  # the 2 x 2 output blocks, the products' rows
-    v = Refinement("none", v_name, TensorShape.dense("f32", (4, 4, pts, cin)))
-    m = Refinement("none", m_name, TensorShape.dense("f32", (4, 4, pts, cout)))
+    u = Refinement("none", u_name, TensorShape.dense("f32", (side, side, cin, cout)))
+    pts = nn * ty * tx  # the m x m output blocks, the products' rows
+    v = Refinement("none", v_name, TensorShape.dense("f32", (side, side, pts, cin)))
+    m = Refinement("none", m_name, TensorShape.dense("f32", (side, side, pts, cout)))
     w_parent = Refinement("in", c.weights.from_ or c.weights.into, c.weights.shape)
     img_parent = Refinement("in", c.image.from_ or c.image.into, c.image.shape)
     out_parent = Refinement("out", c.out.from_ or c.out.into, c.out.shape)
@@ -390,10 +431,10 @@ def _rewrite(
         view("in", f"W{p}{q}", w_parent, (Affine.constant(p), Affine.constant(q), ix("ci"), ix("co")))
         for p in range(3) for q in range(3)
     ]  # fmt: skip
-    uu = separable(G, g, body)
+    uu = separable(gt, g, body)
     urefs = []
-    for a in range(4):
-        for b in range(4):
+    for a in range(side):
+        for b in range(side):
             urefs.append(view("out", f"U{a}{b}", replace(u, dir="none"),
                                (Affine.constant(a), Affine.constant(b), ix("ci"), ix("co")), "assign"))  # fmt: skip
             body.store(f"U{a}{b}", uu[a][b])
@@ -403,14 +444,15 @@ def _rewrite(
     )  # fmt: skip
     taken.add(k_u.name)
 
-    # The blocks: whole ones, then (odd sizes) the last block row and column, whose
-    # input blocks lack their last row or column (taken as 0: the output pixels
-    # kept read only the rows and columns that exist) and whose output blocks
-    # keep only their first row or column.
-    ys = [(fy, 4)] if fy else []
-    ys += [(-(ty - 1), 3)] if z[c.y] % 2 else []
-    xs = [(fx, 4)] if fx else []
-    xs += [(-(tx - 1), 3)] if z[c.x] % 2 else []
+    # The blocks: whole ones, then (sizes not a multiple of m) the last block row
+    # and column, whose input blocks lack their last rows or columns (taken as 0:
+    # the output pixels kept read only the rows and columns that exist) and whose
+    # output blocks keep only their first ``size % m`` rows or columns.  Each part:
+    # (its block count, or minus its one block's index; the input rows it reads).
+    ys = [(fy, side)] if fy else []
+    ys += [(-(ty - 1), z[c.y] % tile + 2)] if z[c.y] % tile else []
+    xs = [(fx, side)] if fx else []
+    xs += [(-(tx - 1), z[c.x] % tile + 2)] if z[c.x] % tile else []
     parts = [(py, px) for py in ys for px in xs]
     # Each part's blocks are consecutive rows of the products (so each part's
     # writes of V are one box: liveness decides their coverage without isl).
@@ -446,21 +488,21 @@ def _rewrite(
         body = Body()
         drefs = []
         d: list[list[str | None]] = []
-        for i in range(4):
+        for i in range(side):
             d.append([])
-            for j in range(4):
+            for j in range(side):
                 if i >= py[1] or j >= px[1]:
                     d[i].append(None)
                     continue
-                sub = {c.n: ix("n"), c.y: t * 2, c.ky: Affine.constant(i), c.x: s_ * 2,
+                sub = {c.n: ix("n"), c.y: t * tile, c.ky: Affine.constant(i), c.x: s_ * tile,
                        c.kx: Affine.constant(j), c.ci: ix("ci")}  # fmt: skip
                 access = tuple(a.substitute(sub) for a in c.image.access)
                 drefs.append(view("in", f"D{i}{j}", img_parent, access))
                 d[i].append(body.load(f"D{i}{j}"))
-        vv = separable(BT, d, body)
+        vv = separable(bt, d, body)
         vrefs = []
-        for a in range(4):
-            for b in range(4):
+        for a in range(side):
+            for b in range(side):
                 access = (Affine.constant(a), Affine.constant(b), row, ix("ci"))
                 vrefs.append(view("out", f"V{a}{b}", v, access, "assign"))
                 body.store(f"V{a}{b}", vv[a][b])
@@ -471,9 +513,9 @@ def _rewrite(
         ))  # fmt: skip
         taken.add(kernels_v[-1].name)
 
-    # M[a, b, p, co] = +(V[a, b, p, ci] * U[a, b, ci, co]): 16 products of P x C by C x CO
+    # M[a, b, p, co] = +(V[a, b, p, ci] * U[a, b, ci, co]): 16 (36) products of P x C by C x CO
     k_m = Block(
-        (Index("a", 4), Index("b", 4), Index("p", pts), Index("co", cout), Index("ci", cin)),
+        (Index("a", side), Index("b", side), Index("p", pts), Index("co", cout), Index("ci", cin)),
         (
             view("in", v_name, v, (ix("a"), ix("b"), ix("p"), ix("ci"))),
             view("in", u_name, u, (ix("a"), ix("b"), ix("ci"), ix("co"))),
@@ -486,21 +528,21 @@ def _rewrite(
         tags=frozenset({"kernel", "contraction", "agg_add"}), name=k.name, comment=k.comment,
     )  # fmt: skip
 
-    # out[n, 2t + i, 2s + j, co] = (A^T M A)[i, j], the pixels that exist
+    # out[n, m t + i, m s + j, co] = (A^T M A)[i, j], the pixels that exist
     kernels_o: list[Block] = []
     for py, px, t, s_, idxs, row in geometry:
         body = Body()
         mrefs = []
-        for a in range(4):
-            for b in range(4):
+        for a in range(side):
+            for b in range(side):
                 access = (Affine.constant(a), Affine.constant(b), row, ix("co"))
                 mrefs.append(view("in", f"M{a}{b}", m, access))
-        mm = [[body.load(f"M{a}{b}") for b in range(4)] for a in range(4)]
-        yy = separable(AT, mm, body)
+        mm = [[body.load(f"M{a}{b}") for b in range(side)] for a in range(side)]
+        yy = separable(at_, mm, body)
         orefs = []
-        for i in range(2 if py[1] == 4 else 1):
-            for j in range(2 if px[1] == 4 else 1):
-                sub = {c.n: ix("n"), c.y: t * 2 + i, c.x: s_ * 2 + j, c.co: ix("co")}
+        for i in range(py[1] - 2):
+            for j in range(px[1] - 2):
+                sub = {c.n: ix("n"), c.y: t * tile + i, c.x: s_ * tile + j, c.co: ix("co")}
                 if consumer is not None:
                     (read,) = [r for r in consumer.refs if (r.from_ or r.into) == out_parent.into]
                     # the consumer's index in each dimension of the result -> the pixel
