@@ -82,6 +82,12 @@ innermost, so the tile reads whole vectors; such a kernel needs at least two
 panels and more than one row (else nothing packs it), and a ragged split's
 rest keeps packing.
 
+Panel rows (``panel_rows``, on): a vector index that is one panel of a wider
+dimension (``32 * j_b + j_c``: attention's keys as ``nest`` lays them out) and
+narrower than the tile's vectors gives the tile the rows its accumulators allow
+that divide the row range (8 x 2 vectors of 16, not 4 x 2); a vector index
+narrow because the data is (16 output channels) keeps the rows.
+
 Left alone: kernels with nested blocks, index offsets or allocations,
 several outputs or an ``assign`` output, no reduction index, no vector
 index (unit stride in the output, stride 0 or 1 in every input, not in a
@@ -157,6 +163,11 @@ class Unroll:
     # once per block: strided panels are read in place there unless this is set
     # (inputs read across the vector index are always packed).
     pack_in_nests: bool = False
+    # A product whose vector index is one panel of a wider dimension, narrower
+    # than the tile's vectors (attention's keys in ``nest``'s panels of 32: 2
+    # vectors of 16 for Q @ K^T), spends the accumulators left on taller tiles:
+    # 8 x 2 vectors, not 4 x 2 (False: the rows as given).
+    panel_rows: bool = True
     select: str = "contraction"
     # The target's vector registers (0: the shape options as given).  A register
     # file that holds twice the tile's accumulators with room to spare grows the
@@ -438,6 +449,23 @@ class Unroll:
                     root, k, v, vec * w, u, red, None, laid, lay_out=self.pack_max_bytes > 0
                 )
             ]
+        if (
+            self.panel_rows
+            and u is not None
+            and ranges[v] == vec * w
+            and 2 * rows * vec <= self.max_vectors
+            and _panel_of_wider(out, v, ranges)
+        ):
+            # One panel of a wider vector index, narrower than the tile's
+            # vectors (attention's keys in panels of 32: 2 vectors of 16): the
+            # accumulators left take more rows instead, the most that divide
+            # the row range (8 x 2 vectors: 10 loads per 16 FMAs, not 6 per 8).
+            heights = [
+                d for d in range(rows + 1, self.max_vectors // vec + 1) if ranges[u] % d == 0
+            ]
+            if heights:
+                tall = replace(self, rows=heights[-1])
+                return [tall._build(root, k, v, vec * w, u, red, None, laid)]
         return [self._build(root, k, v, vec * w, u, red, None, laid)]
 
     def _channel_rows(
@@ -512,3 +540,14 @@ class Unroll:
             pack_min_stride=self.pack_min_stride,
             row_blocks=self.row_blocks, k_block=self.k_block,
         )  # fmt: skip
+
+
+def _panel_of_wider(out: Refinement, v: str, ranges: dict[str, int]) -> bool:
+    """Whether ``out``'s dimension along ``v`` moves with another index too (``32 *
+    j_b + j_c``: ``v`` is one panel of a wider dimension, as ``nest`` lays out
+    attention's keys), so the tile is narrow by layout, not because the data is
+    (a convolution's 16 output channels)."""
+    for a in out.access:
+        if a.coeff(v):
+            return any(n != v and ranges.get(n, 1) >= 2 for n in a.names)
+    return False
