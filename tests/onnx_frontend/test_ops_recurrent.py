@@ -432,7 +432,7 @@ def test_steps_copy_nothing_and_share_their_code(direction):
     copies = [k for k in kernels if one_term.search(k.comment) and "fill" not in k.tags]
     assert len(copies) <= dirs, [k.comment for k in copies]  # a last step's row at most
     bodies = {canonical_kernel(program.root, k).text for k in kernels}
-    assert len(kernels) >= 2 * seq * dirs  # a product and a gate kernel per step
+    assert len(kernels) >= seq * dirs  # a product and its gate math per step (an LSTM's one kernel)
     assert len(bodies) <= 8 * dirs, len(bodies)
 
 

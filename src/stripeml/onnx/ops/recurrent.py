@@ -16,6 +16,20 @@ loop over time becomes straight-line Tile:
   write, offsets the canonical form takes out
   (:mod:`stripeml.analysis.canonical`), so the CPU backend compiles each once
   for all steps of a direction.
+* **An LSTM, or a GRU with ``linear_before_reset`` (PyTorch's), without
+  peepholes or unequal lengths** (``hidden`` a multiple of 16) lays ``R^T``
+  out by blocks of ``B`` hidden units (64, else 32 or 16): block ``b`` is a
+  ``[hidden, gates * B]`` panel whose column ``k * B + u`` is gate ``k`` of
+  unit ``b * B + u`` (:meth:`_Lowering.recurrent_by_unit`).  The product
+  ``[batch, blocks, gates * B]`` then holds all the gates of a block of units
+  in one register tile, and the gate math (over ``[batch, blocks, B]``,
+  reading the step's projection row itself rather than as the product's
+  epilogue) reads only that block: ``epilogue`` runs it on each finished
+  tile, so a step is one kernel, split over threads by blocks (two before,
+  the gate math on the calling thread while the other waited; the GRU's
+  product was not split at all).  An LSTM's cell state stays ``[batch,
+  blocks, B]``; ``h`` is read back as ``[batch, hidden]`` (a ``reshape``, a
+  view).
 * **Y** is assembled after the loop by one ``=`` copy per step and direction,
   which ``alias_copy`` removes: each step's gate kernel writes its row of
   ``Y`` (see :meth:`_Lowering._assemble_y`).
@@ -298,10 +312,17 @@ class _Lowering:
         self.b, self.n, self.s = b, n, spec
         self.gh = spec.gates * spec.hidden
         self.zero_states: set[str] = set()  # initial states known to be zeros
+        self.values: dict[str, Value] = {}  # Tile name -> value, of the names ``ref`` gave
+        #: Hidden units per block of the product's columns (0: gate-major
+        #: columns); see :meth:`_unit_block`.
+        self.unit_block = 0
+        self.rbh_by_unit: dict[int, str] = {}  # GRU: Rbh by blocks, per direction
 
     # -- helpers ------------------------------------------------------------------
     def ref(self, v: Value) -> str:
-        return self.b.ref(v)
+        name = self.b.ref(v)
+        self.values[name] = v
+        return name
 
     def take(
         self, v: Value, shape: Sequence[int], numpy: Callable[[np.ndarray], np.ndarray], tile: str
@@ -363,7 +384,53 @@ class _Lowering:
         text = f"{{out}}[n, g : {s.batch}, {k}] = +({h}[n, j] * {self.ref(rt)}[j, g])"
         return self.b.contraction(text, (s.batch, k), s.dtype)
 
+    def matmul_by_unit(self, h: str, rt: Value) -> Value | None:
+        """:meth:`matmul` with ``rt`` laid out ``[blocks, hidden, gates * B]``
+        (:meth:`recurrent_by_unit`): the product ``[batch, blocks, gates * B]``
+        (``rt`` 2-D for one block: :meth:`matmul`)."""
+        s = self.s
+        if h in self.zero_states or rt.rank == 2:
+            return self.matmul(h, rt)
+        nb, _, w = rt.shape
+        text = f"{{out}}[n, b, c : {s.batch}, {nb}, {w}] = +({h}[n, j] * {self.ref(rt)}[b, j, c])"
+        return self.b.contraction(text, (s.batch, nb, w), s.dtype)
+
     # -- weights ------------------------------------------------------------------
+    def _unit_block(self, masked: bool) -> int:
+        """Hidden units per block of the recurrent product's columns, 0 to keep
+        them gate-major.  An LSTM, or a GRU with ``linear_before_reset`` (one
+        product a step), without peepholes or masks takes blocks of ``B`` units
+        holding all the gates of those units (``B`` 64, else 32 or 16, dividing
+        ``hidden``): the product's register tile (at most 256 columns) then
+        covers whole blocks, the gate math becomes its epilogue and the step
+        one kernel, split over threads by blocks."""
+        s = self.s
+        if masked or any(x is not None for p in self.peep for x in p):
+            return 0
+        if s.kind != "LSTM" and not (s.kind == "GRU" and s.linear_before_reset):
+            return 0
+        return next((k for k in (64, 32, 16) if s.hidden % k == 0), 0)
+
+    def recurrent_by_unit(self, d: int) -> Value:
+        """``R[d]^T`` as ``[blocks, hidden, gates * B]``, one contiguous panel per
+        block: column ``k * B + u`` of block ``b`` is gate ``k`` of hidden unit
+        ``b * B + u``."""
+        r, h, g = self.n.input(2), self.s.hidden, self.s.gates
+        blk = self.unit_block
+        nb = h // blk
+        if nb == 1:  # gate-major: R^T as it is
+            return self.recurrent(d, 0, g * h)
+
+        def numpy(a: np.ndarray) -> np.ndarray:
+            t = a[d].T.reshape(h, g, nb, blk)  # [j, gate, block, unit]
+            return t.transpose(2, 0, 1, 3).reshape(nb, h, g * blk)
+
+        text = (
+            f"{{out}}[b, j, {blk} * k + u : {nb}, {h}, {g * blk}] = "
+            f"=({{src}}[{d}, {h} * k + {blk} * b + u, j]), u < {blk}"
+        )
+        return self.take(r, (nb, h, g * blk), numpy, text)
+
     def recurrent(self, d: int, lo: int, hi: int) -> Value:
         """Rows ``lo:hi`` of ``R[d]``, transposed: ``[hidden, hi - lo]``."""
         r, h = self.n.input(2), self.s.hidden
@@ -571,6 +638,118 @@ class _Lowering:
         o = self.act(f, pre(1, po, c))
         return self.ew(f"{o} * {self.act_plain(h, c)}"), c
 
+    # -- cells over blocks of hidden units (unit_block) -------------------------------
+    def _unit_shape(self) -> tuple[tuple[int, ...], str, str]:
+        """The shape of a step tensor by blocks of units, ``[batch, blocks, B]``
+        (``[batch, hidden]`` for one block), with its indices and the hidden
+        unit they stand for, as Tile text."""
+        s, blk = self.s, self.unit_block
+        nb = s.hidden // blk
+        if nb > 1:
+            return (s.batch, nb, blk), "n, b, u", f"{blk} * b + u"
+        return (s.batch, s.hidden), "n, u", "u"
+
+    def _unit_part(self, src: str) -> str:
+        """``src`` (Tile text in the indices of :meth:`_unit_shape`) as a step tensor."""
+        shape, at, _ = self._unit_shape()
+        sizes = ", ".join(str(x) for x in shape)
+        text = f"{{out}}[{at} : {sizes}] = =({src})"
+        return self.ref(self.b.contraction(text, shape, self.s.dtype))
+
+    def _unit_gate(self, p: Value, k: int) -> str:
+        """Gate ``k`` of the product ``p`` by blocks (:meth:`matmul_by_unit`)."""
+        col = f"{k * self.unit_block} + u"
+        nb = self.s.hidden // self.unit_block
+        return self._unit_part(
+            f"{self.ref(p)}[n, b, {col}]" if nb > 1 else f"{self.ref(p)}[n, {col}]"
+        )
+
+    def _unit_row(self, row: str, k: int) -> str:
+        """Gate ``k`` of a gate-major row, by blocks: ``row`` is Tile text with
+        ``{}`` where the column goes (``X[5, n, 0, {}]``)."""
+        _, _, unit = self._unit_shape()
+        return self._unit_part(row.format(f"{k * self.s.hidden} + {unit}"))
+
+    def _unit_ew(self, expr: str) -> str:
+        shape, _, _ = self._unit_shape()
+        return self.ref(self.b.eltwise(expr, shape, self.s.dtype))
+
+    def _unit_act(self, a: _Act, expr: str) -> str:
+        """:meth:`act` for step tensors by blocks."""
+        s = self.s
+        if s.clip is not None:
+            c = literal(s.clip, np.float64)
+            expr = f"max(min({expr}, {c}), {literal(-s.clip, np.float64)})"
+        x = self._unit_ew(expr) if a.repeats_input else f"({expr})"
+        return f"({a.apply(x)})"
+
+    def _unit_out(self, h: str) -> str:
+        """The new ``h`` (by blocks) as ``[batch, hidden]``."""
+        if self.unit_block < self.s.hidden:
+            return self._reshaped(h, (self.s.batch, self.s.hidden))
+        return h
+
+    def lstm_cell_by_unit(self, d: int, row: str, hp: str, cp: str) -> tuple[str, str]:
+        """:meth:`lstm_cell` over ``[batch, blocks, B]`` (``B = unit_block``;
+        ``[batch, hidden]`` for one block): the product ``P[n, b, k * B + u]``
+        holds gate ``k`` of hidden unit ``b * B + u`` (:meth:`recurrent_by_unit`),
+        so the gate math of one block of units reads one block of the product,
+        and ``epilogue`` runs it on each finished register tile: one kernel a
+        step, split over threads by blocks.  The step's row of the projection
+        (gate-major, as computed; ``row``: see :meth:`_unit_row`) is added in the
+        gate math, not as the product's epilogue."""
+        f, g, h = self.s.acts[d]
+        p = self.matmul_by_unit(hp, self.r[d][0])
+
+        def pre(k: int) -> str:
+            qk = self._unit_row(row, k)
+            return qk if p is None else f"{self._unit_gate(p, k)} + {qk}"
+
+        act, ew = self._unit_act, self._unit_ew
+        i = act(f, pre(0))
+        if self.s.input_forget:
+            i = ew(i)
+            fg = f"(1 - {i})"
+        else:
+            fg = act(f, pre(2))
+        cc = act(g, pre(3))
+        c = ew(f"{fg} * {cp} + {i} * {cc}")  # cp: kept in this shape (see run)
+        o = act(f, pre(1))
+        hn = ew(f"{o} * {self.act_plain(h, c)}")
+        return self._unit_out(hn), c
+
+    def gru_cell_by_unit(self, d: int, row: str, hp: str) -> str:
+        """:meth:`gru_cell` with ``linear_before_reset`` by blocks of units, as
+        :meth:`lstm_cell_by_unit`: ``h = g(Xh + r (Hh + Rbh))``, ``z`` and ``r``
+        from their product columns plus the projection (which holds their
+        biases), the previous ``h`` read by blocks (a view)."""
+        f, g = self.s.acts[d]
+        p = self.matmul_by_unit(hp, self.r[d][0])
+        act, ew = self._unit_act, self._unit_ew
+        zr = [self._unit_row(row, k) for k in (0, 1)]
+        if p is not None:
+            zr = [f"{self._unit_gate(p, k)} + {x}" for k, x in zip((0, 1), zr)]
+        z = ew(act(f, zr[0]))
+        r = act(f, zr[1])
+        rbh = self.rbh[d]
+        hpart = self._unit_gate(p, 2) if p is not None else None
+        if rbh is not None:
+            rb = self.rbh_by_unit.get(d)
+            if rb is None:  # once per direction
+                rb = self.rbh_by_unit[d] = self._unit_row(f"{rbh}[{{}}]", 2)
+            hpart = rb if hpart is None else f"({hpart} + {rb})"
+        qh = self._unit_row(row, 2)
+        hh = act(g, qh if hpart is None else f"{qh} + {r} * {hpart}")
+        if hp in self.zero_states:
+            return self._unit_out(ew(f"(1 - {z}) * {hh}"))
+        shape, _, _ = self._unit_shape()
+        h3 = self._reshaped(hp, shape) if len(shape) == 3 else hp
+        return self._unit_out(ew(f"(1 - {z}) * {hh} + {z} * {h3}"))
+
+    def _reshaped(self, name: str, shape: tuple[int, ...]) -> str:
+        """The tensor ``name`` (a name :meth:`ref` gave) re-read with ``shape``."""
+        return self.ref(reshape(self.b, self.values[name], shape))
+
     # -- the whole node ---------------------------------------------------------------
     def run(self) -> list[Value | None]:
         s, b, n = self.s, self.b, self.n
@@ -599,17 +778,21 @@ class _Lowering:
         self.zr_mask = self.ref(_const(np.arange(gh) < 2 * hid))
         self.peep: list[tuple[str | None, str | None, str | None]] = []
         for d in range(s.dirs):
-            if s.kind == "GRU" and not s.linear_before_reset:
-                self.r.append([self.recurrent(d, 0, 2 * hid), self.recurrent(d, 2 * hid, gh)])
-            else:
-                self.r.append([self.recurrent(d, 0, gh)])
-            if s.kind == "GRU" and s.linear_before_reset:
-                self.rbh.append(self.reset_bias(d))
             if s.kind == "LSTM":
                 pv = n.opt(7)
                 self.peep.append(
                     (self.vector(pv, d, 0), self.vector(pv, d, hid), self.vector(pv, d, 2 * hid))
                 )
+        self.unit_block = self._unit_block(masked)
+        for d in range(s.dirs):
+            if s.kind == "GRU" and not s.linear_before_reset:
+                self.r.append([self.recurrent(d, 0, 2 * hid), self.recurrent(d, 2 * hid, gh)])
+            elif self.unit_block:
+                self.r.append([self.recurrent_by_unit(d)])
+            else:
+                self.r.append([self.recurrent(d, 0, gh)])
+            if s.kind == "GRU" and s.linear_before_reset:
+                self.rbh.append(self.reset_bias(d))
 
         rows = self._input_rows(lengths, steps) if gathered else None
         xb = self.ref(self.projection(steps, rows))
@@ -621,6 +804,10 @@ class _Lowering:
         cs: list[str | None] = [None] * s.dirs
         if s.kind == "LSTM":
             cs = [self.ref(self.state(n.opt(6), d)) for d in range(s.dirs)]
+            if self.unit_block and self.unit_block < s.hidden:
+                # the cell state stays [batch, blocks, B] (lstm_cell_by_unit)
+                blocks = (s.batch, s.hidden // self.unit_block, self.unit_block)
+                cs = [self._reshaped(c, blocks) for c in cs if c is not None]
         y_rows: list[tuple[str, int, int]] = []  # (value, time, direction)
         for step in range(steps):
             mask = None
@@ -629,12 +816,20 @@ class _Lowering:
             for d in range(s.dirs):
                 back = s.reverse[d] and not gathered
                 t = steps - 1 - step if back else step  # the row of the projection
-                q = b.contraction(
-                    f"{{out}}[n, g : {s.batch}, {gh}] = =({xb}[{t}, n, {d}, g])",
-                    (s.batch, gh),
-                    s.dtype,
-                )
-                h_new, c_new = cell(d, q, hs[d], cs[d])
+                if self.unit_block:  # the gates read the projection's row themselves
+                    row = f"{xb}[{t}, n, {d}, {{}}]"
+                    cp = cs[d]
+                    if cp is not None:  # an LSTM
+                        h_new, c_new = self.lstm_cell_by_unit(d, row, hs[d], cp)
+                    else:
+                        h_new, c_new = self.gru_cell_by_unit(d, row, hs[d]), None
+                else:
+                    q = b.contraction(
+                        f"{{out}}[n, g : {s.batch}, {gh}] = =({xb}[{t}, n, {d}, g])",
+                        (s.batch, gh),
+                        s.dtype,
+                    )
+                    h_new, c_new = cell(d, q, hs[d], cs[d])
                 y_val = h_new
                 if mask is not None:
                     y_val = self.ew(f"{mask} ? {h_new} : 0")
@@ -648,7 +843,8 @@ class _Lowering:
             y = self._ordered_output(y, y_shape)
         outs = [y, self._final(hs, lengths, h_shape)]
         if s.kind == "LSTM":
-            outs.append(self._final(cs, lengths, h_shape))
+            blocked = self.unit_block if 0 < self.unit_block < s.hidden else 0
+            outs.append(self._final(cs, lengths, h_shape, blocked))
         return outs[: n.n_outputs]
 
     def _ordered_output(self, yp: Value, shape: tuple[int, ...]) -> Value:
@@ -717,9 +913,15 @@ class _Lowering:
         return prev
 
     def _final(
-        self, states: Sequence[str | None], lengths: np.ndarray, shape: tuple[int, ...]
+        self,
+        states: Sequence[str | None],
+        lengths: np.ndarray,
+        shape: tuple[int, ...],
+        unit: int = 0,
     ) -> Value:
-        """``Y_h`` (or ``Y_c``) from each direction's last state; 0 for length 0."""
+        """``Y_h`` (or ``Y_c``) from each direction's last state; 0 for length 0.
+        ``unit``: the states are ``[batch, blocks, unit]`` (an LSTM's cell state
+        by blocks of units, never masked), read as ``[batch, hidden]``."""
         s = self.s
         out: Value | None = None
         empty = None
@@ -730,11 +932,10 @@ class _Lowering:
             assert st is not None
             if empty is not None:
                 st = self.ew(f"{empty} ? 0 : {st}")
-            idx = f"{d}, n, h" if s.layout == 0 else f"n, {d}, h"
+            h, src = (f"{unit} * b + u", f"{st}[n, b, u]") if unit else ("h", f"{st}[n, h]")
+            idx = f"{d}, n, {h}" if s.layout == 0 else f"n, {d}, {h}"
             tail = f", default {out.name}" if out is not None else ""
-            out = self.b.contraction(
-                f"{{out}}[{idx} : {sizes}] = =({st}[n, h]){tail}", shape, s.dtype
-            )
+            out = self.b.contraction(f"{{out}}[{idx} : {sizes}] = =({src}){tail}", shape, s.dtype)
         assert out is not None
         return out
 
