@@ -140,9 +140,9 @@ class Executable:
         buffers that are never live together share bytes)."""
         if self._program is None and self._stored is not None:
             return dict(self._stored.summary.peak)
-        from ..analysis.memory import peak_bytes
+        from ..runtime.kernel_cache import program_peak_bytes
 
-        return peak_bytes(self.program)
+        return program_peak_bytes(self.program)  # the program cache's summary asks too
 
     @property
     def code(self) -> str:

@@ -55,6 +55,8 @@ class Scope:
     _refs: dict[str, Refinement] | None = field(default=None, repr=False)
     _magnitudes: dict[str, int] | None = field(default=None, repr=False)
     _visible: frozenset[str] | None = field(default=None, repr=False)
+    # the incremental mode's facts of this block's refinements (verify_memo._root_facts)
+    _facts: dict[str, tuple] | None = field(default=None, repr=False)
 
     @property
     def is_root(self) -> bool:
@@ -480,14 +482,15 @@ def _verify_block(scope: Scope, seen: dict | None = None) -> None:
 def _verify_kernel(scope: Scope, seen: dict) -> None:
     """A root kernel in the incremental mode (:mod:`.verify_memo`): nothing when
     verified before under the same facts (a pass that only placed or added other
-    buffers re-verifies nothing); its block-level and tag rules when a twin was;
-    those of every block of its nest when one equal up to names was; else all."""
+    buffers re-verifies nothing); its block-level and tag rules that the key does
+    not decide (:data:`_KEYED_BLOCK_RULES`) when a twin was; those of every block
+    of its nest when one equal up to names was; else all."""
     stmt, root = scope.block, scope.parent
     assert root is not None
     same = (id(stmt), id(root.block.refs))
     if same in seen:
         return
-    facts = parent_facts(stmt, root)
+    facts = parent_facts(stmt, root, seen)
     key = (id(stmt), facts)
     if key in seen:
         seen[same] = (stmt, root.block.refs)
@@ -506,11 +509,28 @@ def _verify_kernel(scope: Scope, seen: dict) -> None:
     seen[key] = seen[twin] = seen[same] = (stmt, root.block.refs)  # keeps the ids alive
 
 
+#: The block rules whose answers the incremental mode's keys decide
+#: (:mod:`.verify_memo`): they read a block's indices (names, ranges, offsets, as
+#: a set), its constraints, its refinements' names (whether empty or repeated)
+#: and those of the blocks around it in the nest, which :func:`~.verify_memo.twin_key`
+#: holds by identity and :func:`~.verify_memo.shape_key` by value (its
+#: refinement names renamed one to one), never its name, comment or tags, and a
+#: root kernel's outer indices are none (the root has none).  A kernel whose
+#: key matches a verified one's passes them as that one did, so only the other
+#: block rules (any added later among them) and the tag rules run on it.
+_KEYED_BLOCK_RULES = frozenset(
+    {root_shape, index_declarations, index_affines, constraint_names, int64_range, ref_names}
+)
+
+
 def _verify_block_only(scope: Scope) -> None:
-    """The block-level and tag rules of ``scope``'s block, not those of its
-    refinements or statements."""
+    """The block-level and tag rules of ``scope``'s block that its key does not
+    decide (:data:`_KEYED_BLOCK_RULES`), not those of its refinements or
+    statements."""
     block = scope.block
     for rule in BLOCK_RULES:
+        if rule in _KEYED_BLOCK_RULES:
+            continue
         for message in rule(block, scope):
             raise _fail(scope.where, message)
     for rule in TAG_RULES:

@@ -17,9 +17,14 @@ the root refinements it names (their direction, shape and aggregation:
   ``T24`` in the next), a tiled kernel whose inner blocks ``vectorize``
   reordered.  The
   refinement and statement rules read names only to tell them apart (a
-  lookup, an equality, a scalar's ``$``), so they answer alike for both; the
-  block-level and tag rules (which read names, comments and tags) run on every
-  block of the nest.
+  lookup, an equality, a scalar's ``$``), so they answer alike for both, and
+  so do the block rules on indices, constraints and refinement names
+  (``verifier._KEYED_BLOCK_RULES``); the other block-level rules and the tag
+  rules (which read block names, comments and tags) run on every block of
+  the nest.
+
+The facts hold each root refinement's shape as a number (one table per memo,
+:func:`parent_facts` with ``seen``), so the keys hash in C.
 
 Requires: nothing (keys of any value).  Guarantees: kernels with equal keys
 pass or fail the rules that the key lets the verifier skip alike.
@@ -37,13 +42,49 @@ if TYPE_CHECKING:
 __all__ = ["parent_facts", "shape_key", "twin_key"]
 
 
-def parent_facts(block: Block, parent: Scope) -> tuple:
-    """What the rules of ``block`` (a child of ``parent``) read of the refinements it names."""
+def parent_facts(block: Block, parent: Scope, seen: dict | None = None) -> tuple:
+    """What the rules of ``block`` (a child of ``parent``) read of the refinements it names.
+
+    With ``seen`` (the verifier's memo) a refinement's shape is given as a number,
+    equal for equal shapes within that memo (:func:`_root_facts`): a tuple of
+    numbers hashes in C, where a :class:`TensorShape` hashes in Python (once per
+    distinct shape and root refinement here, instead of at every key lookup)."""
+    if seen is not None:
+        table = parent._facts  # one table per scope: every kernel of a root asks
+        if table is None:
+            table = parent._facts = _root_facts(parent, seen)
+        return tuple(
+            (r.from_, None) if (got := table.get(r.from_) if r.from_ else None) is None
+            else (r.from_, *got)
+            for r in block.refs
+        )  # fmt: skip
     facts = []
     for r in block.refs:
         p = parent.ref(r.from_) if r.from_ else None
         facts.append((r.from_, None) if p is None else (r.from_, p.dir, p.shape, p.agg))
     return tuple(facts)
+
+
+def _root_facts(parent: Scope, seen: dict) -> dict[str, tuple]:
+    """``parent``'s refinements by name (the first of each name, as
+    :meth:`Scope.ref` answers), each as ``(dir, shape number, agg)``; built once
+    per tuple of refinements (a pass that adds no buffer keeps the root's) and
+    kept in ``seen`` with the tuple (its id stays its own).  Shape numbers come
+    from one table per memo, so equal facts stay equal and unequal unequal."""
+    refs = parent.block.refs
+    got = seen.get(("root facts", id(refs)))
+    if got is not None:
+        return got[1]
+    numbers: dict = seen.setdefault(("shape numbers",), {})
+    table: dict[str, tuple] = {}
+    for r in refs:
+        if r.into not in table:
+            number = numbers.get(r.shape)
+            if number is None:
+                number = numbers[r.shape] = len(numbers)
+            table[r.into] = (r.dir, number, r.agg)
+    seen[("root facts", id(refs))] = (refs, table)
+    return table
 
 
 def twin_key(block: Block, facts: tuple) -> tuple:

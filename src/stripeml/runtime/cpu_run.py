@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..analysis.constness import constness
 from ..codegen.cpu_abi import CpuModule
 from ..ir.nodes import Program, Refinement, Special
 from . import cpu_replay, jit, kept_layouts, native_pool, shared_constants
@@ -21,7 +20,7 @@ from .arenas import writable_c, zeroed_arena, zeroed_arena_at
 from .chunking import CHUNKS_PER_THREAD, MIN_WORK_PER_CHUNK, chunk_bounds
 from .host import RootBuffer, check_names, checked, run_root_special
 from .kept_pages import promote_huge
-from .kernel_cache import StoredProgram
+from .kernel_cache import StoredProgram, program_constness
 from .program_facts import Liveness
 from .seen_inputs import SeenInputs
 
@@ -69,7 +68,7 @@ class CpuCompiled:
             constant, kept = program.summary.constant, program.summary.kept
         elif program is not None:
             root_refs = program.root.refs
-            const = constness(program)
+            const = program_constness(program)  # the program cache's summary asks too
             constant, kept = const.statements, const.temporaries
         else:
             constant, kept = frozenset(), frozenset()

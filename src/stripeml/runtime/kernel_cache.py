@@ -44,7 +44,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..codegen.cpu_abi import Body, BufferInfo, CpuModule, KernelInfo, Step
 from ..ir import affine as ir_affine
@@ -54,6 +54,9 @@ from ..ir.parser import parse
 from ..ir.printer import format_stmt, remember
 from .cache_root import CacheRoot, default_cache_dir
 from .cache_store import EntryFolder, check_envelope, pack
+
+if TYPE_CHECKING:
+    from ..analysis.constness import Constness
 
 __all__ = [  # default_cache_dir is re-exported: callers found it here first
     "Entry",
@@ -256,6 +259,47 @@ def _parse_special(text: str) -> Special:
     return root.stmts[0]
 
 
+#: The constness and peak bytes of the last program asked about (by identity): the
+#: CPU runtime's constants, this cache's summary and the executable's memory
+#: check each ask for the same new program's (BERT-base: 3-4 ms each, at every
+#: compile).  Holds that one program, as ``ir.printer`` holds the last one printed.
+_FACTS: tuple[Program, dict[str, object]] | None = None
+
+
+def _facts_of(program: Program) -> dict[str, object]:
+    global _FACTS
+    last = _FACTS
+    if last is None or last[0] is not program:
+        last = _FACTS = (program, {})
+    return last[1]
+
+
+def program_constness(program: Program) -> Constness:
+    """:func:`stripeml.analysis.constness.constness` of ``program``, computed once
+    for the last program asked about."""
+    from ..analysis.constness import Constness, constness
+
+    facts = _facts_of(program)
+    got = facts.get("constness")
+    if got is None:
+        got = facts["constness"] = constness(program)
+    assert isinstance(got, Constness)
+    return got
+
+
+def program_peak_bytes(program: Program) -> dict[str, int]:
+    """:func:`stripeml.analysis.memory.peak_bytes` of ``program`` (a new dict),
+    computed once for the last program asked about."""
+    from ..analysis.memory import peak_bytes
+
+    facts = _facts_of(program)
+    got = facts.get("peak")
+    if got is None:
+        got = facts["peak"] = tuple(peak_bytes(program).items())
+    assert isinstance(got, tuple)
+    return dict(got)
+
+
 @dataclass(frozen=True)
 class ProgramSummary:
     """What running an optimised program needs of it besides its compiled code,
@@ -273,15 +317,12 @@ class ProgramSummary:
 
     @staticmethod
     def of(program: Program) -> ProgramSummary:
-        from ..analysis.constness import constness
-        from ..analysis.memory import peak_bytes
-
-        const = constness(program)
+        const = program_constness(program)
         return ProgramSummary(
             program.root.refs,
             const.statements,
             const.temporaries,
-            tuple(peak_bytes(program).items()),
+            tuple(program_peak_bytes(program).items()),
         )
 
     def _state(self) -> tuple:
