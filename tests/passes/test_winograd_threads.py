@@ -59,7 +59,9 @@ def test_marked_transforms_are_race_free_and_thread_skips_them(
     asked.clear()
     plain = run_pipeline(program, _pipeline(0)).program
     monkeypatch.undo()
-    assert marked == plain  # the same choices, made without the analysis
+    # the same choices, made without the analysis (the transforms left to
+    # ``thread`` carry ``#writes_once`` besides)
+    assert _untagged(marked) == plain
     transforms = [s for s in marked.root.stmts if isinstance(s, Block) and "winograd" in s.tags]
     assert transforms
     skipped = [b.name for b in transforms if b.name not in analysed]
@@ -68,5 +70,41 @@ def test_marked_transforms_are_race_free_and_thread_skips_them(
         if "thread" in b.tags:
             assert b.idxs[0].range >= 2
             assert b.idxs[0].name in brute_race_free_nested(b), b.name
+        if "writes_once" in b.tags:  # every index race-free, as the tag says
+            assert set(brute_race_free_nested(b)) >= {i.name for i in b.idxs if i.range >= 2}
     out = "R" if relu else "O"
     np.testing.assert_allclose(run(marked, inputs)[out], want, rtol=1e-4, atol=1e-4)
+
+
+def _untagged(program):
+    """``program`` without ``#writes_once`` on its root kernels."""
+    from dataclasses import replace
+
+    stmts = tuple(
+        replace(s, tags=s.tags - {"writes_once"}) if isinstance(s, Block) else s
+        for s in program.root.stmts
+    )
+    return replace(program, root=replace(program.root, stmts=stmts))
+
+
+def test_transforms_left_to_thread_are_chosen_without_the_analysis(monkeypatch) -> None:
+    """A 7 x 5 image's transforms split unevenly on their blocks, so ``winograd``
+    leaves them to ``thread`` (their even index is the written unit-stride one)
+    marked ``#writes_once``: ``thread`` chooses among every index without asking
+    the race analysis, and the result matches NumPy."""
+    program, inputs, want = _program(1, 7, 5, 8, 16, relu=True)
+    asked: list[str] = []
+    real = thread_module.race_free_indices
+
+    def counting(block, *args):
+        asked.append(block.name)
+        return real(block, *args)
+
+    monkeypatch.setattr(thread_module, "race_free_indices", counting)
+    expected = run(program, inputs)
+    check = checker(inputs, expected, rtol=1e-4, atol=1e-4)
+    out = run_pipeline(program, _pipeline(2), check=check).program
+    once = [s for s in out.root.stmts if isinstance(s, Block) and "writes_once" in s.tags]
+    assert once and all("thread" in b.tags for b in once)
+    assert not {b.name for b in once} & set(asked), asked
+    np.testing.assert_allclose(run(out, inputs)["R"], want, rtol=1e-4, atol=1e-4)

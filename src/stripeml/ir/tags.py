@@ -193,6 +193,13 @@ TAGS: tuple[Tag, ...] = (
         set_by=("passes.winograd",),
         read_by=("codegen.llvm",),
     ),
+    Tag(
+        "writes_once",
+        "each point writes elements no other point reads or writes, by construction, "
+        "so every index is race-free: `thread` chooses without its analysis",
+        set_by=("passes.winograd",),
+        read_by=("passes.thread",),
+    ),
 )
 
 DECLARED: frozenset[str] = frozenset(s for t in TAGS for s in t.spellings)

@@ -49,6 +49,16 @@ class Body:
     def __init__(self) -> None:
         self.stmts: list[Statement] = []
         self._n = 0
+        self._consts: dict[float, str] = {}  # each coefficient's scalar, made once
+
+    def const(self, value: float) -> str:
+        """The scalar holding ``value`` (a ``Constant`` statement the first time):
+        F(4 x 4)'s transforms use a few coefficients dozens of times each."""
+        name = self._consts.get(value)
+        if name is None:
+            name = self._consts[value] = self._name()
+            self.stmts.append(Constant(name, value, "f32"))
+        return name
 
     def _name(self) -> str:
         self._n += 1
@@ -64,22 +74,35 @@ class Body:
         of +-1 and one multiplication by a shared factor otherwise."""
         present = sorted(((c, v) for c, v in terms if v is not None), key=lambda t: t[0] < 0)
         if not present:  # every value is a missing pixel: 0
-            zero = self._name()
-            self.stmts.append(Constant(zero, 0.0, "f32"))
-            return zero
+            return self.const(0.0)
         return self._sum(present)
 
     def _sum(self, terms: list[tuple[float, str]]) -> str:
         """``combine``'s sum, ``terms`` non-empty, a positive one first when any is."""
         factor = abs(terms[0][0])
         unit = all(abs(c) == factor for c, _ in terms)
+        groups: dict[float, list[tuple[float, str]]] = {}
+        for c, v in terms:
+            groups.setdefault(abs(c), []).append((1.0 if c > 0 else -1.0, v))
+        if not unit and any(len(g) > 1 for m, g in groups.items() if m != 1):
+            # several terms of one magnitude (F(4 x 4)'s ``4 x1 - 4 x2``): their
+            # signed sum, then one product by it, per magnitude
+            parts = []
+            for m, g in groups.items():
+                part = self._sum(sorted(g, key=lambda t: t[0] < 0))
+                if m != 1:
+                    k = self.const(float(m))
+                    p = self._name()
+                    self.stmts.append(Intrinsic("mul", (part, k), p, "f32"))
+                    part = p
+                parts.append((1.0, part))
+            return self._sum(parts)
         scale = factor if unit and factor != 1 else 1.0
         acc = ""
         for c, v in terms:
             sign = c / scale if unit else c
             if not unit and abs(c) != 1:
-                k = self._name()
-                self.stmts.append(Constant(k, float(abs(c)), "f32"))
+                k = self.const(float(abs(c)))
                 p = self._name()
                 self.stmts.append(Intrinsic("mul", (v, k), p, "f32"))
                 v = p
@@ -94,8 +117,7 @@ class Body:
             self.stmts.append(Intrinsic("add" if sign > 0 else "sub", (acc, v), nxt, "f32"))
             acc = nxt
         if scale != 1.0:
-            k = self._name()
-            self.stmts.append(Constant(k, float(scale), "f32"))
+            k = self.const(float(scale))
             p = self._name()
             self.stmts.append(Intrinsic("mul", (acc, k), p, "f32"))
             acc = p
@@ -131,29 +153,51 @@ def inline(
     tag: str,
     body: Body,
     parents: dict[str, Refinement],
+    shared: dict[tuple, str] | None = None,
 ) -> list[Refinement]:
     """``e``'s statements at one pixel into ``body`` (its indices replaced by ``sub``,
     its refs and scalars renamed with ``tag``, the load of ``read`` by ``value``);
-    the refs it needs."""
+    the refs it needs.  ``shared`` (one dict for all the pixels of a block)
+    remembers the scalars loaded from a buffer ``e`` does not write, by element,
+    and the constants, by value: a later pixel reading the same element (a
+    bias, a scale: ``[co]``) reuses the first one's load and view."""
     refs = []
     scalars = {read: value}
     names = {r.into: f"{r.into}_{tag}" for r in e.refs}
+    written = {r.from_ or r.into for r in e.refs if r.dir != "in"}
+    keys: dict[str, tuple] = {}  # ref -> its element, for the refs whose loads are shared
     for r in e.refs:
         if r.into == read:
             continue
         parent = parents[r.from_ or r.into]
         access = tuple(a.substitute(sub) for a in r.access)
+        if shared is not None and r.dir == "in" and parent.into not in written:
+            keys[r.into] = ("load", parent.into, access)
+            if keys[r.into] in shared:
+                continue  # an earlier pixel's view and load serve this one
         refs.append(view(r.dir, names[r.into], parent, access, r.agg))
     for t in e.stmts:
         if isinstance(t, Load):
             if t.ref == read:
                 scalars[t.into] = value
                 continue
+            key = keys.get(t.ref)
+            if shared is not None and key is not None and key in shared:
+                scalars[t.into] = shared[key]
+                continue
             scalars[t.into] = f"{t.into}_{tag}"
             body.stmts.append(Load(scalars[t.into], names[t.ref]))
+            if shared is not None and key is not None:
+                shared[key] = scalars[t.into]
         elif isinstance(t, Constant):
+            ckey = ("const", t.value, t.dtype)
+            if shared is not None and ckey in shared:
+                scalars[t.into] = shared[ckey]
+                continue
             scalars[t.into] = f"{t.into}_{tag}"
             body.stmts.append(Constant(scalars[t.into], t.value, t.dtype))
+            if shared is not None:
+                shared[ckey] = scalars[t.into]
         elif isinstance(t, Intrinsic):
             scalars[t.into] = f"{t.into}_{tag}"
             ins = tuple(scalars[x] for x in t.inputs)

@@ -26,7 +26,9 @@ the names of their refinements, blocks and comments (a model's repeated
 layers) are decided once (:func:`choice_key`): the choice depends on the
 kernel alone, and reads refinement names only to tell buffers apart.  A pass that builds kernels
 race-free by construction may mark them itself through :func:`choose_among`
-(``winograd``'s transforms); marked kernels are skipped.
+(``winograd``'s transforms); marked kernels are skipped.  A kernel such a
+pass leaves to it marked ``#writes_once`` is race-free on every index by
+construction: its choice is made without the analysis.
 """
 
 from __future__ import annotations
@@ -189,7 +191,7 @@ def thread_candidates(block: Block, threads: int) -> list[str]:
     if first is None:
         return []
     ranges = {i.name: i.range for i in block.idxs}
-    rest = [n for n in race_free_indices(block) if ranges[n] >= 2 and n != first]
+    rest = [n for n in _race_free(block) if ranges[n] >= 2 and n != first]
     return [first, *sorted(rest, key=lambda n: -ranges[n])]
 
 
@@ -210,7 +212,17 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
     """
     if not any(i.range >= 2 for i in block.idxs):
         return None
-    return choose_among(block, threads, race_free_indices(block))
+    return choose_among(block, threads, _race_free(block))
+
+
+def _race_free(block: Block) -> list[str]:
+    """The race-free indices of ``block`` in its order: every index of a block
+    marked ``#writes_once`` (each point writes elements no other point touches,
+    by construction: ``winograd``'s transforms), else
+    :func:`~stripeml.analysis.dependence.race_free_indices`."""
+    if "writes_once" in block.tags:
+        return [i.name for i in block.idxs]
+    return list(race_free_indices(block))
 
 
 def choose_among(block: Block, threads: int, race_free: Sequence[str]) -> str | None:

@@ -240,8 +240,10 @@ def _threaded(b: Block, threads: int) -> Block:
     index = choose_among(b, threads, [i.name for i in b.idxs])
     if index is None or any(index_stride(r, index) == 1 for r in b.refs if r.dir == "out"):
         # ``vectorize`` moves a written unit-stride index last: left to ``thread``,
-        # which runs after it (a 14 x 14 transform splits its channels so)
-        return b
+        # which runs after it (a 14 x 14 transform splits its channels so), told
+        # by ``#writes_once`` that every index is race-free: no analysis of its
+        # 16 or 36 stores
+        return replace(b, tags=b.tags | {"writes_once"})
     return mark_threaded(b, index)
 
 
@@ -540,6 +542,7 @@ def _rewrite(
         mm = [[body.load(f"M{a}{b}") for b in range(side)] for a in range(side)]
         yy = separable(at_, mm, body)
         orefs = []
+        shared: dict[tuple, str] = {}  # the consumer's loads of one element, once a block
         for i in range(py[1] - 2):
             for j in range(px[1] - 2):
                 sub = {c.n: ix("n"), c.y: t * tile + i, c.x: s_ * tile + j, c.co: ix("co")}
@@ -549,7 +552,7 @@ def _rewrite(
                     dims = (c.n, c.y, c.x, c.co)
                     pixel = {_plain(a)[0]: sub[o] for a, o in zip(read.access, dims)}  # type: ignore[index]
                     orefs += inline(
-                        consumer, read.into, yy[i][j], pixel, f"{i}{j}", body, roots or {}
+                        consumer, read.into, yy[i][j], pixel, f"{i}{j}", body, roots or {}, shared
                     )
                     continue
                 access = tuple(a.substitute(sub) for a in c.out.access)
