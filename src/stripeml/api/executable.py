@@ -140,7 +140,7 @@ class Executable:
         buffers that are never live together share bytes)."""
         if self._program is None and self._stored is not None:
             return dict(self._stored.summary.peak)
-        from ..runtime.kernel_cache import program_peak_bytes
+        from ..runtime.program_facts import program_peak_bytes
 
         return program_peak_bytes(self.program)  # the program cache's summary asks too
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..ir.affine import Affine, box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Refinement
-from ._common import reads, writes
+from ._common import reads, single_index, writes
 
 if TYPE_CHECKING:
     from .nest import Nest
@@ -236,3 +236,50 @@ def reads_once(
             if not moved <= used:
                 return False
     return True
+
+
+def in_place(kernels: list[Block], local: dict[str, Refinement]) -> tuple[list[Block], set[str]]:
+    """The block's kernels with an intermediate written over the one it is computed
+    from where it can be: a kernel that reads intermediate ``A`` and writes ``B``
+    (both of one shape) at the same element at each point, a different element
+    at every point, ``A`` read by no later kernel and through no other view of
+    this one, writes ``B`` into ``A``.
+    Attention's scores, then the scores scaled and masked, then their ``exp``
+    become one row block of scores instead of three, and each pass's stores land
+    on the lines its own loads brought in.  Returns the kernels and the
+    intermediates no longer used."""
+    out = list(kernels)
+    gone: set[str] = set()
+    for n in range(len(out)):
+        for w in out[n].refs:
+            b = w.from_
+            if w.dir != "out" or w.agg != "assign" or b not in local or b in gone:
+                continue
+            k = out[n]
+            if n and "eltwise" in k.tags and product_of(out[n - 1]) in reads(k):
+                continue  # ``epilogue`` runs it on the product's tiles: nothing is stored
+            pure = {single_index(x) for x in w.access}
+            if any(i.range > 1 and i.name not in pure for i in k.idxs):
+                continue  # some element written at several points: one may read it after
+            later = {r.from_ for kk in out[n + 1 :] for r in kk.refs}
+            a = next(
+                (
+                    r.from_
+                    for r in k.refs
+                    if r.dir == "in"
+                    and r.from_ in local
+                    and r.from_ not in later
+                    and r.access == w.access
+                    and local[r.from_].shape == local[b].shape
+                    and sum(x.from_ == r.from_ for x in k.refs) == 1
+                    and sum(x.from_ == b for x in k.refs) == 1
+                ),
+                None,
+            )
+            if a is None:
+                continue
+            for m in range(n, len(out)):
+                refs = tuple(replace(x, from_=a) if x.from_ == b else x for x in out[m].refs)
+                out[m] = replace(out[m], refs=refs)
+            gone.add(b)
+    return out, gone

@@ -1,6 +1,6 @@
 """Small shape helpers of ``unroll`` (``passes/unroll.py``): which vectors divide a
 range, a 2-D row pair, a kernel restricted to part of an index, how inputs read
-the vector index."""
+the vector index, whether it is one panel of a wider dimension."""
 
 from __future__ import annotations
 
@@ -62,3 +62,14 @@ def restrict(k: Block, u: str, start: int, count: int, name: str) -> Block:
 def moves(r: Refinement, n: str) -> bool:
     """Whether view ``r``'s access depends on index ``n``."""
     return any(a.coeff(n) != 0 for a in r.access)
+
+
+def panel_of_wider(out: Refinement, v: str, ranges: dict[str, int]) -> bool:
+    """Whether ``out``'s dimension along ``v`` moves with another index too (``32 *
+    j_b + j_c``: ``v`` is one panel of a wider dimension, as ``nest`` lays out
+    attention's keys), so the tile is narrow by layout, not because the data is
+    (a convolution's 16 output channels)."""
+    for a in out.access:
+        if a.coeff(v):
+            return any(n != v and ranges.get(n, 1) >= 2 for n in a.names)
+    return False

@@ -85,7 +85,7 @@ EfficientNet-B0 246 against 223).
 **In place.**  With ``in_place`` (off; the cpu target turns it on) a kernel
 that reads intermediate ``A`` and writes intermediate ``B`` of the same shape
 at the same element, a different one at each point, writes ``B`` over ``A``
-when nothing after it reads ``A`` (:func:`_in_place`): attention's scores,
+when nothing after it reads ``A`` (:func:`._nest_blocks.in_place`): attention's scores,
 scaled and masked, then exponentiated, are one row block instead of three.
 Not an elementwise kernel after a product (``epilogue`` runs it on the
 product's tiles, where nothing is stored).
@@ -119,7 +119,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, reads, single_index, writes
-from ._nest_blocks import Plan, external_views, product_of, reads_once, tiling
+from ._nest_blocks import Plan, external_views, in_place, product_of, reads_once, tiling
 from ._nest_memo import ChainMemo
 from ._nest_panels import access_names, laid_out
 from .registry import (
@@ -150,7 +150,7 @@ class Nest:
     panels: bool = True  # lay re-read inputs out in the products' vector panels once
     location: str = "L2"  # where a block's intermediates live (a GPU's group memory: SHARED)
     unit_taps: bool = True  # an index over one point (a 1x1 kernel's ky) reads as 0 in rows
-    in_place: bool = False  # an intermediate written over the one it is computed from (_in_place)
+    in_place: bool = False  # an intermediate written over the one it is computed from (in_place)
     name: ClassVar[str] = "nest"
 
     def __post_init__(self) -> None:
@@ -521,7 +521,7 @@ def _build(root: Block, ks: Sequence[Statement], plan: Plan, taken: set[str], op
         idxs = tuple(replace(x, range=tile.get(x.name, x.range)) for x in k.idxs)
         new_kernels.append(replace(k, idxs=idxs, refs=tuple(krefs[r.into] for r in k.refs)))
     if opt.in_place:
-        new_kernels, gone = _in_place(new_kernels, local)
+        new_kernels, gone = in_place(new_kernels, local)
         refs = [r for r in refs if r.into not in gone]
     idxs = tuple(
         Index(n, r // t)
@@ -537,50 +537,3 @@ def _build(root: Block, ks: Sequence[Statement], plan: Plan, taken: set[str], op
         name=fresh(f"{kernels[0].name}_nest", taken),
         comment=comment,
     )
-
-
-def _in_place(kernels: list[Block], local: dict[str, Refinement]) -> tuple[list[Block], set[str]]:
-    """The block's kernels with an intermediate written over the one it is computed
-    from where it can be: a kernel that reads intermediate ``A`` and writes ``B``
-    (both of one shape) at the same element at each point, a different element
-    at every point, ``A`` read by no later kernel and through no other view of
-    this one, writes ``B`` into ``A``.
-    Attention's scores, then the scores scaled and masked, then their ``exp``
-    become one row block of scores instead of three, and each pass's stores land
-    on the lines its own loads brought in.  Returns the kernels and the
-    intermediates no longer used."""
-    out = list(kernels)
-    gone: set[str] = set()
-    for n in range(len(out)):
-        for w in out[n].refs:
-            b = w.from_
-            if w.dir != "out" or w.agg != "assign" or b not in local or b in gone:
-                continue
-            k = out[n]
-            if n and "eltwise" in k.tags and product_of(out[n - 1]) in reads(k):
-                continue  # ``epilogue`` runs it on the product's tiles: nothing is stored
-            pure = {_pure(x) for x in w.access}
-            if any(i.range > 1 and i.name not in pure for i in k.idxs):
-                continue  # some element written at several points: one may read it after
-            later = {r.from_ for kk in out[n + 1 :] for r in kk.refs}
-            a = next(
-                (
-                    r.from_
-                    for r in k.refs
-                    if r.dir == "in"
-                    and r.from_ in local
-                    and r.from_ not in later
-                    and r.access == w.access
-                    and local[r.from_].shape == local[b].shape
-                    and sum(x.from_ == r.from_ for x in k.refs) == 1
-                    and sum(x.from_ == b for x in k.refs) == 1
-                ),
-                None,
-            )
-            if a is None:
-                continue
-            for m in range(n, len(out)):
-                refs = tuple(replace(x, from_=a) if x.from_ == b else x for x in out[m].refs)
-                out[m] = replace(out[m], refs=refs)
-            gone.add(b)
-    return out, gone

@@ -117,7 +117,7 @@ from ..ir.nodes import Block, Program, Refinement, Statement
 from ._common import index_stride, inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
-from ._unroll_shapes import moves, packable, two_rows, vectors_dividing
+from ._unroll_shapes import moves, packable, panel_of_wider, two_rows, vectors_dividing
 from ._unroll_splits import split_rows, split_vector
 from .registry import check_non_negative, check_positive, check_selector, register
 
@@ -454,7 +454,7 @@ class Unroll:
             and u is not None
             and ranges[v] == vec * w
             and 2 * rows * vec <= self.max_vectors
-            and _panel_of_wider(out, v, ranges)
+            and panel_of_wider(out, v, ranges)
         ):
             # One panel of a wider vector index, narrower than the tile's
             # vectors (attention's keys in panels of 32: 2 vectors of 16): the
@@ -540,14 +540,3 @@ class Unroll:
             pack_min_stride=self.pack_min_stride,
             row_blocks=self.row_blocks, k_block=self.k_block,
         )  # fmt: skip
-
-
-def _panel_of_wider(out: Refinement, v: str, ranges: dict[str, int]) -> bool:
-    """Whether ``out``'s dimension along ``v`` moves with another index too (``32 *
-    j_b + j_c``: ``v`` is one panel of a wider dimension, as ``nest`` lays out
-    attention's keys), so the tile is narrow by layout, not because the data is
-    (a convolution's 16 output channels)."""
-    for a in out.access:
-        if a.coeff(v):
-            return any(n != v and ranges.get(n, 1) >= 2 for n in a.names)
-    return False

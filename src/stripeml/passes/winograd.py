@@ -90,21 +90,19 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..analysis.select import parse_selector
-from ..ir.affine import Affine
 from ..ir.nodes import (
     Block,
     Constant,
-    Index,
     Intrinsic,
     Load,
     Program,
     Refinement,
     Statement,
     Store,
-    TensorShape,
 )
-from ._common import fresh, index_stride
-from ._winograd_body import TRANSFORMS, Body, inline, separable, view
+from ._common import index_stride
+from ._winograd_body import TRANSFORMS
+from ._winograd_kernels import Conv, plain, rewrite
 from .registry import (
     check_choice,
     check_non_negative,
@@ -113,23 +111,6 @@ from .registry import (
     register,
 )
 from .thread import choose_among, mark_threaded
-
-
-@dataclass(frozen=True)
-class _Conv:
-    """A matched convolution: index names, sizes, and its three views."""
-
-    n: str
-    y: str
-    x: str
-    co: str
-    ky: str
-    kx: str
-    ci: str
-    sizes: dict[str, int]
-    image: Refinement
-    weights: Refinement
-    out: Refinement
 
 
 @register
@@ -197,7 +178,7 @@ class Winograd:
             after = old[k] if k < len(old) else None
             consumer = _consumer(root, s, conv, after) if isinstance(after, Block) else None
             roots = {r.into: r for r in refs}
-            new_refs, kernels = _rewrite(s, conv, taken, consumer, roots, self._tile(conv))
+            new_refs, kernels = rewrite(s, conv, taken, consumer, roots, self._tile(conv))
             if self.threads >= 2 and _permutes(consumer):
                 kernels = [_threaded(b, self.threads) for b in kernels]
             if consumer is not None:
@@ -211,7 +192,7 @@ class Winograd:
         refs = [r for r in refs if r.into not in gone]
         return replace(program, root=replace(root, refs=tuple(refs), stmts=tuple(stmts)))
 
-    def _tile(self, c: _Conv) -> int:
+    def _tile(self, c: Conv) -> int:
         """``tile``, or 2 where ``whole_blocks`` asks for it: the image's sides
         are even but not all multiples of ``tile``, so F(2 x 2) has no cut
         blocks where F(4 x 4) would."""
@@ -221,7 +202,7 @@ class Winograd:
                 return 2
         return self.tile
 
-    def _worth(self, c: _Conv) -> bool:
+    def _worth(self, c: Conv) -> bool:
         z = c.sizes
         return (
             min(z[c.y], z[c.x]) >= self.min_size
@@ -266,23 +247,15 @@ def _permutes(e: Block | None) -> bool:
     for r in e.refs:
         if r.dir != "out":
             continue
-        plain = [_plain(a) for a in r.access]
-        if any(n is None or len(n) > 1 for n in plain):
+        dims = [plain(a) for a in r.access]
+        if any(n is None or len(n) > 1 for n in dims):
             return False
-        if sorted(n[0] for n in plain if n) != names:
+        if sorted(n[0] for n in dims if n) != names:
             return False
     return True
 
 
-def _plain(a: Affine) -> tuple[str, ...] | None:
-    """The index names of ``a`` when each has coefficient 1 (any constant), else None."""
-    coeffs = a.coeffs
-    if any(v != 1 for v in coeffs.values()):
-        return None
-    return tuple(sorted(coeffs))
-
-
-def _match(root: Block, k: Block) -> _Conv | None:
+def _match(root: Block, k: Block) -> Conv | None:
     if not k.has_tags("kernel", "contraction") or k.constraints or k.sub_blocks:
         return None
     if any(i.affine is not None for i in k.idxs) or len(k.refs) != 3:
@@ -299,7 +272,7 @@ def _match(root: Block, k: Block) -> _Conv | None:
         parent = roots.get(w.from_ or w.into)
         if parent is None or not parent.const or parent.shape.rank != 4 or w.shape.rank != 4:
             continue
-        names = [_plain(a) for a in w.access]
+        names = [plain(a) for a in w.access]
         if any(n is None or len(n) != 1 or a.const for n, a in zip(names, w.access)):
             continue
         ky, kx, ci, co = (n[0] for n in names)  # type: ignore[index]
@@ -313,7 +286,7 @@ def _match(root: Block, k: Block) -> _Conv | None:
         n, y, x = got
         if set(sizes) != {n, y, x, co, ky, kx, ci}:
             continue
-        return _Conv(n, y, x, co, ky, kx, ci, sizes, img, w, outs[0])
+        return Conv(n, y, x, co, ky, kx, ci, sizes, img, w, outs[0])
     return None
 
 
@@ -341,8 +314,8 @@ def _image_and_output(
     ``[n, y, x, co]`` (each plus a constant), else None."""
     if img.shape.rank != 4 or out.shape.rank != 4:
         return None
-    ia = [_plain(a) for a in img.access]
-    oa = [_plain(a) for a in out.access]
+    ia = [plain(a) for a in img.access]
+    oa = [plain(a) for a in out.access]
     if any(a is None for a in ia + oa):
         return None
     o0, o1, o2, o3 = oa
@@ -363,7 +336,7 @@ def _uses(s: Statement, name: str) -> bool:
     return name in getattr(s, "inputs", ()) or name in getattr(s, "outputs", ())
 
 
-def _consumer(root: Block, k: Block, c: _Conv, e: Block) -> Block | None:
+def _consumer(root: Block, k: Block, c: Conv, e: Block) -> Block | None:
     """The elementwise kernel ``e`` right after convolution ``k`` when it is the only
     reader of the convolution's result (a temporary nothing else uses), reads it
     once at its own point (``e``'s indices are the result's dimensions, plus the
@@ -390,179 +363,9 @@ def _consumer(root: Block, k: Block, c: _Conv, e: Block) -> Block | None:
     z = c.sizes
     want = [(c.n, z[c.n]), (c.y, z[c.y]), (c.x, z[c.x]), (c.co, z[c.co])]
     for a, o, (_, size) in zip(reads[0].access, c.out.access, want):
-        names = _plain(a)
+        names = plain(a)
         if names is None or len(names) != 1 or a.const != o.const or ranges[names[0]] != size:
             return None
-    if len({_plain(a) for a in reads[0].access}) != 4 or len(ranges) != 4:
+    if len({plain(a) for a in reads[0].access}) != 4 or len(ranges) != 4:
         return None
     return e
-
-
-def _rewrite(
-    k: Block,
-    c: _Conv,
-    taken: set[str],
-    consumer: Block | None = None,
-    roots: dict | None = None,
-    tile: int = 2,
-) -> tuple[list[Refinement], list[Block]]:
-    ix = Affine.index
-    z = c.sizes
-    bt, gt, at_ = TRANSFORMS[tile]
-    side = tile + 2  # the input blocks' side
-    ty, tx = -(-z[c.y] // tile), -(-z[c.x] // tile)  # m x m output blocks, the last ones cut
-    fy, fx = z[c.y] // tile, z[c.x] // tile  # whole ones
-    nn, cin, cout = z[c.n], z[c.ci], z[c.co]
-    u_name = fresh(f"{k.name}_wu", taken)
-    v_name = fresh(f"{k.name}_wv", taken)
-    m_name = fresh(f"{k.name}_wm", taken)
-    taken |= {u_name, v_name, m_name}
-    u = Refinement("none", u_name, TensorShape.dense("f32", (side, side, cin, cout)))
-    pts = nn * ty * tx  # the m x m output blocks, the products' rows
-    v = Refinement("none", v_name, TensorShape.dense("f32", (side, side, pts, cin)))
-    m = Refinement("none", m_name, TensorShape.dense("f32", (side, side, pts, cout)))
-    w_parent = Refinement("in", c.weights.from_ or c.weights.into, c.weights.shape)
-    img_parent = Refinement("in", c.image.from_ or c.image.into, c.image.shape)
-    out_parent = Refinement("out", c.out.from_ or c.out.into, c.out.shape)
-    tags = frozenset({"kernel", "eltwise", "winograd"})
-
-    # U[a, b, ci, co] = (G g G^T)[a, b] over [ci, co]
-    body = Body()
-    g = [[body.load(f"W{p}{q}") for q in range(3)] for p in range(3)]
-    wrefs = [
-        view("in", f"W{p}{q}", w_parent, (Affine.constant(p), Affine.constant(q), ix("ci"), ix("co")))
-        for p in range(3) for q in range(3)
-    ]  # fmt: skip
-    uu = separable(gt, g, body)
-    urefs = []
-    for a in range(side):
-        for b in range(side):
-            urefs.append(view("out", f"U{a}{b}", replace(u, dir="none"),
-                               (Affine.constant(a), Affine.constant(b), ix("ci"), ix("co")), "assign"))  # fmt: skip
-            body.store(f"U{a}{b}", uu[a][b])
-    k_u = Block(
-        (Index("ci", cin), Index("co", cout)), tuple(wrefs + urefs), tuple(body.stmts),
-        tags=tags, name=fresh(f"{k.name}_wino_u", taken),
-    )  # fmt: skip
-    taken.add(k_u.name)
-
-    # The blocks: whole ones, then (sizes not a multiple of m) the last block row
-    # and column, whose input blocks lack their last rows or columns (taken as 0:
-    # the output pixels kept read only the rows and columns that exist) and whose
-    # output blocks keep only their first ``size % m`` rows or columns.  Each part:
-    # (its block count, or minus its one block's index; the input rows it reads).
-    ys = [(fy, side)] if fy else []
-    ys += [(-(ty - 1), z[c.y] % tile + 2)] if z[c.y] % tile else []
-    xs = [(fx, side)] if fx else []
-    xs += [(-(tx - 1), z[c.x] % tile + 2)] if z[c.x] % tile else []
-    parts = [(py, px) for py in ys for px in xs]
-    # Each part's blocks are consecutive rows of the products (so each part's
-    # writes of V are one box: liveness decides their coverage without isl).
-    bases, base = [], 0
-    for py, px in parts:
-        bases.append(base)
-        base += nn * max(py[0], 1) * max(px[0], 1)
-    assert base == pts
-
-    def at(part: tuple[int, int], name: str) -> tuple[Affine, list[Index]]:
-        count = part[0]
-        if count > 0:
-            return ix(name), [Index(name, count)]
-        return Affine.constant(-count), []
-
-    # per part: its block row and column (an index or a constant), the indices
-    # it adds, and the products' row of its block (n, t, s)
-    geometry = []
-    for (py, px), first in zip(parts, bases):
-        t, t_idx = at(py, "t")
-        s_, s_idx = at(px, "s")
-        width = max(px[0], 1)
-        row = (
-            ix("n", max(py[0], 1) * width)
-            + (ix("t", width) if t_idx else 0)
-            + (ix("s") if s_idx else 0)
-            + first
-        )
-        geometry.append((py, px, t, s_, [*t_idx, *s_idx], row))
-
-    kernels_v: list[Block] = []
-    for py, px, t, s_, idxs, row in geometry:
-        body = Body()
-        drefs = []
-        d: list[list[str | None]] = []
-        for i in range(side):
-            d.append([])
-            for j in range(side):
-                if i >= py[1] or j >= px[1]:
-                    d[i].append(None)
-                    continue
-                sub = {c.n: ix("n"), c.y: t * tile, c.ky: Affine.constant(i), c.x: s_ * tile,
-                       c.kx: Affine.constant(j), c.ci: ix("ci")}  # fmt: skip
-                access = tuple(a.substitute(sub) for a in c.image.access)
-                drefs.append(view("in", f"D{i}{j}", img_parent, access))
-                d[i].append(body.load(f"D{i}{j}"))
-        vv = separable(bt, d, body)
-        vrefs = []
-        for a in range(side):
-            for b in range(side):
-                access = (Affine.constant(a), Affine.constant(b), row, ix("ci"))
-                vrefs.append(view("out", f"V{a}{b}", v, access, "assign"))
-                body.store(f"V{a}{b}", vv[a][b])
-        kernels_v.append(Block(
-            (Index("n", nn), *idxs, Index("ci", cin)),
-            tuple(drefs + vrefs), tuple(body.stmts), tags=tags,
-            name=fresh(f"{k.name}_wino_v", taken),
-        ))  # fmt: skip
-        taken.add(kernels_v[-1].name)
-
-    # M[a, b, p, co] = +(V[a, b, p, ci] * U[a, b, ci, co]): 16 (36) products of P x C by C x CO
-    k_m = Block(
-        (Index("a", side), Index("b", side), Index("p", pts), Index("co", cout), Index("ci", cin)),
-        (
-            view("in", v_name, v, (ix("a"), ix("b"), ix("p"), ix("ci"))),
-            view("in", u_name, u, (ix("a"), ix("b"), ix("ci"), ix("co"))),
-            view("out", m_name, m, (ix("a"), ix("b"), ix("p"), ix("co")), "add"),
-        ),
-        (
-            Load("$v", v_name), Load("$u", u_name),
-            Intrinsic("mul", ("$v", "$u"), "$p", "f32"), Store(m_name, "$p"),
-        ),
-        tags=frozenset({"kernel", "contraction", "agg_add"}), name=k.name, comment=k.comment,
-    )  # fmt: skip
-
-    # out[n, m t + i, m s + j, co] = (A^T M A)[i, j], the pixels that exist
-    kernels_o: list[Block] = []
-    for py, px, t, s_, idxs, row in geometry:
-        body = Body()
-        mrefs = []
-        for a in range(side):
-            for b in range(side):
-                access = (Affine.constant(a), Affine.constant(b), row, ix("co"))
-                mrefs.append(view("in", f"M{a}{b}", m, access))
-        mm = [[body.load(f"M{a}{b}") for b in range(side)] for a in range(side)]
-        yy = separable(at_, mm, body)
-        orefs = []
-        shared: dict[tuple, str] = {}  # the consumer's loads of one element, once a block
-        for i in range(py[1] - 2):
-            for j in range(px[1] - 2):
-                sub = {c.n: ix("n"), c.y: t * tile + i, c.x: s_ * tile + j, c.co: ix("co")}
-                if consumer is not None:
-                    (read,) = [r for r in consumer.refs if (r.from_ or r.into) == out_parent.into]
-                    # the consumer's index in each dimension of the result -> the pixel
-                    dims = (c.n, c.y, c.x, c.co)
-                    pixel = {_plain(a)[0]: sub[o] for a, o in zip(read.access, dims)}  # type: ignore[index]
-                    orefs += inline(
-                        consumer, read.into, yy[i][j], pixel, f"{i}{j}", body, roots or {}, shared
-                    )
-                    continue
-                access = tuple(a.substitute(sub) for a in c.out.access)
-                orefs.append(view("out", f"O{i}{j}", out_parent, access, "assign"))
-                body.store(f"O{i}{j}", yy[i][j])
-        kernels_o.append(Block(
-            (Index("n", nn), *idxs, Index("co", cout)),
-            tuple(mrefs + orefs), tuple(body.stmts), tags=tags,
-            name=fresh(f"{k.name}_wino_o", taken),
-            comment=consumer.comment if consumer is not None else "",
-        ))  # fmt: skip
-        taken.add(kernels_o[-1].name)
-    return [u, v, m], [k_u, *kernels_v, k_m, *kernels_o]

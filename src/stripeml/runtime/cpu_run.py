@@ -20,8 +20,8 @@ from .arenas import writable_c, zeroed_arena, zeroed_arena_at
 from .chunking import CHUNKS_PER_THREAD, MIN_WORK_PER_CHUNK, chunk_bounds
 from .host import RootBuffer, check_names, checked, run_root_special
 from .kept_pages import promote_huge
-from .kernel_cache import StoredProgram, program_constness
-from .program_facts import Liveness
+from .kernel_cache import StoredProgram
+from .program_facts import Liveness, program_constness
 from .seen_inputs import SeenInputs
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..codegen.cpu_abi import Body, BufferInfo, CpuModule, KernelInfo, Step
 from ..ir import affine as ir_affine
@@ -54,9 +54,7 @@ from ..ir.parser import parse
 from ..ir.printer import format_stmt, remember
 from .cache_root import CacheRoot, default_cache_dir
 from .cache_store import EntryFolder, check_envelope, pack
-
-if TYPE_CHECKING:
-    from ..analysis.constness import Constness
+from .program_facts import program_constness, program_peak_bytes
 
 __all__ = [  # default_cache_dir is re-exported: callers found it here first
     "Entry",
@@ -257,47 +255,6 @@ def _parse_special(text: str) -> Special:
     if len(root.stmts) != 1 or not isinstance(root.stmts[0], Special):
         raise ValueError(f"not a special statement: {text!r}")
     return root.stmts[0]
-
-
-#: The constness and peak bytes of the last program asked about (by identity): the
-#: CPU runtime's constants, this cache's summary and the executable's memory
-#: check each ask for the same new program's (BERT-base: 3-4 ms each, at every
-#: compile).  Holds that one program, as ``ir.printer`` holds the last one printed.
-_FACTS: tuple[Program, dict[str, object]] | None = None
-
-
-def _facts_of(program: Program) -> dict[str, object]:
-    global _FACTS
-    last = _FACTS
-    if last is None or last[0] is not program:
-        last = _FACTS = (program, {})
-    return last[1]
-
-
-def program_constness(program: Program) -> Constness:
-    """:func:`stripeml.analysis.constness.constness` of ``program``, computed once
-    for the last program asked about."""
-    from ..analysis.constness import Constness, constness
-
-    facts = _facts_of(program)
-    got = facts.get("constness")
-    if got is None:
-        got = facts["constness"] = constness(program)
-    assert isinstance(got, Constness)
-    return got
-
-
-def program_peak_bytes(program: Program) -> dict[str, int]:
-    """:func:`stripeml.analysis.memory.peak_bytes` of ``program`` (a new dict),
-    computed once for the last program asked about."""
-    from ..analysis.memory import peak_bytes
-
-    facts = _facts_of(program)
-    got = facts.get("peak")
-    if got is None:
-        got = facts["peak"] = tuple(peak_bytes(program).items())
-    assert isinstance(got, tuple)
-    return dict(got)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ later process reads them instead.
 
 A fact that is missing, unreadable, forged or names buffers the program does
 not have is computed again; a cache that cannot be written keeps nothing.
+
+The final program's constness and peak bytes, which the runtime, the program
+cache's summary and the executable's memory check each ask for at a compile,
+are computed once for the last program asked about (:func:`program_constness`,
+:func:`program_peak_bytes`).
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..ir.nodes import Program
 from .cache_root import CacheRoot
 from .cache_store import EntryFolder, check_envelope, pack
+
+if TYPE_CHECKING:
+    from ..analysis.constness import Constness
 
 MAGIC = b"STRPMLL\0"
 VERSION = 1
@@ -93,3 +102,44 @@ class Liveness:
             text = {"initial_reads": sorted(found[0]), "written_outputs": sorted(found[1])}
             self._entries().store(self.key, pack(MAGIC, VERSION, json.dumps(text).encode()))
         return found
+
+
+#: The constness and peak bytes of the last program asked about (by identity): the
+#: CPU runtime's constants, this cache's summary and the executable's memory
+#: check each ask for the same new program's (BERT-base: 3-4 ms each, at every
+#: compile).  Holds that one program, as ``ir.printer`` holds the last one printed.
+_FACTS: tuple[Program, dict[str, object]] | None = None
+
+
+def _facts_of(program: Program) -> dict[str, object]:
+    global _FACTS
+    last = _FACTS
+    if last is None or last[0] is not program:
+        last = _FACTS = (program, {})
+    return last[1]
+
+
+def program_constness(program: Program) -> Constness:
+    """:func:`stripeml.analysis.constness.constness` of ``program``, computed once
+    for the last program asked about."""
+    from ..analysis.constness import Constness, constness
+
+    facts = _facts_of(program)
+    got = facts.get("constness")
+    if got is None:
+        got = facts["constness"] = constness(program)
+    assert isinstance(got, Constness)
+    return got
+
+
+def program_peak_bytes(program: Program) -> dict[str, int]:
+    """:func:`stripeml.analysis.memory.peak_bytes` of ``program`` (a new dict),
+    computed once for the last program asked about."""
+    from ..analysis.memory import peak_bytes
+
+    facts = _facts_of(program)
+    got = facts.get("peak")
+    if got is None:
+        got = facts["peak"] = tuple(peak_bytes(program).items())
+    assert isinstance(got, tuple)
+    return dict(got)

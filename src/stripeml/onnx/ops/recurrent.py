@@ -127,15 +127,16 @@ class _Lowering:
             return q
         return self.b.eltwise(f"{self.ref(p)} + {self.ref(q)}", p.shape, p.dtype)
 
-    def act(self, a: _Act, expr: str) -> str:
+    def act(self, a: _Act, expr: str, ew: Callable[[str], str] | None = None) -> str:
         """``a`` applied to ``expr`` (clipped first when ``clip`` is set), as a
         parenthesised expression: the gate math of a step is a few statements,
-        which ``fuse`` makes one kernel."""
+        which ``fuse`` makes one kernel.  An activation that reads its input
+        twice gets it as a tensor of its own, made by ``ew`` (:meth:`ew`)."""
         s = self.s
         if s.clip is not None:
             c = literal(s.clip, np.float64)
             expr = f"max(min({expr}, {c}), {literal(-s.clip, np.float64)})"
-        x = self.ew(expr) if a.repeats_input else f"({expr})"
+        x = (ew or self.ew)(expr) if a.repeats_input else f"({expr})"
         return f"({a.apply(x)})"
 
     def act_plain(self, a: _Act, x: str) -> str:
@@ -444,12 +445,7 @@ class _Lowering:
 
     def _unit_act(self, a: _Act, expr: str) -> str:
         """:meth:`act` for step tensors by blocks."""
-        s = self.s
-        if s.clip is not None:
-            c = literal(s.clip, np.float64)
-            expr = f"max(min({expr}, {c}), {literal(-s.clip, np.float64)})"
-        x = self._unit_ew(expr) if a.repeats_input else f"({expr})"
-        return f"({a.apply(x)})"
+        return self.act(a, expr, self._unit_ew)
 
     def _unit_out(self, h: str) -> str:
         """The new ``h`` (by blocks) as ``[batch, hidden]``."""
