@@ -60,14 +60,14 @@ TAGS: tuple[Tag, ...] = (
             "passes.halo",
             "passes._fuse_contraction",
             "passes._const_panels",
-            "passes.winograd",
+            "passes._winograd_kernels",
         ),
         read_by=("passes.fuse", "passes.thread", "passes.vectorize"),
     ),
     Tag(
         "contraction",
         "lowered from a Tile contraction: aggregates over its reduction indices",
-        set_by=("tile.lower", "passes.winograd"),
+        set_by=("tile.lower", "passes._winograd_kernels"),
         read_by=(
             "passes.fuse",
             "passes.autotile",
@@ -79,7 +79,7 @@ TAGS: tuple[Tag, ...] = (
     Tag(
         "agg",
         "the aggregation of a lowered contraction (`agg_add` for `+`, `agg_max` for `>` ...)",
-        set_by=("tile.lower", "passes.winograd"),
+        set_by=("tile.lower", "passes._winograd_kernels"),
         values=tuple(a for a in AGGREGATIONS if a),
     ),
     Tag(
@@ -91,7 +91,7 @@ TAGS: tuple[Tag, ...] = (
             "passes.halo",
             "passes.epilogue",
             "passes._const_panels",
-            "passes.winograd",
+            "passes._winograd_kernels",
         ),
         read_by=("passes.fuse", "passes.epilogue"),
     ),
@@ -190,7 +190,7 @@ TAGS: tuple[Tag, ...] = (
         "winograd",
         "a transform of a Winograd convolution (weights, input blocks or output "
         "blocks): straight-line sums of its loads, compiled at LLVM's O1",
-        set_by=("passes.winograd",),
+        set_by=("passes._winograd_kernels",),
         read_by=("codegen.llvm",),
     ),
     Tag(
