@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import stripeml
+from stripeml.codegen.llvm import body_opt_level
 from stripeml.ir.nodes import Block, Program
 from stripeml.ir.parser import parse
 from stripeml.ir.printer import format as format_ir
@@ -119,7 +120,9 @@ def test_bias_and_relu_run_in_the_output_transform(size):
         ("stride 2", {"h": 8, "w": 8, "stride": 2}),
         ("1 x 1", {"h": 8, "w": 8, "ks": 1}),
         ("5 x 5", {"h": 8, "w": 8, "ks": 5}),
-        ("weights not constant", {"h": 8, "w": 8, "const": False}),
+        # computed weights are transformed at every call: 9 F(2 x 2) blocks are
+        # fewer than the 16 that pays for it (``min_blocks_computed_weights``)
+        ("weights not constant, few blocks", {"h": 6, "w": 6, "const": False}),
     ],
 )
 def test_other_convolutions_are_left_alone(case, kw):
@@ -127,6 +130,48 @@ def test_other_convolutions_are_left_alone(case, kw):
     out = _winograd(program, inputs)
     assert not any("_wino" in k for k in _kernels(out)), case
     np.testing.assert_allclose(run(out, inputs)["O"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("h", "w", "tile"), [(8, 8, 2), (10, 7, 2), (16, 16, 4), (13, 18, 4)])
+def test_weights_the_program_takes_as_an_input_are_transformed_at_each_call(h, w, tile):
+    """Weights that are not constant (an input: a training step's, a Tile
+    function's parameter) are rewritten too when the image has at least
+    ``min_blocks_computed_weights`` output blocks: their transform is one more
+    kernel of every call.  New weights give new results (nothing is computed
+    once and kept)."""
+    program, inputs, want = _program(1, h, w, 8, 8, const=False)
+    assert not any(r.const for r in program.root.refs)
+    out = _winograd(program, inputs, tile=tile)
+    names = _kernels(out)
+    assert any(k.endswith("_wino_u") for k in names), names
+    u = next(s for s in out.root.stmts if isinstance(s, Block) and s.name.endswith("_wino_u"))
+    # run at every call, so not marked ``once`` (which compiles at O0): O1 as the others
+    assert "once" not in u.tags and body_opt_level(u, 8) == 1
+    tol = {"rtol": 1e-4, "atol": 1e-4} if tile == 2 else {"rtol": 1e-4, "atol": 5e-4}
+    np.testing.assert_allclose(run(out, inputs)["O"], want, **tol)
+    other = {**inputs, "K": -2 * inputs["K"]}
+    np.testing.assert_allclose(run(out, other)["O"], -2 * want, **tol)
+    fewer = _winograd(program, inputs, tile=tile, min_blocks_computed_weights=10**6)
+    assert not any("_wino" in k for k in _kernels(fewer))
+
+
+def test_input_weights_on_the_cpu_target_match_numpy():
+    """The ``cpu`` target's pipeline on a convolution whose weights are an input:
+    rewritten (its image has 14 x 14 F(4 x 4) blocks), and each call's weights
+    give NumPy's result."""
+    src = (
+        "function (I[N, H, W, CI], K[KY, KX, CI, CO]) -> (O) { "
+        "O[n, y, x, co : N, H, W, CO] = +(I[n, y + ky - 1, x + kx - 1, ci] * K[ky, kx, ci, co]); }"
+    )
+    rng = np.random.default_rng(3)
+    i = rng.standard_normal((1, 56, 56, 32)).astype(np.float32)
+    f = stripeml.compile(src, target="cpu")
+    for seed in (4, 5):
+        k = (np.random.default_rng(seed).standard_normal((3, 3, 32, 32)) / 17).astype(np.float32)
+        exe = f.lower(i, k)
+        assert any("winograd" in s.tags for s in exe.program.root.stmts if isinstance(s, Block))
+        want = _conv_numpy(i, k, 1)
+        np.testing.assert_allclose(f(i, k), want, rtol=1e-4, atol=2e-5 * float(np.abs(want).max()))
 
 
 def test_few_channels_a_ragged_vector_or_a_small_image_are_left_alone():

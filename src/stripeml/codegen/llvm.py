@@ -315,13 +315,20 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of one or two
       vectors or over a short reduction (SqueezeNet's pooling and first
       convolution: 1.07-1.5x at O1; MobileNetV2's 1x1 convolution of 16
-      channels 1.37x), where LLVM's unrolling pays.
+      channels 1.37x), where LLVM's unrolling pays;
+    * O0 for a kernel tagged ``once`` (the weight transform of a Winograd
+      convolution whose weights are constant): it reads constants only, so
+      it runs once (:mod:`stripeml.analysis.constness`), under a millisecond
+      even at O0, where O1 cost the light ResNet-50 about 60 ms of LLVM for its
+      three bodies (O0 about 10).
 
     A function of the kernel and the vector width alone, so a body's code does
     not depend on which program or process compiled it first.
     """
     if "copy" in kernel.tags or "fill" in kernel.tags or generator_tiled(kernel, vector_width):
         return 1
+    if "once" in kernel.tags:
+        return 0  # reads constants only: run once (constant weights' Winograd transform)
     if work_estimate(kernel) <= TINY_WORK:  # a microsecond of work: O3 cannot pay back
         return 1
     if "winograd" in kernel.tags:  # straight-line sums, in vector lanes already

@@ -194,6 +194,13 @@ TAGS: tuple[Tag, ...] = (
         read_by=("codegen.llvm",),
     ),
     Tag(
+        "once",
+        "reads only constant buffers, so the runtime computes it once: compiled at "
+        "LLVM's O0 (the weight transform of a Winograd convolution with constant weights)",
+        set_by=("passes._winograd_kernels",),
+        read_by=("codegen.llvm",),
+    ),
+    Tag(
         "writes_once",
         "each point writes elements no other point reads or writes, by construction, "
         "so every index is race-free: `thread` chooses without its analysis",

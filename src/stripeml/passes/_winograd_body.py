@@ -5,6 +5,7 @@ elementwise kernel of the output transform."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Constant, Intrinsic, Load, Refinement, Statement, Store, TensorShape
@@ -41,6 +42,64 @@ AT4 = (
 
 #: By output block side ``m``: ``(B^T, G, A^T)``; the input blocks are ``m + 2`` wide.
 TRANSFORMS = {2: (BT, G, AT), 4: (BT4, G4, AT4)}
+
+#: F(4 x 4)'s matrices as straight-line programs with shared partial sums (a
+#: tests checks each against its matrix): steps ``(name, op, a, b)``, ``op``
+#: ``add``/``sub`` of two values or ``mul`` of one by the number ``b``; ``x<j>``
+#: the inputs, ``y<i>`` row ``i``'s result (an input's name: that input).  Row by
+#: row sums (:meth:`Body.combine`) take B^T 25 operations per 6 values, these 17;
+#: A^T 17 and 13; G 15 and 12.  F(2 x 2)'s rows are minimal as they are.
+PROGRAMS: dict[tuple, tuple[tuple[str, str, str, object], ...]] = {
+    BT4: (
+        ("a", "mul", "x2", 4.0),
+        ("c", "sub", "x4", "a"),  # x4 - 4 x2
+        ("b", "mul", "x1", 4.0),
+        ("e", "sub", "x3", "b"),  # x3 - 4 x1
+        ("y1", "add", "c", "e"),
+        ("y2", "sub", "c", "e"),
+        ("f", "sub", "x4", "x2"),
+        ("g0", "sub", "x3", "x1"),
+        ("g", "mul", "g0", 2.0),
+        ("y3", "add", "f", "g"),
+        ("y4", "sub", "f", "g"),
+        ("h", "mul", "x0", 4.0),
+        ("h2", "sub", "c", "x2"),  # x4 - 5 x2
+        ("y0", "add", "h", "h2"),
+        ("k", "mul", "x3", 4.0),
+        ("k2", "sub", "x5", "e"),  # x5 - x3 + 4 x1
+        ("y5", "sub", "k2", "k"),
+    ),
+    AT4: (
+        ("a", "add", "x1", "x2"),
+        ("b", "sub", "x1", "x2"),
+        ("c", "add", "x3", "x4"),
+        ("d", "sub", "x3", "x4"),
+        ("a0", "add", "x0", "a"),
+        ("y0", "add", "a0", "c"),
+        ("d2", "mul", "d", 2.0),
+        ("y1", "add", "b", "d2"),
+        ("c4", "mul", "c", 4.0),
+        ("y2", "add", "a", "c4"),
+        ("d8", "mul", "d", 8.0),
+        ("b8", "add", "b", "d8"),
+        ("y3", "add", "b8", "x5"),
+    ),
+    G4: (
+        ("y0", "mul", "x0", 1 / 4),
+        ("p", "add", "x0", "x2"),
+        ("p1", "add", "p", "x1"),
+        ("y1", "mul", "p1", -1 / 6),
+        ("p2", "sub", "p", "x1"),
+        ("y2", "mul", "p2", -1 / 6),
+        ("q4", "mul", "x2", 4.0),
+        ("q", "add", "x0", "q4"),
+        ("q24", "mul", "q", 1 / 24),
+        ("r", "mul", "x1", 1 / 12),
+        ("y3", "add", "q24", "r"),
+        ("y4", "sub", "q24", "r"),
+        ("y5", "add", "x2", "zero"),  # x2 itself
+    ),
+}
 
 
 class Body:
@@ -123,6 +182,38 @@ class Body:
             acc = p
         return acc
 
+    def run(self, program: tuple, values: Sequence[str | None], rows: int) -> list[str | None]:
+        """``program`` (:data:`PROGRAMS`) on ``values`` (None: a missing pixel, 0):
+        its ``rows`` results (None: 0)."""
+        env: dict[str, str | None] = {f"x{j}": v for j, v in enumerate(values)}
+        env["zero"] = None
+        for name, op, a, b in program:
+            if op == "mul":
+                env[name] = self._scaled(env[a], float(b))
+            else:
+                env[name] = self._sum2(op, env[a], env[b])
+        return [env[f"y{i}"] for i in range(rows)]
+
+    def _scaled(self, a: str | None, k: float) -> str | None:
+        """``a * k`` (None: 0)."""
+        if a is None:
+            return None
+        p = self._name()
+        self.stmts.append(Intrinsic("mul", (a, self.const(k)), p, "f32"))
+        return p
+
+    def _sum2(self, op: str, a: str | None, b: str | None) -> str | None:
+        """``a + b`` or ``a - b`` (``op``), None standing for 0 (no statement where
+        an operand is 0)."""
+        if b is None or (a is None and op == "add"):
+            return b if a is None else a
+        p = self._name()
+        if a is None:
+            self.stmts.append(Intrinsic("neg", (b,), p, "f32"))
+        else:
+            self.stmts.append(Intrinsic(op, (a, b), p, "f32"))
+        return p
+
     def store(self, ref: str, value: str) -> None:
         self.stmts.append(Store(ref, value))
 
@@ -137,12 +228,36 @@ def view(
 
 def separable(rows: tuple, grid: Sequence[Sequence[str | None]], body: Body) -> list[list[str]]:
     """``R grid R^T`` for the rows ``R`` of a 1-D transform (``grid`` square, its
-    side the number of columns ``R`` reads): rows first, then columns."""
+    side the number of columns ``R`` reads): rows first, then columns; by
+    ``R``'s program (:data:`PROGRAMS`) where it has one."""
+    program = PROGRAMS.get(rows)
+    if program is not None:
+        n, m = len(grid[0]), len(rows)
+        cols = [body.run(program, [grid[j][col] for j in range(n)], m) for col in range(n)]
+        out = [body.run(program, [cols[j][a] for j in range(n)], m) for a in range(m)]
+        return [[body.const(0.0) if v is None else v for v in row] for row in out]
     half = [[body.combine([(c, grid[j][col]) for c, j in row]) for col in range(len(grid[0]))]
             for row in rows]  # fmt: skip
     return [
         [body.combine([(c, half[a][j]) for c, j in row]) for row in rows] for a in range(len(rows))
     ]
+
+
+@lru_cache(maxsize=64)
+def transformed(
+    rows: tuple, prefix: str, side: int, present: tuple[int, int]
+) -> tuple[tuple[Statement, ...], tuple[tuple[str, ...], ...]]:
+    """The statements of ``R grid R^T`` (:func:`separable`) for a ``side`` x
+    ``side`` grid of loads of the views ``<prefix><i><j>``, the first
+    ``present`` rows and columns of it (the others taken as 0), and the
+    scalars of the result: the same for every convolution of one block
+    geometry, so made once (a body's statements and names do not depend on
+    the buffers its views refine)."""
+    body = Body()
+    grid = [[body.load(f"{prefix}{i}{j}") if i < present[0] and j < present[1] else None
+             for j in range(side)] for i in range(side)]  # fmt: skip
+    out = separable(rows, grid, body)
+    return tuple(body.stmts), tuple(tuple(r) for r in out)
 
 
 def inline(

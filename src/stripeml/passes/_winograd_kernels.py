@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Index, Intrinsic, Load, Refinement, Store, TensorShape
 from ._common import fresh
-from ._winograd_body import TRANSFORMS, Body, inline, separable, view
+from ._winograd_body import TRANSFORMS, Body, inline, transformed, view
 
 __all__ = ["Conv", "plain", "rewrite"]
 
@@ -70,21 +70,23 @@ def rewrite(
 
     # U[a, b, ci, co] = (G g G^T)[a, b] over [ci, co]
     body = Body()
-    g = [[body.load(f"W{p}{q}") for q in range(3)] for p in range(3)]
+    stmts, uu = transformed(gt, "W", 3, (3, 3))
+    body.stmts = list(stmts)
     wrefs = [
         view("in", f"W{p}{q}", w_parent, (Affine.constant(p), Affine.constant(q), ix("ci"), ix("co")))
         for p in range(3) for q in range(3)
     ]  # fmt: skip
-    uu = separable(gt, g, body)
     urefs = []
     for a in range(side):
         for b in range(side):
             urefs.append(view("out", f"U{a}{b}", replace(u, dir="none"),
                                (Affine.constant(a), Affine.constant(b), ix("ci"), ix("co")), "assign"))  # fmt: skip
             body.store(f"U{a}{b}", uu[a][b])
+    weights = (roots or {}).get(w_parent.into)
+    constant = weights is not None and weights.const  # else transformed at every call
     k_u = Block(
         (Index("ci", cin), Index("co", cout)), tuple(wrefs + urefs), tuple(body.stmts),
-        tags=tags, name=fresh(f"{k.name}_wino_u", taken),
+        tags=tags | {"once"} if constant else tags, name=fresh(f"{k.name}_wino_u", taken),
     )  # fmt: skip
     taken.add(k_u.name)
 
@@ -129,21 +131,17 @@ def rewrite(
 
     kernels_v: list[Block] = []
     for py, px, t, s_, idxs, row in geometry:
-        body = Body()
         drefs = []
-        d: list[list[str | None]] = []
-        for i in range(side):
-            d.append([])
-            for j in range(side):
-                if i >= py[1] or j >= px[1]:
-                    d[i].append(None)
-                    continue
+        for i in range(min(py[1], side)):
+            for j in range(min(px[1], side)):
                 sub = {c.n: ix("n"), c.y: t * tile, c.ky: Affine.constant(i), c.x: s_ * tile,
                        c.kx: Affine.constant(j), c.ci: ix("ci")}  # fmt: skip
                 access = tuple(a.substitute(sub) for a in c.image.access)
                 drefs.append(view("in", f"D{i}{j}", img_parent, access))
-                d[i].append(body.load(f"D{i}{j}"))
-        vv = separable(bt, d, body)
+        # the block's loads and sums: the same for every convolution of this geometry
+        body = Body()
+        stmts, vv = transformed(bt, "D", side, (min(py[1], side), min(px[1], side)))
+        body.stmts = list(stmts)
         vrefs = []
         for a in range(side):
             for b in range(side):
@@ -181,8 +179,8 @@ def rewrite(
             for b in range(side):
                 access = (Affine.constant(a), Affine.constant(b), row, ix("co"))
                 mrefs.append(view("in", f"M{a}{b}", m, access))
-        mm = [[body.load(f"M{a}{b}") for b in range(side)] for a in range(side)]
-        yy = separable(at_, mm, body)
+        stmts, yy = transformed(at_, "M", side, (side, side))
+        body.stmts = list(stmts)
         orefs = []
         shared: dict[tuple, str] = {}  # the consumer's loads of one element, once a block
         for i in range(py[1] - 2):

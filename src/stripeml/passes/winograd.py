@@ -27,9 +27,15 @@ the input's magnitude, with m = 4 scaled by up to 8, before the products).
 statements are two loads, their product and a store through an ``add``
 output, without constraints or index offsets, whose
 
-* weights are a root ``const`` buffer of shape ``(3, 3, C, CO)`` read at
-  exactly ``[ky, kx, ci, co]`` (the importer's NHWC layout, as ``halo``
-  leaves it);
+* weights are a root buffer of shape ``(3, 3, C, CO)`` read at exactly
+  ``[ky, kx, ci, co]`` (the importer's NHWC layout, as ``halo`` leaves it):
+  ``const`` ones (a model's), whose transform the runtime computes once, or
+  an input or a buffer the program computes (a training step's weights, a
+  Tile function's parameter), transformed at every call, and so only where
+  the image has at least ``min_blocks_computed_weights`` output blocks (16:
+  a 56 x 56 x 64 -> 64 convolution with its weights an input ran 0.34x the
+  direct one's time on one thread, a 16 x 16 one 0.52x, 8 x 8 x 128 (4
+  blocks) 0.96x);
 * image is read at ``[n + c0, y + ky + c1, x + kx + c2, ci + c3]`` (a zero-haloed
   copy, so no constraint bounds it; the constants place it in a larger buffer);
 * output is written at ``[n + e0, y + e1, x + e2, co + e3]``;
@@ -48,8 +54,8 @@ corner).
 of the convolution:
 
 * ``U`` ``(m + 2, m + 2, C, CO)``: the weight transform, elementwise over ``[ci, co]``,
-  reading only the constant weights, so the runtime computes it once
-  (:mod:`stripeml.analysis.constness`);
+  reading only the weights, so the runtime computes it once when they are
+  constant (:mod:`stripeml.analysis.constness`), else at every call;
 * ``V`` ``(m + 2, m + 2, P, C)``, ``P`` the m x m output blocks: the input transform,
   elementwise over the blocks and ``ci``;
 * ``M`` ``(m + 2, m + 2, P, CO)`` ``= +(V[a, b, p, ci] * U[a, b, ci, co])``,
@@ -116,7 +122,7 @@ from .thread import choose_among, mark_threaded
 @register
 @dataclass(frozen=True)
 class Winograd:
-    """Rewrite 3 x 3 stride-1 convolutions with constant weights as Winograd F(m, 3)."""
+    """Rewrite 3 x 3 stride-1 convolutions as Winograd F(m, 3)."""
 
     min_channels: int = 32
     # The image's smaller side at least this (a 7 x 7 map is 16 blocks for 49
@@ -139,6 +145,9 @@ class Winograd:
     # multiples of 4 (ResNet's 14 x 14): F(4 x 4) would add cut blocks there,
     # a transform kernel per part whose 36-value bodies cost compile time.
     whole_blocks: bool = False
+    # Weights the program computes or takes as an input (not constant) are
+    # transformed at every call: only images of at least this many output blocks.
+    min_blocks_computed_weights: int = 16
     name: ClassVar[str] = "winograd"
     # ``min_channels`` 16 (below the file's 32): SqueezeNet's 3 x 3 16 -> 64
     # convolution ran 1.15-1.21x faster in its window (docs/tuning.md); no
@@ -152,7 +161,7 @@ class Winograd:
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "min_channels", "min_size", "vector_width")
-        check_non_negative(self, "threads")
+        check_non_negative(self, "threads", "min_blocks_computed_weights")
         check_choice(self, "tile", sorted(TRANSFORMS))
 
     def run(self, program: Program) -> Program:
@@ -171,7 +180,7 @@ class Winograd:
             s = old[k]
             k += 1
             conv = _match(root, s) if isinstance(s, Block) and wanted(s.tags) else None
-            if conv is None or not self._worth(conv):
+            if conv is None or not self._worth(conv, root):
                 stmts.append(s)
                 continue
             assert isinstance(s, Block)
@@ -202,8 +211,16 @@ class Winograd:
                 return 2
         return self.tile
 
-    def _worth(self, c: Conv) -> bool:
+    def _worth(self, c: Conv, root: Block) -> bool:
         z = c.sizes
+        weights = next(r for r in root.refs if r.into == (c.weights.from_ or c.weights.into))
+        if not weights.const:
+            # transformed at every call: (m + 2)^2 values per channel pair, written
+            # and read again, against the products saved in each of the blocks
+            m = self._tile(c)
+            blocks = z[c.n] * -(-z[c.y] // m) * -(-z[c.x] // m)
+            if blocks < self.min_blocks_computed_weights:
+                return False
         return (
             min(z[c.y], z[c.x]) >= self.min_size
             and z[c.ci] >= self.min_channels
@@ -215,17 +232,41 @@ class Winograd:
 def _threaded(b: Block, threads: int) -> Block:
     """Transform ``b`` (``#winograd``) marked ``#thread`` as :mod:`.thread` would
     mark it after ``vectorize``, every index race-free by construction (see
-    :func:`_permutes`); the products (``#contraction``) are left to ``thread``."""
+    :func:`_permutes`), but on a block index rather than the channels (the
+    vector lanes) where one splits within :func:`_balanced`; the products
+    (``#contraction``) are left to ``thread``."""
     if "winograd" not in b.tags:
         return b
     index = choose_among(b, threads, [i.name for i in b.idxs])
-    if index is None or any(index_stride(r, index) == 1 for r in b.refs if r.dir == "out"):
+    if index is not None and _lane(b, index):
+        # not the channels (the vector lanes), even somewhat unevenly: a split
+        # of the lanes' loop between runtime bounds keeps a scalar tail LLVM
+        # cannot delete, twice the body's LLVM time (a 28 x 28 F(4 x 4) input
+        # transform: 78 ms against 37 at O1); a block row more on one thread
+        # (7 x 7 blocks on 2 threads: 4 and 3) costs microseconds
+        rows = [i for i in b.idxs if _balanced(i.range, threads) and not _lane(b, i.name)]
+        if rows:
+            index = max(rows, key=lambda i: i.range).name  # first of the largest
+    if index is None or _lane(b, index):
         # ``vectorize`` moves a written unit-stride index last: left to ``thread``,
-        # which runs after it (a 14 x 14 transform splits its channels so), told
+        # which runs after it (it splits the channels so), told
         # by ``#writes_once`` that every index is race-free: no analysis of its
         # 16 or 36 stores
         return replace(b, tags=b.tags | {"writes_once"})
     return mark_threaded(b, index)
+
+
+def _balanced(size: int, threads: int) -> bool:
+    """Whether ``size`` values split over ``threads`` in equal chunks leave the
+    busiest thread at most 1.25 times the mean's work (7 on 2 threads: 4 for
+    3.5; on 8: 1 for 0.875; on 16 no)."""
+    return -(-size // threads) * threads <= 1.25 * size
+
+
+def _lane(b: Block, index: str) -> bool:
+    """Whether ``index`` moves a written view of ``b`` along its unit-stride
+    dimension (the index ``vectorize`` runs in vector lanes)."""
+    return any(index_stride(r, index) == 1 for r in b.refs if r.dir == "out")
 
 
 def _permutes(e: Block | None) -> bool:
@@ -270,7 +311,7 @@ def _match(root: Block, k: Block) -> Conv | None:
     roots = {r.into: r for r in root.refs}
     for w, img in ((ins[0], ins[1]), (ins[1], ins[0])):
         parent = roots.get(w.from_ or w.into)
-        if parent is None or not parent.const or parent.shape.rank != 4 or w.shape.rank != 4:
+        if parent is None or parent.shape.rank != 4 or w.shape.rank != 4:
             continue
         names = [plain(a) for a in w.access]
         if any(n is None or len(n) != 1 or a.const for n, a in zip(names, w.access)):
