@@ -47,10 +47,12 @@ from .llvm_plan import (
     vectorizable,
 )
 from .llvm_tile import emit_register_tile, emit_unrolled, unrolled_epilogue_plan
+from .llvm_transpose import emit_transpose, transpose_plan
 from .llvm_types import I1, I64, acc_dtype, const, identity, mem_type, reg_type, splat, vec
 from .plan import (
     deferred_scope,
     init_targets,
+    injective,
     needed_in_init,
     needs_touched_flag,
     register_scope,
@@ -115,6 +117,11 @@ class KernelEmitter(KernelBuilder):
     ) -> None:
         """Emit ``blk`` (or, with ``init``, its identity-writing copy) at ``env``."""
         binds = self.bind_refs(blk, prefs, init)
+        if init is None:
+            moved = transpose_plan(blk, binds, self.vector_width)
+            if moved is not None:
+                emit_transpose(self, blk, env, binds, moved, top)
+                return
         if init is None and not (top and self.par is not None):
             plan = register_tile_plan(blk, binds, self.vector_width, self.tile_vectors)
             if plan is not None:
@@ -139,6 +146,8 @@ class KernelEmitter(KernelBuilder):
         vlast = None
         if scopes:
             reg = register_scope(blk, {n: binds[n].offset for n in scopes})
+            if reg is None:
+                reg = _scope_beside_assignments(blk, binds, scopes)
             for n in scopes:
                 binds[n].mode = "reg" if n == reg else "mem"
             # (not for a dtype whose register accumulator is wider, float16: summed in
@@ -372,3 +381,41 @@ def _mentions(st: object) -> set[str]:
     return (
         {getattr(st, "ref", "")} | set(getattr(st, "inputs", ())) | set(getattr(st, "outputs", ()))
     )
+
+
+def _scope_beside_assignments(blk: Block, binds: dict[str, Bind], scopes: list[str]) -> str | None:
+    """The one scope of leaf ``blk`` that may accumulate in a register although the
+    block also assigns other outputs (:func:`.plan.register_scope` wants a single
+    store): a nest's fused kernel that writes the masked scores and their row
+    maximum, ``T47 = T44 * C + M; T48 = >(T47)``.  Its store must be the scope's
+    only one, at an :func:`~.plan.injective` address, and the block's own order of
+    indices must already run that address outside the reduction, so the points
+    run in the same order as when it accumulates in memory (an assignment whose
+    buffer aliases an input, ``nest``'s in-place intermediates, sees the same
+    reads).  The reduction then runs in vector lanes with the assignments'
+    stores, and no pass writes the identity first (in memory, LLVM vectorised
+    the scalar loop of ``llvm.maximum``: about seven instructions a vector).
+    Softmax's ``exp`` and row sum and a layer norm's sums beside their
+    assignments take the same path: their sums then run in one vector
+    accumulator, in another order than LLVM's four (``reassoc``: the last bits
+    may differ)."""
+    if len(scopes) != 1 or blk.sub_blocks or any(isinstance(s, Special) for s in blk.stmts):
+        return None
+    (name,) = scopes
+    if any(isinstance(s, Load) and s.ref == name for s in blk.stmts):
+        return None  # read back before its register is stored
+    stores = [s for s in blk.stmts if isinstance(s, Store)]
+    if sum(s.ref == name for s in stores) != 1:
+        return None
+    for s in stores:
+        if s.ref != name:
+            ref = blk.ref(s.ref)
+            if binds[s.ref].mode != "plain" or ref.dir != "out" or ref.agg not in ("", "assign"):
+                return None
+    offset = binds[name].offset
+    names = [i.name for i in blk.idxs]
+    if names != [n for n in names if n in offset.names] + [
+        n for n in names if n not in offset.names
+    ]:
+        return None
+    return name if injective(offset, blk) else None

@@ -14,52 +14,21 @@ import llvmlite.ir as ir
 
 from ..errors import StripeError
 from ..ir import dtypes
-from .llvm_types import (
+from .llvm_minmax import hreduce_minmax, vector_minmax
+from .llvm_types import (  # call_intrinsic and mangle: this module's names too
     F32,
     I1,
+    call_intrinsic,
     identity,
     is_float,
     is_unsigned,
     lanes_of,
+    mangle,
     reg_type,
     typed_const,
     vec,
 )
 from .plan import COMPARISONS
-
-
-def mangle(t: ir.Type) -> str:
-    """LLVM's overload suffix for a type: f32, f64, i32, v8f32, p0."""
-    if isinstance(t, ir.VectorType):
-        return f"v{t.count}{mangle(t.element)}"
-    if isinstance(t, ir.HalfType):
-        return "f16"
-    if isinstance(t, ir.FloatType):
-        return "f32"
-    if isinstance(t, ir.DoubleType):
-        return "f64"
-    if isinstance(t, ir.IntType):
-        return f"i{t.width}"
-    if isinstance(t, ir.PointerType):
-        return "p0"
-    raise AssertionError(t)
-
-
-def call_intrinsic(
-    b: ir.IRBuilder,
-    base: str,
-    args: list[ir.Value],
-    ret: ir.Type | None = None,
-    overloads: list[ir.Type] | None = None,
-):
-    """Call ``llvm.<base>.<overloads>`` (declared on first use with the exact signature)."""
-    ret = ret or args[0].type
-    overloads = overloads if overloads is not None else [args[0].type]
-    name = base + "".join("." + mangle(t) for t in overloads)
-    fn = b.module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return b.call(fn, args)
 
 
 def _intrinsic(
@@ -206,6 +175,8 @@ def _float_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 
 def _minmax(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dt: str, flags=()) -> ir.Value:
     if is_float(dt):
+        if isinstance(x.type, ir.VectorType):
+            return vector_minmax(b, op, x, y)
         return _intrinsic(b, "llvm.maximum" if op == "max" else "llvm.minimum", [x, y])
     pred = ">" if op == "max" else "<"
     cmp = b.icmp_unsigned(pred, x, y) if is_unsigned(dt) else b.icmp_signed(pred, x, y)
@@ -494,6 +465,8 @@ def combine(
     if agg in ("max", "min"):
         if dt == "bool":
             return b.or_(acc, v) if agg == "max" else b.and_(acc, v)
+        if is_float(dt) and isinstance(v.type, ir.VectorType):
+            return vector_minmax(b, agg, v, acc)  # the accumulator second: see there
         return _minmax(b, agg, acc, v, dt)
     raise AssertionError(agg)
 
@@ -516,8 +489,7 @@ def hreduce(b: ir.IRBuilder, agg: str, v: ir.Value, dt: str) -> ir.Value:
                     b.module, ir.FunctionType(el, [el, v.type]), f"{name}.{mangle(v.type)}"
                 )
             return b.call(fn, [start, v], fastmath=("reassoc",))
-        name = "llvm.vector.reduce.fmaximum" if agg == "max" else "llvm.vector.reduce.fminimum"
-        return call_intrinsic(b, name, [v], ret=el, overloads=[v.type])
+        return hreduce_minmax(b, agg, v)
     if dt == "bool":
         name = {"add": "or", "max": "or", "mul": "and", "min": "and"}[agg]
     elif agg in ("max", "min"):

@@ -107,3 +107,37 @@ def acc_dtype(dt: str) -> str:
     (``sum``, ``einsum``, ``matmul``) and the interpreter's fast path do; an
     accumulation in memory rounds after every step, as the general mode does."""
     return "f32" if dt == "f16" else dt
+
+
+def mangle(t: ir.Type) -> str:
+    """LLVM's overload suffix for a type: f32, f64, i32, v8f32, p0."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{mangle(t.element)}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    if isinstance(t, ir.PointerType):
+        return "p0"
+    raise AssertionError(t)
+
+
+def call_intrinsic(
+    b: ir.IRBuilder,
+    base: str,
+    args: list[ir.Value],
+    ret: ir.Type | None = None,
+    overloads: list[ir.Type] | None = None,
+):
+    """Call ``llvm.<base>.<overloads>`` (declared on first use with the exact signature)."""
+    ret = ret or args[0].type
+    overloads = overloads if overloads is not None else [args[0].type]
+    name = base + "".join("." + mangle(t) for t in overloads)
+    fn = b.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), name)
+    return b.call(fn, args)
