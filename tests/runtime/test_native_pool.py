@@ -288,3 +288,36 @@ def test_one_thread_runs_its_kernels_in_one_native_call(monkeypatch):
     monkeypatch.setattr(NativePool, "run_batch", counted)
     np.testing.assert_allclose(exe(x), softmax_rows(x), rtol=1e-5, atol=1e-6)
     assert batches and set(batches) == {0}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_worker_on_the_callers_cpu_is_moved_to_a_free_one(add_index, monkeypatch):
+    """A pinned worker can run only on its CPU; when the calling thread runs there
+    too, the worker waits for the caller to sleep and the caller runs every chunk.
+    A batch first moves such a worker to a CPU no worker has (the caller held on
+    the worker's CPU here, as the scheduler may leave it), and its results stay
+    exact."""
+    from stripeml.runtime.native_pool import Batch
+
+    monkeypatch.setenv("STRIPEML_PIN_THREADS", "1")
+    allowed = os.sched_getaffinity(0)
+    p = NativePool(1)
+    try:
+        data = np.zeros(4097, np.int64)
+        assert p.run(add_index, data.ctypes.data, _bounds(4096, 2))  # the worker is pinned now
+        (t,) = p._threads
+        (theirs,) = os.sched_getaffinity(t.native_id)
+        os.sched_setaffinity(0, {theirs})  # the caller on the worker's CPU
+        try:
+            two = _bounds(4096, 2)
+            batch = Batch([(add_index, 4096, two.ctypes.data, 2)])
+            for _ in range(20):
+                assert p.run_batch(batch, data.ctypes.data)
+        finally:
+            os.sched_setaffinity(0, allowed)
+        moved = os.sched_getaffinity(t.native_id)
+        assert len(moved) == 1 and moved != {theirs} and moved <= allowed
+        assert p.moves == 1  # once: then the caller and the worker are apart
+        np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * 21)
+    finally:
+        p.close()

@@ -31,6 +31,7 @@ import ctypes
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -175,16 +176,26 @@ class NativePool:
         # a worker woken by a futex is otherwise often placed on the caller's CPU,
         # and the two share it until the scheduler moves one (measured: SqueezeNet
         # with 2 threads, called every 50 ms, median 17.7 ms unpinned, 11.3 pinned,
-        # 10.3 back to back either way).  The calling thread is left alone; the
-        # first CPU is rotated by process id so that processes spread out.
+        # 10.3 back to back either way).  The calling thread is left alone, so it
+        # may run on a worker's CPU: each batch first moves such a worker to a
+        # free CPU (:meth:`_apart`).  The first CPU is rotated by process id so
+        # that processes spread out.
         cpus = _cpus()
-        pin = os.environ.get("STRIPEML_PIN_THREADS", "1") != "0" and workers < len(cpus)
+        self._pin = os.environ.get("STRIPEML_PIN_THREADS", "1") != "0" and workers < len(cpus)
+        self._cpus = cpus
         start = os.getpid()
+        # each worker's CPU (when pinned) and thread id, as its thread sets them
+        self._cpu_of: list[int | None] = [None] * workers
+        self._tids: list[int | None] = [None] * workers
+        self.moves = 0  # workers moved off the calling thread's CPU so far
 
         def body(k: int) -> None:
-            if pin:
+            if self._pin:
+                cpu = cpus[(start + k + 1) % len(cpus)]
                 with contextlib.suppress(OSError):
-                    os.sched_setaffinity(0, {cpus[(start + k + 1) % len(cpus)]})
+                    os.sched_setaffinity(0, {cpu})
+                    self._cpu_of[k] = cpu
+            self._tids[k] = threading.get_native_id()
             worker(self._addr)
 
         self._threads = [
@@ -208,6 +219,8 @@ class NativePool:
         if not self._busy.acquire(blocking=False):
             return False
         try:
+            if self._pin:
+                self._apart()
             self._batch(
                 self._addr, batch.steps, batch.fns, ptrs, batch.extents, batch.bounds, batch.chunks
             )
@@ -226,6 +239,33 @@ class NativePool:
             self._busy.release()
         return True
 
+    def _apart(self) -> None:
+        """Move a pinned worker off the calling thread's CPU, to one no worker has.
+
+        A worker pinned to the CPU the caller runs on can only run when the
+        caller sleeps: it waits on that CPU's run queue for the whole batch,
+        and the caller runs every chunk itself (the LSTM of ``bench/models.py``,
+        in blocks of 10 calls after a 50 ms pause: 0.25-0.28 ms a call, its
+        one-thread time, with the worker running 10-60 us of each block and
+        waiting 1-3 ms; 0.16 ms on two CPUs).  Which CPU the caller gets is the
+        scheduler's choice, and it keeps it, so one process ran that way for
+        minutes.  One ``sched_getcpu`` a batch; a move is one
+        ``sched_setaffinity``."""
+        here = _getcpu()
+        if here < 0 or here not in self._cpu_of:
+            return
+        k = self._cpu_of.index(here)
+        tid = self._tids[k]
+        free = next((c for c in self._cpus if c != here and c not in self._cpu_of), None)
+        if tid is None or free is None:
+            return
+        try:
+            os.sched_setaffinity(tid, {free})
+        except OSError:
+            return
+        self._cpu_of[k] = free
+        self.moves += 1
+
     @property
     def worker_chunks(self) -> int:
         """Chunks the workers (not the callers) have run so far."""
@@ -237,6 +277,21 @@ class NativePool:
         self._wake(self._addr)
         for t in self._threads:
             t.join()
+
+
+def _sched_getcpu() -> Callable[[], int]:
+    """The C library's ``sched_getcpu`` (the CPU the calling thread runs on, -1 if
+    unknown), or a function that always says -1 where there is none."""
+    try:
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError, TypeError):
+        return lambda: -1
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return fn  # type: ignore[no-any-return]
+
+
+_getcpu = _sched_getcpu()
 
 
 def _cpus() -> list[int]:
