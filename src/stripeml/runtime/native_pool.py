@@ -288,7 +288,7 @@ def _sched_getcpu() -> Callable[[], int]:
         return lambda: -1
     fn.restype = ctypes.c_int
     fn.argtypes = []
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _getcpu = _sched_getcpu()
