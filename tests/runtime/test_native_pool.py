@@ -321,3 +321,38 @@ def test_a_worker_on_the_callers_cpu_is_moved_to_a_free_one(add_index, monkeypat
         np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * 21)
     finally:
         p.close()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_profiled_run_also_moves_the_worker_off_the_callers_cpu(monkeypatch):
+    """``Executable.profile`` runs kernel by kernel (no batches): the run asks once
+    where the caller runs, and the per-kernel times are the two threads'.  The
+    results are NumPy's."""
+    import stripeml
+    from stripeml.runtime import native_pool
+
+    monkeypatch.setenv("STRIPEML_PIN_THREADS", "1")
+    monkeypatch.setattr(native_pool, "_MINE", {})  # a pool of this test's own
+    monkeypatch.setattr(native_pool, "_POOLS", {})
+    src = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 256)).astype(np.float32)
+    f = stripeml.compile(src, target="cpu", threads=2)
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-3)  # makes the pool
+    p = native_pool.pool(1)
+    assert isinstance(p, NativePool)
+    (t,) = p._threads
+    (theirs,) = os.sched_getaffinity(t.native_id)
+    allowed = os.sched_getaffinity(0)
+    exe = f.lower(a, b)
+    before = p.moves
+    os.sched_setaffinity(0, {theirs})
+    try:
+        rows = exe.profile(a, b)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert rows and p.moves == before + 1
+    assert os.sched_getaffinity(t.native_id) != {theirs}
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-3)
+    p.close()

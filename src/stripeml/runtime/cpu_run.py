@@ -486,6 +486,8 @@ class CpuCompiled:
             else:
                 if not fetched:
                     pool, fetched = native_pool.pool(self.threads - 1), True
+                    if isinstance(pool, native_pool.NativePool):
+                        pool.apart()  # once a run: no worker on this thread's CPU
                 if pool is None or not pool.run_raw(addr, ptrs, *bounds):
                     fn(pointers, 0, extent)
             if times is not None:

@@ -178,7 +178,7 @@ class NativePool:
         # with 2 threads, called every 50 ms, median 17.7 ms unpinned, 11.3 pinned,
         # 10.3 back to back either way).  The calling thread is left alone, so it
         # may run on a worker's CPU: each batch first moves such a worker to a
-        # free CPU (:meth:`_apart`).  The first CPU is rotated by process id so
+        # free CPU (:meth:`apart`).  The first CPU is rotated by process id so
         # that processes spread out.
         cpus = _cpus()
         self._pin = os.environ.get("STRIPEML_PIN_THREADS", "1") != "0" and workers < len(cpus)
@@ -219,8 +219,7 @@ class NativePool:
         if not self._busy.acquire(blocking=False):
             return False
         try:
-            if self._pin:
-                self._apart()
+            self.apart()
             self._batch(
                 self._addr, batch.steps, batch.fns, ptrs, batch.extents, batch.bounds, batch.chunks
             )
@@ -239,7 +238,7 @@ class NativePool:
             self._busy.release()
         return True
 
-    def _apart(self) -> None:
+    def apart(self) -> None:
         """Move a pinned worker off the calling thread's CPU, to one no worker has.
 
         A worker pinned to the CPU the caller runs on can only run when the
@@ -249,8 +248,11 @@ class NativePool:
         one-thread time, with the worker running 10-60 us of each block and
         waiting 1-3 ms; 0.16 ms on two CPUs).  Which CPU the caller gets is the
         scheduler's choice, and it keeps it, so one process ran that way for
-        minutes.  One ``sched_getcpu`` a batch; a move is one
+        minutes.  One ``sched_getcpu`` a batch (the runtime's profiled runs,
+        which run kernel by kernel, ask once a run); a move is one
         ``sched_setaffinity``."""
+        if not self._pin:
+            return
         here = _getcpu()
         if here < 0 or here not in self._cpu_of:
             return
