@@ -1,0 +1,182 @@
+"""Running a compiled program's steps (:class:`StepRunner`, a base of
+:class:`.cpu_run.CpuCompiled`): each run of kernels as one native call on the
+thread pool (:mod:`.native_pool`), the host's specials between them, kernel by
+kernel when the steps are timed (``step_seconds``: ``Executable.profile``)."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..codegen.cpu_abi import CpuModule
+from ..ir.nodes import Special
+from . import native_pool
+from .chunking import chunk_bounds
+from .host import RootBuffer, run_root_special
+
+if TYPE_CHECKING:
+    from . import shared_constants
+    from .jit import Kernel
+
+
+class StepRunner:
+    """The steps of a compiled program, planned once per threading option set and
+    run in order.  The attributes are :class:`.cpu_run.CpuCompiled`'s."""
+
+    module: CpuModule
+    threads: int
+    min_chunk_work: int
+    chunks_per_thread: int
+    step_seconds: dict[str, float] | None
+    _buffers: tuple[RootBuffer, ...]
+    _temps: tuple[RootBuffer, ...]
+    _const_steps: frozenset[int]
+    _reuse: shared_constants.Reuse | None
+    _kernels: dict[str, Kernel]
+    _addresses: dict[str, int]
+    _plans: dict[tuple[int, int, int, bool], list[tuple]]
+    _batch_plans: dict[tuple[int, int, int, bool], list]
+    _bound_arrays: list[np.ndarray]
+
+    def _run_steps(
+        self,
+        pointers: ctypes.Array[ctypes.c_void_p],
+        storages: list[np.ndarray],
+        constant: bool = False,
+    ) -> None:
+        times = self.step_seconds
+        plan = self._plan(constant)
+        ptrs = ctypes.addressof(pointers)
+        # fetched at the first split kernel
+        pool: native_pool.NativePool | native_pool.TeamPool | None = None
+        fetched = False
+        if times is None:
+            # Runs of kernels go to native code in one call each (no Python
+            # between kernels); specials run here in between.  On one thread
+            # too, with a pool of no workers (not another library's team): a
+            # call through ctypes per kernel cost about 0.5 us each (a 2-layer
+            # LSTM's 130 kernels: 0.340 -> 0.275 ms of CPU per run).
+            pool = native_pool.pool(self.threads - 1, team=self.threads > 1)
+            if pool is not None:
+                for part in self._batches(constant):
+                    if isinstance(part, native_pool.Batch):
+                        if not pool.run_batch(part, ptrs):
+                            self._run_plain(part.plan, pointers)
+                    else:
+                        self._run_special(part, storages)
+                return
+        for k, fn, addr, extent, bounds, special in plan:
+            start = time.perf_counter() if times is not None else 0.0
+            if special is not None:
+                self._run_special(special, storages)
+            elif bounds is None:
+                fn(pointers, 0, extent)
+            else:
+                if not fetched:
+                    pool, fetched = native_pool.pool(self.threads - 1), True
+                    if isinstance(pool, native_pool.NativePool):
+                        pool.apart()  # once a run: no worker on this thread's CPU
+                if pool is None or not pool.run_raw(addr, ptrs, *bounds):
+                    fn(pointers, 0, extent)
+            if times is not None:
+                step = self.module.steps[k]
+                info = step.kernel
+                name = info.block_name if info is not None else f"special{k}"
+                times[name] = times.get(name, 0.0) + time.perf_counter() - start
+
+    def _batches(self, constant: bool) -> list:
+        """The plan as runs of kernels (:class:`native_pool.Batch`, each with its
+        ``plan`` steps) and the specials between them, computed once."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
+        found = self._batch_plans.get(key)
+        if found is not None:
+            return found
+        parts: list = []
+        run: list[tuple] = []
+
+        def close() -> None:
+            if run:
+                batch = native_pool.Batch(
+                    [
+                        (addr, extent, *(bounds if bounds is not None else (0, 0)))
+                        for _, _, addr, extent, bounds, _ in run
+                    ],
+                    list(run),
+                )
+                parts.append(batch)
+                run.clear()
+
+        for step in self._plan(constant):
+            if step[5] is not None:
+                close()
+                parts.append(step[5])
+            else:
+                run.append(step)
+        close()
+        self._batch_plans[key] = parts
+        return parts
+
+    def _run_plain(self, plan: list[tuple], pointers: ctypes.Array[ctypes.c_void_p]) -> None:
+        """Kernel steps one by one on this thread (the pool is busy elsewhere)."""
+        for _, fn, _, extent, _, _ in plan:
+            fn(pointers, 0, extent)
+
+    def _plan(self, constant: bool = False) -> list[tuple]:
+        """Per step ``(position, fn, address, extent, (bounds address, chunks) or None,
+        special)`` for the current threading options (computed once per option set):
+        the constant steps, or all the others."""
+        key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        plan = []
+        skip = self._reuse.skip if self._reuse is not None else frozenset()
+        for k, step in enumerate(self.module.steps):
+            if (k in self._const_steps) != constant or k in skip:
+                continue
+            info = step.kernel
+            if info is None:  # run by the host: a special, or a copy kernel
+                if not self._in_place_view(step.special):
+                    plan.append((k, None, 0, 0, None, step.special))
+                continue
+            cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
+            bounds = None
+            if len(cuts) > 2:
+                arr = np.array(cuts, np.int64)
+                self._bound_arrays.append(arr)  # kept alive: the pool reads it by address
+                bounds = (arr.ctypes.data, len(cuts) - 1)
+            fn = self._kernels[info.symbol]
+            plan.append((k, fn, self._addresses[info.symbol], info.parallel_extent, bounds, None))
+        self._plans[key] = plan
+        return plan
+
+    def _run_special(self, special: Special, storages: list[np.ndarray]) -> None:
+        run_root_special(special, self._buffers, storages)
+
+    def _in_place_view(self, special: Special | None) -> bool:
+        """Whether ``special`` is a ``bitview`` whose result ``place`` gave its
+        source's bytes: two dense temporaries of one arena at one offset, so the
+        special has nothing to do (:func:`.host.run_root_special` would find the
+        same memory at every call).  Left out of the plan, it no longer splits
+        the run of kernels around it into two native calls (ResNet-50 int8: 53
+        views, one per quantised convolution)."""
+        if special is None or special.op != "bitview":
+            return False
+        if len(special.inputs) != 1 or len(special.outputs) != 1:
+            return False
+        found = [b for b in self._temps if b.info.name in (special.inputs[0], special.outputs[0])]
+        if len(found) != 2:
+            return False
+        x, y = found
+        return (
+            x.offset is not None
+            and x.offset == y.offset
+            and x.location == y.location
+            and x.nbytes == y.nbytes
+            and x.dense
+            and y.dense
+            and x.origin == 0 == y.origin
+        )
