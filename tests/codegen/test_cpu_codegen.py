@@ -16,6 +16,8 @@ import stripeml
 from stripeml.codegen.llvm import generate
 from stripeml.runtime.cpu import CpuBackend, CpuOptions
 
+from .helpers import program, run
+
 ROWSUM = "function (X[N, K]) -> (S) { S[n : N] = +(X[n, k]); }"
 ROWMAX = "function (X[N, K]) -> (S) { S[n : N] = >(X[n, k]); }"
 MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * B[k, n]); }"
@@ -23,16 +25,6 @@ CHAIN = "function (A, B, C) -> (Y) { Y = tanh(A * B + C) * 0.5 + A; }"
 PADDED = """function (I[N, X, CI], K[KX, CI, CO]) -> (O) {
     O[n, x, co : N, X, CO] = +(I[n, x + kx - 1, ci] * K[kx, ci, co]);
 }"""
-
-
-def program(src: str, *arrays):
-    return stripeml.compile(src, target="interp").lower(*arrays).program
-
-
-def run(src: str, *arrays, **options):
-    p = program(src, *arrays)
-    compiled = CpuBackend(CpuOptions(**options)).compile(p)
-    return compiled.run(dict(zip([r.into for r in p.inputs], arrays)))
 
 
 @pytest.mark.parametrize("n", [1, 3, 7, 8, 9, 15, 16, 17, 33])

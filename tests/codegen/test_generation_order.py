@@ -19,42 +19,16 @@ from stripeml.codegen.llvm import body_opt_level, body_symbol, generate
 from stripeml.ir.nodes import Block
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import stripeml.onnx  # noqa: E402
+
+from .helpers import gelu_matmul_model  # noqa: E402
 
 K, N = 768, 3072  # BERT-base's feed-forward: the shape its tiling has
 
 
-def _model() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
-    """``gelu(sin(X) @ W + C)`` (the erf form BERT exports): an O3 leaf (the
-    ``sin``), the weights' panels (O1) and the matmul with its epilogue (O3,
-    nested), in that order."""
-    rng = np.random.default_rng(11)
-    w = (rng.standard_normal((K, N)) * 0.03).astype(np.float32)
-    c = (rng.standard_normal(N) * 0.1).astype(np.float32)
-    consts = {"s2": 1.4142135, "one": 1.0, "half": 0.5}
-    nodes = [
-        helper.make_node("Sin", ["X"], ["S"]),
-        helper.make_node("MatMul", ["S", "W"], ["Z"]),
-        helper.make_node("Add", ["Z", "C"], ["A"]),
-        helper.make_node("Div", ["A", "s2"], ["D"]),
-        helper.make_node("Erf", ["D"], ["E"]),
-        helper.make_node("Add", ["E", "one"], ["F"]),
-        helper.make_node("Mul", ["A", "F"], ["G"]),
-        helper.make_node("Mul", ["G", "half"], ["Y"]),
-    ]
-    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")]
-    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()]
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, "S", K])
-    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, "S", N])
-    graph = helper.make_graph(nodes, "sin_gelu_matmul", [x], [y], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model, w, c
-
-
 def test_the_nested_o3_body_is_generated_first() -> None:
-    model, w, c = _model()
+    model, w, c = gelu_matmul_model(K, N, 11, sin=True)
     f = stripeml.onnx.compile(model, target="cpu")
     x = np.random.default_rng(3).standard_normal((1, 16, K)).astype(np.float32)
     program = f.lower(x).program

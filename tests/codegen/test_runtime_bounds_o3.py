@@ -22,35 +22,12 @@ from stripeml.ir.nodes import Block
 from stripeml.runtime import jit
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import stripeml.onnx  # noqa: E402
 
+from .helpers import gelu_matmul_model  # noqa: E402
+
 K, N = 768, 3072  # BERT-base's feed-forward: the shape its tiling has
-
-
-def _gelu_model() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
-    """``gelu(X @ W + C)`` (the erf form BERT exports) over a sequence of any length."""
-    rng = np.random.default_rng(7)
-    w = (rng.standard_normal((K, N)) * 0.03).astype(np.float32)
-    c = (rng.standard_normal(N) * 0.1).astype(np.float32)
-    consts = {"s2": 1.4142135, "one": 1.0, "half": 0.5}
-    nodes = [
-        helper.make_node("MatMul", ["X", "W"], ["Z"]),
-        helper.make_node("Add", ["Z", "C"], ["A"]),
-        helper.make_node("Div", ["A", "s2"], ["D"]),
-        helper.make_node("Erf", ["D"], ["E"]),
-        helper.make_node("Add", ["E", "one"], ["F"]),
-        helper.make_node("Mul", ["A", "F"], ["G"]),
-        helper.make_node("Mul", ["G", "half"], ["Y"]),
-    ]
-    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(c, "C")]
-    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts.items()]
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, "S", K])
-    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, "S", N])
-    graph = helper.make_graph(nodes, "gelu_matmul", [x], [y], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return model, w, c
 
 
 def _expected(x: np.ndarray, w: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -68,7 +45,7 @@ def _matmul_kernel(program) -> Block:
 
 
 def test_the_gelu_matmul_takes_its_tile_loops_at_run_time() -> None:
-    model, _, _ = _gelu_model()
+    model, _, _ = gelu_matmul_model(K, N, 7)
     f = stripeml.onnx.compile(model, target="cpu")
     kernel = _matmul_kernel(f.lower(_x(64)).program)
     assert body_opt_level(kernel, 16) == 3  # for the erf in its epilogue
@@ -94,7 +71,7 @@ def test_other_o3_bodies_keep_their_constants() -> None:
 
 
 def test_two_lengths_generate_one_body_text() -> None:
-    model, _, _ = _gelu_model()
+    model, _, _ = gelu_matmul_model(K, N, 7)
     f = stripeml.onnx.compile(model, target="cpu")
     texts = []
     for rows in (128, 64):
@@ -111,7 +88,7 @@ def test_a_second_length_links_the_first_lengths_body(tmp_path, monkeypatch) -> 
     NumPy does at both lengths."""
     monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")  # every compile counted here
     monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
-    model, w, c = _gelu_model()
+    model, w, c = gelu_matmul_model(K, N, 7)
     f = stripeml.onnx.compile(model, target="cpu")
     for rows, modules in ((128, None), (64, 1)):
         x = _x(rows)

@@ -9,24 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import stripeml
 from stripeml.codegen.llvm import generate
-from stripeml.runtime.cpu import CpuBackend, CpuOptions
+
+from .helpers import program, run
 
 T2 = "function (X[M, N]) -> (Y) { Y[n, m : N, M] = =(X[m, n]); }"
 T3 = "function (X[A, B, C]) -> (Y) { Y[a, c, b : A, C, B] = =(X[a, b, c]); }"
 # nest's key panels: keys in panels of 32 along the last dimension.
 PANELS = "function (X[B, S, H]) -> (Y) { Y[p, b, h, c : P, B, H, 32] = =(X[b, 32 * p + c, h]); }"
-
-
-def program(src: str, *arrays):
-    return stripeml.compile(src, target="interp").lower(*arrays).program
-
-
-def run(src: str, *arrays, **options):
-    p = program(src, *arrays)
-    compiled = CpuBackend(CpuOptions(**options)).compile(p)
-    return compiled.run(dict(zip([r.into for r in p.inputs], arrays)))
 
 
 def _array(shape, dtype) -> np.ndarray:

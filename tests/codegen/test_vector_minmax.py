@@ -14,9 +14,9 @@ import itertools
 import numpy as np
 import pytest
 
-import stripeml
 from stripeml.codegen.llvm import generate
-from stripeml.runtime.cpu import CpuBackend, CpuOptions
+
+from .helpers import program, run
 
 ROWMAX = "function (X[N, K]) -> (S) { S[n : N] = >(X[n, k]); }"
 ROWMIN = "function (X[N, K]) -> (S) { S[n : N] = <(X[n, k]); }"
@@ -30,16 +30,6 @@ SCORES = """function (X[N, K], M[N, K]) -> (S, E) {
 }"""
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-40, -1e-40, 3.5]
-
-
-def program(src: str, *arrays):
-    return stripeml.compile(src, target="interp").lower(*arrays).program
-
-
-def run(src: str, *arrays, **options):
-    p = program(src, *arrays)
-    compiled = CpuBackend(CpuOptions(**options)).compile(p)
-    return compiled.run(dict(zip([r.into for r in p.inputs], arrays)))
 
 
 def same(got, want) -> bool:
