@@ -11,12 +11,11 @@ import re
 
 import numpy as np
 import pytest
+from codegen_helpers import program, run
 
 import stripeml
 from stripeml.codegen.llvm import generate
 from stripeml.runtime.cpu import CpuBackend, CpuOptions
-
-from .helpers import program, run
 
 ROWSUM = "function (X[N, K]) -> (S) { S[n : N] = +(X[n, k]); }"
 ROWMAX = "function (X[N, K]) -> (S) { S[n : N] = >(X[n, k]); }"

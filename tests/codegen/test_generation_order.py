@@ -20,9 +20,9 @@ from stripeml.ir.nodes import Block
 
 onnx = pytest.importorskip("onnx")
 
-import stripeml.onnx  # noqa: E402
+from codegen_helpers import gelu_matmul_model  # noqa: E402
 
-from .helpers import gelu_matmul_model  # noqa: E402
+import stripeml.onnx  # noqa: E402
 
 K, N = 768, 3072  # BERT-base's feed-forward: the shape its tiling has
 

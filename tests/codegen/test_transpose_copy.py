@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codegen_helpers import program, run
 
 from stripeml.codegen.llvm import generate
-
-from .helpers import program, run
 
 T2 = "function (X[M, N]) -> (Y) { Y[n, m : N, M] = =(X[m, n]); }"
 T3 = "function (X[A, B, C]) -> (Y) { Y[a, c, b : A, C, B] = =(X[a, b, c]); }"

@@ -13,10 +13,9 @@ import itertools
 
 import numpy as np
 import pytest
+from codegen_helpers import program, run
 
 from stripeml.codegen.llvm import generate
-
-from .helpers import program, run
 
 ROWMAX = "function (X[N, K]) -> (S) { S[n : N] = >(X[n, k]); }"
 ROWMIN = "function (X[N, K]) -> (S) { S[n : N] = <(X[n, k]); }"
