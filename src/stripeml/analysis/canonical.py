@@ -161,9 +161,45 @@ def canonical_kernel(root: Block, kernel: Block) -> CanonicalKernel:
     hit = done.get(id(kernel))
     if hit is not None and hit[0] is kernel:
         return hit[1]
-    made = _canonical(root, kernel)
+    made = _from_copy(root, kernel) or _canonical(root, kernel)
     done[id(kernel)] = (kernel, made)
     return made
+
+
+#: Kernels that are renamings of another kernel of their program (the copies of a
+#: repeated layer, :mod:`stripeml.passes._replicate`): per program noted, the
+#: copy's id -> (the copy, the kernel it copies); the last two programs' kept.
+_COPIES: tuple[dict[int, tuple[Block, Block]], ...] = ()
+
+
+def note_copies(pairs: list[tuple[Block, Block]]) -> None:
+    """Note that each ``(copy, source)`` of ``pairs`` is ``source`` with its names
+    changed, root buffers included (a root buffer of the copy has the dtype,
+    sizes and strides of the source's buffer it stands for, which
+    :func:`canonical_kernel` checks): their canonical forms differ only in
+    :attr:`CanonicalKernel.buffers`, so the copy's is made from the source's."""
+    global _COPIES
+    _COPIES = (*_COPIES[-1:], {id(c): (c, s) for c, s in pairs})
+
+
+def _from_copy(root: Block, kernel: Block) -> CanonicalKernel | None:
+    """``kernel``'s canonical form from the kernel it copies (:func:`note_copies`),
+    or None when it is not a noted copy."""
+    for noted in _COPIES:
+        hit = noted.get(id(kernel))
+        if hit is None or hit[0] is not kernel:
+            continue
+        source = canonical_kernel(root, hit[1])
+        used = kernel_buffers(kernel)
+        refs = _root_refs(root)
+        if len(used) != len(source.buffers):
+            return None
+        for mine, theirs in zip(used, source.buffers):
+            a, b = refs.get(mine), refs.get(theirs)
+            if a is None or b is None or a.shape != b.shape:
+                return None
+        return CanonicalKernel(source.program, used, source.text, source.offsets)
+    return None
 
 
 def _canonical(root: Block, kernel: Block) -> CanonicalKernel:

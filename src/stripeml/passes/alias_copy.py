@@ -77,6 +77,7 @@ class AliasCopy:
     """Let a copied temporary's producer write the copy's destination (no options)."""
 
     name: ClassVar[str] = "alias_copy"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         def at(root: Block, k: int) -> Block | None:

@@ -36,6 +36,7 @@ class AliasDefault:
     """Remove a ``default`` copy whose source is dead afterwards (no options)."""
 
     name: ClassVar[str] = "alias_default"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         def at(root: Block, i: int) -> Block | None:

@@ -51,6 +51,7 @@ class AliasReshape:
     """Replace row-major ``reshape`` copies by merged accesses (no options)."""
 
     name: ClassVar[str] = "alias_reshape"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         flows = _Flows()

@@ -56,6 +56,7 @@ class AliasView:
     """Replace copies whose readers can read the source through views (no options)."""
 
     name: ClassVar[str] = "alias_view"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         root = rewrite_until_fixed(program.root, _alias, resume=True)

@@ -101,6 +101,7 @@ class Autotile:
     max_candidates: int = 4096
     ragged: bool = True
     name: ClassVar[str] = "autotile"
+    layer_local: ClassVar[bool] = True
     # The search space of ``stripeml tune`` (docs/tuning.md): each kernel is tiled
     # on its own, so its share of the level may differ from the file's.
     tunable: ClassVar[dict[str, tuple[object, ...]]] = {

@@ -92,6 +92,7 @@ class Cache:
     dirs: str = "all"
     max_bytes: int = 0
     name: ClassVar[str] = "cache"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)

@@ -46,6 +46,7 @@ class Dce:
     """Remove dead kernels, dead stores, dead scalars and unused buffers (no options)."""
 
     name: ClassVar[str] = "dce"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         root = program.root

@@ -88,6 +88,7 @@ class DivideLate:
     """Move a softmax's division after the product that reads it (no options)."""
 
     name: ClassVar[str] = "divide_late"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         root = program.root

@@ -95,6 +95,7 @@ class Epilogue:
 
     select: str = "tiled"
     name: ClassVar[str] = "epilogue"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)

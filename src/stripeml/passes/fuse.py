@@ -142,6 +142,7 @@ class Fuse:
     # ``nest`` builds its row chains from them.
     keep_epilogues: bool = True
     name: ClassVar[str] = "fuse"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         # Greedy from the first kernel on: fuse the last two items while they fuse

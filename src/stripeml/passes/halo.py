@@ -115,6 +115,7 @@ class Halo:
     # per slab: fewer kernels to pass, compile and dispatch.
     merge_fills: bool = True
     name: ClassVar[str] = "halo"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)

@@ -66,6 +66,7 @@ class Localize:
     """Move allocations into the one block that uses them and shrink them to their footprint."""
 
     name: ClassVar[str] = "localize"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         root = _localize(program.root, ())

@@ -152,6 +152,7 @@ class Nest:
     unit_taps: bool = True  # an index over one point (a 1x1 kernel's ky) reads as 0 in rows
     in_place: bool = False  # an intermediate written over the one it is computed from (in_place)
     name: ClassVar[str] = "nest"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)

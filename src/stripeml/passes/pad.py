@@ -47,6 +47,7 @@ class Pad:
     multiple: int = 8
     locations: tuple[str, ...] = ()
     name: ClassVar[str] = "pad"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_non_negative(self, "multiple")

@@ -66,6 +66,7 @@ class PartialSums:
     min_points: int = 1 << 16
     select: str = "kernel"
     name: ClassVar[str] = "partial_sums"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)

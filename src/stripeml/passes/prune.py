@@ -52,6 +52,7 @@ class Prune:
     """Remove range-1 indices, implied constraints and unused refinements (no options)."""
 
     name: ClassVar[str] = "prune"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         root = program.root

@@ -239,6 +239,22 @@ def check_names(p: object, locations: Collection[str]) -> None:
 # search starts from and every candidate replaces fields of.
 
 
+# --------------------------------------------------------------------------
+# Repeated layers (:mod:`._replicate`)
+#
+# A pass that decides each root statement from that statement, the statements
+# around it and where the buffers it touches are used (nothing counted over the
+# whole program) declares ``layer_local = True``: the pass manager may then run
+# it over three repeats of a model's repeated layers and copy the middle one's
+# result for the others.  ``place``, which lays out all of a program's
+# temporaries at once, does not; nor does a pass that declares nothing.
+
+
+def layer_local(p: object) -> bool:
+    """Whether pass ``p`` (object or class) declares ``layer_local``."""
+    return bool(getattr(p, "layer_local", False))
+
+
 def tunable_options(p: object) -> dict[str, tuple[object, ...]]:
     """Option -> values to try, of a pass (object or class); ``{}``: none."""
     declared = getattr(p, "tunable", None) or {}

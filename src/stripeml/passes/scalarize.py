@@ -45,6 +45,7 @@ class Scalarize:
     """Replace allocations used only by their block's own store-then-loads with scalars (no options)."""
 
     name: ClassVar[str] = "scalarize"
+    layer_local: ClassVar[bool] = True
 
     def run(self, program: Program) -> Program:
         root = map_blocks(program.root, lambda b, outer: _scalarize_block(b) if outer else b)

@@ -83,6 +83,7 @@ class Thread:
     # products) differ in work by 100x.
     serial_below: int = 0
     name: ClassVar[str] = "thread"
+    layer_local: ClassVar[bool] = True
     tunable: ClassVar[dict[str, tuple[object, ...]]] = {
         "rank": (0, 1, 2, 3),
         "serial_below": (0, 1 << 18, 1 << 20, 1 << 22, 1 << 24),

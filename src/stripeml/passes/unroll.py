@@ -179,6 +179,7 @@ class Unroll:
     # vectors stay three 4 x 1 tiles, a second kernel costing more than it saves).
     vector_groups: int = 4
     name: ClassVar[str] = "unroll"
+    layer_local: ClassVar[bool] = True
     # The search space of ``stripeml tune`` (docs/tuning.md), from the shape
     # :meth:`shaped` gives: every root kernel is tiled on its own.
     tunable: ClassVar[dict[str, tuple[object, ...]]] = {

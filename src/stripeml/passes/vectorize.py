@@ -31,6 +31,7 @@ class Vectorize:
     width: int = 8
     select: str = "kernel"
     name: ClassVar[str] = "vectorize"
+    layer_local: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)

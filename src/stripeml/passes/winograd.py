@@ -149,6 +149,7 @@ class Winograd:
     # transformed at every call: only images of at least this many output blocks.
     min_blocks_computed_weights: int = 16
     name: ClassVar[str] = "winograd"
+    layer_local: ClassVar[bool] = True
     # ``min_channels`` 16 (below the file's 32): SqueezeNet's 3 x 3 16 -> 64
     # convolution ran 1.15-1.21x faster in its window (docs/tuning.md); no
     # benchmark convolution has 8-15 channels, so lower values would be dead.
