@@ -215,7 +215,10 @@ class CpuBackend:
             entry, bodies = self._generate(whole, cache, key, body_cache, described)
         code = entry.module.llvm_ir + "".join(f"\n{b.module.llvm_ir}" for b in bodies)
         with phase("load"):
-            loaded = jit.load_object([entry.object_code, *(b.object_code for b in bodies)])
+            loaded = jit.load_object(
+                [entry.object_code, *(b.object_code for b in bodies)],
+                bodies=[b.symbol for b in entry.module.bodies],
+            )
         if whole is not None:
             facts = Liveness(whole, key, o.cache_dir)
         else:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -158,12 +159,40 @@ def compile_ir(ir_text: str, count: bool = True, opt: int = _OPT_LEVEL) -> bytes
 class LoadedObject:
     """Object code linked into its own MCJIT engine; frees the code when collected.
     ``object_code`` is one object or several, linked together (a wrapper in
-    one may call a body in another)."""
+    one may call a body in another).
 
-    def __init__(self, object_code: bytes | Sequence[bytes], count: bool = True) -> None:
+    ``bodies``: the symbol each object after the first defines (a kernel body,
+    :mod:`stripeml.codegen.llvm`).  A body another engine of this process holds
+    already is not linked again: its address is given to the linker
+    (``llvm.add_symbol``) and this object keeps that engine alive.  A second
+    input shape of a model links the bodies it shares with the first (a
+    transformer's at another sequence length: 15 of 17) without loading them.
+    A body is named by its code (its symbol hashes its canonical kernel), so it
+    is the same code wherever it was loaded; an engine resolves the symbols its
+    own objects define before any given from outside, so a body loaded again
+    (its engine gone) is its own."""
+
+    def __init__(
+        self, object_code: bytes | Sequence[bytes], count: bool = True, bodies: Sequence[str] = ()
+    ) -> None:
         objects = [object_code] if isinstance(object_code, bytes) else list(object_code)
         with _LOCK:
             STATS["load"] += count
+            self._uses: list[LoadedObject] = []  # engines holding bodies this one calls
+            linked: list[str] = []  # the bodies this engine loads itself
+            if bodies:
+                keep = objects[:1]
+                for symbol, obj in zip(bodies, objects[1:]):
+                    held = _BODIES.get(symbol)
+                    engine = held[0]() if held is not None else None
+                    if engine is None or held is None:
+                        keep.append(obj)
+                        linked.append(symbol)
+                        continue
+                    llvm.add_symbol(symbol, held[1])
+                    if all(engine is not e for e in self._uses):
+                        self._uses.append(engine)
+                objects = keep
             # MCJIT needs a module to start from; an empty one with the host triple.
             empty = llvm.parse_assembly("")
             empty.triple = host().triple
@@ -173,6 +202,11 @@ class LoadedObject:
             for obj in self._objects:
                 self._engine.add_object_file(obj)
             self._engine.finalize_object()
+            mine = weakref.ref(self)
+            for symbol in linked:
+                addr = self._engine.get_function_address(symbol)
+                if addr:
+                    _BODIES[symbol] = (mine, addr)
 
     def address(self, symbol: str) -> int:
         """The address of ``symbol``; an InternalError when the object lacks it."""
@@ -187,6 +221,16 @@ class LoadedObject:
         return KERNEL_TYPE(self.address(symbol))
 
 
-def load_object(object_code: bytes | Sequence[bytes], count: bool = True) -> LoadedObject:
-    """Link ``object_code`` into a fresh engine (no parsing, no optimisation)."""
-    return LoadedObject(object_code, count)
+#: The kernel bodies linked in this process: symbol -> (the engine holding it,
+#: weakly; its address).  An entry whose engine is gone is replaced by the next
+#: engine that loads the body.
+_BODIES: dict[str, tuple[weakref.ref[LoadedObject], int]] = {}
+
+
+def load_object(
+    object_code: bytes | Sequence[bytes], count: bool = True, bodies: Sequence[str] = ()
+) -> LoadedObject:
+    """Link ``object_code`` into a fresh engine (no parsing, no optimisation);
+    ``bodies``: the symbols of the objects after the first (see
+    :class:`LoadedObject`: those another engine holds are not loaded again)."""
+    return LoadedObject(object_code, count, bodies)
