@@ -7,6 +7,8 @@ the head's size up."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ import pytest
 import stripeml
 from attention import ATTENTION, attention_reference
 from stripeml import api
-from stripeml.ir.nodes import Block
+from stripeml.codegen.llvm import body_opt_level
+from stripeml.ir.nodes import Block, Intrinsic
 from stripeml.runtime import cpu, jit, llvm_pool, llvm_worker
 from stripeml.targets.host import detect_vector_width
 
@@ -46,9 +49,10 @@ def test_the_walk_limit_is_set_where_modules_are_optimised() -> None:
 
 
 def test_the_walk_limit_changes_no_object() -> None:
-    # the attention nest's body: a quarter of its O3 time was these walks
+    # the attention nest's body (O2, where dead-store elimination runs too): a
+    # quarter of its O3 time was these walks
     bodies = _attention_bodies()
-    assert any(opt == 3 for _, opt in bodies)
+    assert any(opt >= 2 for _, opt in bodies)
     limited = [jit.compile_ir(text, opt=opt) for text, opt in bodies]
     try:
         llvm.set_option("stripeml", "-dse-memoryssa-walklimit=90")  # LLVM's default
@@ -57,6 +61,33 @@ def test_the_walk_limit_changes_no_object() -> None:
         llvm_worker._EFFORT_SET = False
         llvm_worker.limit_effort()
     assert limited == default
+
+
+def _without_exp(blk: Block) -> Block:
+    stmts = tuple(
+        _without_exp(t)
+        if isinstance(t, Block)
+        else dataclasses.replace(t, op="log")
+        if isinstance(t, Intrinsic) and t.op == "exp"
+        else t
+        for t in blk.stmts
+    )
+    return dataclasses.replace(blk, stmts=stmts)
+
+
+def test_attention_nests_compile_at_o2_and_match_numpy() -> None:
+    """The attention nest (a contraction and an ``exp``) gets LLVM's O2: as fast
+    as O3 for a third of the compile; its results are NumPy's."""
+    args = _inputs(12, 128, 128, 64, 64)
+    f = stripeml.compile(ATTENTION, target="cpu")
+    exe = f.lower(*args)
+    nests = [s for s in exe.program.root.stmts if isinstance(s, Block) and "nest" in s.tags]
+    assert nests
+    assert all(body_opt_level(n, detect_vector_width()) == 2 for n in nests)
+    # the same nest with a ``log`` for the ``exp`` (no softmax: a convolution
+    # chain's nest, say) stays at O3
+    assert all(body_opt_level(_without_exp(n), detect_vector_width()) == 3 for n in nests)
+    np.testing.assert_allclose(f(*args), attention_reference(*args), rtol=1e-4, atol=1e-5)
 
 
 def test_a_nest_costs_more_than_a_flat_module_of_its_length() -> None:
