@@ -107,3 +107,59 @@ def test_special_output_goes_through_aggregation():
     )  # fmt: skip
     out = run_all(program([xr, yr], [k]), {"X": x})["Y"]
     np.testing.assert_allclose(out, x.sum(axis=0, keepdims=True), rtol=1e-6)
+
+
+def test_a_view_of_one_point_reads_the_elements_its_offsets_name() -> None:
+    """``read_view``'s strided read of a one-point view (a folded ``Gather``'s
+    table) gives exactly the elements the flat offsets name, for dense,
+    strided and broadcast views; and the offsets' path is taken where the view
+    would leave its storage."""
+    from stripeml.ir.nodes import Refinement, TensorShape
+    from stripeml.runtime.interp.memory import RefState
+    from stripeml.runtime.interp.specials import element_offsets, read_view
+
+    storage = np.arange(200, dtype=np.float32) * 0.5
+    cases = [
+        ((4, 5), (5, 1), 3),
+        ((3, 4), (40, 2), 7),
+        ((2, 3, 4), (0, 4, 1), 11),
+        ((6,), (1,), 194),
+    ]
+    for sizes, strides, base in cases:
+        ref = Refinement("in", "A", TensorShape("f32", sizes, strides))
+        state = RefState(ref, storage, np.array([base], np.int64), None)
+        want = storage[element_offsets(state)].reshape((1, *sizes))
+        got = read_view(state)
+        assert got.shape == want.shape and np.array_equal(got, want)
+        got[...] = -1  # a copy: the storage is untouched
+        assert storage[base] == base * 0.5
+    ref = Refinement("in", "A", TensorShape("f32", (6,), (1,)))
+    with pytest.raises(IndexError):
+        read_view(RefState(ref, storage, np.array([195], np.int64), None))
+
+
+def test_a_copy_into_a_view_of_one_point_stores_what_the_offsets_name() -> None:
+    """``run_special``'s strided store (one point, a plain write of distinct
+    elements) writes exactly the elements the flat offsets name; a view with
+    repeated offsets takes the offsets' path."""
+    from stripeml.ir.nodes import Refinement, Special, TensorShape
+    from stripeml.runtime.interp.frame import write
+    from stripeml.runtime.interp.memory import RefState
+    from stripeml.runtime.interp.specials import element_offsets, run_special
+
+    src = np.arange(60, dtype=np.float32) + 0.25
+    for sizes, strides, base in [((3, 4), (4, 1), 0), ((3, 4), (9, 2), 5), ((2, 3), (0, 1), 2)]:
+        a = Refinement("in", "A", TensorShape("f32", sizes, (sizes[1], 1)))
+        b = Refinement("out", "B", TensorShape("f32", sizes, strides))
+        got = np.zeros(50, np.float32)
+        refs = {
+            "A": RefState(a, src, np.array([7], np.int64), None),
+            "B": RefState(b, got, np.array([base], np.int64), None),
+        }
+        run_special(Special("copy", ("A",), ("B",)), refs, write)
+        want = np.zeros(50, np.float32)
+        values = src[element_offsets(refs["A"])].reshape(-1)
+        want[element_offsets(RefState(b, want, np.array([base], np.int64), None)).reshape(-1)] = (
+            values
+        )
+        assert np.array_equal(got, want)

@@ -13,6 +13,7 @@ node.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import threading
 from collections import OrderedDict
@@ -144,16 +145,18 @@ MAX_FOLD_BYTES = 8 << 20
 
 
 def _key(fingerprint: str, source: str, params: list[np.ndarray]) -> bytes | None:
-    """The entry key of ``source`` run on ``params``, or None when not remembered."""
+    """The entry key of ``source`` run on ``params`` (a SHA-256 of them, hashed
+    from the arrays' own memory: a BERT's 1.5 MB position table is neither
+    copied nor joined), or None when not remembered."""
     if sum(p.nbytes for p in params) > MAX_FOLD_BYTES:
         return None
-    parts = [f"fold\0{fingerprint}\0{source}\0{len(params)}\0".encode()]
+    h = hashlib.sha256(f"fold\0{fingerprint}\0{source}\0{len(params)}\0".encode())
     for p in params:
         if p.dtype.kind not in "biuf" or p.dtype.hasobject:
             return None
-        parts.append(f"{p.dtype.str}{p.shape}\0".encode())
-        parts.append(np.ascontiguousarray(p).tobytes())
-    return b"".join(parts)
+        h.update(f"{p.dtype.str}{p.shape}\0".encode())
+        h.update(np.ascontiguousarray(p).data)  # the array's own bytes, not a copy
+    return h.digest()
 
 
 def _remembered(api: Any, key: bytes | None, shapes: list[tuple[int, ...]]) -> list | None:

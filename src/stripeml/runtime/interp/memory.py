@@ -115,7 +115,7 @@ class Accumulator:
         """Store ``values`` (of ``shape``) at ``start + sum(i_d * steps[d])``."""
         if 0 in shape:
             return
-        if not _injective(shape, steps):
+        if not injective(shape, steps):
             self.store(
                 box_offsets(start, shape, steps).ravel(), np.broadcast_to(values, shape).ravel()
             )
@@ -147,7 +147,7 @@ def box_offsets(start: int, shape: tuple[int, ...], steps: tuple[int, ...]) -> n
     return np.broadcast_to(out, shape)
 
 
-def _injective(shape: tuple[int, ...], steps: tuple[int, ...]) -> bool:
+def injective(shape: tuple[int, ...], steps: tuple[int, ...]) -> bool:
     """Whether distinct box points map to distinct offsets (sufficient test)."""
     span = 0
     for n, s in sorted(((n, abs(s)) for n, s in zip(shape, steps) if n > 1), key=lambda t: t[1]):
