@@ -1,4 +1,5 @@
-"""Repeated layers run through the pipeline once (``passes/_replicate.py``).
+"""Repeated layers run through the pipeline once (``passes/_replicate.py``,
+``passes/_repeats.py``).
 
 A stack of identical attention layers, each with weights of its own, reading
 buffers all layers share: the pass manager runs the layer-local passes over
@@ -18,7 +19,7 @@ import pytest
 import stripeml
 from stripeml.ir.nodes import Block, Program, Refinement, TensorShape
 from stripeml.ir.printer import format as format_ir
-from stripeml.passes import _replicate
+from stripeml.passes import _repeats, _replicate
 from stripeml.passes.manager import run_pipeline
 from stripeml.runtime.interp import run
 from stripeml.targets import resolve
@@ -214,7 +215,7 @@ def test_a_merged_cut_is_tried_again_elsewhere(monkeypatch: pytest.MonkeyPatch) 
     (a layer's residual add into the next layer's sum), a second start splits;
     it is remembered for the next input shape, which splits at once."""
     layers = 6
-    monkeypatch.setattr(_replicate, "_STARTS", {})
+    monkeypatch.setattr(_repeats, "_STARTS", {})
     tries: list[object] = []
     real = _replicate.realigned
 

@@ -11,26 +11,7 @@ manager runs the passes over that smaller program, and :func:`expand` copies
 the middle repeat's result back for every middle repeat, each with its own
 buffer and kernel names.
 
-**When the repeats are found.**  Each root statement gets a *skeleton*: the
-statement with every name (of a buffer, a view, a scalar) replaced by the order
-of its first appearance, block names and comments left out, indices, tags,
-shapes, accesses, constants and everything else kept.  A period ``L`` (at
-least :data:`MIN_PERIOD` statements) is a run where each statement's skeleton
-is the one ``L`` statements on, for at least :data:`MIN_REPEATS` repeats; the
-period that sets aside the most statements wins, and the repeats start where
-the fewest buffers cross from one repeat to the next (between layers, not
-between a product and its bias).  Then, numbering each repeat's root buffers
-in order of first use (its *window numbers*):
-
-* every repeat uses its numbers in the same pattern;
-* each number names either one buffer shared by every repeat (an attention
-  mask the layers all read) or a buffer of each repeat's own, and the middle
-  repeats' buffers of one number have the same direction, shape,
-  aggregation, location, offset and ``const`` mark (the last layer's result
-  may be the program's);
-* every middle repeat's own buffers are used at the same statements relative
-  to its start: no statement outside the repeat and its two neighbours reads
-  them, and the neighbours read them alike.
+**When the repeats are found**: :mod:`._repeats`.
 
 **What the passes may do.**  Only passes that declare ``layer_local`` run on
 the smaller program (:func:`.registry.layer_local`): each decides a statement
@@ -65,9 +46,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from dataclasses import replace
 
 from ..analysis.canonical import note_copies
 from ..ir.nodes import (
@@ -83,10 +62,9 @@ from ..ir.nodes import (
     Store,
 )
 from ._common import fresh
+from ._repeats import Repeats, find_repeats, realigned, remember, root_names, written
 
 __all__ = [
-    "MIN_PERIOD",
-    "MIN_REPEATS",
     "Repeats",
     "enabled",
     "expand",
@@ -96,277 +74,10 @@ __all__ = [
     "remember",
 ]
 
-#: Root statements per repeat, at least.
-MIN_PERIOD = 4
-#: Repeats, at least (three are kept: fewer would save nothing).
-MIN_REPEATS = 4
-
 
 def enabled() -> bool:
     """Whether the pass manager looks for repeats (``STRIPEML_REPEATS=0``: never)."""
     return os.environ.get("STRIPEML_REPEATS", "1").strip() not in ("0", "off", "no", "false")
-
-
-@dataclass(frozen=True)
-class Repeats:
-    """A run of ``count`` repeats of ``period`` root statements from ``start``.
-
-    ``names[j]``: repeat ``j``'s root buffers by window number; ``own[x]``:
-    whether number ``x`` names a buffer of each repeat's own (else one buffer
-    every repeat shares)."""
-
-    start: int
-    period: int
-    count: int
-    names: tuple[tuple[str, ...], ...]
-    own: tuple[bool, ...]
-    #: the repeated statements found, ``[first, last)``, whatever the repeats' start
-    region: tuple[int, int] = (0, 0)
-    #: every root statement's root buffers, in order of first appearance
-    roots: tuple[tuple[str, ...], ...] = field(default=(), repr=False, compare=False)
-    #: the kinds of a period's statements from ``region``'s first (:func:`remember`)
-    kinds: tuple = field(default=(), repr=False, compare=False)
-
-    def window(self, j: int) -> range:
-        first = self.start + j * self.period
-        return range(first, first + self.period)
-
-    @property
-    def end(self) -> int:
-        return self.start + self.count * self.period
-
-    def own_names(self, j: int) -> list[str]:
-        return [n for n, mine in zip(self.names[j], self.own) if mine]
-
-
-# -- skeletons -------------------------------------------------------------------
-
-
-class _Unknown(Exception):
-    """A statement of no known kind: no skeleton."""
-
-
-def _skeleton(s: Statement) -> tuple[tuple, tuple[str, ...]]:
-    """Root statement ``s`` with its names numbered (see the module docstring),
-    and the root buffers it names, in order of first appearance."""
-    refs: dict[str, int] = {}
-    scalars: dict[str, int] = {}
-
-    def ref(n: str) -> int:
-        return refs.setdefault(n, len(refs)) if n else -1
-
-    def scalar(n: str) -> tuple[bool, int]:
-        return (n.startswith("$"), scalars.setdefault(n, len(scalars)))
-
-    def block(b: Block) -> tuple:
-        views = tuple(
-            (r.dir, ref(r.from_), ref(r.into), r.shape, r.access, r.agg, r.location, r.offset,
-             r.const)
-            for r in b.refs
-        )  # fmt: skip
-        return (b.idxs, b.constraints, b.tags, views, tuple(stmt(t) for t in b.stmts))
-
-    def stmt(t: object) -> tuple:
-        kind = type(t)
-        if kind is Load:
-            return ("load", scalar(t.into), ref(t.ref))  # type: ignore[attr-defined]
-        if kind is Store:
-            return ("store", ref(t.ref), scalar(t.value))  # type: ignore[attr-defined]
-        if kind is Intrinsic:
-            assert isinstance(t, Intrinsic)
-            return ("op", t.op, tuple(map(scalar, t.inputs)), scalar(t.into), t.dtype)
-        if kind is Constant:
-            assert isinstance(t, Constant)
-            return ("const", scalar(t.into), repr(t.value), t.dtype)
-        if kind is LoadIndex:
-            assert isinstance(t, LoadIndex)
-            return ("index", scalar(t.into), t.expr)
-        if kind is Block:
-            assert isinstance(t, Block)
-            return block(t)
-        raise _Unknown
-
-    if isinstance(s, Special):
-        names = tuple(dict.fromkeys((*s.inputs, *s.outputs)))
-        ins, outs = tuple(map(ref, s.inputs)), tuple(map(ref, s.outputs))
-        return ("special", s.op, ins, outs, repr(s.params)), names
-    if not isinstance(s, Block):
-        raise _Unknown
-    names = tuple(dict.fromkeys(r.from_ for r in s.refs if r.from_))
-    return block(s), names
-
-
-def _written(s: Statement) -> set[str]:
-    """The root buffers root statement ``s`` writes."""
-    if isinstance(s, Special):
-        return set(s.outputs)
-    if isinstance(s, Block):
-        return {r.from_ for r in s.refs if r.from_ and r.dir in ("out", "inout")}
-    return set()
-
-
-def _root_names(s: Statement) -> tuple[str, ...]:
-    if isinstance(s, Special):
-        return (*s.inputs, *s.outputs)
-    if isinstance(s, Block):
-        return tuple(r.from_ for r in s.refs if r.from_)
-    return ()
-
-
-# -- finding the repeats -----------------------------------------------------------
-
-
-def find_repeats(program: Program) -> Repeats | None:
-    """The run of repeated root statements of ``program`` that sets aside the
-    most statements, checked as the module docstring says; None when there is
-    none."""
-    root = program.root
-    stmts = root.stmts
-    n = len(stmts)
-    if n < MIN_PERIOD * MIN_REPEATS:
-        return None
-    table: dict[tuple, int] = {}
-    keys: list[int] = []
-    roots: list[tuple[str, ...]] = []
-    try:
-        for s in stmts:
-            sk, names = _skeleton(s)
-            keys.append(table.setdefault(sk, len(table)))
-            roots.append(names)
-    except (_Unknown, TypeError):  # TypeError: a field that does not hash
-        return None
-    ids = np.asarray(keys)
-    best: tuple[int, int, int, int] | None = None  # (statements saved, period, first, run)
-    for period in range(MIN_PERIOD, n // MIN_REPEATS + 1):
-        eq = ids[:-period] == ids[period:]
-        if not eq.any():
-            continue
-        edges = np.diff(np.concatenate(([0], eq.astype(np.int8), [0])))
-        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-        k = int(np.argmax(ends - starts))
-        run = int(ends[k] - starts[k])
-        count = (run + period) // period
-        if count < MIN_REPEATS:
-            continue
-        saved = (count - 3) * period
-        if best is None or saved > best[0]:
-            best = (saved, period, int(starts[k]), run)
-    if best is None:
-        return None
-    _, period, first, run = best
-    kinds = tuple(_kind(stmts[i]) for i in range(first, first + period))
-    known = _STARTS.get(kinds)
-    start = first + known if known is not None else _aligned(roots, period, first, run)
-    rep = _at(root, roots, start, period, (first, first + run + period))
-    return None if rep is None else replace(rep, kinds=kinds)
-
-
-#: Where repeats started that split (see :func:`remember`): the statements' kinds
-#: of a period from the first repeated statement -> the start's offset from it.
-#: A model's next input shape has the same kinds (not the same shapes).
-_STARTS: dict[tuple, int] = {}
-_MAX_STARTS = 64
-
-
-def _kind(s: Statement) -> tuple:
-    if isinstance(s, Special):
-        return ("special", s.op)
-    if isinstance(s, Block):
-        return ("block", tuple(sorted(s.tags)), len(s.refs), len(s.stmts))
-    return (type(s).__name__,)
-
-
-def remember(rep: Repeats) -> None:
-    """Note that ``rep``'s start split (the next input shape starts there)."""
-    if rep.kinds:
-        _STARTS.pop(rep.kinds, None)
-        _STARTS[rep.kinds] = rep.start - rep.region[0]
-        while len(_STARTS) > _MAX_STARTS:
-            _STARTS.pop(next(iter(_STARTS)))
-
-
-def _at(
-    root: Block, roots: list[tuple[str, ...]], start: int, period: int, region: tuple[int, int]
-) -> Repeats | None:
-    """The repeats of ``region`` that start at ``start``, checked; None if fewer
-    than :data:`MIN_REPEATS` fit or the checks fail."""
-    count = (region[1] - start) // period
-    if start < region[0] or count < MIN_REPEATS:
-        return None
-    rep = _checked(root, roots, start, period, count)
-    if rep is None:
-        return None
-    return replace(rep, region=region, roots=tuple(roots))
-
-
-def _aligned(roots: list[tuple[str, ...]], period: int, first: int, run: int) -> int:
-    """Where the repeats start, in ``first .. first + period - 1`` (keeping at
-    least :data:`MIN_REPEATS`): the cut with the fewest buffers that both the
-    repeat before it and the repeat after it use."""
-    best, where = None, first
-    for o in range(period):
-        if (run + period - o) // period < MIN_REPEATS:
-            break
-        cut = first + o + period
-        before = {nm for i in range(cut - period, cut) for nm in roots[i]}
-        after = {nm for i in range(cut, cut + period) for nm in roots[i]}
-        crossing = len(before & after)
-        if best is None or crossing < best:
-            best, where = crossing, first + o
-    return where
-
-
-def _checked(
-    root: Block, roots: list[tuple[str, ...]], start: int, period: int, count: int
-) -> Repeats | None:
-    """The repeats at ``start`` if they pass the module docstring's checks."""
-    names: list[tuple[str, ...]] = []
-    pattern = None
-    for j in range(count):
-        number: dict[str, int] = {}
-        first = start + j * period
-        pat = [tuple(number.setdefault(nm, len(number)) for nm in roots[i])
-               for i in range(first, first + period)]  # fmt: skip
-        if pattern is None:
-            pattern = pat
-        elif pat != pattern:
-            return None
-        names.append(tuple(number))
-    refs = {r.into: r for r in root.refs}
-    own: list[bool] = []
-    for x in range(len(names[0])):
-        these = [names[j][x] for j in range(count)]
-        distinct = len(set(these))
-        if distinct == 1:
-            own.append(False)
-        elif distinct == count:
-            own.append(True)
-        else:
-            return None
-        facts = set()
-        for nm in these[1:-1]:  # the first and the last repeat run as they are
-            r = refs.get(nm)
-            if r is None:
-                return None
-            facts.add((r.dir, r.shape, r.agg, r.location, r.offset, r.const))
-        if len(facts) != 1:
-            return None
-    uses: dict[str, list[int]] = {}
-    for i, nms in enumerate(roots):
-        for nm in nms:
-            uses.setdefault(nm, []).append(i)
-    for x, mine in enumerate(own):
-        if not mine:
-            continue
-        seen = None
-        for j in range(1, count - 1):
-            first = start + j * period
-            rel = tuple(i - first for i in uses[names[j][x]])
-            if seen is None:
-                seen = rel
-            elif rel != seen:
-                return None
-    return Repeats(start, period, count, tuple(names), tuple(own))
 
 
 # -- the smaller program -----------------------------------------------------------
@@ -403,52 +114,6 @@ def _rename_root(s: Statement, names: Mapping[str, str]) -> Statement:
     return s
 
 
-def realigned(original: Program, reduced: Program, done: Program, rep: Repeats) -> Repeats | None:
-    """Other repeats of the same statements when ``done`` (the passes' result on
-    ``reduced``) did not split at ``rep``'s cuts: a pass merged statements on
-    both sides of one (GPT-2's residual add into the next layer norm's mean).
-    Each statement of ``done`` covers the statements of ``reduced`` whose
-    buffers it writes or whose kernels its name holds (``fuse`` names a merged
-    kernel after its parts); a start where no statement covers both sides of
-    any of the three cuts, with the fewest buffers crossing, is tried instead
-    (None: no such start)."""
-    stmts = reduced.root.stmts
-    writer: dict[str, int] = {}
-    for k, s in enumerate(stmts):
-        for nm in _written(s):
-            writer.setdefault(nm, k)
-    names = {s.name: k for k, s in enumerate(stmts) if isinstance(s, Block) and s.name}
-    pattern = None
-    if names:
-        words = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
-        pattern = re.compile(rf"(?<![A-Za-z0-9])(?:{words})(?![A-Za-z0-9])")
-    blocked: set[int] = set()
-    for s in done.root.stmts:
-        members = {writer[nm] for nm in _written(s) if nm in writer}
-        if pattern is not None and isinstance(s, Block):
-            members.update(names[m.group()] for m in pattern.finditer(s.name))
-        if len(members) > 1:
-            blocked.update(range(min(members) + 1, max(members) + 1))
-    period, start = rep.period, rep.start
-    roots = list(rep.roots)
-    best: tuple[int, int, int] | None = None  # (crossing, |offset|, offset)
-    for o in range(-period + 1, period):
-        if any(start + j * period + o in blocked for j in range(3)):
-            continue
-        if start + o < rep.region[0] or (rep.region[1] - start - o) // period < MIN_REPEATS:
-            continue
-        cut = start + o + period
-        before = {nm for i in range(cut - period, cut) for nm in roots[i]}
-        after = {nm for i in range(cut, cut + period) for nm in roots[i]}
-        key = (len(before & after), abs(o), o)
-        if best is None or key < best:
-            best = key
-    if best is None or best[2] == 0:
-        return None
-    got = _at(original.root, roots, start + best[2], period, rep.region)
-    return None if got is None else replace(got, kinds=rep.kinds)
-
-
 # -- copying the middle repeat back ---------------------------------------------------
 
 
@@ -475,13 +140,13 @@ def expand(original: Program, reduced: Program, done: Program, rep: Repeats) -> 
     link_out = own1_set & {
         nm for i in range(len(reduced.root.stmts) - (len(original.root.stmts) - rep.end) - rep.period,
                           len(reduced.root.stmts) - (len(original.root.stmts) - rep.end))
-        for nm in _root_names(reduced.root.stmts[i])
+        for nm in root_names(reduced.root.stmts[i])
     }  # fmt: skip
     stmts = done.root.stmts
-    touched = [set(_root_names(s)) for s in stmts]
-    written = [_written(s) for s in stmts]
+    touched = [set(root_names(s)) for s in stmts]
+    writes = [written(s) for s in stmts]
     inner = own1_set - link_out
-    inside = [k for k in range(len(stmts)) if touched[k] & inner or written[k] & own1_set]
+    inside = [k for k in range(len(stmts)) if touched[k] & inner or writes[k] & own1_set]
     if not inside:
         return None
     p, q = inside[0], inside[-1] + 1
@@ -497,7 +162,7 @@ def expand(original: Program, reduced: Program, done: Program, rep: Repeats) -> 
             return None
     reads_later: set[str] = set()
     for k in range(q, len(stmts)):
-        if written[k] & mine:
+        if writes[k] & mine:
             return None  # the last repeat writes what the middle one made
         reads_later |= touched[k]
     # what the last repeat reads of the middle one: its buffers as the repeat
