@@ -80,7 +80,7 @@ def _steps(exe) -> list[str]:
     return [name for name, _ in exe.timings]
 
 
-@pytest.mark.parametrize("layers", [4, 7])
+@pytest.mark.parametrize("layers", [6, 9])
 def test_layers_run_once_and_copies_are_what_every_layer_gives(
     layers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -214,7 +214,7 @@ def test_a_merged_cut_is_tried_again_elsewhere(monkeypatch: pytest.MonkeyPatch) 
     """Where a pass merges the statements on both sides of the first start's cut
     (a layer's residual add into the next layer's sum), a second start splits;
     it is remembered for the next input shape, which splits at once."""
-    layers = 6
+    layers = 8
     monkeypatch.setattr(_repeats, "_STARTS", {})
     tries: list[object] = []
     real = _replicate.realigned
@@ -246,3 +246,26 @@ def test_a_merged_cut_is_tried_again_elsewhere(monkeypatch: pytest.MonkeyPatch) 
     # the first shape's first start did not split, its second did; the second
     # shape started there
     assert len(tries) == 1 and tries[0] is not None
+
+
+def test_repeats_that_set_aside_under_half_the_program_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five layers after a chain of 60 other statements: setting two layers
+    aside would leave the passes most of their work (as the light ResNet-50's
+    5 equal blocks would of its 178 statements), so the whole pipeline runs."""
+    layers = 5
+    body = _source(layers).split("\n")
+    chain = [f"    Z{i} = Z{i - 1} * {i}.5;" for i in range(1, 61)]
+    body[0] = body[0].replace("(X0[M, D]", "(Z0[M, D]")
+    source = "\n".join([body[0], *chain, "    X0 = Z60;", *body[1:]])
+    arrays = _inputs(layers)
+    f = stripeml.compile(source, target="interp")
+    program = f.lower(*arrays).program
+    assert _replicate.find_repeats(program) is None
+    _, exe = _compiled(source, arrays, True, monkeypatch)
+    assert "repeats set aside" not in _steps(exe)
+    # the same layers alone are replicated
+    assert _replicate.find_repeats(
+        stripeml.compile(_source(layers), target="interp").lower(*arrays).program
+    )
