@@ -127,8 +127,8 @@ def expand(original: Program, reduced: Program, done: Program, rep: Repeats) -> 
     when ``done`` does not split as the module docstring requires."""
     last = rep.count - 1
     names0 = set(rep.names[0])
-    own1 = [nm for nm in rep.own_names(1) if nm not in names0]
-    own1_set = set(own1)
+    # the middle repeat's own buffers (not the ones it reads from the first)
+    own1_set = {nm for nm in rep.own_names(1) if nm not in names0}
     shared = {nm for nm, mine in zip(rep.names[1], rep.own) if not mine}
     link_in = set(rep.own_names(1)) & names0
     before_names = {r.into for r in reduced.root.refs}
@@ -137,11 +137,9 @@ def expand(original: Program, reduced: Program, done: Program, rep: Repeats) -> 
     if any(nm in everything for nm in made):
         return None  # a name the passes made is a name of a repeat set aside
     # the buffers of the middle repeat that the last one reads (its result)
-    link_out = own1_set & {
-        nm for i in range(len(reduced.root.stmts) - (len(original.root.stmts) - rep.end) - rep.period,
-                          len(reduced.root.stmts) - (len(original.root.stmts) - rep.end))
-        for nm in root_names(reduced.root.stmts[i])
-    }  # fmt: skip
+    tail_end = len(reduced.root.stmts) - (len(original.root.stmts) - rep.end)
+    tail = reduced.root.stmts[tail_end - rep.period : tail_end]
+    link_out = own1_set & {nm for s in tail for nm in root_names(s)}
     stmts = done.root.stmts
     touched = [set(root_names(s)) for s in stmts]
     writes = [written(s) for s in stmts]
