@@ -32,6 +32,7 @@ pass or fail the rules that the key lets the verifier skip alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .nodes import Block, Constant, Index, Intrinsic, Load, LoadIndex, Special, Store
@@ -39,7 +40,7 @@ from .nodes import Block, Constant, Index, Intrinsic, Load, LoadIndex, Special, 
 if TYPE_CHECKING:
     from .verifier import Scope
 
-__all__ = ["parent_facts", "shape_key", "twin_key"]
+__all__ = ["NameNumbers", "UnknownStatement", "parent_facts", "shape_key", "twin_key"]
 
 
 def parent_facts(block: Block, parent: Scope, seen: dict | None = None) -> tuple:
@@ -108,44 +109,39 @@ def _name(idx: Index) -> str:
     return idx.name
 
 
-class _Unknown(Exception):
+class UnknownStatement(Exception):
     """A statement of no known kind: no key (the rules report it)."""
 
 
-def shape_key(kernel: Block, facts: tuple) -> tuple | None:
-    """``kernel`` and its ``facts`` (:func:`parent_facts`) as a value equal for
-    two kernels exactly when they differ only in names (see the module
-    docstring): every refinement name (a view's, its parent's, what a load,
-    store or special names) replaced by the order of its first appearance and
-    every scalar name by whether it starts with ``$`` and the order of its first
-    appearance, the empty name kept apart; block names, comments and tags left
-    out (their rules run anyway), each block's indices in name order (the rules
-    read them as a set); everything else kept as it is (constants and
-    special params by ``repr``, so ``1``, ``1.0`` and ``True`` differ).  ``None``
-    for a kernel holding a statement of no known kind."""
-    refs: dict[str, int] = {}
-    scalars: dict[str, tuple[bool, int]] = {}
+class NameNumbers:
+    """A statement with its names replaced by the order of their first
+    appearance: refinement names (a view's, its parent's, what a load, store or
+    special names) in one numbering, the empty name -1; scalar names in
+    another, each kept with whether it starts with ``$``.  ``block`` makes a
+    nested block's value (the caller decides what of a block counts); every
+    other field is kept as it is (constants and special params by ``repr``,
+    so ``1``, ``1.0`` and ``True`` differ).  The keys of :func:`shape_key`
+    and of the pass manager's repeated layers (``passes/_repeats.py``)."""
 
-    def ref(n: str) -> int:
-        return refs.setdefault(n, len(refs)) if n else -1
+    __slots__ = ("block", "refs", "scalars")
 
-    def scalar(n: str) -> tuple[bool, int]:
-        got = scalars.get(n)
+    def __init__(self, block: Callable[[NameNumbers, Block], tuple]) -> None:
+        self.refs: dict[str, int] = {}
+        self.scalars: dict[str, tuple[bool, int]] = {}
+        self.block = block
+
+    def ref(self, n: str) -> int:
+        return self.refs.setdefault(n, len(self.refs)) if n else -1
+
+    def scalar(self, n: str) -> tuple[bool, int]:
+        got = self.scalars.get(n)
         if got is None:
-            got = scalars[n] = (n.startswith("$"), len(scalars))
+            got = self.scalars[n] = (n.startswith("$"), len(self.scalars))
         return got
 
-    def block(b: Block) -> tuple:
-        views = tuple(
-            (r.dir, ref(r.into), ref(r.from_), r.shape, r.access, r.agg, r.location, r.offset,
-             r.const)
-            for r in b.refs
-        )  # fmt: skip
-        idxs = tuple(sorted(b.idxs, key=_name))  # a set: the order is not read
-        return (idxs, b.constraints, views, tuple(stmt(t) for t in b.stmts))
-
-    def stmt(t: object) -> tuple:
-        kind = type(t)
+    def stmt(self, t: object) -> tuple:
+        """``t``'s value; :class:`UnknownStatement` for a statement of no known kind."""
+        kind, ref, scalar = type(t), self.ref, self.scalar
         if kind is Load:
             return ("load", scalar(t.into), ref(t.ref))  # type: ignore[attr-defined]
         if kind is Store:
@@ -165,12 +161,32 @@ def shape_key(kernel: Block, facts: tuple) -> tuple | None:
             return ("special", t.op, ins, outs, repr(t.params))
         if kind is Block:
             assert isinstance(t, Block)
-            return block(t)
-        raise _Unknown
+            return self.block(self, t)
+        raise UnknownStatement
 
+
+def _shape_block(n: NameNumbers, b: Block) -> tuple:
+    ref = n.ref
+    views = tuple(
+        (r.dir, ref(r.into), ref(r.from_), r.shape, r.access, r.agg, r.location, r.offset,
+         r.const)
+        for r in b.refs
+    )  # fmt: skip
+    idxs = tuple(sorted(b.idxs, key=_name))  # a set: the order is not read
+    return (idxs, b.constraints, views, tuple(map(n.stmt, b.stmts)))
+
+
+def shape_key(kernel: Block, facts: tuple) -> tuple | None:
+    """``kernel`` and its ``facts`` (:func:`parent_facts`) as a value equal for
+    two kernels exactly when they differ only in names (see the module
+    docstring): every name numbered (:class:`NameNumbers`); block names,
+    comments and tags left out (their rules run anyway), each block's indices
+    in name order (the rules read them as a set); everything else kept as it
+    is.  ``None`` for a kernel holding a statement of no known kind."""
+    numbers = NameNumbers(_shape_block)
     try:
-        body = block(kernel)
-    except _Unknown:
+        body = _shape_block(numbers, kernel)
+    except UnknownStatement:
         return None
-    named = tuple((ref(f[0]), *f[1:]) for f in facts)
+    named = tuple((numbers.ref(f[0]), *f[1:]) for f in facts)
     return ("shape", body, named)

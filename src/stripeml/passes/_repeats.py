@@ -36,17 +36,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..ir.nodes import (
-    Block,
-    Constant,
-    Intrinsic,
-    Load,
-    LoadIndex,
-    Program,
-    Special,
-    Statement,
-    Store,
-)
+from ..ir.nodes import Block, Program, Special, Statement
+from ..ir.verify_memo import NameNumbers, UnknownStatement
 
 __all__ = [
     "MIN_PERIOD",
@@ -110,58 +101,28 @@ class Repeats:
 # -- skeletons -------------------------------------------------------------------
 
 
-class _Unknown(Exception):
-    """A statement of no known kind: no skeleton."""
+def _skeleton_block(n: NameNumbers, b: Block) -> tuple:
+    ref = n.ref
+    views = tuple(
+        (r.dir, ref(r.from_), ref(r.into), r.shape, r.access, r.agg, r.location, r.offset,
+         r.const)
+        for r in b.refs
+    )  # fmt: skip
+    return (b.idxs, b.constraints, b.tags, views, tuple(map(n.stmt, b.stmts)))
 
 
 def _skeleton(s: Statement) -> tuple[tuple, tuple[str, ...]]:
-    """Root statement ``s`` with its names numbered (see the module docstring),
-    and the root buffers it names, in order of first appearance."""
-    refs: dict[str, int] = {}
-    scalars: dict[str, int] = {}
-
-    def ref(n: str) -> int:
-        return refs.setdefault(n, len(refs)) if n else -1
-
-    def scalar(n: str) -> tuple[bool, int]:
-        return (n.startswith("$"), scalars.setdefault(n, len(scalars)))
-
-    def block(b: Block) -> tuple:
-        views = tuple(
-            (r.dir, ref(r.from_), ref(r.into), r.shape, r.access, r.agg, r.location, r.offset,
-             r.const)
-            for r in b.refs
-        )  # fmt: skip
-        return (b.idxs, b.constraints, b.tags, views, tuple(stmt(t) for t in b.stmts))
-
-    def stmt(t: object) -> tuple:
-        kind = type(t)
-        if kind is Load:
-            return ("load", scalar(t.into), ref(t.ref))  # type: ignore[attr-defined]
-        if kind is Store:
-            return ("store", ref(t.ref), scalar(t.value))  # type: ignore[attr-defined]
-        if kind is Intrinsic:
-            assert isinstance(t, Intrinsic)
-            return ("op", t.op, tuple(map(scalar, t.inputs)), scalar(t.into), t.dtype)
-        if kind is Constant:
-            assert isinstance(t, Constant)
-            return ("const", scalar(t.into), repr(t.value), t.dtype)
-        if kind is LoadIndex:
-            assert isinstance(t, LoadIndex)
-            return ("index", scalar(t.into), t.expr)
-        if kind is Block:
-            assert isinstance(t, Block)
-            return block(t)
-        raise _Unknown
-
+    """Root statement ``s`` with its names numbered (see the module docstring:
+    :class:`~stripeml.ir.verify_memo.NameNumbers`, each block's indices in their
+    order and its tags kept), and the root buffers it names, in order of first
+    appearance."""
+    numbers = NameNumbers(_skeleton_block)
     if isinstance(s, Special):
-        names = tuple(dict.fromkeys((*s.inputs, *s.outputs)))
-        ins, outs = tuple(map(ref, s.inputs)), tuple(map(ref, s.outputs))
-        return ("special", s.op, ins, outs, repr(s.params)), names
+        return numbers.stmt(s), tuple(dict.fromkeys((*s.inputs, *s.outputs)))
     if not isinstance(s, Block):
-        raise _Unknown
+        raise UnknownStatement
     names = tuple(dict.fromkeys(r.from_ for r in s.refs if r.from_))
-    return block(s), names
+    return _skeleton_block(numbers, s), names
 
 
 def written(s: Statement) -> set[str]:
@@ -201,7 +162,7 @@ def find_repeats(program: Program) -> Repeats | None:
             sk, names = _skeleton(s)
             keys.append(table.setdefault(sk, len(table)))
             roots.append(names)
-    except (_Unknown, TypeError):  # TypeError: a field that does not hash
+    except (UnknownStatement, TypeError):  # TypeError: a field that does not hash
         return None
     ids = np.asarray(keys)
     best: tuple[int, int, int, int] | None = None  # (statements saved, period, first, run)
