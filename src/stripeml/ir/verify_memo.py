@@ -139,6 +139,15 @@ class NameNumbers:
             got = self.scalars[n] = (n.startswith("$"), len(self.scalars))
         return got
 
+    def views(self, b: Block) -> tuple:
+        """``b``'s refinements, each with its own and its parent's names numbered."""
+        ref = self.ref
+        return tuple(
+            (r.dir, ref(r.into), ref(r.from_), r.shape, r.access, r.agg, r.location, r.offset,
+             r.const)
+            for r in b.refs
+        )  # fmt: skip
+
     def stmt(self, t: object) -> tuple:
         """``t``'s value; :class:`UnknownStatement` for a statement of no known kind."""
         kind, ref, scalar = type(t), self.ref, self.scalar
@@ -166,14 +175,8 @@ class NameNumbers:
 
 
 def _shape_block(n: NameNumbers, b: Block) -> tuple:
-    ref = n.ref
-    views = tuple(
-        (r.dir, ref(r.into), ref(r.from_), r.shape, r.access, r.agg, r.location, r.offset,
-         r.const)
-        for r in b.refs
-    )  # fmt: skip
     idxs = tuple(sorted(b.idxs, key=_name))  # a set: the order is not read
-    return (idxs, b.constraints, views, tuple(map(n.stmt, b.stmts)))
+    return (idxs, b.constraints, n.views(b), tuple(map(n.stmt, b.stmts)))
 
 
 def shape_key(kernel: Block, facts: tuple) -> tuple | None:

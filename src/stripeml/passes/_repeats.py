@@ -102,13 +102,7 @@ class Repeats:
 
 
 def _skeleton_block(n: NameNumbers, b: Block) -> tuple:
-    ref = n.ref
-    views = tuple(
-        (r.dir, ref(r.from_), ref(r.into), r.shape, r.access, r.agg, r.location, r.offset,
-         r.const)
-        for r in b.refs
-    )  # fmt: skip
-    return (b.idxs, b.constraints, b.tags, views, tuple(map(n.stmt, b.stmts)))
+    return (b.idxs, b.constraints, b.tags, n.views(b), tuple(map(n.stmt, b.stmts)))
 
 
 def _skeleton(s: Statement) -> tuple[tuple, tuple[str, ...]]:

@@ -108,9 +108,7 @@ def _run(
     """``passes[first:]`` over ``program``, each stage and time recorded."""
     point = tuning_point(passes) if choices else None
     tuned: KernelChoices | None = None
-    for n, p in enumerate(passes):
-        if n < first:
-            continue
+    for n, p in enumerate(passes[first:], start=first):
         if n == point and choices:
             tuned = KernelChoices.at_tuning_point(program, choices)
         start = time.perf_counter()
@@ -143,6 +141,7 @@ def _replicated(
     pipeline over the whole program)."""
     with phase("repeats"):
         reduced = _replicate.reduce(program, rep)
+    with phase("verify"):
         verify(reduced, verified())
     stages: list[tuple[str, Program]] = [("lower", program), ("repeats set aside", reduced)]
     timings: list[tuple[str, float]] = [("repeats set aside", time.perf_counter() - start)]
