@@ -184,26 +184,27 @@ class NativePool:
         self._pin = os.environ.get("STRIPEML_PIN_THREADS", "1") != "0" and workers < len(cpus)
         self._cpus = cpus
         start = os.getpid()
-        # each worker's CPU (when pinned) and thread id, as its thread sets them
+        # each worker's CPU (when pinned) and thread id
         self._cpu_of: list[int | None] = [None] * workers
         self._tids: list[int | None] = [None] * workers
         self.moves = 0  # workers moved off the calling thread's CPU so far
-
-        def body(k: int) -> None:
-            if self._pin:
-                cpu = cpus[(start + k + 1) % len(cpus)]
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(0, {cpu})
-                    self._cpu_of[k] = cpu
-            self._tids[k] = threading.get_native_id()
-            worker(self._addr)
-
         self._threads = [
-            threading.Thread(target=body, args=(k,), name=f"stripeml-cpu-{k}", daemon=True)
+            threading.Thread(
+                target=worker, args=(self._addr,), name=f"stripeml-cpu-{k}", daemon=True
+            )
             for k in range(workers)
         ]
-        for t in self._threads:
-            t.start()
+        # Pinned here, not by the worker itself: a worker that pinned itself could
+        # be left unpinned (or pinned but not yet recorded) for as long as the
+        # calling thread kept its CPU, and :meth:`apart` would not see it.
+        for k, t in enumerate(self._threads):
+            t.start()  # returns once the thread has its native id
+            self._tids[k] = t.native_id
+            if self._pin and t.native_id is not None:
+                cpu = cpus[(start + k + 1) % len(cpus)]
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(t.native_id, {cpu})
+                    self._cpu_of[k] = cpu
 
     def run(self, fn: int, ptrs: int, bounds: np.ndarray) -> bool:
         """Run ``fn(ptrs, bounds[i], bounds[i + 1])`` for every chunk ``i`` on the pool
