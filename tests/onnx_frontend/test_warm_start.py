@@ -131,6 +131,51 @@ def test_a_changed_frontend_checks_again(tmp_path, checks, monkeypatch) -> None:
     assert checks == ["upgraded", "check_model"]
 
 
+def test_a_model_with_large_weights_inside_is_checked_every_time(
+    tmp_path, checks, monkeypatch
+) -> None:
+    """Over ``MAX_BYTES`` (here lowered to 100 bytes: the weights are 544) a
+    ``ModelProto`` is checked at every import and never remembered."""
+    from stripeml.onnx import validated
+
+    monkeypatch.setattr(validated, "MAX_BYTES", 100)
+    for _ in range(2):
+        checks.clear()
+        fn = stripeml.onnx.compile(_model(), target="interp")
+        assert checks == ["upgraded", "check_model"]
+        np.testing.assert_allclose(fn(X), _expected(), rtol=1e-5, atol=1e-5)
+    assert not (tmp_path / "cache" / "models").exists()
+
+
+@pytest.mark.parametrize("raw", [True, False])
+def test_the_weights_size_is_what_their_values_take(raw, monkeypatch) -> None:
+    """The size that decides, without serialising the message, whether a model is
+    too large to remember: its initializers' values, from their shapes and types,
+    whether held as ``raw_data`` or as typed fields; it stops counting once over
+    the bound."""
+    from stripeml.onnx import validated
+
+    arrays = [W, B, np.arange(6, dtype=np.int64).reshape(2, 3), np.zeros(0, np.float32)]
+    if raw:
+        tensors = [numpy_helper.from_array(a, f"t{i}") for i, a in enumerate(arrays)]
+    else:
+        tensors = [
+            helper.make_tensor(
+                f"t{i}", helper.np_dtype_to_tensor_dtype(a.dtype), a.shape, a.ravel()
+            )
+            for i, a in enumerate(arrays)
+        ]
+        assert not any(t.raw_data for t in tensors)
+    g = helper.make_graph([], "g", [], [], tensors)
+    model = helper.make_model(g)
+    values = sum(a.nbytes for a in arrays)  # 512 + 32 + 48 + 0
+    assert validated._weights_bytes(model) == values == 592
+    assert values <= model.ByteSize()
+    monkeypatch.setattr(validated, "MAX_BYTES", 520)
+    assert validated._weights_bytes(model) == 544  # W and B: over, so no more counted
+    assert validated.model_key(model) is None
+
+
 # A convolution whose weights (256 x 128 x 3 x 3) the native layout splits over
 # two threads, compiled from its file and run in a fresh process.
 _CHILD = textwrap.dedent(
