@@ -134,3 +134,27 @@ def test_the_onnx_importer_builds_with_it_off(monkeypatch: pytest.MonkeyPatch) -
     np.testing.assert_array_equal(f(v), np.maximum(v, 0))
     assert seen == [False]
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("gc_env", ["", "on"])
+def test_whether_a_compile_runs_is_known_to_other_threads(monkeypatch, gc_env) -> None:
+    """``wait_no_compile`` returns at once when no compile runs, and waits while one
+    runs in another thread, with ``STRIPEML_GC=on`` too (it is not about the
+    collector)."""
+    monkeypatch.setenv("STRIPEML_GC", gc_env)
+    assert gc_pause.wait_no_compile(0)
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with gc_pause.paused():
+            with gc_pause.paused():  # nested: still one compile
+                inside.set()
+                leave.wait(10)
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert inside.wait(10)
+    assert not gc_pause.wait_no_compile(0.05)
+    leave.set()
+    assert gc_pause.wait_no_compile(10)
+    t.join(10)

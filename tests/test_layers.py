@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "tile": {"phases", "analysis", "ir", "errors"},
     "targets": {"phases", "passes", "ir", "errors"},
     "codegen": {"phases", "analysis", "ir", "errors"},
-    "runtime": {"phases", "codegen", "targets", "analysis", "ir", "errors", "version"},
+    "runtime": {"phases", "gc_pause", "codegen", "targets", "analysis", "ir", "errors", "version"},
     "explore": {"phases", "runtime", "targets", "analysis", "ir", "errors"},
     "api": {
         "phases",

@@ -93,3 +93,32 @@ def test_the_temporaries_arena_too(monkeypatch) -> None:
         assert "nh" in flags and "hg" not in flags, flags
     np.testing.assert_allclose(f(a, w), want, rtol=1e-3, atol=1e-1)
     assert len(promoted) == 1  # the second call reuses the first's arena
+
+
+def test_the_collapse_waits_while_a_compile_runs(monkeypatch) -> None:
+    """The pages are collapsed in pieces of at most 16 MiB covering the array's whole
+    huge pages, none while a compile runs in the process (``gc_pause.paused``):
+    beside a compile, the collapse made it slower (``kept_pages``)."""
+    from stripeml import gc_pause
+    from stripeml.runtime import kept_pages
+
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(
+        kept_pages, "_madvise", lambda: lambda a, n, advice: calls.append((a, n, advice)) or 0
+    )
+    arr = kept_pages.kept_array((40 << 20) // 4, np.float32)  # 40 MiB
+    huge = 2 << 20
+    start = -(-arr.ctypes.data // huge) * huge
+    end = (arr.ctypes.data + arr.nbytes) // huge * huge
+    with gc_pause.paused():
+        thread = kept_pages.promote_huge([arr])
+        assert thread is not None
+        thread.join(0.3)
+        assert thread.is_alive()  # waiting for the compile
+        assert calls == [(start, end - start, host._MADV_HUGEPAGE)]
+    thread.join(10)
+    assert not thread.is_alive()
+    pieces = [(a, n) for a, n, advice in calls if advice == host._MADV_COLLAPSE]
+    assert len(pieces) == 3 and all(n <= 16 << 20 for _, n in pieces)
+    assert pieces[0][0] == start and sum(n for _, n in pieces) == end - start
+    assert all(a + n == b for (a, n), (b, _) in zip(pieces, pieces[1:]))
