@@ -17,9 +17,10 @@ first collection after it.  Nothing computed depends on it.
 that must never have it off).
 
 The same count tells background work when no compile runs
-(:func:`wait_no_compile`, counted whatever ``STRIPEML_GC`` says): the
-runtime's huge-page promotion of a model's weights (``runtime.kept_pages``)
-waits for it between pieces.  Collapsing BERT-base's 440 MB took 1.0-1.3 s of
+(:func:`wait_no_compile`, counted whatever ``STRIPEML_GC`` says; the CPU
+runtime counts a compiled program's first call as part of its compile,
+``runtime.cpu_run``): the runtime's huge-page promotion of a model's weights
+(``runtime.kept_pages``) waits for it between pieces.  Collapsing BERT-base's 440 MB took 1.0-1.3 s of
 kernel time in one thread; running beside the compile of the next input
 shape, it made that compile 0.85-0.98 s or 1.2-1.4 s by turns (0.57-0.89 s
 when it was done first).

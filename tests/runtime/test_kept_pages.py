@@ -122,3 +122,25 @@ def test_the_collapse_waits_while_a_compile_runs(monkeypatch) -> None:
     assert len(pieces) == 3 and all(n <= 16 << 20 for _, n in pieces)
     assert pieces[0][0] == start and sum(n for _, n in pieces) == end - start
     assert all(a + n == b for (a, n), (b, _) in zip(pieces, pieces[1:]))
+
+
+def test_a_programs_first_call_counts_as_a_compile(monkeypatch) -> None:
+    """A compiled program's first call (its constant steps, its fresh pages) is the
+    compile's last step: background work such as the collapse waits for it, and
+    for no later call.  The results are NumPy's."""
+    from stripeml import gc_pause
+
+    compiling: list[bool] = []
+    run = cpu_run.CpuCompiled._run
+
+    def spy(self, inputs, outputs):
+        compiling.append(not gc_pause.wait_no_compile(0))
+        return run(self, inputs, outputs)
+
+    monkeypatch.setattr(cpu_run.CpuCompiled, "_run", spy)
+    w, a, f = _case(4)
+    for k in range(3):
+        x = a + k
+        np.testing.assert_allclose(f(x), x @ w, rtol=1e-4, atol=1e-3)
+    assert compiling[0] is True and not any(compiling[1:]), compiling
+    assert gc_pause.wait_no_compile(0)

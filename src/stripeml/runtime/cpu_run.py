@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .. import gc_pause
 from ..codegen.cpu_abi import CpuModule
 from ..ir.nodes import Program, Refinement
 from . import cpu_replay, jit, kept_layouts, shared_constants
@@ -150,6 +151,7 @@ class CpuCompiled(StepRunner):
         self._fast: cpu_replay.Replay | None = None
         self._prime_lock = threading.Lock()
         self._primed = False
+        self._called = False  # whether a call has returned (run)
         # When a dict, each run adds every step's wall time under its block name.
         self.step_seconds: dict[str, float] | None = None
 
@@ -166,6 +168,21 @@ class CpuCompiled(StepRunner):
         arena per location, one set per concurrent call (see the module
         docstring).  Output arrays must not alias inputs.
         """
+        if not self._called:
+            # The first call is the compile's last step (its constant steps, fresh
+            # pages): background work waits for it as for a compile (the huge
+            # pages of another program's first call, kept_pages.promote_huge).
+            with gc_pause.paused():
+                results = self._run(inputs, outputs)
+            self._called = True
+            return results
+        return self._run(inputs, outputs)
+
+    def _run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray] | None,
+    ) -> dict[str, np.ndarray]:
         outputs = dict(outputs or {})
         self._check_names(inputs, outputs)
         temps = self._take_temps()
