@@ -20,10 +20,10 @@ The same count tells background work when no compile runs
 (:func:`wait_no_compile`, counted whatever ``STRIPEML_GC`` says; the CPU
 runtime counts a compiled program's first call as part of its compile,
 ``runtime.cpu_run``): the runtime's huge-page promotion of a model's weights
-(``runtime.kept_pages``) waits for it between pieces.  Collapsing BERT-base's 440 MB took 1.0-1.3 s of
-kernel time in one thread; running beside the compile of the next input
-shape, it made that compile 0.85-0.98 s or 1.2-1.4 s by turns (0.57-0.89 s
-when it was done first).
+(``runtime.kept_pages``) waits for it between pieces.  Collapsing
+BERT-base's 440 MB took 1.0-1.3 s of kernel time in one thread; running
+beside the compile of the next input shape, it made that compile 0.85-0.98 s
+or 1.2-1.4 s by turns (0.57-0.89 s when it was done first).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ __all__ = ["paused", "wait_no_compile"]
 
 _lock = threading.Lock()
 _depth = 0  # compiles running in the process (any thread), nested ones counted
-_restore = False  # whether the collector was on when the outermost one began and we
-# turned it off
+# whether the outermost compile turned the collector off (it was on, and
+# STRIPEML_GC did not say to leave it alone)
+_restore = False
 _none_running = threading.Event()  # set while _depth is 0
 _none_running.set()
 
