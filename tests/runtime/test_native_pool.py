@@ -291,6 +291,38 @@ def test_one_thread_runs_its_kernels_in_one_native_call(monkeypatch):
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_worker_is_pinned_and_known_before_any_run(add_index, monkeypatch):
+    """The pool pins each worker and records its CPU and thread id before the
+    constructor returns.  Workers used to do it from their own thread, and one
+    sharing the caller's CPU could stay unrecorded through a whole run, so that
+    no batch moved it (the test below failed on CI once, by timing; this checks
+    the guarantee the fix gives, which that race cannot break).  With the caller
+    on the worker's CPU from the start, the first batch moves the worker."""
+    from stripeml.runtime.native_pool import Batch
+
+    monkeypatch.setenv("STRIPEML_PIN_THREADS", "1")
+    here = os.sched_getaffinity(0)
+    p = NativePool(1)
+    try:
+        (t,) = p._threads
+        (cpu,) = p._cpu_of
+        assert p._tids == [t.native_id] and cpu in here
+        assert os.sched_getaffinity(t.native_id) == {cpu}
+        os.sched_setaffinity(0, {cpu})  # the caller joins the worker's CPU at once
+        try:
+            data = np.zeros(4097, np.int64)
+            two = _bounds(4096, 2)
+            batch = Batch([(add_index, 4096, two.ctypes.data, 2)])
+            assert p.run_batch(batch, data.ctypes.data)
+        finally:
+            os.sched_setaffinity(0, here)
+        assert p.moves == 1 and os.sched_getaffinity(t.native_id) != {cpu}
+        np.testing.assert_array_equal(data[:4096], np.arange(1, 4097))
+    finally:
+        p.close()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_worker_on_the_callers_cpu_is_moved_to_a_free_one(add_index, monkeypatch):
     """A pinned worker can run only on its CPU; when the calling thread runs there
     too, the worker waits for the caller to sleep and the caller runs every chunk.
