@@ -131,6 +131,33 @@ def test_a_changed_frontend_checks_again(tmp_path, checks, monkeypatch) -> None:
     assert checks == ["upgraded", "check_model"]
 
 
+def test_a_model_file_with_large_weights_is_remembered(tmp_path, checks, monkeypatch) -> None:
+    """Read by path, a model's weights are read apart from its message (which holds
+    only its structure): it is remembered like a small model however large its
+    weights (128 KiB here, with ``MAX_BYTES`` lowered to 16 KiB), and as a
+    ``ModelProto`` with the weights inside it is checked every time."""
+    from stripeml.onnx import validated
+
+    monkeypatch.setattr(validated, "MAX_BYTES", 16 << 10)
+    w = RNG.standard_normal((16, 2048)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2048])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = _write(tmp_path / "m.onnx", model)
+    want = X.astype(np.float64) @ w
+    for source, again in ((path, []), (model, ["upgraded", "check_model"])):
+        stripeml.onnx.compile(source, target="interp")
+        checks.clear()
+        fn = stripeml.onnx.compile(source, target="interp")
+        assert checks == again
+        np.testing.assert_allclose(fn(X), want, rtol=1e-5, atol=1e-4)
+
+
 def test_a_model_with_large_weights_inside_is_checked_every_time(
     tmp_path, checks, monkeypatch
 ) -> None:
@@ -171,6 +198,12 @@ def test_the_weights_size_is_what_their_values_take(raw, monkeypatch) -> None:
     values = sum(a.nbytes for a in arrays)  # 512 + 32 + 48 + 0
     assert validated._weights_bytes(model) == values == 592
     assert values <= model.ByteSize()
+    for t in model.graph.initializer:  # the values read apart, as from a file
+        t.ClearField("raw_data")
+        for field in ("float_data", "int64_data"):
+            t.ClearField(field)
+    assert validated._weights_bytes(model) == 0
+    model = helper.make_model(helper.make_graph([], "g", [], [], tensors))
     monkeypatch.setattr(validated, "MAX_BYTES", 520)
     assert validated._weights_bytes(model) == 544  # W and B: over, so no more counted
     assert validated.model_key(model) is None
