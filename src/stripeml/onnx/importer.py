@@ -119,7 +119,7 @@ class OnnxFunction:
         with phase("onnx read"), gc_pause.paused():
             model, source, raws = read_model(model)
             # a model that validated before is not checked again (validated.py)
-            key = validated.model_key(model)
+            key = validated.model_key(model, read_apart=source is not None)
             opset = validated.opset_of(key)
             given, failed = model, None
             if opset is None:

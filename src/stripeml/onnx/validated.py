@@ -43,12 +43,16 @@ def frontend_fingerprint() -> bytes:
     return h.digest()
 
 
-def model_key(model: Any) -> bytes | None:
+def model_key(model: Any, read_apart: bool = False) -> bytes | None:
     """What a check of ``model`` (a ``ModelProto``) depends on, or ``None`` when it
-    is not remembered (too large)."""
+    is not remembered (too large).  ``read_apart``: the message was read from a
+    file with its weights read into arrays beside it (``load.read_model``), so
+    it holds only the structure and ``ByteSize`` is cheap."""
     import onnx
 
-    if _weights_bytes(model) > MAX_BYTES or model.ByteSize() > MAX_BYTES:
+    if not read_apart and _weights_bytes(model) > MAX_BYTES:
+        return None
+    if model.ByteSize() > MAX_BYTES:
         return None
     head = f"onnx model\0onnx {onnx.__version__}\0".encode()
     return head + frontend_fingerprint() + b"\0" + model.SerializeToString()
