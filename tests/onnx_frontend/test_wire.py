@@ -156,3 +156,95 @@ def test_compiled_from_the_path_as_from_the_message(tmp_path) -> None:
     np.testing.assert_array_equal(got, stripeml.onnx.compile(model, target="cpu")(x))
     # the function's model is the whole one, read again from the file when asked
     assert by_path.model.SerializeToString() == model.SerializeToString()
+
+
+# ---- the weights read in a thread of their own (wire.start_split) ------------------
+
+
+def _conv_bn_model() -> onnx.ModelProto:
+    """A convolution whose weights are split out of the message (4.6 KB), then a
+    batch normalisation, which the import folds into them (reading them)."""
+    w = RNG.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    stats = [RNG.standard_normal(16).astype(np.float32) for _ in range(4)]
+    stats[3] = np.abs(stats[3]) + 0.5  # a variance
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(w, "w")]
+    inits += [numpy_helper.from_array(a, n) for a, n in zip(stats, "gbmv")]
+    graph = helper.make_graph(
+        nodes,
+        "conv_bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 10])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _fill_after(monkeypatch: pytest.MonkeyPatch, first) -> list[int]:
+    """The reading thread runs ``first()`` before it reads; the list counts its reads."""
+    from stripeml.onnx import wire
+
+    fill = wire._Reader.fill
+    calls: list[int] = []
+
+    def later(self) -> None:
+        calls.append(len(self.unread or ()))
+        first()
+        fill(self)
+
+    monkeypatch.setattr(wire._Reader, "fill", later)
+    return calls
+
+
+def test_nothing_reads_the_weights_before_they_are_read(tmp_path, monkeypatch) -> None:
+    """A reading thread slowed down: the import, which folds the batch
+    normalisation into the convolution's weights (reading them), still sees
+    their values (without the wait, it reads the fresh arrays' zeros)."""
+    import time
+
+    model = _conv_bn_model()
+    path = tmp_path / "conv_bn.onnx"
+    path.write_bytes(model.SerializeToString())
+    calls = _fill_after(monkeypatch, lambda: time.sleep(0.3))
+    x = RNG.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    for target in ("interp", "cpu"):
+        got = stripeml.onnx.compile(str(path), target=target)(x)
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert calls and all(n >= 1 for n in calls)  # the weights were read by the thread
+
+
+def test_a_file_cut_while_its_weights_are_read_is_an_onnx_error(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "cut.onnx"
+    data = _conv_bn_model().SerializeToString()
+    path.write_bytes(data)
+    _fill_after(monkeypatch, lambda: path.write_bytes(data[: len(data) // 2]))
+    with pytest.raises(OnnxError, match=r"cut\.onnx: not a valid ONNX model .*ended early"):
+        stripeml.onnx.compile(str(path), target="interp")
+
+
+def test_weights_read_in_the_background_are_read_only_and_whole(tmp_path, monkeypatch) -> None:
+    import threading
+
+    from stripeml.onnx.wire import start_split
+    from stripeml.runtime.host import immutable
+
+    model = _model()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    go = threading.Event()
+    _fill_after(monkeypatch, go.wait)
+    data, raws, reading = start_split(path)
+    assert raws
+    for raw in raws.values():  # not read yet: the caller cannot write them either
+        assert not raw.flags.writeable
+        with pytest.raises(ValueError):
+            raw[0] = 1
+    go.set()
+    reading.wait()
+    for raw in raws.values():
+        assert immutable(raw.view(np.uint8)[1:])
+    assert _whole(data, raws).SerializeToString() == model.SerializeToString()

@@ -451,13 +451,23 @@ def reversed_axes(src: np.ndarray, scale: np.ndarray | None = None) -> np.ndarra
     return out
 
 
-def host_array(shape: Sequence[int], dtype: Any) -> np.ndarray:
+def host_array(shape: Sequence[int], dtype: Any, populate: bool = True) -> np.ndarray:
     """For frontends reading weights: a new uninitialised C-contiguous array for the
-    caller to write whole at once (its pages mapped in one call), a large one
-    without transparent huge pages (:func:`stripeml.runtime.host.fresh_array`)."""
+    caller to write whole at once (its pages mapped in one call; with
+    ``populate=False`` when the caller calls :func:`populate_array`, from the
+    thread that writes it), a large one without transparent huge pages
+    (:func:`stripeml.runtime.host.fresh_array`)."""
     from ..runtime.host import fresh_array
 
-    return fresh_array(shape, dtype)
+    return fresh_array(shape, dtype, populate=populate)
+
+
+def populate_array(arr: np.ndarray) -> None:
+    """For frontends reading weights: map the pages of a :func:`host_array` made with
+    ``populate=False`` in one call, before writing it whole."""
+    from ..runtime.host import populate
+
+    populate(arr)
 
 
 def note_file_arrays(

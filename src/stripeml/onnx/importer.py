@@ -40,7 +40,7 @@ from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Valu
 from .folding import Folds, write
 from .graph import Graph, GraphInput, NodeInfo, call_arrays, live_after, node_info, tensor_value
 from .layout_conv import fuse_conv_bn
-from .load import full_model, read_model
+from .load import full_model, start_reading
 from .narrow import MOVES_DATA, NARROW_AWARE, narrowed
 from .narrow_types import is_narrow, wide_dtype
 from .ops import lookup
@@ -117,7 +117,10 @@ class OnnxFunction:
         from .validate import upgraded
 
         with phase("onnx read"), gc_pause.paused():
-            model, source, raws = read_model(model)
+            # A file's weights are read in a thread of their own (load.start_reading)
+            # while this one goes on with the structure and the target: nothing
+            # here reads their values before weights_read() (the Graph views them).
+            model, source, raws, weights_read = start_reading(model)
             # a model that validated before is not checked again (validated.py)
             key = validated.model_key(model, read_apart=source is not None)
             opset = validated.opset_of(key)
@@ -133,8 +136,6 @@ class OnnxFunction:
                 if failed is None:
                     raise
                 raise OnnxError(f"{exc} ({failed})") from None
-            if opset is None and model is given:  # checked, and not converted
-                validated.remember(key, self.graph.opset)
         bad = self.graph.unsupported()
         if bad:
             first = bad[0]
@@ -143,15 +144,18 @@ class OnnxFunction:
                 f"unsupported operator(s) {', '.join(ops)} "
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
-        with phase("onnx read"):
-            self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
-            self.graph.nodes = fuse_qdq(
-                self.graph.nodes, self.graph.initializers, self.graph.outputs
-            )
         self.target = target
         # Resolved once, here at the API boundary (``threads``, else the variable
         # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
         self.resolved_target = api.target_for(target, threads)
+        with phase("onnx read"):
+            weights_read()
+            if opset is None and model is given:  # checked, and not converted
+                validated.remember(key, self.graph.opset)
+            self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
+            self.graph.nodes = fuse_qdq(
+                self.graph.nodes, self.graph.initializers, self.graph.outputs
+            )
         self.progress = progress
         self.input_names = [i.name for i in self.graph.inputs]
         self.output_names = list(self.graph.outputs)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from ..errors import StripeError
 from .builder import OnnxError
-from .wire import read_split
+from .wire import Reading, start_split
 
 # Element types whose size in bytes numpy knows (onnx maps them to these
 # numpy types); the others (4-bit and 2-bit packed types, strings) have no
@@ -53,11 +55,25 @@ def read_model(model: Any) -> tuple[Any, str | None, dict[int, np.ndarray]]:
     and per position of a main-graph initializer whose raw bytes were read from
     the file straight into an array (:mod:`.wire`), that array; those
     initializers have no ``raw_data`` in the ``ModelProto``."""
+    read, path, raws, wait = start_reading(model)
+    wait()
+    return read, path, raws
+
+
+def start_reading(
+    model: Any,
+) -> tuple[Any, str | None, dict[int, np.ndarray], Callable[[], None]]:
+    """:func:`read_model`, and a function to call before anything reads the values
+    of those arrays: a file's weights are read in a thread of their own
+    (:func:`.wire.start_split`) while the caller goes on with the structure.
+    The function returns once they are read, and raises the :class:`OnnxError`
+    of a file that changed meanwhile."""
     onnx = require_onnx()
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
-        read, raws = _read_file(onnx, path, split=True)
-        return read, path, raws
+        # (a big-endian host converts the bytes as the Graph reads them: read first)
+        read, raws, wait = _read_file(onnx, path, split=True, background=sys.byteorder == "little")
+        return read, path, raws, wait
     if not isinstance(model, onnx.ModelProto):
         raise OnnxError(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
     for tensor, where in model_tensors(model):
@@ -68,14 +84,22 @@ def read_model(model: Any) -> tuple[Any, str | None, dict[int, np.ndarray]]:
                 "ModelProto in memory has no folder to look for it in: load the model "
                 "by path (stripeml.onnx.compile('model.onnx')) so its folder is known"
             )
-    return model, None, {}
+    return model, None, {}, _nothing
 
 
-def _read_file(onnx: Any, path: str, split: bool = False) -> tuple[Any, dict[int, np.ndarray]]:
+def _nothing() -> None:
+    pass
+
+
+def _read_file(
+    onnx: Any, path: str, split: bool = False, background: bool = False
+) -> tuple[Any, dict[int, np.ndarray], Callable[[], None]]:
     """The model in the file ``path``, its external tensors read (from its folder);
     with ``split``, its plain initializers' raw bytes read into arrays of their
     own (:func:`.wire.read_split`: one copy of the weights, not three), else
-    every tensor's data in the message."""
+    every tensor's data in the message; with ``background`` as well, those
+    bytes are read in a thread of their own (:func:`.wire.start_split`) until
+    the function returned third returns (raising what read_split would have)."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -87,30 +111,47 @@ def _read_file(onnx: Any, path: str, split: bool = False) -> tuple[Any, dict[int
     if info.st_size == 0:
         raise OnnxError(f"{path}: the file is empty (0 bytes), not an ONNX model")
     raws: dict[int, np.ndarray] = {}
-    try:
+    reading = Reading()
+
+    def wait() -> None:
+        with _read_errors(path):
+            reading.wait()
+
+    with _read_errors(path):
         if split:
-            data, raws = read_split(path)
+            data, raws, reading = start_split(path, background=background)
             model = onnx.ModelProto()
             model.ParseFromString(data)
         else:
             model = onnx.load(path, load_external_data=False)
-    except MemoryError:
-        raise OnnxError(f"{path}: the model does not fit in memory") from None
-    except Exception as exc:  # noqa: BLE001 - protobuf decode errors and I/O errors
-        raise OnnxError(f"{path}: not a valid ONNX model (truncated or corrupt?): {exc}") from None
     base = os.path.dirname(os.path.abspath(path))
     for tensor, where in model_tensors(model):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             tensor.raw_data = _external_bytes(onnx, tensor, base, f"{path}: {where}")
             tensor.data_location = onnx.TensorProto.DEFAULT
             del tensor.external_data[:]
-    return model, raws
+    return model, raws, wait
+
+
+@contextmanager
+def _read_errors(path: str) -> Iterator[None]:
+    """A model file's read and decode errors as :class:`OnnxError`."""
+    try:
+        yield
+    except MemoryError:
+        raise OnnxError(f"{path}: the model does not fit in memory") from None
+    except OnnxError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - protobuf decode errors and I/O errors
+        raise OnnxError(f"{path}: not a valid ONNX model (truncated or corrupt?): {exc}") from None
 
 
 def full_model(path: str) -> Any:
     """The model in the file ``path`` with every tensor's data in the message (what
     onnxruntime is given to compare with)."""
-    return _read_file(require_onnx(), path)[0]
+    model, _, wait = _read_file(require_onnx(), path)
+    wait()
+    return model
 
 
 def model_tensors(model: Any) -> Iterator[tuple[Any, str]]:

@@ -361,7 +361,9 @@ def _gather_into(x: np.ndarray, idx: np.ndarray, axis: int, out: np.ndarray) -> 
 LARGE_BYTES = 4 << 20
 
 
-def fresh_array(shape: Sequence[int], dtype: Any, zeroed: bool = False) -> np.ndarray:
+def fresh_array(
+    shape: Sequence[int], dtype: Any, zeroed: bool = False, populate: bool = True
+) -> np.ndarray:
     """A new C-contiguous array (zeros with ``zeroed``, else uninitialised) whose
     pages, when it is :data:`LARGE_BYTES` or more, are advised against
     transparent huge pages (Linux ``MADV_NOHUGEPAGE``, before anything touches
@@ -373,12 +375,21 @@ def fresh_array(shape: Sequence[int], dtype: Any, zeroed: bool = False) -> np.nd
     ResNet-50 spent up to a second of system time in it.  Arrays read at every
     call keep NumPy's huge pages (:meth:`RootBuffer.storage`).  An uninitialised
     one of :data:`POPULATE_BYTES` or more is for a caller that writes all of it
-    at once: the kernel maps its pages in one call (:func:`_advise`).
-    Elsewhere, or when the advice fails, the array is NumPy's as it is."""
+    at once: the kernel maps its pages in one call (:func:`_advise`), or,
+    with ``populate=False``, when the caller says so (:func:`populate`: from
+    another thread, before it writes).  Elsewhere, or when the advice fails,
+    the array is NumPy's as it is."""
     arr = (np.zeros if zeroed else np.empty)(shape, dtype)
     if arr.nbytes >= POPULATE_BYTES:
-        _advise(arr.ctypes.data, arr.nbytes, arr.nbytes >= LARGE_BYTES, not zeroed)
+        _advise(arr.ctypes.data, arr.nbytes, arr.nbytes >= LARGE_BYTES, populate and not zeroed)
     return arr
+
+
+def populate(arr: np.ndarray) -> None:
+    """Have the kernel map the pages of the :func:`fresh_array` ``arr`` (made with
+    ``populate=False``) in one call, before the caller writes all of it."""
+    if arr.nbytes >= POPULATE_BYTES:
+        _advise(arr.ctypes.data, arr.nbytes, False, True)
 
 
 def _advise(address: int, nbytes: int, no_huge: bool, populate: bool) -> None:
