@@ -13,7 +13,7 @@ import stripeml
 from stripeml.analysis.canonical import canonical_kernel
 from stripeml.codegen.llvm import generate
 from stripeml.ir.nodes import Block
-from stripeml.runtime import jit
+from stripeml.runtime import jit, kept_layouts
 from stripeml.runtime.cpu import BODY_FOLDER, CpuBackend, CpuOptions, _body_key
 
 # Two layers with the same shapes: the same kernels on other buffers.
@@ -77,6 +77,7 @@ def test_a_second_program_reuses_the_bodies_it_shares(tmp_path, monkeypatch) -> 
     monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")  # every compile counted here
     backend = CpuBackend(CpuOptions(threads=1, cache_dir=tmp_path))
     backend.compile(_program(TWO_LAYERS, _arrays(8, 16, 16)))
+    kept_layouts.wait_writes()  # the bodies' entries are written on a thread of their own
     stored = {p.name.split(".")[0] for p in (tmp_path / BODY_FOLDER).iterdir()}
     # WIDER's first layer is TWO_LAYERS' first layer: those bodies come from the cache
     wide = _arrays(8, 16, 24)
@@ -93,15 +94,50 @@ def test_a_second_program_reuses_the_bodies_it_shares(tmp_path, monkeypatch) -> 
     np.testing.assert_allclose(got, _want(*wide), rtol=1e-5, atol=1e-5)
 
 
+def test_a_second_program_finds_bodies_still_being_written(tmp_path, monkeypatch) -> None:
+    """The bodies' entries are written on a thread of their own (runtime/cpu.py,
+    ``_write_later``), slowed down here: a program compiled meanwhile waits for
+    them rather than compiling the bodies it shares again."""
+    import time
+
+    from stripeml.runtime.kernel_cache import KernelCache
+
+    monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")  # every compile counted here
+    put = KernelCache.put
+
+    def slow(self, key, entry) -> bool:
+        time.sleep(0.05)
+        return put(self, key, entry)
+
+    monkeypatch.setattr(KernelCache, "put", slow)
+    backend = CpuBackend(CpuOptions(threads=1, cache_dir=tmp_path))
+    described = backend.describe()
+    width = backend.options.vector_width
+    narrow = _program(TWO_LAYERS, _arrays(8, 16, 16))
+    first = {_body_key(b.symbol, described) for b in generate(narrow, vector_width=width).bodies}
+    backend.compile(narrow)
+    wide = _arrays(8, 16, 24)
+    p = _program(WIDER, wide)
+    keys = {_body_key(b.symbol, described) for b in generate(p, vector_width=width).bodies}
+    assert keys & first and keys - first
+    before = jit.STATS["optimize"]
+    compiled = backend.compile(p)
+    assert jit.STATS["optimize"] - before == len(keys - first) + 1
+    got = compiled.run(dict(zip(("X", "W1", "W2"), wide)))["Y"]
+    np.testing.assert_allclose(got, _want(*wide), rtol=1e-5, atol=1e-5)
+
+
 def test_a_missing_body_is_compiled_again(tmp_path) -> None:
     arrays = _arrays(8, 16, 16)
     p = _program(TWO_LAYERS, arrays)
     CpuBackend(CpuOptions(threads=1, cache_dir=tmp_path)).compile(p)
+    kept_layouts.wait_writes()  # the bodies' entries are written on a thread of their own
     victim = next((tmp_path / BODY_FOLDER).iterdir())
     victim.unlink()
     compiled = CpuBackend(CpuOptions(threads=1, cache_dir=tmp_path)).compile(p)
     got = compiled.run(dict(zip(("X", "W1", "W2"), arrays)))["Y"]
     np.testing.assert_allclose(got, _want(*arrays), rtol=1e-5, atol=1e-5)
+    kept_layouts.wait_writes()
     assert victim.exists()  # stored again
 
 

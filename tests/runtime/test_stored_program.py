@@ -155,3 +155,25 @@ def test_a_summary_that_does_not_unpickle_is_a_miss(tmp_path, monkeypatch, kind)
     assert exe._stored is None, "compiled again"
     assert entry.exists(), "and stored again"
     assert ProgramCache(tmp_path).get_program(entry.name.split(".")[0]) is not None
+
+
+def test_a_program_entry_still_being_written_is_found(tmp_path, monkeypatch) -> None:
+    """The program cache's entry is written on a thread of its own (api,
+    ``_to_disk``), slowed down here: a function compiled meanwhile in the same
+    process waits for it and loads it rather than compiling again."""
+    import time
+
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+    put = ProgramCache.put
+
+    def slow(self, *args, **kwargs) -> bool:
+        time.sleep(0.3)
+        return put(self, *args, **kwargs)
+
+    monkeypatch.setattr(ProgramCache, "put", slow)
+    first = stripeml.compile(MATMUL, target="cpu", constants={"W": W}, threads=THREADS)
+    np.testing.assert_allclose(first(_a(16)), _a(16) @ W, rtol=1e-4, atol=1e-4)
+    again = stripeml.compile(MATMUL, target="cpu", constants={"W": W}, threads=THREADS)
+    exe = again.lower(_a(16))
+    assert exe._stored is not None, "read from the disk cache"
+    np.testing.assert_allclose(exe(_a(16, 2)), _a(16, 2) @ W, rtol=1e-4, atol=1e-4)
