@@ -17,7 +17,7 @@ import pytest
 
 import stripeml
 from stripeml.ir import parse
-from stripeml.runtime import shared_constants
+from stripeml.runtime import kept_layouts, shared_constants
 from stripeml.runtime.cache_store import pack
 from stripeml.runtime.kernel_cache import (
     PROGRAM_FORMAT_VERSION,
@@ -52,6 +52,7 @@ def _cold(cache: Path, monkeypatch: pytest.MonkeyPatch, rows: tuple[int, ...] = 
         for _ in range(2):  # the second call stores the runtime's facts
             np.testing.assert_allclose(f(_a(m)), _a(m) @ W, rtol=1e-4, atol=1e-4)
     del f
+    kept_layouts.wait_writes()  # the cache's entries, written on threads of their own
     _idle()
 
 
@@ -153,6 +154,7 @@ def test_a_summary_that_does_not_unpickle_is_a_miss(tmp_path, monkeypatch, kind)
     assert not marker.exists()
     exe = f.lower(_a(32))
     assert exe._stored is None, "compiled again"
+    kept_layouts.wait_writes()
     assert entry.exists(), "and stored again"
     assert ProgramCache(tmp_path).get_program(entry.name.split(".")[0]) is not None
 

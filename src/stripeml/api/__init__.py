@@ -43,13 +43,14 @@ if TYPE_CHECKING:
     # cache) lowers nothing and profiles nothing.
     from ..passes.manager import PipelineResult
     from ..runtime.cache_store import Remembered
+    from ..runtime.kept_layouts import Writer
     from ..runtime.kernel_cache import StoredProgram
     from ..tile.ast import Function as TileFunction
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
 # The threads writing the program cache's entries (Function._to_disk).
-_PROGRAM_WRITES: list[threading.Thread] = []
+_PROGRAM_WRITES: list[Writer] = []
 _PROGRAM_WRITES_LOCK = threading.Lock()
 
 VERIFY_VARIABLE = "STRIPEML_VERIFY"
@@ -350,7 +351,7 @@ class Function:
             with _PROGRAM_WRITES_LOCK:
                 pending = list(_PROGRAM_WRITES)
             for thread in pending:  # an entry this process is writing: found, not made again
-                thread.join()
+                thread.finish()
             found = ProgramCache(self.backend.cache_dir).get_stored(key)
         if found is None:
             return None
@@ -371,10 +372,15 @@ class Function:
             from ..runtime.kernel_cache import ProgramCache
 
             with phase("cache write"):
-                # on a thread of its own: the program's pickle and file (0.02-0.03 s
-                # of ResNet-50's cold compile); a lookup waits for it (_from_disk)
+                # on a thread of its own once the first call is done: the program's
+                # pickle and file (0.02-0.03 s of ResNet-50's cold compile); a lookup
+                # waits for it (_from_disk)
                 thread = in_background(
-                    ProgramCache(self.backend.cache_dir).put, key, exe.ir, exe.program
+                    ProgramCache(self.backend.cache_dir).put,
+                    key,
+                    exe.ir,
+                    exe.program,
+                    after_compiles=True,
                 )
                 with _PROGRAM_WRITES_LOCK:
                     _PROGRAM_WRITES[:] = [t for t in _PROGRAM_WRITES if t.is_alive()]

@@ -160,7 +160,7 @@ class CpuOptions:
 
 
 # The threads writing the entries of the programs compiled last (_write_later).
-_PENDING: list[threading.Thread] = []
+_PENDING: list[kept_layouts.Writer] = []
 _PENDING_LOCK = threading.Lock()
 
 
@@ -168,7 +168,8 @@ def _write_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
     """Store each ``(cache, key, entry)`` on a thread of its own
     (:func:`.kept_layouts.in_background`): creating a file cost 0.8-0.9 ms of
     system time here, and ResNet-50's 74 bodies were 0.06 s of its cold
-    compile's main thread.  A compile waits for them
+    compile's main thread), once the compile and the program's first call are
+    done.  A compile waits for them
     before it looks its own entries up (:func:`_wait_for_writes`), so a body
     another program of the process compiled is found, not made again."""
     if not writes:
@@ -178,7 +179,7 @@ def _write_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
         for cache, key, entry in writes:
             cache.put(key, entry)
 
-    thread = kept_layouts.in_background(write)
+    thread = kept_layouts.in_background(write, after_compiles=True)
     with _PENDING_LOCK:
         _PENDING[:] = [t for t in _PENDING if t.is_alive()]
         _PENDING.append(thread)
@@ -188,7 +189,7 @@ def _wait_for_writes() -> None:
     with _PENDING_LOCK:
         pending = list(_PENDING)
     for thread in pending:
-        thread.join()
+        thread.finish()
 
 
 @dataclass(frozen=True)

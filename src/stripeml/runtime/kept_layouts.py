@@ -68,6 +68,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import gc_pause
 from . import cache_root
 from .cache_root import CacheRoot, make_private_dirs, remove
 from .cache_store import account, cache_limit, touch
@@ -235,11 +236,29 @@ def write_file(
     return True
 
 
-_writers: list[threading.Thread] = []
+class Writer(threading.Thread):
+    """A write :func:`in_background` runs; :meth:`finish` has it start at once
+    (one waiting for the compiles to end) and waits for it."""
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        super().__init__(target=run, name="stripeml-cache-write")
+        self.hurry = threading.Event()
+
+    def finish(self) -> None:
+        self.hurry.set()
+        self.join()
+
+
+_writers: list[Writer] = []
 _writers_lock = threading.Lock()
 
+#: How long no compile must have run before a write waiting for the compiles
+#: starts (a program's compile and its first call, which counts as one, are
+#: microseconds apart).
+SETTLE_S = 0.05
 
-def in_background(fn: Callable[..., object], *args: object) -> threading.Thread:
+
+def in_background(fn: Callable[..., object], *args: object, after_compiles: bool = False) -> Writer:
     """Run ``fn(*args)`` (a layout file's or a weights copy's write) on a thread
     of its own, so that the first result does not wait for it (0.04-0.05 s
     each for ResNet-50's 138 MB of layouts and 94 MB of weights): the data are
@@ -247,9 +266,17 @@ def in_background(fn: Callable[..., object], *args: object) -> threading.Thread:
     interpreter waits for it at exit, so a file is written whole or not at all
     (written under a temporary name, then renamed).  A failure is a warning,
     never an error of the call that started it.  :func:`wait_writes` waits for
-    them all; the thread is returned, to wait for this one."""
+    them all; the thread is returned, to wait for this one (:meth:`Writer.finish`).
+
+    ``after_compiles``: start once no compile has run in the process for
+    :data:`SETTLE_S` (:func:`..gc_pause.wait_no_compile`; a program's first
+    call counts as part of its compile), or when something finishes it: a
+    write that pickles (holding the GIL) or creates many files (0.8-0.9 ms of
+    system time each here) would otherwise slow that first call down."""
 
     def run() -> None:
+        if after_compiles:
+            _after_compiles(t.hurry)
         try:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - a cache write must never break a call
@@ -257,7 +284,7 @@ def in_background(fn: Callable[..., object], *args: object) -> threading.Thread:
                 f"stripeml cache: a background write failed ({exc})", RuntimeWarning, stacklevel=2
             )
 
-    t = threading.Thread(target=run, name="stripeml-cache-write")
+    t = Writer(run)
     with _writers_lock:
         _writers[:] = [w for w in _writers if w.is_alive()]
         _writers.append(t)
@@ -265,12 +292,21 @@ def in_background(fn: Callable[..., object], *args: object) -> threading.Thread:
     return t
 
 
+def _after_compiles(hurry: threading.Event) -> None:
+    while not hurry.is_set():
+        if not gc_pause.wait_no_compile(SETTLE_S):
+            continue  # a compile runs (hurry is checked again)
+        if hurry.wait(SETTLE_S) or gc_pause.wait_no_compile(0):
+            return
+
+
 def wait_writes() -> None:
-    """Return when every write :func:`in_background` started has finished."""
+    """Return when every write :func:`in_background` started has finished (those
+    waiting for the compiles to end start now)."""
     with _writers_lock:
         pending = list(_writers)
     for t in pending:
-        t.join()
+        t.finish()
 
 
 def reject(label: str, path: Path, why: str, then: str) -> None:

@@ -1,0 +1,56 @@
+"""``kept_layouts.in_background(..., after_compiles=True)``: the cache entries a
+compile makes are written once no compile has run for a moment (a program's
+first call counts as part of its compile, ``gc_pause``), or at once when
+something waits for them (``Writer.finish``, ``wait_writes``), even inside a
+compile (the next program's lookup of the entries)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from stripeml import gc_pause
+from stripeml.runtime import kept_layouts
+
+
+def test_a_write_waits_for_the_compiles_to_end() -> None:
+    done = threading.Event()
+    with gc_pause.paused():
+        writer = kept_layouts.in_background(done.set, after_compiles=True)
+        assert not done.wait(3 * kept_layouts.SETTLE_S)  # a compile runs: not yet
+    assert done.wait(5.0)  # it ended: the write ran
+    writer.join()
+
+
+def test_a_write_waits_for_the_compiles_to_stay_ended(monkeypatch) -> None:
+    """A compile and its program's first call are two paused spans a moment
+    apart: the write does not slip in between."""
+    monkeypatch.setattr(kept_layouts, "SETTLE_S", 0.5)  # (a margin on a busy machine)
+    done = threading.Event()
+    with gc_pause.paused():
+        writer = kept_layouts.in_background(done.set, after_compiles=True)
+    time.sleep(0.02)  # the writer sees no compile running
+    with gc_pause.paused():
+        assert not done.wait(0.7)
+    writer.finish()
+    assert done.is_set()
+
+
+def test_finishing_a_write_starts_it_inside_a_compile() -> None:
+    done = threading.Event()
+    with gc_pause.paused():
+        writer = kept_layouts.in_background(done.set, after_compiles=True)
+        start = time.perf_counter()
+        writer.finish()  # the next program's lookup, inside its compile: no deadlock
+        assert done.is_set() and time.perf_counter() - start < 1.0
+    with gc_pause.paused():
+        other = kept_layouts.in_background(lambda: None, after_compiles=True)
+        kept_layouts.wait_writes()
+        assert not other.is_alive()
+
+
+def test_a_plain_write_starts_at_once() -> None:
+    done = threading.Event()
+    with gc_pause.paused():
+        kept_layouts.in_background(done.set)
+        assert done.wait(5.0)
