@@ -53,6 +53,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 def _idle() -> None:
     """No program of earlier tests registered or deferred: the next one is a
     process's first (the one that maps or stores layouts)."""
+    kept_layouts.wait_writes()  # (a pending write holds the layouts it writes)
     gc.collect()
     shared_constants.flush()
     gc.collect()

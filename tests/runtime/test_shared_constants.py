@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import stripeml
-from stripeml.runtime import shared_constants
+from stripeml.runtime import kept_layouts, shared_constants
 
 MATMUL = "function (A[M, K], W[K, N]) -> (C) { C[m, n : M, N] = +(A[m, k] * W[k, n]); }"
 
@@ -67,6 +67,7 @@ def test_layouts_are_freed_with_their_programs() -> None:
     import gc
 
     w = np.random.default_rng(3).standard_normal((64, 320)).astype(np.float32)
+    kept_layouts.wait_writes()  # (a pending write holds the layouts it writes)
     gc.collect()  # what earlier tests left
     before = len(shared_constants.REGISTRY)
     f = stripeml.compile(MATMUL, target="cpu", constants={"W": w})
@@ -74,6 +75,7 @@ def test_layouts_are_freed_with_their_programs() -> None:
     shared_constants.flush()  # what the next program's plan does (a first one defers)
     assert len(shared_constants.REGISTRY) > before
     del f
+    kept_layouts.wait_writes()  # (the layouts' file, written once the first call is done)
     gc.collect()
     assert len(shared_constants.REGISTRY) == before, (len(shared_constants.REGISTRY), before)
 
@@ -91,6 +93,7 @@ def _idle() -> None:
     """No program of earlier tests left registered or deferred."""
     import gc
 
+    kept_layouts.wait_writes()  # (a pending write holds the layouts it writes)
     gc.collect()
     shared_constants.flush()
     gc.collect()
@@ -127,6 +130,7 @@ def test_a_deferred_program_that_is_gone_offers_nothing() -> None:
     f = stripeml.compile(MATMUL, target="cpu", constants={"W": w})
     _run(f, 16)
     del f
+    kept_layouts.wait_writes()  # (a pending write holds the layouts it writes)
     gc.collect()
     shared_constants.flush()
     assert len(shared_constants.REGISTRY) == 0 and shared_constants.idle()

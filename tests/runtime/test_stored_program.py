@@ -38,6 +38,7 @@ def _a(m: int, seed: int = 1) -> np.ndarray:
 def _idle() -> None:
     """No program of earlier tests left registered or deferred (a warm process's
     one program shares its layouts with nothing)."""
+    kept_layouts.wait_writes()  # (a pending write holds the layouts it writes)
     gc.collect()
     shared_constants.flush()
     gc.collect()

@@ -507,7 +507,7 @@ def note_file_arrays(
         from ..runtime.kept_layouts import in_background
         from ..runtime.weight_copies import store_copy
 
-        in_background(store_copy, before, list(arrays))  # the model's import goes on
+        in_background(store_copy, before, list(arrays), after_compiles=True)
 
 
 def weights_copy(st: os.stat_result) -> Any:

@@ -145,10 +145,12 @@ class OnnxFunction:
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
         self.target = target
-        # Resolved once, here at the API boundary (``threads``, else the variable
-        # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
-        self.resolved_target = api.target_for(target, threads)
-        with phase("onnx read"):
+        # (part of the compile: background work waits, gc_pause)
+        with gc_pause.paused():
+            # Resolved once, here at the API boundary (``threads``, else the variable
+            # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
+            self.resolved_target = api.target_for(target, threads)
+        with phase("onnx read"), gc_pause.paused():
             weights_read()
             if opset is None and model is given:  # checked, and not converted
                 validated.remember(key, self.graph.opset)

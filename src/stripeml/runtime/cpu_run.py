@@ -438,8 +438,10 @@ class CpuCompiled(StepRunner):
                 if not self._mapped:
                     self._run_steps(pointers, storages, constant=True)
                     if self._layouts is not None and self._kept_storage is not None:
-                        # (looked up at load; written while the first call goes on)
-                        kept_layouts.in_background(self._layouts.store, self._kept_storage)
+                        # (looked up at load; written once the first call is done)
+                        kept_layouts.in_background(
+                            self._layouts.store, self._kept_storage, after_compiles=True
+                        )
                 if self._reuse is not None and self._kept_storage is not None:
                     shared_constants.register(self._reuse, self._kept_storage)
                 elif self._deferred is not None:
