@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
-# The threads writing the program cache's entries (Function._to_disk).
-_PROGRAM_WRITES: list[Writer] = []
+# The threads writing the program cache's entries, by key (Function._to_disk).
+_PROGRAM_WRITES: dict[str, Writer] = {}
 _PROGRAM_WRITES_LOCK = threading.Lock()
 
 VERIFY_VARIABLE = "STRIPEML_VERIFY"
@@ -349,9 +349,9 @@ class Function:
 
         with phase("cache read"):
             with _PROGRAM_WRITES_LOCK:
-                pending = list(_PROGRAM_WRITES)
-            for thread in pending:  # an entry this process is writing: found, not made again
-                thread.finish()
+                pending = _PROGRAM_WRITES.get(key)
+            if pending is not None:  # this entry, still being written: found, not made again
+                pending.finish()
             found = ProgramCache(self.backend.cache_dir).get_stored(key)
         if found is None:
             return None
@@ -374,7 +374,7 @@ class Function:
             with phase("cache write"):
                 # on a thread of its own once the first call is done: the program's
                 # pickle and file (0.02-0.03 s of ResNet-50's cold compile); a lookup
-                # waits for it (_from_disk)
+                # of the same key waits for it (_from_disk)
                 thread = in_background(
                     ProgramCache(self.backend.cache_dir).put,
                     key,
@@ -383,8 +383,9 @@ class Function:
                     after_compiles=True,
                 )
                 with _PROGRAM_WRITES_LOCK:
-                    _PROGRAM_WRITES[:] = [t for t in _PROGRAM_WRITES if t.is_alive()]
-                    _PROGRAM_WRITES.append(thread)
+                    for done in [k for k, t in _PROGRAM_WRITES.items() if not t.is_alive()]:
+                        del _PROGRAM_WRITES[done]
+                    _PROGRAM_WRITES[key] = thread
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable:
         """Specialise for these inputs' shapes and dtypes without running."""

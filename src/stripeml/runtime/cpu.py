@@ -159,9 +159,16 @@ class CpuOptions:
         )
 
 
-# The threads writing the entries of the programs compiled last (_write_later).
-_PENDING: list[kept_layouts.Writer] = []
-_PENDING_LOCK = threading.Lock()
+# The entries _write_later has yet to write, by file: a lookup finds them here.
+_UNWRITTEN: dict[str, Entry] = {}
+_UNWRITTEN_LOCK = threading.Lock()
+
+
+def _get(cache: KernelCache, key: str) -> Entry | None:
+    """``cache.get(key)``, or the entry a write of this process has yet to make."""
+    with _UNWRITTEN_LOCK:
+        found = _UNWRITTEN.get(str(cache.path(key)))
+    return found if found is not None else cache.get(key)
 
 
 def _write_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
@@ -169,27 +176,26 @@ def _write_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
     and the program's first call are done (:func:`.kept_layouts.in_background`,
     ``after_compiles``): creating a file cost 0.8-0.9 ms of system time here,
     and ResNet-50's 74 bodies were 0.06 s of its cold compile's main thread.
-    A compile waits for them before it looks its own entries up
-    (:func:`_wait_for_writes`), so a body another program of the process
-    compiled is found, not made again."""
+    Meanwhile a lookup in the process finds them in memory (:func:`_get`), so a
+    body another program of the process compiled is not made again, and the
+    next input shape's compile does not wait for the writes."""
     if not writes:
         return
+    files = [(str(cache.path(key)), cache, key, entry) for cache, key, entry in writes]
+    with _UNWRITTEN_LOCK:
+        for path, _, _, entry in files:
+            _UNWRITTEN[path] = entry
 
     def write() -> None:
-        for cache, key, entry in writes:
-            cache.put(key, entry)
+        for path, cache, key, entry in files:
+            try:
+                cache.put(key, entry)
+            finally:
+                with _UNWRITTEN_LOCK:
+                    if _UNWRITTEN.get(path) is entry:
+                        del _UNWRITTEN[path]
 
-    thread = kept_layouts.in_background(write, after_compiles=True)
-    with _PENDING_LOCK:
-        _PENDING[:] = [t for t in _PENDING if t.is_alive()]
-        _PENDING.append(thread)
-
-
-def _wait_for_writes() -> None:
-    with _PENDING_LOCK:
-        pending = list(_PENDING)
-    for thread in pending:
-        thread.finish()
+    kept_layouts.in_background(write, after_compiles=True)
 
 
 @dataclass(frozen=True)
@@ -235,13 +241,12 @@ class CpuBackend:
         stored: StoredProgram | None = None
         whole: Program | None = None
         with phase("cache read"):
-            _wait_for_writes()  # an earlier program's entries: found, not made again
             if isinstance(program, StoredProgram):
                 stored, text = program, program.text
             else:
                 whole, text = program, format_ir(program)
             key = cache_key(text, described)
-            entry = cache.get(key)
+            entry = _get(cache, key)
             bodies = _cached_bodies(body_cache, entry, described) if entry is not None else None
         if entry is None or bodies is None:
             if whole is None:
@@ -289,7 +294,7 @@ class CpuBackend:
         found: dict[str, Entry] = {}
 
         def known(symbol: str) -> KernelInfo | None:
-            body = body_cache.get(_body_key(symbol, described))
+            body = _get(body_cache, _body_key(symbol, described))
             if body is None or len(body.module.steps) != 1 or body.module.steps[0].kernel is None:
                 return None
             found[symbol] = body
@@ -356,7 +361,7 @@ def _cached_bodies(cache: KernelCache, entry: Entry, described: str) -> list[Ent
     """The bodies ``entry`` links, from the cache; None if any is missing."""
     out = []
     for body in entry.module.bodies:
-        found = cache.get(_body_key(body.symbol, described))
+        found = _get(cache, _body_key(body.symbol, described))
         if found is None:
             return None
         out.append(found)
