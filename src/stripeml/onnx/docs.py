@@ -206,8 +206,11 @@ initializer or input (`load.py` reads, `validate.py` checks):
   the rest, the graph's structure, is parsed by protobuf (`wire.py`;
   `onnx.load` and the message's own copy held a BERT-base's 440 MB three
   times, and took 1.3-2.3 s to its first result where reading by path takes
-  0.5-0.7 s, warm cache).  `f.model` is then read again, whole, when first
-  asked for.
+  0.5-0.7 s, warm cache).  Those bytes are read on a thread of their own
+  (`wire.start_split`) while the import goes on with the structure, its
+  checks and the target, and the import waits for them before anything
+  reads a weight's value; a file that changes meanwhile is the same
+  `OnnxError`.  `f.model` is then read again, whole, when first asked for.
 * **External data** is read only from regular files inside the model's folder:
   a `location` that is absolute, climbs out with `..` or resolves (through
   symbolic links) outside the folder is refused, as are an `offset`/`length`
