@@ -134,12 +134,15 @@ def interleaved(fns: dict[str, Callable[[], Any]], blocks: int) -> tuple[dict[st
     """Median seconds of each of ``fns``, timed in alternating blocks of consecutive
     calls with a 0.05 s pause before each block; returns the medians and the calls
     each is over.  A block is about 0.2 s of the slower contender (1 to 10 calls)."""
+    from stripeml.runtime.kept_layouts import wait_writes
+
     once = {}
     for name, fn in fns.items():  # warm-up, and a first estimate
         fn()
         t = time.perf_counter()
         fn()
         once[name] = time.perf_counter() - t
+    wait_writes()  # stripeml's cache files, written after the first calls: not while timed
     per_block = max(1, min(10, round(0.2 / max(1e-6, max(once.values())))))
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(blocks):

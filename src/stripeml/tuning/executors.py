@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import StripeError, TargetError
 from ..passes._kernel_choices import Choice
+from ..runtime.kept_layouts import wait_writes
 from ..runtime.tuning_db import target_key
 from ..targets import Target, resolve
 from .kernels import Built, KernelJob, Stages, build_candidate, owner_seconds, window_seconds
@@ -102,6 +103,7 @@ class LocalMeasurer:
             raise StripeError("baselines are for the checked analytic program of one program")
         compiled, owners = built.compiled, {}  # type: ignore[var-annotated]
         compiled.run(dict(jobs[0].inputs))  # warm
+        wait_writes()  # the cache files the compile left to write: now, not while timing
         per_job: list[list[float]] = [[] for _ in jobs]
         for _ in range(rounds):
             if self.pause_s:
