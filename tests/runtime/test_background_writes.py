@@ -54,3 +54,32 @@ def test_a_plain_write_starts_at_once() -> None:
     with gc_pause.paused():
         kept_layouts.in_background(done.set)
         assert done.wait(5.0)
+
+
+def test_the_tuner_times_nothing_beside_a_pending_write() -> None:
+    """``tuning.measure.time_interleaved`` finishes the writes a compile left
+    (here one held back by a compile that goes on in another thread) before its
+    first timed call."""
+    from stripeml.tuning.measure import time_interleaved
+
+    done = threading.Event()
+    release = threading.Event()
+    entered = threading.Event()
+
+    def compiling() -> None:
+        with gc_pause.paused():
+            entered.set()
+            release.wait(10.0)
+
+    other = threading.Thread(target=compiling)
+    other.start()
+    entered.wait(5.0)
+    try:
+        kept_layouts.in_background(done.set, after_compiles=True)
+        seen: list[bool] = []
+        time_interleaved([lambda: seen.append(done.is_set())], rounds=3, pause_s=0.0)
+        assert not seen[0]  # the warm-up call: the compile still runs, nothing written
+        assert all(seen[1:]) and len(seen) > 1  # every call after: written first
+    finally:
+        release.set()
+        other.join()
