@@ -95,8 +95,8 @@ def test_a_second_program_reuses_the_bodies_it_shares(tmp_path, monkeypatch) -> 
 
 
 def test_a_second_program_finds_bodies_still_being_written(tmp_path, monkeypatch) -> None:
-    """The bodies' entries are written on a thread of their own (runtime/cpu.py,
-    ``_write_later``), slowed down here: a program compiled meanwhile finds
+    """The bodies' entries are written on a thread of their own
+    (``runtime/pending_writes.put_later``), slowed down here: a program compiled meanwhile finds
     them in memory rather than compiling the bodies it shares again."""
     import time
 

@@ -161,8 +161,8 @@ def test_a_summary_that_does_not_unpickle_is_a_miss(tmp_path, monkeypatch, kind)
 
 
 def test_a_program_entry_still_being_written_is_found(tmp_path, monkeypatch) -> None:
-    """The program cache's entry is written on a thread of its own (api,
-    ``_to_disk``), slowed down here: a function compiled meanwhile in the same
+    """The program cache's entry is written on a thread of its own
+    (``ProgramCache.put_later``), slowed down here: a function compiled meanwhile in the same
     process waits for it and loads it rather than compiling again."""
     import time
 

@@ -17,7 +17,6 @@ runtime see it through the frozen ``Target`` like any other fact.
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -43,16 +42,11 @@ if TYPE_CHECKING:
     # cache) lowers nothing and profiles nothing.
     from ..passes.manager import PipelineResult
     from ..runtime.cache_store import Remembered
-    from ..runtime.kept_layouts import Writer
     from ..runtime.kernel_cache import StoredProgram
     from ..tile.ast import Function as TileFunction
 
 #: ``STRIPEML_VERIFY=all`` verifies the whole program after every pass (the default
 #: verifies incrementally: what a pass changed; see :mod:`stripeml.passes.manager`).
-# The threads writing the program cache's entries, by key (Function._to_disk).
-_PROGRAM_WRITES: dict[str, Writer] = {}
-_PROGRAM_WRITES_LOCK = threading.Lock()
-
 VERIFY_VARIABLE = "STRIPEML_VERIFY"
 
 
@@ -348,10 +342,6 @@ class Function:
         from ..runtime.kernel_cache import ProgramCache
 
         with phase("cache read"):
-            with _PROGRAM_WRITES_LOCK:
-                pending = _PROGRAM_WRITES.get(key)
-            if pending is not None:  # this entry, still being written: found, not made again
-                pending.finish()
             found = ProgramCache(self.backend.cache_dir).get_stored(key)
         if found is None:
             return None
@@ -368,24 +358,10 @@ class Function:
     def _to_disk(self, sig: Signature, exe: Executable) -> None:
         key = self._disk_key(sig)
         if key is not None:
-            from ..runtime.kept_layouts import in_background
             from ..runtime.kernel_cache import ProgramCache
 
-            with phase("cache write"):
-                # on a thread of its own once the first call is done: the program's
-                # pickle and file (0.02-0.03 s of ResNet-50's cold compile); a lookup
-                # of the same key waits for it (_from_disk)
-                thread = in_background(
-                    ProgramCache(self.backend.cache_dir).put,
-                    key,
-                    exe.ir,
-                    exe.program,
-                    after_compiles=True,
-                )
-                with _PROGRAM_WRITES_LOCK:
-                    for done in [k for k, t in _PROGRAM_WRITES.items() if not t.is_alive()]:
-                        del _PROGRAM_WRITES[done]
-                    _PROGRAM_WRITES[key] = thread
+            with phase("cache write"):  # (written once the first call is done)
+                ProgramCache(self.backend.cache_dir).put_later(key, exe.ir, exe.program)
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable:
         """Specialise for these inputs' shapes and dtypes without running."""

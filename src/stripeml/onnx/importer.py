@@ -117,9 +117,7 @@ class OnnxFunction:
         from .validate import upgraded
 
         with phase("onnx read"), gc_pause.paused():
-            # A file's weights are read in a thread of their own (load.start_reading)
-            # while this one goes on with the structure and the target: nothing
-            # here reads their values before weights_read() (the Graph views them).
+            # a file's weights are read on a thread (load.start_reading) until weights_read()
             model, source, raws, weights_read = start_reading(model)
             # a model that validated before is not checked again (validated.py)
             key = validated.model_key(model, read_apart=source is not None)
@@ -145,19 +143,17 @@ class OnnxFunction:
                 f"(first: node {first.name!r} of type {first.op_type})"
             )
         self.target = target
-        # (part of the compile: background work waits, gc_pause)
-        with gc_pause.paused():
+        with gc_pause.paused():  # (the compile's: background work waits)
             # Resolved once, here at the API boundary (``threads``, else the variable
             # STRIPEML_NUM_THREADS): every signature's program compiles for this Target.
             self.resolved_target = api.target_for(target, threads)
-        with phase("onnx read"), gc_pause.paused():
-            weights_read()
-            if opset is None and model is given:  # checked, and not converted
-                validated.remember(key, self.graph.opset)
-            self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
-            self.graph.nodes = fuse_qdq(
-                self.graph.nodes, self.graph.initializers, self.graph.outputs
-            )
+            with phase("onnx read"):
+                weights_read()
+                if opset is None and model is given:  # checked, and not converted
+                    validated.remember(key, self.graph.opset)
+                self.graph.nodes = fuse_conv_bn(self.graph.nodes, self.graph.outputs)
+                nodes, inits = self.graph.nodes, self.graph.initializers
+                self.graph.nodes = fuse_qdq(nodes, inits, self.graph.outputs)
         self.progress = progress
         self.input_names = [i.name for i in self.graph.inputs]
         self.output_names = list(self.graph.outputs)

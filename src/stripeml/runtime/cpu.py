@@ -51,7 +51,6 @@ OpenMP team (PyTorch's) instead of the native pool's workers.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
@@ -61,8 +60,9 @@ from ..ir.nodes import Block, Program
 from ..ir.printer import format as format_ir
 from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
-from . import jit, kept_layouts, llvm_pool, native_pool
+from . import jit, llvm_pool, native_pool
 from .kernel_cache import Entry, KernelCache, StoredProgram, cache_key
+from .pending_writes import put_later
 from .program_facts import Liveness
 
 if TYPE_CHECKING:
@@ -159,45 +159,6 @@ class CpuOptions:
         )
 
 
-# The entries _write_later has yet to write, by file: a lookup finds them here.
-_UNWRITTEN: dict[str, Entry] = {}
-_UNWRITTEN_LOCK = threading.Lock()
-
-
-def _get(cache: KernelCache, key: str) -> Entry | None:
-    """``cache.get(key)``, or the entry a write of this process has yet to make."""
-    with _UNWRITTEN_LOCK:
-        found = _UNWRITTEN.get(str(cache.path(key)))
-    return found if found is not None else cache.get(key)
-
-
-def _write_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
-    """Store each ``(cache, key, entry)`` on a thread of its own, once the compile
-    and the program's first call are done (:func:`.kept_layouts.in_background`,
-    ``after_compiles``): creating a file cost 0.8-0.9 ms of system time here,
-    and ResNet-50's 74 bodies were 0.06 s of its cold compile's main thread.
-    Meanwhile a lookup in the process finds them in memory (:func:`_get`), so a
-    body another program of the process compiled is not made again, and the
-    next input shape's compile does not wait for the writes."""
-    if not writes:
-        return
-    files = [(str(cache.path(key)), cache, key, entry) for cache, key, entry in writes]
-    with _UNWRITTEN_LOCK:
-        for path, _, _, entry in files:
-            _UNWRITTEN[path] = entry
-
-    def write() -> None:
-        for path, cache, key, entry in files:
-            try:
-                cache.put(key, entry)
-            finally:
-                with _UNWRITTEN_LOCK:
-                    if _UNWRITTEN.get(path) is entry:
-                        del _UNWRITTEN[path]
-
-    kept_layouts.in_background(write, after_compiles=True)
-
-
 @dataclass(frozen=True)
 class CpuBackend:
     """The host CPU through LLVM, configured by one :class:`CpuOptions`.
@@ -246,7 +207,7 @@ class CpuBackend:
             else:
                 whole, text = program, format_ir(program)
             key = cache_key(text, described)
-            entry = _get(cache, key)
+            entry = cache.get(key)
             bodies = _cached_bodies(body_cache, entry, described) if entry is not None else None
         if entry is None or bodies is None:
             if whole is None:
@@ -294,7 +255,7 @@ class CpuBackend:
         found: dict[str, Entry] = {}
 
         def known(symbol: str) -> KernelInfo | None:
-            body = _get(body_cache, _body_key(symbol, described))
+            body = body_cache.get(_body_key(symbol, described))
             if body is None or len(body.module.steps) != 1 or body.module.steps[0].kernel is None:
                 return None
             found[symbol] = body
@@ -341,7 +302,7 @@ class CpuBackend:
             # the program's entry now (an unwritable cache is reported to this
             # call, and nothing more is tried), its bodies' on a thread
             if cache.put(key, entry):
-                _write_later(writes)
+                put_later(writes)
         return entry, [found[b.symbol] for b in module.bodies]
 
 
@@ -361,7 +322,7 @@ def _cached_bodies(cache: KernelCache, entry: Entry, described: str) -> list[Ent
     """The bodies ``entry`` links, from the cache; None if any is missing."""
     out = []
     for body in entry.module.bodies:
-        found = _get(cache, _body_key(body.symbol, described))
+        found = cache.get(_body_key(body.symbol, described))
         if found is None:
             return None
         out.append(found)
