@@ -158,3 +158,64 @@ def test_whether_a_compile_runs_is_known_to_other_threads(monkeypatch, gc_env) -
     leave.set()
     assert gc_pause.wait_no_compile(10)
     t.join(10)
+
+
+class _CountedEvent(threading.Event):
+    """``gc_pause``'s "no compile runs" event, counting the times it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def _compiles_ended(monkeypatch: pytest.MonkeyPatch) -> _CountedEvent:
+    event = _CountedEvent()
+    event.set()
+    event.sets = 0
+    monkeypatch.setattr(gc_pause, "_none_running", event)
+    return event
+
+
+@pytest.mark.parametrize("target", ["interp", "cpu"])
+def test_a_new_signature_is_one_compile_to_its_first_call(monkeypatch, target) -> None:
+    """A call that compiles (the Tile source's lowering and passes, the backend's
+    compile, the program's first call) ends one compile, not one per step: no
+    gap between them for a collection or for background work (the huge-page
+    collapse, the cache writes).  A call of a compiled signature ends none."""
+    seen = _spy_optimise(monkeypatch)
+    ended = _compiles_ended(monkeypatch)
+    gc.enable()
+    f = stripeml.compile(SOURCE, target=target)
+    a, b = _inputs(6)
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5)
+    assert seen == [False] and ended.sets == 1 and gc.isenabled()
+    a2, _ = _inputs(6)
+    np.testing.assert_allclose(f(a2, b), a2 @ b, rtol=1e-5)  # compiled: no compile
+    c, _ = _inputs(9)
+    np.testing.assert_allclose(f(c, b), c @ b, rtol=1e-5)  # a new signature
+    assert seen == [False, False] and ended.sets == 2
+
+
+def test_an_onnx_models_new_shape_is_one_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ONNX function's import, the compile and the first call of a new input
+    shape end one compile (the importer holds it across the three)."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", 3])
+    nodes = [helper.make_node("Relu", ["X"], ["R"]), helper.make_node("Exp", ["R"], ["Y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    f = stripeml.onnx.compile(model, target="cpu")
+    ended = _compiles_ended(monkeypatch)
+    gc.enable()
+    for n, sets in ((2, 1), (2, 1), (5, 2)):
+        v = RNG.standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_allclose(f(v), np.exp(np.maximum(v, 0)), rtol=1e-6)
+        assert ended.sets == sets
+    assert gc.isenabled()

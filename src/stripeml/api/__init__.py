@@ -285,8 +285,7 @@ class Function:
         )
 
     def lowered(self, sig: Signature) -> Program:
-        """The program of signature ``sig`` (of the parameters a call passes), as
-        lowered: bound and lowered, before any pass."""
+        """The program of signature ``sig`` (of the parameters a call passes), lowered."""
         from ..tile.bind import bind
         from ..tile.lower import lower
 
@@ -295,8 +294,8 @@ class Function:
             return lower(self.ast, binding, self.name, frozenset(self.constants))
 
     def _choices(self) -> dict[str, Any]:
-        """The tuning database's choices for this target (``{}``: none, or not
-        asked for; only backends with a disk cache are tuned)."""
+        """The tuning database's choices for this target (``{}``: none, or not asked
+        for; only backends with a disk cache are tuned)."""
         if not self.tuned or self.backend.describe() is None or not self.target.pipeline:
             return {}
         from ..runtime.tuning_db import choices_for
@@ -378,14 +377,16 @@ class Function:
             if results is not None:
                 return results
         arrays = last._exact_arrays(args) if last is not None else None
+        exe, fresh = last, False
         if last is None or arrays is None:
             arrays = self._arrays(args, kwargs)
-            exe = self._executable(arrays)
-            self._last = weakref.ref(exe)
-        else:
-            exe = last
-        named = dict(zip(self.params, arrays))
-        return self._results(exe.run_named(named, exe.out_arrays(out)))
+            exe, fresh = None, self._cache.get(signature_of(arrays)) is None
+        with gc_pause.paused(fresh):  # a new signature's compile and first call: one compile
+            if exe is None:
+                exe = self._executable(arrays)
+                self._last = weakref.ref(exe)
+            named = dict(zip(self.params, arrays))
+            return self._results(exe.run_named(named, exe.out_arrays(out)))
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -429,8 +430,7 @@ def compile(  # noqa: A001
 
 
 def _footprint(exe: Executable) -> int:
-    """What an executable is counted at in memory: the bytes of its program's
-    temporaries and results (an upper bound of its arena and constant layouts)."""
+    """An executable's bytes in memory: its temporaries and results (bounding its arena)."""
     return sum(_nbytes(r) for r in exe.root_refs if r.dir != "in")
 
 

@@ -292,8 +292,7 @@ class OnnxFunction:
 
     @classmethod
     def _over(cls, graph: Graph, parent: OnnxFunction) -> OnnxFunction:
-        """A model over ``graph`` (the rest of ``parent`` after a split), compiled
-        for ``parent``'s target."""
+        """A model over ``graph`` (``parent``'s rest after a split), for its target."""
         from .. import api
 
         fn = cls.__new__(cls)
@@ -318,10 +317,11 @@ class OnnxFunction:
         return self._run(arrays)
 
     def _run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        spec = self.specialise(arrays)
-        if not self._static:
-            self._last = (tuple((a.shape, a.dtype) for a in arrays), weakref.ref(spec))
-        return self._run_spec(spec, arrays)
+        with gc_pause.paused(self._cache.get(self._key(arrays)) is None):  # a new signature
+            spec = self.specialise(arrays)
+            if not self._static:
+                self._last = (tuple((a.shape, a.dtype) for a in arrays), weakref.ref(spec))
+            return self._run_spec(spec, arrays)
 
     def _run_spec(self, spec: Specialised, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         results: dict[str, np.ndarray] = {}
