@@ -1,12 +1,11 @@
 """The public entry point: ``stripeml.compile`` and the callables it returns.
 
-``compile`` parses and checks the Tile source at once and resolves the target
-once (:func:`stripeml.targets.resolve`: a frozen ``Target`` holding the
-hardware facts and the built pipeline) and its backend
-(:func:`stripeml.runtime.backend.backend_for`).  Shapes bind at call time:
-each new signature (input shapes and dtypes) is bound, lowered, run through
-``target.passes`` and compiled by the backend once, then cached in memory
-and, for backends with a disk cache, on disk.
+``compile`` parses and checks the Tile source at once and resolves the target once
+(:func:`stripeml.targets.resolve`: a frozen ``Target`` holding the hardware facts and
+the built pipeline) and its backend (:func:`stripeml.runtime.backend.backend_for`).
+Shapes bind at call time: each new signature (input shapes and dtypes) is bound,
+lowered, run through ``target.passes`` and compiled by the backend once, then cached in
+memory and, for backends with a disk cache, on disk.
 
 ``threads=`` (else the environment variable :data:`THREADS_VARIABLE`, read
 here, at the API's boundary, and nowhere below) becomes the target's
@@ -256,6 +255,8 @@ class Function:
             with _internal_errors(f"compiling {self.name} for {_fmt_sig(sig)}"), gc_pause.paused():
                 exe = self._from_disk(sig)
                 if exe is None:
+                    if hasattr(self.backend, "prepare"):  # (runtime.kept_reserve)
+                        self.backend.prepare(self.constants)
                     result = self._optimise(sig)
                     compiled = self._compile(result.program)
                     exe = Executable(self, result.program, result, compiled, result.timings)
@@ -264,9 +265,8 @@ class Function:
         return exe
 
     def _compile(self, program: Program | StoredProgram) -> Compiled:
-        """``backend.compile`` (a :class:`StoredProgram` only where the backend
-        ``compiles_stored``); running out of memory there (a GPU backend
-        allocates its buffers when it loads a program) is a :class:`ShapeError`."""
+        """``backend.compile`` (a :class:`StoredProgram` only where it ``compiles_stored``);
+        out of memory there (a GPU backend allocates at load) is a :class:`ShapeError`."""
         try:
             return self.backend.compile(program)  # type: ignore[arg-type]
         except MemoryError:

@@ -51,7 +51,7 @@ OpenMP team (PyTorch's) instead of the native pool's workers.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
@@ -60,12 +60,14 @@ from ..ir.nodes import Block, Program
 from ..ir.printer import format as format_ir
 from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
-from . import jit, llvm_pool, native_pool
+from . import jit, kept_reserve, llvm_pool, native_pool, shared_constants
 from .kernel_cache import Entry, KernelCache, StoredProgram, cache_key
 from .pending_writes import put_later
 from .program_facts import Liveness
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..codegen.llvm import Known
     from ..targets import Target
 
@@ -187,6 +189,16 @@ class CpuBackend:
     #: start then loads the object code without loading the program.
     compiles_stored: ClassVar[bool] = True
 
+    def prepare(self, constants: Mapping[str, np.ndarray]) -> None:
+        """A program with these constant parameters is about to be optimised and
+        compiled in this thread: map pages for its layouts meanwhile (:mod:`.kept_reserve`)."""
+        nbytes = sum(a.nbytes for a in constants.values())
+        idle = nbytes >= kept_reserve.MIN_BYTES and shared_constants.idle()
+        if idle and self.options.threads >= 2 and (os.cpu_count() or 1) >= 2:
+            kept_reserve.start(nbytes * 3 // 2)  # (its layouts: 0.7-1.5x that)
+        else:
+            kept_reserve.claim()  # (an unclaimed one of an earlier compile is dropped)
+
     def compile(self, program: Program | StoredProgram) -> CpuCompiled:
         """Object code from the disk cache, or generated, optimised and stored.
 
@@ -196,6 +208,7 @@ class CpuBackend:
         :class:`~.kernel_cache.StoredProgram` (read from the program cache) is
         loaded only if its object code must be generated again."""
         o = self.options
+        reserve = kept_reserve.claim()
         cache = KernelCache(o.cache_dir)
         body_cache = KernelCache(o.cache_dir, BODY_FOLDER)
         described = self.describe()
@@ -239,6 +252,7 @@ class CpuBackend:
             chunks_per_thread=o.chunks_per_thread,
             code=code,
             facts=facts,
+            reserve=reserve,
         )
 
     def _generate(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from .kept_pages import promote_huge
 from .kernel_cache import StoredProgram
 from .program_facts import Liveness, program_constness
 from .seen_inputs import SeenInputs
+
+if TYPE_CHECKING:
+    from .kept_reserve import Reserve
 
 
 class CpuCompiled(StepRunner):
@@ -52,8 +56,10 @@ class CpuCompiled(StepRunner):
         chunks_per_thread: int = CHUNKS_PER_THREAD,
         code: str | None = None,
         facts: Liveness | None = None,
+        reserve: Reserve | None = None,
     ) -> None:
         self.module = module
+        self._reserve = reserve  # pages mapped for the kept temporaries (kept_reserve)
         self.code = module.llvm_ir if code is None else code
         self.threads = threads
         self.min_chunk_work = min_chunk_work
@@ -415,20 +421,36 @@ class CpuCompiled(StepRunner):
                     if mapped is not None:
                         self._kept_storage, self._mapped = mapped, True
                     else:
-                        self._kept_storage = {k: b.kept_storage() for k, b in self._kept.items()}
-                        self._promote += self._kept_storage.values()
+                        self._kept_storage = self._fresh_kept({})
                 if self._kept_storage is None:
                     reuse = shared_constants.plan_reuse(
                         self._whole_program(), self._buffers, self._const_steps, self._kept, inputs
                     )
-                    shared = reuse.shared if reuse is not None else {}
                     self._reuse = reuse
-                    self._kept_storage = {
-                        k: shared[k] if k in shared else b.kept_storage()
-                        for k, b in self._kept.items()
-                    }
-                    self._promote += [a for k, a in self._kept_storage.items() if k not in shared]
+                    self._kept_storage = self._fresh_kept(reuse.shared if reuse is not None else {})
+                reserve, self._reserve = self._reserve, None
+                if reserve is not None:
+                    reserve.close()
         return self._kept_storage
+
+    def _fresh_kept(self, shared: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """The kept temporaries' storage: ``shared``'s arrays, else zeroed bytes of
+        the reserve (``kept_reserve``) while they fit, else pages of their own
+        (each to be given huge pages after the call: ``_promote``)."""
+        out: dict[int, np.ndarray] = {}
+        reserve = self._reserve
+        for k, b in self._kept.items():
+            got = shared.get(k)
+            if got is None and reserve is not None:
+                got = reserve.take(b.nbytes, b.dtype)
+            if got is None:
+                got = b.kept_storage()
+                self._promote.append(got)
+            out[k] = got
+        used = self._reserve.used() if self._reserve is not None else None
+        if used is not None:
+            self._promote.append(used)
+        return out
 
     def _prime(self, pointers: ctypes.Array[ctypes.c_void_p], storages: list[np.ndarray]) -> None:
         """Run the constant steps, in program order, once for this compiled program
