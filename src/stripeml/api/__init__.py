@@ -248,8 +248,8 @@ class Function:
         return outs[0] if len(outs) == 1 else outs
 
     # -- compilation -------------------------------------------------------
-    def _executable(self, arrays: Sequence[np.ndarray]) -> Executable:
-        sig = signature_of(arrays)
+    def _executable(self, arrays: Sequence[np.ndarray], sig: Signature | None = None) -> Executable:
+        sig = signature_of(arrays) if sig is None else sig
         exe = self._cache.get(sig)
         if exe is None:
             with _internal_errors(f"compiling {self.name} for {_fmt_sig(sig)}"), gc_pause.paused():
@@ -377,13 +377,13 @@ class Function:
             if results is not None:
                 return results
         arrays = last._exact_arrays(args) if last is not None else None
-        exe, fresh = last, False
+        exe, sig = last, None
         if last is None or arrays is None:
             arrays = self._arrays(args, kwargs)
-            exe, fresh = None, self._cache.get(signature_of(arrays)) is None
-        with gc_pause.paused(fresh):  # a new signature's compile and first call: one compile
+            exe, sig = None, signature_of(arrays)
+        with gc_pause.paused(sig is not None and self._cache.get(sig) is None):  # new: one compile
             if exe is None:
-                exe = self._executable(arrays)
+                exe = self._executable(arrays, sig)
                 self._last = weakref.ref(exe)
             named = dict(zip(self.params, arrays))
             return self._results(exe.run_named(named, exe.out_arrays(out)))

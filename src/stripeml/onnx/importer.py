@@ -195,8 +195,8 @@ class OnnxFunction:
         return tuple(key)
 
     # -- compiling ---------------------------------------------------------
-    def specialise(self, arrays: Sequence[np.ndarray]) -> Specialised:
-        key = self._key(arrays)
+    def specialise(self, arrays: Sequence[np.ndarray], key: _Key | None = None) -> Specialised:
+        key = self._key(arrays) if key is None else key
         spec = self._cache.get(key)
         if spec is None:
             with phase("onnx import"), gc_pause.paused():
@@ -317,8 +317,9 @@ class OnnxFunction:
         return self._run(arrays)
 
     def _run(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        with gc_pause.paused(self._cache.get(self._key(arrays)) is None):  # a new signature
-            spec = self.specialise(arrays)
+        key = self._key(arrays)  # a new signature: its import, compile and first call one compile
+        with gc_pause.paused(self._cache.get(key) is None):
+            spec = self.specialise(arrays, key)
             if not self._static:
                 self._last = (tuple((a.shape, a.dtype) for a in arrays), weakref.ref(spec))
             return self._run_spec(spec, arrays)
@@ -356,9 +357,8 @@ class OnnxFunction:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def lower(self, *args: Any, **kwargs: Any) -> Executable | None:
-        """The ``stripeml`` executable for these inputs (``.ir``, ``.stages``,
-        ``.code``, ``.peak_bytes``), without running; ``None`` when the whole
-        model folded to constants."""
+        """The ``stripeml`` executable for these inputs (``.ir``, ``.stages``, ``.code``,
+        ``.peak_bytes``), without running; ``None`` when the whole model folded to constants."""
         arrays = self._arrays(args, kwargs)
         spec = self.specialise(arrays)
         if spec.function is None:
