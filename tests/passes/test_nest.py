@@ -86,6 +86,64 @@ def test_attention_becomes_one_nest(h, m, n, d, nhd):
     _check(result, {"Q": q, "K": k, "V": v}, _attention(q, k, v, nhd))
 
 
+# The importer's attention output: the heads merged back by a transpose and a
+# reshape, so the division after the product writes ``Y[m, E*h + e]``.
+ATTENTION_MERGED = ATTENTION_NHD.replace("-> (O)", "-> (Y)").replace(
+    "O[h, m, e : H, M, E] = +(P[h, m, n] * V[n, h, e]);",
+    "O[h, m, e : H, M, E] = +(P[h, m, n] * V[n, h, e]);\n"
+    "    R[m, h, e : M, H, E] = =(O[h, m, e]);\n"
+    "    Y = reshape(R, M, H * E);",
+)
+
+
+@pytest.mark.parametrize(("h", "m", "n", "d"), [(4, 64, 256, 16), (3, 48, 256, 8)])
+def test_merged_heads_are_written_by_the_nest(h, m, n, d):
+    """The division after the product (``divide_late``) and the heads' merge join
+    the chain: each row block, one head's queries, writes its columns ``E*h ..
+    E*h + E-1`` of ``Y`` itself, and no root kernel reads the product's sums
+    back.  (A block of every head's queries would re-read all the heads' keys and
+    values, more than the cache, once per block.)"""
+    from dataclasses import replace
+
+    from pipelines import cpu_passes
+
+    q, k, v = _inputs(h, m, n, d, nhd=True)
+    program = stripeml.compile(ATTENTION_MERGED, target="interp").lower(q, k, v).program
+    passes = [
+        replace(p, cache_bytes=65536, fraction=0.5, min_points=2, min_rows=4)
+        if isinstance(p, Nest)
+        else p
+        for p in cpu_passes(vector_width=8)
+    ]
+    result = run_pipeline(program, passes).program
+    (nest,) = _nests(result)
+    assert [r.from_ for r in nest.refs if r.dir == "out"] == ["Y"]
+    assert {i.name for i in nest.idxs} == {"rows_h", "rows_m"}
+    assert nest is result.root.stmts[-1]  # nothing after it: the merge is inside
+    want = _attention(q, k, v, nhd=True).transpose(1, 0, 2).reshape(m, h * d)
+    inputs = {"Q": q, "K": k, "V": v}
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-4, atol=1e-5)
+    for threads in (1, 2):
+        opts = CpuOptions(threads=threads, vector_width=8, min_chunk_work=1)
+        got = CpuBackend(opts).compile(result).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_write_row_blocks_would_share_ends_the_chain():
+    """``c*h + e`` separates the heads only while ``e`` stays below ``c``."""
+    from stripeml.ir.affine import Affine
+    from stripeml.passes._nest_blocks import separates as _separates
+
+    h, e, m = Affine.index("h"), Affine.index("e"), Affine.index("m")
+    ranges = {"h": 4, "e": 16, "m": 8}
+    assert _separates((m, h * 16 + e), "h", ranges)
+    assert _separates((m, h * 16 + e), "m", ranges)
+    assert not _separates((m, h * 8 + e), "h", ranges)  # head 0's 8..15 are head 1's 0..7
+    assert not _separates((m, h + e), "h", ranges)
+    assert not _separates((m + 1, h * 16 + e), "m", ranges)  # an offset: see _splits_epilogue
+    assert not _separates((m, h * 16 + e + 1), "h", ranges)
+
+
 def test_reread_inputs_are_laid_out_in_panels_once():
     """The keys, read whole by every block of queries and across the scores'
     vector index, are copied once at the root into dense panels of the products'

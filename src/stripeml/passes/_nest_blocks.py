@@ -283,3 +283,23 @@ def in_place(kernels: list[Block], local: dict[str, Refinement]) -> tuple[list[B
                 out[m] = replace(out[m], refs=refs)
             gone.add(b)
     return out, gone
+
+
+def separates(access: Sequence[Affine], n: str, ranges: dict[str, int]) -> bool:
+    """Whether the element a write view reaches tells row index ``n``'s value: some
+    dimension is ``n`` alone, or ``c*n`` (``c > 1``) plus terms that stay in ``0 ..
+    c-1`` over the kernel's points (the merged heads of attention's output, ``64*h
+    + d`` with ``d < 64``: head ``h`` writes columns ``64h .. 64h+63``).  Then
+    different values of ``n`` write different elements, and row blocks over ``n``
+    write apart.  A write at an offset (``y + 1``, into the next convolution's
+    zero halo) still ends a chain: see :func:`.nest._splits_epilogue`."""
+    for a in access:
+        c = a.coeff(n)
+        if c == 0:
+            continue
+        if single_index(a) == n:
+            return True
+        lo, hi = box_interval(a - Affine.index(n) * c, ranges)
+        if c > 1 and 0 <= lo and hi < c:
+            return True
+    return False

@@ -46,7 +46,9 @@ has one index per row variable, and every access of an intermediate reads or
 writes the row dimensions exactly through those indices (coefficient 1, no
 offset, nowhere else in the access; an index over one point, a 1x1
 convolution's ``ky`` in ``y + ky``, counts as 0 unless ``unit_taps`` is off).  A kernel's row indices cover their whole
-range, are in no constraint and move every view it writes, so the points of
+range, are in no constraint and move every view it writes (alone in one of its
+dimensions, or times ``c`` beside terms that stay below ``c``: attention's
+output written with its heads merged, ``Y[m, 64*h + e]``), so the points of
 one row block write only that block's rows: the blocks are independent.  The
 largest set of dimensions for which this holds is used.
 
@@ -119,7 +121,15 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, reads, single_index, writes
-from ._nest_blocks import Plan, external_views, in_place, product_of, reads_once, tiling
+from ._nest_blocks import (
+    Plan,
+    external_views,
+    in_place,
+    product_of,
+    reads_once,
+    separates,
+    tiling,
+)
 from ._nest_memo import ChainMemo
 from ._nest_panels import access_names, laid_out
 from .registry import (
@@ -457,7 +467,7 @@ def _kernel_rows(
     if any(ranges[n] != rows[v] or n in cons for v, n in enumerate(names)):
         return None
     for r in k.refs:
-        if r.dir != "in" and any(not any(_pure(a) == n for a in r.access) for n in names):
+        if r.dir != "in" and any(not separates(r.access, n, ranges) for n in names):
             return None  # a write that is not one row per row value: row blocks would meet
     for r in views:
         found = []
