@@ -94,13 +94,20 @@ class Epilogue:
     """Fuse an elementwise successor into register-tiled kernels (options: the selector)."""
 
     select: str = "tiled"
+    # Off: nothing is merged.  A per-kernel choice of ``stripeml tune``
+    # (docs/tuning.md): the product's result then goes to memory and its
+    # elementwise successor runs as a kernel of its own.
+    enabled: bool = True
     name: ClassVar[str] = "epilogue"
     layer_local: ClassVar[bool] = True
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"enabled": (True, False)}
 
     def __post_init__(self) -> None:
         check_selector(self)
 
     def run(self, program: Program) -> Program:
+        if not self.enabled:
+            return program
         # The kernels of each ``nest`` too, the nest standing in for the root.
         return inside_nests(self._run_root(program), self._run_root)
 

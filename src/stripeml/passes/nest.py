@@ -121,15 +121,7 @@ from ..ir.nodes import (
     TensorShape,
 )
 from ._common import fresh, reads, single_index, writes
-from ._nest_blocks import (
-    Plan,
-    external_views,
-    in_place,
-    product_of,
-    reads_once,
-    separates,
-    tiling,
-)
+from ._nest_blocks import Plan, external_views, in_place, product_of, reads_once, separates, tiling
 from ._nest_memo import ChainMemo
 from ._nest_panels import access_names, laid_out
 from .registry import (
@@ -161,8 +153,10 @@ class Nest:
     location: str = "L2"  # where a block's intermediates live (a GPU's group memory: SHARED)
     unit_taps: bool = True  # an index over one point (a 1x1 kernel's ky) reads as 0 in rows
     in_place: bool = False  # an intermediate written over the one it is computed from (in_place)
+    enabled: bool = True  # off: nothing nests (a per-chain choice of ``stripeml tune``)
     name: ClassVar[str] = "nest"
     layer_local: ClassVar[bool] = True
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"enabled": (True, False)}
 
     def __post_init__(self) -> None:
         check_selector(self)
@@ -181,7 +175,7 @@ class Nest:
         return int(self.cache_bytes * self.fraction)
 
     def run(self, program: Program) -> Program:
-        if self.max_bytes == 0:
+        if self.max_bytes == 0 or not self.enabled:
             return program
         root = program.root
         stmts = list(root.stmts)

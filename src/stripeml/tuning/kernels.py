@@ -166,17 +166,36 @@ def kernel_jobs(
     kernels = [s for s in root.stmts if isinstance(s, Block)]
     names = frozenset(k.name for k in kernels)
     text = format_ir(at_point)
+    chains = _chains(at_point, target, point, names)
     jobs: dict[str, KernelJob] = {}
     for n, s in enumerate(kernels):
         key = kernel_key(root, s)
         if key in jobs:
             jobs[key].count += 1
             continue
+        window = tuple(dict.fromkeys((*_window(kernels, n), *chains.get(s.name, ()))))
         jobs[key] = KernelJob(
-            key, _label(s), 1, text, values, expected, point, s.name, _window(kernels, n), names,
-            at_point,
+            key, _label(s), 1, text, values, expected, point, s.name, window, names, at_point,
         )  # fmt: skip
     return list(jobs.values()), []
+
+
+def _chains(
+    at_point: Program, target: Target, point: int, names: frozenset[str]
+) -> dict[str, tuple[str, ...]]:
+    """Per kernel that heads a ``#nest`` in the analytic compile (``nest`` names a
+    chain after its first kernel): the other kernels of its chain.  They belong
+    to its window: a choice that leaves the chain unnested (``nest``'s
+    ``enabled``) runs them as kernels of their own, and their time must count
+    against the nest's, not vanish from the window."""
+    done = run_pipeline(at_point, target.passes[point:]).program
+    out: dict[str, tuple[str, ...]] = {}
+    for s in done.root.stmts:
+        if isinstance(s, Block) and "nest" in s.tags:
+            head = step_owner(s.name, names)
+            members = {step_owner(b.name, names) for b in s.sub_blocks}
+            out[head] = tuple(sorted(m for m in members & names if m != head))
+    return out
 
 
 def step_owner(step: str, names: frozenset[str]) -> str:
