@@ -16,6 +16,7 @@ calls after (the steady run reads them at every call: 4 KiB pages cost U-Net
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,10 +28,16 @@ from .host import _MADV_COLLAPSE, _MADV_HUGEPAGE, LARGE_BYTES, POPULATE_BYTES, _
 __all__ = ["kept_array", "promote_huge"]
 
 _HUGE = 2 << 20  # a huge page (x86-64, and arm64 with 4 KiB pages)
-# Collapsed this much at a time (2-3 ms a MB here), waiting between pieces while
-# a compile runs (gc_pause.wait_no_compile): beside one, a collapse made it up to
-# 0.5 s slower (taking the process's memory map lock for each huge page).
-_PIECE = 16 << 20
+# Collapsed one huge page at a time (2-3 ms a MB here), each once no compile runs
+# (gc_pause.wait_no_compile: beside one, a collapse made it up to 0.5 s slower,
+# taking the process's memory map lock for each huge page) and, for up to
+# _MAX_WAIT, once no call has run for _QUIET (calls use every CPU the threads
+# have: a collapse beside them made BERT-base's calls at 128 0.17-0.29 s for
+# two seconds after its compile, 0.105 s after).
+_PIECE = _HUGE
+_QUIET = 0.002
+_MAX_WAIT = 0.25
+_POLL = 0.001
 
 
 def kept_array(extent: int, dtype: Any) -> np.ndarray:
@@ -42,14 +49,37 @@ def kept_array(extent: int, dtype: Any) -> np.ndarray:
     return arr
 
 
+def wait_quiet(max_wait: float = _MAX_WAIT) -> bool:
+    """Return once no call has run on this process's pools for ``_QUIET`` seconds
+    (``True``), or after ``max_wait`` seconds (``False``: calls back to back,
+    with no gap to use; the next piece then runs beside them, so the collapse
+    still ends, at one piece per ``max_wait``)."""
+    from .native_pool import running
+
+    deadline = time.monotonic() + max_wait
+    quiet_since: float | None = None
+    while True:
+        now = time.monotonic()
+        if running():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= _QUIET:
+            return True
+        if now >= deadline:
+            return False
+        time.sleep(_POLL)
+
+
 def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
     """Give the :func:`kept_array` arrays of :data:`LARGE_BYTES` or more huge pages,
     in a thread of its own (returned; ``None`` when there is nothing to do): each
     whole huge page's range is advised ``MADV_HUGEPAGE`` (the kernel's
     ``khugepaged`` collapses such ranges in the background, in time) and then
     collapsed at once (``MADV_COLLAPSE``, Linux 6.1; older kernels refuse it and
-    leave it to ``khugepaged``), 16 MB at a time, each piece once no compile
-    runs in the process (:func:`..gc_pause.wait_no_compile`).  The contents are
+    leave it to ``khugepaged``), one huge page at a time, each once no compile
+    runs in the process (:func:`..gc_pause.wait_no_compile`) and in a gap
+    between calls where there is one (:func:`wait_quiet`).  The contents are
     unchanged; the thread holds the arrays until it is done, so their memory
     cannot be given back meanwhile.  Elsewhere than Linux, nothing."""
     big = [a for a in arrays if a.nbytes >= LARGE_BYTES]
@@ -66,6 +96,7 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
                 madvise(start, end - start, _MADV_HUGEPAGE)
                 for lo in range(start, end, _PIECE):
                     gc_pause.wait_no_compile()
+                    wait_quiet(_MAX_WAIT)
                     madvise(lo, min(_PIECE, end - lo), _MADV_COLLAPSE)
 
     thread = threading.Thread(target=collapse, name="stripeml-huge-pages", daemon=True)

@@ -346,6 +346,12 @@ def pool(workers: int, team: bool = True) -> NativePool | TeamPool | None:
         return found
 
 
+def running() -> bool:
+    """Whether a batch runs on one of this process's pools now (a call's kernels:
+    background work that would take a CPU from them waits, ``kept_pages``)."""
+    return any(p._busy.locked() for p in list(_MINE.values()))
+
+
 def unavailable() -> str | None:
     """Why kernels run on one thread in this process (no pool), or ``None``."""
     return _UNAVAILABLE[0] if _UNAVAILABLE else None
