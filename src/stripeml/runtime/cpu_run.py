@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -23,11 +24,16 @@ from .cpu_steps import StepRunner
 from .host import RootBuffer, check_names, checked
 from .kept_pages import promote_huge
 from .kernel_cache import StoredProgram
-from .program_facts import Liveness, program_constness
+from .program_facts import Liveness, learn_later, program_constness
 from .seen_inputs import SeenInputs
 
 if TYPE_CHECKING:
     from .kept_reserve import Reserve
+
+#: A first call longer than this (a model's, not a test's few microseconds) has the
+#: program's facts worked out on a thread in the next gap between calls
+#: (:func:`.program_facts.learn_later`), not by its second call.
+LEARN_S = 0.02
 
 
 class CpuCompiled(StepRunner):
@@ -178,9 +184,13 @@ class CpuCompiled(StepRunner):
             # The first call is the compile's last step (its constant steps, fresh
             # pages): background work waits for it as for a compile (the huge
             # pages of another program's first call, kept_pages.promote_huge).
+            start = time.perf_counter()
             with gc_pause.paused():
                 results = self._run(inputs, outputs)
             self._called = True
+            facts = self._facts
+            if facts is not None and not facts.known and time.perf_counter() - start > LEARN_S:
+                learn_later(facts)  # a model's: its second call need not work them out
             return results
         return self._run(inputs, outputs)
 
