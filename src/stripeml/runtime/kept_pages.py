@@ -50,12 +50,16 @@ def kept_array(extent: int, dtype: Any) -> np.ndarray:
 
 
 def wait_quiet(max_wait: float = _MAX_WAIT) -> bool:
-    """Return once no call has run on this process's pools for ``_QUIET`` seconds
-    (``True``), or after ``max_wait`` seconds (``False``: calls back to back,
-    with no gap to use; the next piece then runs beside them, so the collapse
-    still ends, at one piece per ``max_wait``)."""
+    """Return once no compile runs in the process (:func:`..gc_pause.wait_no_compile`,
+    however long that takes) and then no call has run on its pools for
+    ``_QUIET`` seconds (``True``), or ``max_wait`` seconds after the compiles
+    (``False``: calls back to back, with no gap to use; the collapse's next
+    piece then runs beside them, so it still ends, at one piece per
+    ``max_wait``).  Background work that would take a CPU from a compile or a
+    call waits here."""
     from .native_pool import running
 
+    gc_pause.wait_no_compile()
     deadline = time.monotonic() + max_wait
     quiet_since: float | None = None
     while True:
@@ -78,8 +82,8 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
     ``khugepaged`` collapses such ranges in the background, in time) and then
     collapsed at once (``MADV_COLLAPSE``, Linux 6.1; older kernels refuse it and
     leave it to ``khugepaged``), one huge page at a time, each once no compile
-    runs in the process (:func:`..gc_pause.wait_no_compile`) and in a gap
-    between calls where there is one (:func:`wait_quiet`).  The contents are
+    runs in the process and in a gap between calls where there is one
+    (:func:`wait_quiet`).  The contents are
     unchanged; the thread holds the arrays until it is done, so their memory
     cannot be given back meanwhile.  Elsewhere than Linux, nothing."""
     big = [a for a in arrays if a.nbytes >= LARGE_BYTES]
@@ -95,7 +99,6 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
             if end > start:  # errors leave the pages as they are
                 madvise(start, end - start, _MADV_HUGEPAGE)
                 for lo in range(start, end, _PIECE):
-                    gc_pause.wait_no_compile()
                     wait_quiet(_MAX_WAIT)
                     madvise(lo, min(_PIECE, end - lo), _MADV_COLLAPSE)
 

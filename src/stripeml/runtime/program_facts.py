@@ -126,10 +126,9 @@ _learner_lock = threading.Lock()
 def learn_later(facts: Liveness) -> None:
     """Have ``facts`` known before the program's second call, which would otherwise
     work them out (BERT-base: about 0.05 s of isl; ResNet-50 0.08 s): one thread
-    of the process takes them in turn, each once no compile runs
-    (:func:`..gc_pause.wait_no_compile`) and in a gap between calls
-    (:func:`.kept_pages.wait_quiet`), so that it never takes a CPU from a call's
-    threads; with no gap within :data:`LEARN_WAIT_S`, the second call does it
+    of the process takes them in turn, each once no compile runs and in a gap
+    between calls (:func:`.kept_pages.wait_quiet`), so that it never takes a
+    CPU from a compile or a call's threads; with no gap within :data:`LEARN_WAIT_S`, the second call does it
     as before.  Held weakly: a program dropped meanwhile is skipped."""
     _later.put(weakref.ref(facts))
     with _learner_lock:
@@ -140,14 +139,12 @@ def learn_later(facts: Liveness) -> None:
 
 
 def _learn() -> None:
-    from .. import gc_pause
     from .kept_pages import wait_quiet
 
     while True:
         facts = _later.get()()
         if facts is None or facts.known:
             continue
-        gc_pause.wait_no_compile()
         if not wait_quiet(LEARN_WAIT_S):
             continue
         try:
