@@ -9,6 +9,9 @@ import pytest
 
 import stripeml
 from stripeml.ir.nodes import Block, Intrinsic, Program, Statement
+from stripeml.passes._kernel_choices import tuning_point
+from stripeml.passes.manager import run_pipeline
+from stripeml.tile.bind import signature_of
 
 MATMUL = """
 function (A[M, K], B[K, N]) -> (C) {
@@ -60,3 +63,16 @@ def wrong_when(cls: type, option: str, value: object, monkeypatch: pytest.Monkey
         return done
 
     monkeypatch.setattr(cls, "run", run)
+
+
+def root_kernels(program: Program) -> list[Block]:
+    """The root blocks of ``program``, in order."""
+    return [s for s in program.root.stmts if isinstance(s, Block)]
+
+
+def through_point(f: stripeml.api.Function, inputs: list[np.ndarray]) -> tuple:
+    """``f``'s passes, its lowered program for ``inputs``, and that program at
+    the tuning point (the input of the first pass with tunable options)."""
+    passes = f.target.passes
+    program = f.lowered(signature_of(inputs))
+    return passes, program, run_pipeline(program, passes[: tuning_point(passes)]).program

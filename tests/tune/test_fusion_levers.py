@@ -11,12 +11,12 @@ import pytest
 import stripeml
 from attention import ATTENTION
 from attention import attention_reference as _attention
-from stripeml.ir.nodes import Block
 from stripeml.passes._kernel_choices import kernel_key, tuning_point
 from stripeml.passes.manager import run_pipeline
-from stripeml.tile.bind import signature_of
 from stripeml.tuning.kernels import kernel_jobs
 from stripeml.tuning.space import axes, neighbours
+
+from .helpers import root_kernels, through_point
 
 TWO_LAYERS = """
 function (X[M, K], W1[K, N], B1[N], W2[N, P], B2[P]) -> (Y) {
@@ -28,20 +28,10 @@ function (X[M, K], W1[K, N], B1[N], W2[N, P], B2[P]) -> (Y) {
 """
 
 
-def _kernels(program) -> list[Block]:
-    return [s for s in program.root.stmts if isinstance(s, Block)]
-
-
-def _at_point(f, inputs):
-    passes = f.target.passes
-    program = f.lowered(signature_of(inputs))
-    return passes, program, run_pipeline(program, passes[: tuning_point(passes)]).program
-
-
 def _epilogues(program) -> set[str]:
     """The names of the root kernels that run an elementwise kernel on their tiles."""
     found = set()
-    for k in _kernels(program):
+    for k in root_kernels(program):
         stack = list(k.sub_blocks)
         while stack:
             b = stack.pop()
@@ -71,15 +61,15 @@ def test_one_product_without_its_epilogue():
     b2 = rng.standard_normal(64).astype(np.float32)
     f = stripeml.compile(TWO_LAYERS, target="cpu", threads=2)
     args = [x, w1, b1, w2, b2]
-    passes, program, at_point = _at_point(f, args)
-    first, second = [k for k in _kernels(at_point) if "contraction" in k.tags]
+    passes, program, at_point = through_point(f, args)
+    first, second = [k for k in root_kernels(at_point) if "contraction" in k.tags]
     plain = run_pipeline(program, passes).program
     assert _epilogues(plain) == {first.name, second.name}  # the control
     choice = {kernel_key(at_point.root, first): {"epilogue": {"enabled": False}}}
     tuned = run_pipeline(program, passes, choices=choice).program
     assert _epilogues(tuned) == {second.name}
     # the bias and ReLU of the first product run as a kernel of their own
-    assert len(_kernels(tuned)) == len(_kernels(plain)) + 1
+    assert len(root_kernels(tuned)) == len(root_kernels(plain)) + 1
     inputs = dict(zip(["X", "W1", "B1", "W2", "B2"], args))
     got = f.backend.compile(tuned).run(inputs)["Y"]
     h = np.maximum(x.astype(np.float64) @ w1 + b1, 0)
@@ -93,9 +83,9 @@ def attention():
     k = rng.standard_normal((4, 256, 32)).astype(np.float32)
     v = rng.standard_normal((4, 256, 32)).astype(np.float32)
     f = stripeml.compile(ATTENTION, target="cpu", threads=2)
-    passes, program, at_point = _at_point(f, [q, k, v])
+    passes, program, at_point = through_point(f, [q, k, v])
     plain = run_pipeline(program, passes).program
-    nests = [k for k in _kernels(plain) if "nest" in k.tags]
+    nests = [k for k in root_kernels(plain) if "nest" in k.tags]
     if not nests:
         pytest.skip("this machine's L2 holds the whole attention: nothing nests")
     return f, (q, k, v), passes, program, at_point, plain
@@ -106,12 +96,12 @@ def test_a_chain_left_unnested(attention):
     rows; the kernels after it are a segment of their own for ``nest``
     (docs/tuning.md), which may nest them as a shorter chain."""
     f, (q, k, v), passes, program, at_point, plain = attention
-    head = _kernels(at_point)[0]  # the scores' product: the chain's first kernel
-    (nest,) = [b for b in _kernels(plain) if "nest" in b.tags]
+    head = root_kernels(at_point)[0]  # the scores' product: the chain's first kernel
+    (nest,) = [b for b in root_kernels(plain) if "nest" in b.tags]
     assert nest.name.startswith(head.name)  # the control
     choice = {kernel_key(at_point.root, head): {"nest": {"enabled": False}}}
     tuned = run_pipeline(program, passes, choices=choice).program
-    kernels = _kernels(tuned)
+    kernels = root_kernels(tuned)
     assert not any(b.name.startswith(head.name) for b in kernels if "nest" in b.tags)
     alone = next(b for b in kernels if b.name == head.name)
     assert [i.range for i in alone.idxs if i.range > 1]  # its own kernel, not a nest's part
@@ -126,10 +116,10 @@ def test_a_chain_head_times_the_whole_chain(attention):
     they are one step (its own), unnested each is a step of its own, and each
     must count."""
     f, (q, k, v), passes, program, at_point, plain = attention
-    names = [b.name for b in _kernels(at_point)]
+    names = [b.name for b in root_kernels(at_point)]
     jobs, _ = kernel_jobs(program, f.target, {}, 0, {"Q": q, "K": k, "V": v})
     head = next(j for j in jobs if j.name == names[0])
-    (nest,) = [b for b in _kernels(plain) if "nest" in b.tags]
+    (nest,) = [b for b in root_kernels(plain) if "nest" in b.tags]
     inside = {b.name for b in nest.sub_blocks}
     members = [n for n in names if any(s == n or s.startswith(n + "_") for s in inside)]
     assert len(members) >= 4  # scores, maximum, exponentials and sums, product

@@ -7,13 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 import stripeml
-from stripeml.ir.nodes import Block, work_estimate
+from stripeml.ir.nodes import work_estimate
 from stripeml.passes._kernel_choices import kernel_key, tuning_point
 from stripeml.passes.manager import run_pipeline
-from stripeml.tile.bind import signature_of
 from stripeml.tuning.space import axes, neighbours
 
-from .helpers import MATMUL, matmul_inputs
+from .helpers import MATMUL, matmul_inputs, root_kernels, through_point
 
 TWO_CONVS = """
 function (I[N, H, W, C], K1[KH, KW, C, M], K2[KH, KW, M, P]) -> (O) {
@@ -40,18 +39,6 @@ def _convs():
     return f, image, want
 
 
-def _kernels(program) -> list[Block]:
-    return [s for s in program.root.stmts if isinstance(s, Block)]
-
-
-def _at_point(f, inputs):
-    """``f``'s passes, its lowered program for ``inputs``, and that program at
-    the tuning point (the input of the first pass with tunable options)."""
-    passes = f.target.passes
-    program = f.lowered(signature_of(inputs))
-    return passes, program, run_pipeline(program, passes[: tuning_point(passes)]).program
-
-
 def test_the_space_has_both_levers():
     f, image, _ = _convs()
     space = axes(f.target, tuning_point(f.target.passes))
@@ -65,17 +52,17 @@ def test_the_space_has_both_levers():
 
 def test_one_convolution_left_direct():
     f, image, want = _convs()
-    passes, program, at_point = _at_point(f, [image])
-    convs = [k for k in _kernels(at_point) if "contraction" in k.tags]
+    passes, program, at_point = through_point(f, [image])
+    convs = [k for k in root_kernels(at_point) if "contraction" in k.tags]
     assert len(convs) == 2
     plain = run_pipeline(program, passes).program
-    wino = {k.name for k in _kernels(plain) if "winograd" in k.tags}
+    wino = {k.name for k in root_kernels(plain) if "winograd" in k.tags}
     # the control: both convolutions are rewritten without a choice
     assert any(n.startswith(convs[0].name) for n in wino)
     assert any(n.startswith(convs[1].name) for n in wino)
     choice = {kernel_key(at_point.root, convs[0]): {"winograd": {"enabled": False}}}
     tuned = run_pipeline(program, passes, choices=choice).program
-    wino = {k.name for k in _kernels(tuned) if "winograd" in k.tags}
+    wino = {k.name for k in root_kernels(tuned) if "winograd" in k.tags}
     assert not any(n.startswith(convs[0].name + "_") for n in wino)
     assert any(n.startswith(convs[1].name + "_") for n in wino)
     got = f.backend.compile(tuned).run({"I": image, "K1": f.constants["K1"],
@@ -85,10 +72,10 @@ def test_one_convolution_left_direct():
 
 def test_small_kernels_on_one_thread():
     f, image, want = _convs()
-    passes, program, at_point = _at_point(f, [image])
-    second = [k for k in _kernels(at_point) if "contraction" in k.tags][1]
+    passes, program, at_point = through_point(f, [image])
+    second = [k for k in root_kernels(at_point) if "contraction" in k.tags][1]
     plain = run_pipeline(program, passes).program
-    parts = [k for k in _kernels(plain) if k.name.startswith(second.name)]
+    parts = [k for k in root_kernels(plain) if k.name.startswith(second.name)]
     threaded = [k for k in parts if "thread" in k.tags]
     assert threaded  # the control: without a choice its parts are split
     below = 1 << 22
@@ -97,12 +84,12 @@ def test_small_kernels_on_one_thread():
     assert small
     choice = {kernel_key(at_point.root, second): {"thread": {"serial_below": below}}}
     tuned = run_pipeline(program, passes, choices=choice).program
-    by_name = {k.name: k for k in _kernels(tuned)}
+    by_name = {k.name: k for k in root_kernels(tuned)}
     for name in small:
         assert "serial" in by_name[name].tags and "thread" not in by_name[name].tags
     for name in large:
         assert "thread" in by_name[name].tags
-    others = {k.name for k in _kernels(plain) if not k.name.startswith(second.name)}
+    others = {k.name for k in root_kernels(plain) if not k.name.startswith(second.name)}
     assert all("serial" not in by_name[n].tags for n in others if n in by_name)
     compiled = f.backend.compile(tuned)
     infos = {s.kernel.block_name: s.kernel for s in compiled.module.steps if s.kernel}
@@ -116,8 +103,8 @@ def test_serial_kernel_runs_whole_on_one_thread():
     """A ``#serial`` matmul is one step the runtime never splits, and computes A @ B."""
     f = stripeml.compile(MATMUL, target="cpu", threads=2)
     a, b = matmul_inputs(96, 128, 256)
-    passes, program, at_point = _at_point(f, [a, b])
-    (k,) = _kernels(at_point)
+    passes, program, at_point = through_point(f, [a, b])
+    (k,) = root_kernels(at_point)
     plain = f.backend.compile(run_pipeline(program, passes).program)
     assert any(s.kernel.splittable for s in plain.module.steps if s.kernel)  # the control
     choice = {kernel_key(at_point.root, k): {"thread": {"serial_below": 1 << 24}}}
@@ -147,11 +134,11 @@ def test_a_choice_elsewhere_never_changes_what_winograd_merges():
     k1 = (rng.standard_normal((3, 3, 32, 32)) * 0.1).astype(np.float32)
     k2 = (rng.standard_normal((3, 3, 32, 32)) * 0.1).astype(np.float32)
     f = stripeml.compile(SHARED, target="cpu", threads=2, constants={"K1": k1, "K2": k2})
-    passes, program, at_point = _at_point(f, [image])
-    last = _kernels(at_point)[-1]  # S = T * 2
+    passes, program, at_point = through_point(f, [image])
+    last = root_kernels(at_point)[-1]  # S = T * 2
     assert "eltwise" in last.tags
     plain = run_pipeline(program, passes).program
-    assert any("winograd" in k.tags for k in _kernels(plain))  # the control
+    assert any("winograd" in k.tags for k in root_kernels(plain))  # the control
     choice = {kernel_key(at_point.root, last): {"winograd": {"enabled": False}}}
     tuned = run_pipeline(program, passes, choices=choice).program
     assert tuned == plain
