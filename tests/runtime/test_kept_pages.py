@@ -106,6 +106,7 @@ def test_the_collapse_waits_while_a_compile_runs(monkeypatch) -> None:
     monkeypatch.setattr(
         kept_pages, "_madvise", lambda: lambda a, n, advice: calls.append((a, n, advice)) or 0
     )
+    monkeypatch.setattr(kept_pages, "idle_madvise", lambda: None)  # every piece here
     arr = kept_pages.kept_array((40 << 20) // 4, np.float32)  # 40 MiB
     huge = 2 << 20
     start = -(-arr.ctypes.data // huge) * huge
@@ -165,6 +166,7 @@ def test_the_collapse_uses_the_gaps_between_calls(monkeypatch) -> None:
         "_madvise",
         lambda: lambda a, n, advice: stamps.append((time.monotonic(), advice)) or 0,
     )
+    monkeypatch.setattr(kept_pages, "idle_madvise", lambda: None)  # every piece here
     monkeypatch.setattr(kept_pages, "_MAX_WAIT", 0.2)
     arr = kept_pages.kept_array((8 << 20) // 4, np.float32)  # 3 or 4 whole huge pages
     assert pool._busy.acquire(blocking=False)  # a call's batch runs

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import gc_pause
 from .host import _MADV_COLLAPSE, _MADV_HUGEPAGE, LARGE_BYTES, POPULATE_BYTES, _advise, _madvise
+from .idle_advise import idle_madvise
 
 __all__ = ["kept_array", "promote_huge"]
 
@@ -33,7 +34,10 @@ _HUGE = 2 << 20  # a huge page (x86-64, and arm64 with 4 KiB pages)
 # taking the process's memory map lock for each huge page) and, for up to
 # _MAX_WAIT, once no call has run for _QUIET (calls use every CPU the threads
 # have: a collapse beside them made BERT-base's calls at 128 0.17-0.29 s for
-# two seconds after its compile, 0.105 s after).
+# two seconds after its compile, 0.105 s after).  Each piece's madvise runs on
+# a native thread in the scheduler's idle class (.idle_advise): calls back to
+# back then lose no CPU to it (BERT-base at 512 took about 500 ms a call for
+# the 25 s its collapse lasted, 484 ms after).
 _PIECE = _HUGE
 _QUIET = 0.002
 _MAX_WAIT = 0.25
@@ -83,7 +87,9 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
     collapsed at once (``MADV_COLLAPSE``, Linux 6.1; older kernels refuse it and
     leave it to ``khugepaged``), one huge page at a time, each once no compile
     runs in the process and in a gap between calls where there is one
-    (:func:`wait_quiet`).  The contents are
+    (:func:`wait_quiet`), on a thread of the scheduler's idle class
+    (:func:`.idle_advise.idle_madvise`, where it can be made: it gets a CPU
+    only when no other thread wants one).  The contents are
     unchanged; the thread holds the arrays until it is done, so their memory
     cannot be given back meanwhile.  Elsewhere than Linux, nothing."""
     big = [a for a in arrays if a.nbytes >= LARGE_BYTES]
@@ -92,6 +98,7 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
         return None
 
     def collapse() -> None:
+        idle: list = []  # the idle thread's madvise, looked up after the first wait
         for a in big:
             address = a.ctypes.data
             start = -(-address // _HUGE) * _HUGE
@@ -100,7 +107,11 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
                 madvise(start, end - start, _MADV_HUGEPAGE)
                 for lo in range(start, end, _PIECE):
                     wait_quiet(_MAX_WAIT)
-                    madvise(lo, min(_PIECE, end - lo), _MADV_COLLAPSE)
+                    if not idle:  # made once a process (compiled: not beside a compile)
+                        idle.append(idle_madvise())
+                    size = min(_PIECE, end - lo)
+                    if idle[0] is None or idle[0](lo, size, _MADV_COLLAPSE) is None:
+                        madvise(lo, size, _MADV_COLLAPSE)
 
     thread = threading.Thread(target=collapse, name="stripeml-huge-pages", daemon=True)
     thread.start()
