@@ -60,7 +60,7 @@ from ..ir.nodes import Block, Program
 from ..ir.printer import format as format_ir
 from ..phases import phase
 from ..targets.host import detect_threads, detect_vector_width
-from . import jit, kept_reserve, llvm_pool, native_pool, shared_constants
+from . import jit, kept_reserve, llvm_pool, native_pool, perf_map, shared_constants
 from .kernel_cache import Entry, KernelCache, StoredProgram, cache_key
 from .pending_writes import put_later
 from .program_facts import Liveness
@@ -232,6 +232,7 @@ class CpuBackend:
             loaded = jit.load_object(
                 [entry.object_code, *(b.object_code for b in bodies)],
                 bodies=[b.symbol for b in entry.module.bodies],
+                labels=_labels(entry.module) if perf_map.enabled() else None,
             )
         if whole is not None:
             facts = Liveness(whole, key, o.cache_dir)
@@ -325,6 +326,25 @@ BODY_FOLDER = "bodies"
 #: The wrappers' module only loads pointers and calls: O0 (12 ms for ResNet-50's 122
 #: wrappers, O1 78 ms; a wrapper runs a handful of instructions per chunk either way).
 GLUE_OPT_LEVEL = 0
+
+
+def _labels(module: CpuModule) -> dict[str, str]:
+    """Symbol -> Stripe block name of a program's kernels, for :mod:`.perf_map`:
+    a wrapper's own, and a body's those of the wrappers that call it (the
+    first, and how many more: bodies are shared by kernels of one form)."""
+    import re
+
+    named = {s.kernel.symbol: s.kernel.block_name for s in module.steps if s.kernel is not None}
+    callers: dict[str, list[str]] = {}
+    for part in module.llvm_ir.split("\ndefine ")[1:]:
+        head = re.search(r'@"?([\w.$]+)"?\(', part)
+        if head is None or head.group(1) not in named:
+            continue
+        for body in dict.fromkeys(re.findall(r'call [^@\n]*@"?(sk_\w+)"?\(', part)):
+            callers.setdefault(body, []).append(named[head.group(1)])
+    for body, who in callers.items():
+        named[body] = who[0] + (f" +{len(who) - 1} more" if len(who) > 1 else "")
+    return named
 
 
 def _body_key(symbol: str, described: str) -> str:

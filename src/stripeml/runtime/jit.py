@@ -37,7 +37,7 @@ import ctypes
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
@@ -48,7 +48,7 @@ import llvmlite.binding as llvm
 from ..errors import InternalError
 from ..phases import phase
 from ..targets.host import detect_cpu
-from . import llvm_worker
+from . import llvm_worker, perf_map
 
 #: How many times each LLVM step ran in this process (tests read it).
 STATS: Counter[str] = Counter()
@@ -173,7 +173,11 @@ class LoadedObject:
     (its engine gone) is its own."""
 
     def __init__(
-        self, object_code: bytes | Sequence[bytes], count: bool = True, bodies: Sequence[str] = ()
+        self,
+        object_code: bytes | Sequence[bytes],
+        count: bool = True,
+        bodies: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         objects = [object_code] if isinstance(object_code, bytes) else list(object_code)
         with _LOCK:
@@ -207,6 +211,8 @@ class LoadedObject:
                 addr = self._engine.get_function_address(symbol)
                 if addr:
                     _BODIES[symbol] = (mine, addr)
+            if perf_map.enabled():
+                perf_map.record(objects, self._engine.get_function_address, labels)
 
     def address(self, symbol: str) -> int:
         """The address of ``symbol``; an InternalError when the object lacks it."""
@@ -228,9 +234,14 @@ _BODIES: dict[str, tuple[weakref.ref[LoadedObject], int]] = {}
 
 
 def load_object(
-    object_code: bytes | Sequence[bytes], count: bool = True, bodies: Sequence[str] = ()
+    object_code: bytes | Sequence[bytes],
+    count: bool = True,
+    bodies: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> LoadedObject:
     """Link ``object_code`` into a fresh engine (no parsing, no optimisation);
     ``bodies``: the symbols of the objects after the first (see
-    :class:`LoadedObject`: those another engine holds are not loaded again)."""
-    return LoadedObject(object_code, count, bodies)
+    :class:`LoadedObject`: those another engine holds are not loaded again);
+    ``labels``: symbol -> a name for ``STRIPEML_PERF_MAP``'s map
+    (:mod:`.perf_map`), which lists the functions of what it loads."""
+    return LoadedObject(object_code, count, bodies, labels)
