@@ -68,14 +68,20 @@ def run_all(program: Program, inputs, outputs=None, rtol=1e-5, atol=1e-5, chunk=
     return first
 
 
-def vm_flags(address: int) -> set[str]:
-    """The VmFlags of the mapping holding ``address`` (Linux)."""
+def smaps_field(address: int, field: str) -> list[str]:
+    """The words after ``field:`` in ``/proc/self/smaps`` for the mapping holding
+    ``address`` (Linux)."""
     current = None
     for line in Path("/proc/self/smaps").read_text().splitlines():
         head = line.split()[0]
         if "-" in head and all(c in "0123456789abcdef-" for c in head):
             lo, hi = (int(x, 16) for x in head.split("-"))
             current = lo <= address < hi
-        elif current and line.startswith("VmFlags:"):
-            return set(line.split()[1:])
+        elif current and line.startswith(f"{field}:"):
+            return line.split()[1:]
     raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def vm_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding ``address`` (Linux)."""
+    return set(smaps_field(address, "VmFlags"))

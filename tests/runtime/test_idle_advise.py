@@ -9,14 +9,13 @@ import os
 import platform
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from stripeml.runtime import host, idle_advise, kept_pages
 
-from .helpers import vm_flags
+from .helpers import smaps_field, vm_flags
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -25,15 +24,7 @@ HUGE = 2 << 20
 
 def _anon_huge_kb(address: int) -> int:
     """AnonHugePages of the mapping holding ``address`` (``/proc/self/smaps``)."""
-    current = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and all(c in "0123456789abcdef-" for c in head):
-            lo, hi = (int(x, 16) for x in head.split("-"))
-            current = lo <= address < hi
-        elif current and line.startswith("AnonHugePages:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no mapping holds {address:#x}")
+    return int(smaps_field(address, "AnonHugePages")[0])
 
 
 def _pages(megabytes: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
