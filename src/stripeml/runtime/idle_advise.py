@@ -98,7 +98,9 @@ _GETTID = {"x86_64": 186, "aarch64": 178, "ppc64le": 207, "s390x": 236}
 
 _FN = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 _LOCK = threading.Lock()
-_LOADED: list[object] = []  # [the loaded object, the function], once made
+#: The loaded object and its function, once made (never freed: a joined thread
+#: ran in its code); why it could not be made, where it could not.
+_MADE: list[tuple[jit.LoadedObject, Callable[[int], int]]] = []
 _FAILED: list[str] = []
 
 
@@ -112,8 +114,8 @@ def _ir() -> str | None:
 def _function() -> Callable[[int], int] | None:
     """The compiled ``stripeml_idle_madvise``, made once per process (its object
     kept in the kernel cache beside the thread pool's), or ``None``."""
-    if _LOADED:
-        return _LOADED[1]  # type: ignore[return-value]
+    if _MADE:
+        return _MADE[0][1]
     if _FAILED or not sys.platform.startswith("linux"):
         return None
     text = _ir()
@@ -123,8 +125,8 @@ def _function() -> Callable[[int], int] | None:
     from .kernel_cache import Entry, KernelCache, cache_key
 
     with _LOCK:
-        if _LOADED:
-            return _LOADED[1]  # type: ignore[return-value]
+        if _MADE:
+            return _MADE[0][1]
         try:
             cache = KernelCache(folder="runtime")
             key = cache_key(f"idle madvise\0{text}", jit.target_description())
@@ -137,7 +139,7 @@ def _function() -> Callable[[int], int] | None:
         except Exception as exc:  # noqa: BLE001 - no code: callers advise on their own thread
             _FAILED.append(str(exc))
             return None
-        _LOADED.extend([loaded, fn])  # never freed: a joined thread ran in it
+        _MADE.append((loaded, fn))
         return fn
 
 
