@@ -121,20 +121,13 @@ def _function() -> Callable[[int], int] | None:
     text = _ir()
     if text is None:
         return None
-    from ..codegen.cpu_abi import CpuModule
-    from .kernel_cache import Entry, KernelCache, cache_key
+    from .native_pool import runtime_object
 
     with _LOCK:
         if _MADE:
             return _MADE[0][1]
         try:
-            cache = KernelCache(folder="runtime")
-            key = cache_key(f"idle madvise\0{text}", jit.target_description())
-            entry = cache.get(key)
-            if entry is None:
-                entry = Entry(jit.compile_ir(text, count=False), CpuModule(text, (), ()))
-                cache.put(key, entry)
-            loaded = jit.load_object(entry.object_code, count=False)
+            loaded = runtime_object("idle madvise", text)
             fn = _FN(loaded.address("stripeml_idle_madvise"))
         except Exception as exc:  # noqa: BLE001 - no code: callers advise on their own thread
             _FAILED.append(str(exc))

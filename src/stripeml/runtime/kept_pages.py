@@ -103,7 +103,6 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
         return None
 
     def collapse() -> None:
-        idle: list = []  # the idle thread's madvise, looked up after the first wait
         for a in big:
             address = a.ctypes.data
             start = -(-address // _HUGE) * _HUGE
@@ -112,10 +111,9 @@ def promote_huge(arrays: Sequence[np.ndarray]) -> threading.Thread | None:
                 madvise(start, end - start, _MADV_HUGEPAGE)
                 for lo in range(start, end, _PIECE):
                     wait_quiet(_MAX_WAIT)
-                    if not idle:  # made once a process (compiled: not beside a compile)
-                        idle.append(idle_madvise())
+                    idle = idle_madvise()  # compiled at the first piece: not beside a compile
                     size = min(_PIECE, end - lo)
-                    if idle[0] is None or idle[0](lo, size, _MADV_COLLAPSE) is None:
+                    if idle is None or idle(lo, size, _MADV_COLLAPSE) is None:
                         madvise(lo, size, _MADV_COLLAPSE)
 
     thread = threading.Thread(target=collapse, name="stripeml-huge-pages", daemon=True)

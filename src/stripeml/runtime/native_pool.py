@@ -88,22 +88,28 @@ def _code(naps: bool = False) -> jit.LoadedObject:
     found = _LOADED.get(naps)
     if found is not None:
         return found
-    from ..codegen.cpu_abi import CpuModule
-    from .kernel_cache import Entry, KernelCache, cache_key
-
     with _LOADED_LOCK:
         found = _LOADED.get(naps)
         if found is not None:
             return found
-        text = _ir(naps)
-        cache = KernelCache(folder="runtime")  # the runtime's own code, beside cpu/ and bodies/
-        key = cache_key(f"native pool\0{text}", jit.target_description())
-        entry = cache.get(key)
-        if entry is None:
-            entry = Entry(jit.compile_ir(text, count=False), CpuModule(text, (), ()))
-            cache.put(key, entry)
-        found = _LOADED[naps] = jit.load_object(entry.object_code, count=False)
+        found = _LOADED[naps] = runtime_object("native pool", _ir(naps))
         return found
+
+
+def runtime_object(label: str, text: str) -> jit.LoadedObject:
+    """The runtime's own LLVM IR ``text`` (the pool's, ``idle_advise``'s) loaded,
+    its object kept in the kernel cache's ``runtime/`` folder under ``label``
+    and the text, so a process that finds it there only loads it."""
+    from ..codegen.cpu_abi import CpuModule
+    from .kernel_cache import Entry, KernelCache, cache_key
+
+    cache = KernelCache(folder="runtime")  # the runtime's own code, beside cpu/ and bodies/
+    key = cache_key(f"{label}\0{text}", jit.target_description())
+    entry = cache.get(key)
+    if entry is None:
+        entry = Entry(jit.compile_ir(text, count=False), CpuModule(text, (), ()))
+        cache.put(key, entry)
+    return jit.load_object(entry.object_code, count=False)
 
 
 def code_to_compile() -> tuple[str, str] | None:
