@@ -7,7 +7,7 @@
         base unroll.vector_groups=0 "unroll.registers=0+partial_sums.threads=1" --rounds 15
 
 A variant is ``base`` (the target as it is) or terms joined by ``+``: each
-``PASS.OPTION=VALUE`` replaces one option of a pass of the pipeline (an int, ``true``/``false``, else
+``PASS.OPTION=VALUE`` replaces one option of a pass of the pipeline (an int, a float, ``true``/``false``, else
 a string: the target loader's ``$`` references are already resolved in ``base``),
 each ``PASS=off`` leaves that pass out.  Each model
 (a name of ``bench/models.py``) is compiled once per variant in a fresh cache folder,
@@ -61,6 +61,8 @@ def variant(spec: str, threads: int = 2) -> Any:
             )
         number = value.lstrip("-")
         parsed: object = int(value) if number.isdigit() else value
+        if isinstance(parsed, str) and number.replace(".", "", 1).isdigit():
+            parsed = float(value)  # a fraction: ``nest.fraction=0.25``
         if value in ("true", "false"):
             parsed = value == "true"
         changes.setdefault(pass_name, {})[option] = parsed

@@ -58,3 +58,13 @@ def test_an_off_term_leaves_a_pass_out():
 def test_bad_terms_are_usage_errors(spec, message):
     with pytest.raises(SystemExit, match=message):
         variants.variant(spec)
+
+
+def test_a_fraction_is_a_float_option():
+    # ``nest.fraction`` is a float option: "0.25" was passed on as a string and refused.
+    other = variants.variant("nest.fraction=0.25+unroll.rows=3")
+    options, built = _options(other, "nest")
+    assert options["fraction"] == 0.25 and built.fraction == 0.25
+    assert _options(other, "unroll")[1].rows == 3
+    with pytest.raises(SystemExit, match="must be"):
+        variants.variant("unroll.rows=1.5")
