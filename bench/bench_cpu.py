@@ -43,6 +43,12 @@ One JSON line per case (fields as in ``bench/run.py``, plus):
 ``error``
     why stripeml did not run the case (for instance while the target is not
     built); the baselines are still measured.
+``quiet_rounds``, ``cpu_share_min``, ``cpu_share_median``
+    ``quiet.py``'s samples before and after each pass (on the ``cpu`` target):
+    how many passes were quiet (the host left this VM both vCPUs) and the least
+    and median share of the FMA peak.  With one quiet pass or more,
+    ``stripeml_s_quiet``, ``baselines_quiet`` and the ``ratio_vs_*_quiet``
+    figures are the same over the quiet passes only.
 
 Timing: each contender is called once and checked, warmed up, then timed in
 blocks of consecutive calls that alternate between contenders over three
@@ -70,7 +76,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 _BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -96,6 +102,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from quiet import CpuShare, quiet, summary  # noqa: E402
 from torch_process import TorchProcess, serve  # noqa: E402
 
 F32 = np.float32
@@ -439,9 +446,25 @@ SLOW_CALL_S = 0.25  # a call this long needs no warm-up between blocks
 SETTLE_S = 0.2
 
 
+@dataclass
+class Timed:
+    """The calls' seconds of each contender, per pass; per pass whether it was quiet
+    (``quiet.py``: sampled before and after; None when not sampled), and the samples."""
+
+    passes: dict[str, list[list[float]]]
+    quiet: list[bool] | None = None
+    shares: list[float] = field(default_factory=list)
+
+    def times(self, name: str, quiet_only: bool = False) -> list[float]:
+        """``name``'s calls, of every pass or of the quiet ones."""
+        flags = self.quiet if quiet_only and self.quiet is not None else None
+        runs = self.passes[name]
+        return [t for k, run in enumerate(runs) if flags is None or flags[k] for t in run]
+
+
 def time_blocks(
-    fns: dict[str, Callable[[], Any] | TorchProcess], budget: Budget
-) -> dict[str, list[float]]:
+    fns: dict[str, Callable[[], Any] | TorchProcess], budget: Budget, share: Any = None
+) -> Timed:
     """Seconds of each call of each function, timed in alternating blocks.
 
     Each contender gets an equal share of the budget.  Calls of one contender
@@ -450,15 +473,16 @@ def time_blocks(
     ten to twenty times slower), and the blocks alternate over a few passes so
     that drift on a noisy machine hits every contender alike.  A slow
     contender gets ``min_repeats`` calls and no warm-up between its blocks.
-    A :class:`TorchProcess` times its blocks in its own process.
+    A :class:`TorchProcess` times its blocks in its own process.  With
+    ``share`` (a ``quiet.CpuShare``) each pass is sampled before and after.
     """
-    share = budget.seconds / max(len(fns), 1)
+    share_of = budget.seconds / max(len(fns), 1)
     per_pass: dict[str, int] = {}
     slow: set[str] = set()
     for name, fn in fns.items():
         time.sleep(SETTLE_S)
         estimate = max(fn.warm_up() if isinstance(fn, TorchProcess) else _warm_up(fn), 1e-9)
-        repeats = max(budget.min_repeats, min(budget.max_repeats, int(share / estimate)))
+        repeats = max(budget.min_repeats, min(budget.max_repeats, int(share_of / estimate)))
         per_pass[name] = -(-repeats // budget.passes)
         if estimate > SLOW_CALL_S:
             slow.add(name)
@@ -466,20 +490,27 @@ def time_blocks(
         from stripeml.runtime.kept_layouts import wait_writes
 
         wait_writes()
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    timed = Timed({name: [] for name in fns}, [] if share is not None else None)
     for _ in range(budget.passes):
+        before = share.sample() if share is not None else 0.0
         for name, fn in fns.items():
             time.sleep(SETTLE_S)
             if isinstance(fn, TorchProcess):  # the worker times its own block
-                times[name].extend(fn.block(per_pass[name], warm=name not in slow))
+                timed.passes[name].append(list(fn.block(per_pass[name], warm=name not in slow)))
                 continue
             if name not in slow:
                 _warm_up(fn)
+            run = []
             for _ in range(per_pass[name]):
                 start = time.perf_counter()
                 fn()
-                times[name].append(time.perf_counter() - start)
-    return times
+                run.append(time.perf_counter() - start)
+            timed.passes[name].append(run)
+        if share is not None and timed.quiet is not None:
+            after = share.sample()
+            timed.shares += [before, after]
+            timed.quiet.append(quiet(before, after))
+    return timed
 
 
 def check(got: Any, ref: np.ndarray) -> tuple[bool, float | None]:
@@ -625,12 +656,19 @@ def compile_in_fresh_processes(target: str) -> dict[str, Any]:
 
 # -- one case --------------------------------------------------------------------------
 def run_case(
-    case: Case, target: str, threads: int, torch: Any, budget: Budget, torch_process: bool = False
+    case: Case,
+    target: str,
+    threads: int,
+    torch: Any,
+    budget: Budget,
+    torch_process: bool = False,
+    share: Any = None,
 ) -> dict:
     """Measure one case; return its JSON record (``_failed`` marks a failure to report).
 
     ``torch_process``: PyTorch runs in a worker process of its own
-    (:mod:`torch_process`), ``torch`` is unused."""
+    (:mod:`torch_process`), ``torch`` is unused.  ``share``: a ``quiet.CpuShare``
+    that samples each pass (the record then has the quiet passes' figures too)."""
     import stripeml
     from stripeml.api import Executable
 
@@ -699,10 +737,11 @@ def run_case(
         if ok["torch"] is not False:
             contenders["torch"] = worker
     try:
-        times = time_blocks(contenders, budget)
+        timed = time_blocks(contenders, budget, share)
     finally:
         if worker is not None:
             worker.close()
+    times = {k: timed.times(k) for k in timed.passes}
     medians = {k: statistics.median(ts) for k, ts in times.items()}
     repeats = {k: len(ts) for k, ts in times.items()}
     stripeml_s = medians.get("stripeml")
@@ -720,6 +759,17 @@ def run_case(
         out={"stripeml": api_out} | {k: v.out for k, v in impls.items() if k != "stripeml"},
         torch_process=torch_process,
     )
+    if timed.quiet is not None:
+        record.update(summary(timed.shares, timed.quiet))
+        if any(timed.quiet):  # the same figures over the quiet passes only
+            quiet_s = {k: statistics.median(timed.times(k, True)) for k in timed.passes}
+            ours = quiet_s.get("stripeml")
+            record.update(
+                stripeml_s_quiet=ours,
+                baselines_quiet={k: v for k, v in quiet_s.items() if k != "stripeml"},
+                ratio_vs_numpy_quiet=_ratio(quiet_s.get("numpy"), ours),
+                ratio_vs_torch_quiet=_ratio(quiet_s.get("torch"), ours),
+            )
     if worker is not None:
         record["torch_version"] = worker.version
         record["out"]["torch"] = worker.out
@@ -762,6 +812,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="only the cases marked small")
     ap.add_argument("--cases", help="comma-separated case names (substrings match)")
     ap.add_argument("--budget", type=float, help="seconds of timed rounds per case")
+    ap.add_argument(
+        "--passes",
+        type=int,
+        help="alternating passes per case (default 3; more: more chances "
+        "of quiet ones, see quiet_rounds)",
+    )
     ap.add_argument("--list", action="store_true", help="print the case names and exit")
     ap.add_argument(
         "--torch-process",
@@ -792,6 +848,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(0.5, 3, 10, passes=1) if args.quick else Budget(3.0, 3, 300, passes=3)
     if args.budget is not None:
         budget.seconds = args.budget
+    if args.passes is not None:
+        budget.passes = max(1, args.passes)
     threads = cpu_threads()
     torch = None if args.torch_process else load_torch(threads)
     env_unset = json.loads(os.environ.pop(_UNSET_NOTE, "{}"))
@@ -804,10 +862,13 @@ def main(argv: list[str] | None = None) -> int:
     cache = tempfile.mkdtemp(prefix="stripeml-bench-cache-")
     os.environ["STRIPEML_CACHE_DIR"] = cache  # before stripeml loads: every compile is cold
     failed = False
+    share = CpuShare(threads) if args.target == "cpu" else None  # after the cache folder is set
     try:
         for case in cases:
             with torch.inference_mode() if torch is not None else contextlib.nullcontext():
-                record = run_case(case, args.target, threads, torch, budget, args.torch_process)
+                record = run_case(
+                    case, args.target, threads, torch, budget, args.torch_process, share
+                )
             failed |= record.pop("_failed")
             if case.name == COMPILE_PROBE_CASE:
                 record.update(compile_in_fresh_processes(args.target))

@@ -19,6 +19,13 @@ idle.  One JSON line per model: the median seconds of each contender and the med
 over rounds of each one's time over the first variant's (``vs_first``; onnxruntime's
 too), and the 1-minute load average.  Speed is compared only within a line: the
 machine is shared, and two sittings differ more than two variants in one.
+
+Each round is sampled before and after by ``quiet.py`` (the share of the
+machine's FMA peak that two threads get: the host takes a vCPU away for seconds
+at a time, unseen by the load average).  The line says how many rounds were
+quiet and the least and median share, and gives ``median_s_quiet`` and
+``vs_first_quiet``, the same figures over the quiet rounds only;
+``--quiet-rounds N`` goes on past ``--rounds`` until N rounds were quiet.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from typing import Any
 import models
 import numpy as np
 from bench_onnx import ort_session, relative_error
+from quiet import CpuShare, quiet, summary
 
 
 def variant(spec: str, threads: int = 2) -> Any:
@@ -85,7 +93,9 @@ def variant(spec: str, threads: int = 2) -> Any:
     return dataclasses.replace(target, pipeline=tuple(pipeline))
 
 
-def measure(name: str, specs: list[str], rounds: int) -> dict[str, Any]:
+def measure(
+    name: str, specs: list[str], rounds: int, quiet_rounds: int = 0, threads: int = 2
+) -> dict[str, Any]:
     import stripeml.onnx
 
     model, feeds = models.build(name)
@@ -106,7 +116,12 @@ def measure(name: str, specs: list[str], rounds: int) -> dict[str, Any]:
     runs[0]()
     calls = max(1, min(10, int(0.1 / max(time.perf_counter() - start, 1e-4))))
     times: list[list[float]] = [[] for _ in runs]
-    for _ in range(rounds):
+    share = CpuShare(threads)
+    shares: list[float] = []
+    flags: list[bool] = []  # per round: quiet (quiet.py)
+    most = rounds + 4 * quiet_rounds
+    while len(flags) < rounds or (sum(flags) < quiet_rounds and len(flags) < most):
+        before = share.sample()
         order = list(range(len(runs)))
         random.shuffle(order)
         for i in order:
@@ -117,17 +132,32 @@ def measure(name: str, specs: list[str], rounds: int) -> dict[str, Any]:
                 runs[i]()
                 best = min(best, time.perf_counter() - start)
             times[i].append(best)
+        after = share.sample()
+        shares += [before, after]
+        flags.append(quiet(before, after))
     labels = [*specs, "onnxruntime"]
-    return {
+    line = {
         "model": name,
         "ok": True,
-        "rounds": rounds,
+        "rounds": len(flags),
         "calls_per_block": calls,
-        "median_s": {k: float(np.median(t)) for k, t in zip(labels, times)},
-        "vs_first": {
+        **_figures(labels, times, ""),
+        **summary(shares, flags),
+    }
+    if any(flags):  # the same figures over the quiet rounds only
+        line.update(_figures(labels, [[x for x, q in zip(t, flags) if q] for t in times], "_quiet"))
+    line["load_avg_1m"] = os.getloadavg()[0]
+    return line
+
+
+def _figures(labels: list[str], times: list[list[float]], suffix: str) -> dict[str, Any]:
+    """Each contender's median seconds, and the median over rounds of its time over
+    the first variant's."""
+    return {
+        f"median_s{suffix}": {k: float(np.median(t)) for k, t in zip(labels, times)},
+        f"vs_first{suffix}": {
             k: float(np.median([x / y for x, y in zip(t, times[0])])) for k, t in zip(labels, times)
         },
-        "load_avg_1m": os.getloadavg()[0],
     }
 
 
@@ -138,6 +168,13 @@ def main(argv: list[str]) -> int:
         "variants", nargs="+", help="'base', or PASS.OPTION=VALUE and PASS=off terms joined by '+'"
     )
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--quiet-rounds",
+        type=int,
+        default=0,
+        help="go on past --rounds until this many rounds were quiet (bench/quiet.py), "
+        "at most 4 more rounds per quiet round asked for",
+    )
     args = parser.parse_args(argv)
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         os.environ.pop(var, None)
@@ -151,7 +188,7 @@ def main(argv: list[str]) -> int:
         variant(spec)  # a bad variant fails before anything is compiled
     status = 0
     for name in args.models.split(","):
-        line = measure(name, args.variants, args.rounds)
+        line = measure(name, args.variants, args.rounds, args.quiet_rounds)
         status |= 0 if line["ok"] else 1
         print(json.dumps(line), flush=True)
     return status

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stripeml.runtime import peaks as peaks_mod
 from stripeml.runtime.peaks import (
     MEASURE_VARIABLE,
+    FmaBurst,
     PeaksFile,
     measure_dram_gbps,
     measure_peak_gflops,
@@ -112,3 +114,18 @@ def test_another_cpu_is_not_measured() -> None:
 def test_the_measurements_run() -> None:
     assert measure_peak_gflops(1, seconds=0.01) > 0
     assert measure_dram_gbps(2, seconds=0.01) > 0
+
+
+def test_a_burst_does_the_work_it_counts() -> None:
+    # Each chunk runs acc = acc * a + b on 12 accumulators of every lane for its
+    # iterations and stores their sum in its slot: check that sum against the
+    # recurrence's closed form, so a run that skipped work would fail.
+    burst = FmaBurst(2)
+    assert burst.gflops() > 0
+    a, b = 0.999999, 1e-6
+    n = peaks_mod._FMA_ITERATIONS
+    x = b * (1 - a ** (n + 1)) / (1 - a)  # b, then n steps of x * a + b
+    lanes, chunks = burst.lanes, len(burst._bounds) - 1
+    slots = burst._scratch[lanes : lanes * (chunks + 1)]
+    assert np.allclose(slots, 12 * x, rtol=1e-3)
+    assert burst.flops == chunks * n * 12 * lanes * 2

@@ -58,6 +58,7 @@ from . import jit, native_pool
 from .cache_root import CacheRoot, make_private_dirs
 
 __all__ = [
+    "FmaBurst",
     "MEASURE_VARIABLE",
     "PEAKS_FILE",
     "PeaksFile",
@@ -204,21 +205,41 @@ def _best_rate(
             return best
 
 
+class FmaBurst:
+    """The peak FMA loop (``measure_peak_gflops``'s) compiled once, to run again and
+    again on ``threads`` threads: ``chunks_per_thread`` chunks each of about a tenth
+    of a millisecond, so one run takes about half a millisecond.  :meth:`gflops`
+    times one run (after a warm-up run); on a shared machine a run well under the
+    stored peak means the process did not get all its cores then
+    (``bench/quiet.py``)."""
+
+    def __init__(self, threads: int, cpu: CpuId | None = None, chunks_per_thread: int = 4) -> None:
+        cpu = cpu or detect_cpu()
+        self.lanes, fma = vector_width_of(cpu), fma_of(cpu)
+        self.threads = max(1, threads)
+        self._code, self._addr = _load(_fma_ir(self.lanes, fma), "peak_fma")
+        chunks = chunks_per_thread * self.threads
+        self._scratch = np.zeros(self.lanes * (chunks + 2), np.float32)
+        self._scratch[:2] = (0.999999, 1e-6)  # acc -> acc * a + b stays finite and normal
+        self._ptrs = (ctypes.c_void_p * 1)(self._scratch.ctypes.data)
+        self._bounds = np.arange(chunks + 1, dtype=np.int64) * _FMA_ITERATIONS
+        self.flops = chunks * _FMA_ITERATIONS * _ACCUMULATORS * self.lanes * 2
+
+    def best_seconds(self, budget: float) -> float:
+        """The fewest seconds a run took, repeated for about ``budget`` seconds."""
+        return _best_rate(self._addr, self._ptrs, self._bounds, self.threads, budget)
+
+    def gflops(self) -> float:
+        """GFLOP/s of one run, now."""
+        return self.flops / self.best_seconds(0.0) / 1e9
+
+
 def measure_peak_gflops(
     threads: int, cpu: CpuId | None = None, seconds: float = FLOPS_SECONDS
 ) -> float:
     """Float32 GFLOP/s of independent vector FMAs on ``threads`` threads of this host."""
-    cpu = cpu or detect_cpu()
-    lanes, fma = vector_width_of(cpu), fma_of(cpu)
-    code, addr = _load(_fma_ir(lanes, fma), "peak_fma")
-    chunks = 4 * max(1, threads)
-    scratch = np.zeros(lanes * (chunks + 2), np.float32)
-    scratch[:2] = (0.999999, 1e-6)  # acc -> acc * a + b stays finite and normal
-    ptrs = (ctypes.c_void_p * 1)(scratch.ctypes.data)
-    bounds = np.arange(chunks + 1, dtype=np.int64) * _FMA_ITERATIONS
-    best = _best_rate(addr, ptrs, bounds, threads, seconds)
-    del code  # the engine lives until here
-    return chunks * _FMA_ITERATIONS * _ACCUMULATORS * lanes * 2 / best / 1e9
+    burst = FmaBurst(threads, cpu)
+    return burst.flops / burst.best_seconds(seconds) / 1e9
 
 
 def measure_dram_gbps(
