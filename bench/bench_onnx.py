@@ -27,12 +27,18 @@ Cases (one JSON line each, see bench/run.py):
   ``stripeml_s`` null) says why a model did not run: an unsupported operator,
   an import error (a ``StripeError``), or no torch/transformers to export it
   with; ``error`` is an unexpected exception (a bug: ``ok`` false, exit 1).
-  Neither stops the run.  Progress (each model, its compile seconds) goes to
-  stderr.
+  Neither stops the run.  Each round of blocks (one of each runtime) is
+  sampled before and after by ``bench/quiet.py`` (the share of the FMA peak
+  both threads get: the host takes a vCPU away for seconds at a time, which
+  the load average does not show): ``quiet_rounds``, ``cpu_share_min``,
+  ``cpu_share_median``, and with a quiet round or more ``stripeml_s_quiet``,
+  ``onnxruntime_s_quiet`` and ``ratio_quiet``, over the quiet rounds' calls
+  only.  Progress (each model, its compile seconds) goes to stderr.
 * ``set_summary`` (with ``--set`` and ``--passes N``, N > 1): the set timed in N
   passes, each in a fresh process, the passes' ``set`` lines passed through with a
   ``pass`` field, then one line per model with every pass's ratio and their median
-  (``bench/set_passes.py``): a slow period of a shared machine, tens of seconds
+  (``bench/set_passes.py``; ``ratios_quiet`` and ``ratio_quiet`` the same of the
+  passes' quiet figures): a slow period of a shared machine, tens of seconds
   long, then moves one pass of a model, not the model's figure.
 
 ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are removed from this process's
@@ -66,6 +72,7 @@ if __name__ == "__main__":  # the benchmark process only, before NumPy loads
 
 import models  # noqa: E402  (bench/models.py, beside this script)
 import numpy as np  # noqa: E402
+from quiet import CpuShare, quiet, summary  # noqa: E402
 
 LIGHT_NAMES = models.LIGHT_NAMES
 feeds_for = models.feeds_for
@@ -130,10 +137,16 @@ def relative_error(got: Any, want: list[np.ndarray]) -> float:
     return worst
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], blocks: int) -> tuple[dict[str, float], int]:
+def interleaved(
+    fns: dict[str, Callable[[], Any]], blocks: int, share: Any = None
+) -> tuple[dict[str, float], int, dict[str, Any]]:
     """Median seconds of each of ``fns``, timed in alternating blocks of consecutive
-    calls with a 0.05 s pause before each block; returns the medians and the calls
-    each is over.  A block is about 0.2 s of the slower contender (1 to 10 calls)."""
+    calls with a 0.05 s pause before each block; returns the medians, the calls
+    each is over, and with ``share`` (a ``quiet.CpuShare``, sampled before and
+    after each round of blocks) the quiet rounds' fields: how many, the least and
+    median share, and each one's median over the quiet rounds' calls
+    (``quiet_s``).  A block is about 0.2 s of the slower contender (1 to 10
+    calls)."""
     from stripeml.runtime.kept_layouts import wait_writes
 
     once = {}
@@ -144,15 +157,33 @@ def interleaved(fns: dict[str, Callable[[], Any]], blocks: int) -> tuple[dict[st
         once[name] = time.perf_counter() - t
     wait_writes()  # stripeml's cache files, written after the first calls: not while timed
     per_block = max(1, min(10, round(0.2 / max(1e-6, max(once.values())))))
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    times: dict[str, list[list[float]]] = {name: [] for name in fns}
+    shares: list[float] = []
+    flags: list[bool] = []
     for _ in range(blocks):
+        before = share.sample() if share is not None else 0.0
         for name, fn in fns.items():
             time.sleep(0.05)
+            run = []
             for _ in range(per_block):
                 t = time.perf_counter()
                 fn()
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in times.items()}, blocks * per_block
+                run.append(time.perf_counter() - t)
+            times[name].append(run)
+        if share is not None:
+            after = share.sample()
+            shares += [before, after]
+            flags.append(quiet(before, after))
+    medians = {
+        name: statistics.median(t for run in runs for t in run) for name, runs in times.items()
+    }
+    extra: dict[str, Any] = summary(shares, flags) if share is not None else {}
+    if any(flags):
+        extra["quiet_s"] = {
+            name: statistics.median(t for run, q in zip(runs, flags) if q for t in run)
+            for name, runs in times.items()
+        }
+    return medians, blocks * per_block, extra
 
 
 def _load_avg() -> float | None:
@@ -162,10 +193,11 @@ def _load_avg() -> float | None:
         return None
 
 
-def set_case(name: str, blocks: int, tolerance: float | None = None) -> bool:
+def set_case(name: str, blocks: int, tolerance: float | None = None, share: Any = None) -> bool:
     """Check, then time, the model ``name`` of the set; print its JSON line.  False when
     stripeml's outputs are off by more than ``tolerance`` (default: the entry's) (a
-    skipped model is not a failure)."""
+    skipped model is not a failure).  ``share``: a ``quiet.CpuShare`` that samples
+    each round of blocks (the line then has the quiet rounds' figures too)."""
     import stripeml.onnx
     from stripeml.errors import StripeError
 
@@ -212,26 +244,35 @@ def set_case(name: str, blocks: int, tolerance: float | None = None) -> bool:
         print(f"{name}: FAIL: max error {err:.2e} > {tolerance:g}, not timed", file=sys.stderr)
         emit_record(record, repeats=0, stripeml_s=None, baselines={}, max_err=err, ok=False)
         return False
-    medians, repeats = interleaved(
+    medians, repeats, calm = interleaved(
         {"stripeml": lambda: fn(**feeds), "onnxruntime": lambda: session.run(None, feeds)},
         blocks,
+        share,
     )
     ours, theirs = medians["stripeml"], medians["onnxruntime"]
+    quiet_s = calm.pop("quiet_s", None)
+    if quiet_s is not None:
+        calm.update(
+            stripeml_s_quiet=quiet_s["stripeml"],
+            onnxruntime_s_quiet=quiet_s["onnxruntime"],
+            ratio_quiet=quiet_s["stripeml"] / quiet_s["onnxruntime"],
+        )
     print(
         f"{name}: max error {err:.1e}; stripeml {ours * 1e3:.2f} ms, "
         f"onnxruntime {theirs * 1e3:.2f} ms (ratio {ours / theirs:.2f})",
         file=sys.stderr,
     )
     emit_record(record, repeats=repeats, stripeml_s=ours, baselines={"onnxruntime": theirs},
-                ratio=ours / theirs, max_err=err, ok=True)  # fmt: skip
+                ratio=ours / theirs, max_err=err, ok=True, **calm)  # fmt: skip
     return True
 
 
 def run_set(names: list[str], blocks: int) -> int:
     """The ``set`` case for each of ``names``; the exit status (1 when a model disagrees)."""
     failed = []
+    share = CpuShare(2)
     for name in names:
-        if not set_case(name, blocks):
+        if not set_case(name, blocks, share=share):
             failed.append(name)
         gc.collect()  # the last model's weights, before the next is loaded
     if failed:

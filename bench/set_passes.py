@@ -17,7 +17,9 @@ Fields of a ``set_summary`` line: ``model``, ``passes`` (how many timed it),
 ``stripeml_s`` and ``baselines.onnxruntime`` (medians over the passes of each
 pass's median), ``load_avg_1m`` (the load averages as each pass reached the model),
 ``ok`` (every pass agreed with onnxruntime; a model skipped in every pass has
-``ratio`` null and its ``skipped`` reason).
+``ratio`` null and its ``skipped`` reason), ``ratios_quiet`` and ``ratio_quiet``
+(the same over the passes that had quiet rounds, each pass's ``ratio_quiet``:
+``bench/quiet.py``).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def summarise(records: Iterable[dict[str, Any]], names: list[str]) -> list[dict[
     for name in names:
         runs = by_model[name]
         timed = [r for r in runs if r.get("ratio") is not None]
+        calm = [r for r in timed if r.get("ratio_quiet") is not None]  # bench/quiet.py
         summary: dict[str, Any] = {
             "bench": "onnx",
             "case": "set_summary",
@@ -101,6 +104,8 @@ def summarise(records: Iterable[dict[str, Any]], names: list[str]) -> list[dict[
                 else {}
             ),
             "load_avg_1m": [r.get("load_avg_1m") for r in timed],
+            "ratios_quiet": [round(r["ratio_quiet"], 4) for r in calm],
+            "ratio_quiet": statistics.median(r["ratio_quiet"] for r in calm) if calm else None,
             "ok": bool(runs) and all(r.get("ok", True) for r in runs),
         }
         if not timed:

@@ -61,6 +61,28 @@ def test_summary_takes_the_median_pass_and_keeps_every_line(capsys):
     assert "not json" in capsys.readouterr().err
 
 
+def test_the_quiet_ratios_are_summed_up_over_the_passes_that_had_them():
+    # bench/quiet.py: a pass with no quiet round has no ratio_quiet; the summary
+    # takes the median of those there are, apart from every pass's ratio.
+    passes = [
+        [_line("a", 3.0, 2.0, 1.2, ratio_quiet=1.1)],
+        [_line("a", 1.8, 2.0, 0.5)],
+        [_line("a", 1.9, 2.0, 0.6, ratio_quiet=0.9)],
+    ]
+    calls = []
+
+    def child(names, blocks):
+        calls.append(names)
+        return passes[len(calls) - 1], 0
+
+    out: list[dict] = []
+    set_passes.run_passes(["a"], 1, 3, child=child, emit=lambda s: out.append(json.loads(s)))
+    (summary,) = [r for r in out if r["case"] == "set_summary"]
+    assert summary["ratios"] == [1.5, 0.9, 0.95] and summary["ratio"] == pytest.approx(0.95)
+    assert summary["ratios_quiet"] == [1.1, 0.9]
+    assert summary["ratio_quiet"] == pytest.approx(1.0)
+
+
 def test_a_failed_pass_or_model_fails_the_run():
     def child(names, blocks):
         return [_line("a", None, None, 1.0, ok=False, max_err=0.5), _line("b", 1.0, 2.0, 1.0)], 1
