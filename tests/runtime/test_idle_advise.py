@@ -61,13 +61,20 @@ def test_madvise_runs_on_a_thread_of_the_idle_class() -> None:
 
 def test_a_collapse_on_the_idle_thread_gives_a_huge_page() -> None:
     advise = _advise()
-    arr, want, start = _pages(8, 2)
     madvise = host._madvise()
     assert madvise is not None
-    # Its own mapping now (the advice splits it off), read before and after: a
-    # mapping merged with a neighbour's would count the neighbour's pages too.
-    madvise(start, 2 * HUGE, host._MADV_HUGEPAGE)
-    before = _anon_huge_kb(start)
+    for seed in range(3):
+        arr, want, start = _pages(8, 2 + seed)
+        # One huge page's range, its own mapping now (the advice splits it off), read
+        # before and after: a mapping merged with a neighbour's would count the
+        # neighbour's pages too.  The advice also lets khugepaged collapse it in the
+        # background; a range it already took proves nothing here: another one.
+        madvise(start, HUGE, host._MADV_HUGEPAGE)
+        before = _anon_huge_kb(start)
+        if before == 0:
+            break
+    else:
+        pytest.skip("khugepaged collapsed every range first (a busy machine)")
     done = advise(start, HUGE, host._MADV_COLLAPSE)
     assert done is not None
     if done.result != 0:
