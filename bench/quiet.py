@@ -16,6 +16,14 @@ is the median of a few bursts over that peak: about 0.95 on a quiet machine,
 about 0.5 while a vCPU is away.  A benchmark samples before and after each round
 and calls the round quiet when both samples are at least :data:`QUIET`; the
 rounds that are not are still reported, apart.
+
+It catches that cause only.  The VM has another slow state, of 5-10 s at a
+time, in which ShuffleNet takes 6.5-7.5 ms instead of 2.4-2.8 (onnxruntime
+5.7 instead of 2.8) while the FMA bursts, the pool's hand-over of a job
+(2.4-2.7 us) and one thread's copies through L2, L3 and DRAM all measure as
+usual (2026-12-06 20:21-20:58); in one run ShuffleNet's quiet rounds were
+that state's.  So a quiet round is one whose CPUs were all there, not one
+known to be fast: read the quiet figures beside the others, never instead.
 """
 
 from __future__ import annotations
