@@ -102,7 +102,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quiet import CpuShare, quiet, summary  # noqa: E402
+from quiet import CpuShare, Sample, quiet, summary  # noqa: E402
 from torch_process import TorchProcess, serve  # noqa: E402
 
 F32 = np.float32
@@ -453,7 +453,7 @@ class Timed:
 
     passes: dict[str, list[list[float]]]
     quiet: list[bool] | None = None
-    shares: list[float] = field(default_factory=list)
+    shares: list[Sample] = field(default_factory=list)
 
     def times(self, name: str, quiet_only: bool = False) -> list[float]:
         """``name``'s calls, of every pass or of the quiet ones."""
@@ -492,7 +492,7 @@ def time_blocks(
         wait_writes()
     timed = Timed({name: [] for name in fns}, [] if share is not None else None)
     for _ in range(budget.passes):
-        before = share.sample() if share is not None else 0.0
+        before = share.sample() if share is not None else None
         for name, fn in fns.items():
             time.sleep(SETTLE_S)
             if isinstance(fn, TorchProcess):  # the worker times its own block
@@ -506,7 +506,7 @@ def time_blocks(
                 fn()
                 run.append(time.perf_counter() - start)
             timed.passes[name].append(run)
-        if share is not None and timed.quiet is not None:
+        if share is not None and before is not None and timed.quiet is not None:
             after = share.sample()
             timed.shares += [before, after]
             timed.quiet.append(quiet(before, after))

@@ -72,7 +72,7 @@ if __name__ == "__main__":  # the benchmark process only, before NumPy loads
 
 import models  # noqa: E402  (bench/models.py, beside this script)
 import numpy as np  # noqa: E402
-from quiet import CpuShare, quiet, summary  # noqa: E402
+from quiet import CpuShare, Sample, quiet, summary  # noqa: E402
 
 LIGHT_NAMES = models.LIGHT_NAMES
 feeds_for = models.feeds_for
@@ -158,10 +158,10 @@ def interleaved(
     wait_writes()  # stripeml's cache files, written after the first calls: not while timed
     per_block = max(1, min(10, round(0.2 / max(1e-6, max(once.values())))))
     times: dict[str, list[list[float]]] = {name: [] for name in fns}
-    shares: list[float] = []
+    shares: list[Sample] = []
     flags: list[bool] = []
     for _ in range(blocks):
-        before = share.sample() if share is not None else 0.0
+        before = share.sample() if share is not None else None
         for name, fn in fns.items():
             time.sleep(0.05)
             run = []
@@ -170,7 +170,7 @@ def interleaved(
                 fn()
                 run.append(time.perf_counter() - t)
             times[name].append(run)
-        if share is not None:
+        if share is not None and before is not None:
             after = share.sample()
             shares += [before, after]
             flags.append(quiet(before, after))

@@ -43,7 +43,7 @@ from typing import Any
 import models
 import numpy as np
 from bench_onnx import ort_session, relative_error
-from quiet import CpuShare, quiet, summary
+from quiet import CpuShare, Sample, quiet, summary
 
 
 def variant(spec: str, threads: int = 2) -> Any:
@@ -117,7 +117,7 @@ def measure(
     calls = max(1, min(10, int(0.1 / max(time.perf_counter() - start, 1e-4))))
     times: list[list[float]] = [[] for _ in runs]
     share = CpuShare(threads)
-    shares: list[float] = []
+    shares: list[Sample] = []
     flags: list[bool] = []  # per round: quiet (quiet.py)
     most = rounds + 4 * quiet_rounds
     while len(flags) < rounds or (sum(flags) < quiet_rounds and len(flags) < most):
