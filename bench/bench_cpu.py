@@ -43,10 +43,11 @@ One JSON line per case (fields as in ``bench/run.py``, plus):
 ``error``
     why stripeml did not run the case (for instance while the target is not
     built); the baselines are still measured.
-``quiet_rounds``, ``cpu_share_min``, ``cpu_share_median``
+``quiet_rounds``, ``cpu_share_min``, ``cpu_share_median``, ``handoff_ns_median``, ``handoff_ns_max``
     ``quiet.py``'s samples before and after each pass (on the ``cpu`` target):
-    how many passes were quiet (the host left this VM both vCPUs) and the least
-    and median share of the FMA peak.  With one quiet pass or more,
+    how many passes were quiet (the host left this VM both vCPUs, under one L3
+    cache), the least and median share of the FMA peak, and the median and
+    longest hand-over between the two threads.  With one quiet pass or more,
     ``stripeml_s_quiet``, ``baselines_quiet`` and the ``ratio_vs_*_quiet``
     figures are the same over the quiet passes only.
 
@@ -76,7 +77,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 _BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -102,7 +103,7 @@ if __name__ == "__main__":
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quiet import CpuShare, Sample, quiet, summary  # noqa: E402
+from quiet import CpuShare, Rounds  # noqa: E402
 from torch_process import TorchProcess, serve  # noqa: E402
 
 F32 = np.float32
@@ -448,18 +449,16 @@ SETTLE_S = 0.2
 
 @dataclass
 class Timed:
-    """The calls' seconds of each contender, per pass; per pass whether it was quiet
-    (``quiet.py``: sampled before and after; None when not sampled), and the samples."""
+    """The calls' seconds of each contender, per pass, and the samples around the
+    passes (``quiet.py``; none taken without a ``CpuShare``)."""
 
     passes: dict[str, list[list[float]]]
-    quiet: list[bool] | None = None
-    shares: list[Sample] = field(default_factory=list)
+    rounds: Rounds
 
     def times(self, name: str, quiet_only: bool = False) -> list[float]:
         """``name``'s calls, of every pass or of the quiet ones."""
-        flags = self.quiet if quiet_only and self.quiet is not None else None
         runs = self.passes[name]
-        return [t for k, run in enumerate(runs) if flags is None or flags[k] for t in run]
+        return [t for run in (self.rounds.quiet_only(runs) if quiet_only else runs) for t in run]
 
 
 def time_blocks(
@@ -490,26 +489,23 @@ def time_blocks(
         from stripeml.runtime.kept_layouts import wait_writes
 
         wait_writes()
-    timed = Timed({name: [] for name in fns}, [] if share is not None else None)
+    timed = Timed({name: [] for name in fns}, Rounds(share))
     for _ in range(budget.passes):
-        before = share.sample() if share is not None else None
-        for name, fn in fns.items():
-            time.sleep(SETTLE_S)
-            if isinstance(fn, TorchProcess):  # the worker times its own block
-                timed.passes[name].append(list(fn.block(per_pass[name], warm=name not in slow)))
-                continue
-            if name not in slow:
-                _warm_up(fn)
-            run = []
-            for _ in range(per_pass[name]):
-                start = time.perf_counter()
-                fn()
-                run.append(time.perf_counter() - start)
-            timed.passes[name].append(run)
-        if share is not None and before is not None and timed.quiet is not None:
-            after = share.sample()
-            timed.shares += [before, after]
-            timed.quiet.append(quiet(before, after))
+        with timed.rounds.round():
+            for name, fn in fns.items():
+                time.sleep(SETTLE_S)
+                if isinstance(fn, TorchProcess):  # the worker times its own block
+                    block = fn.block(per_pass[name], warm=name not in slow)
+                    timed.passes[name].append(list(block))
+                    continue
+                if name not in slow:
+                    _warm_up(fn)
+                run = []
+                for _ in range(per_pass[name]):
+                    start = time.perf_counter()
+                    fn()
+                    run.append(time.perf_counter() - start)
+                timed.passes[name].append(run)
     return timed
 
 
@@ -759,17 +755,16 @@ def run_case(
         out={"stripeml": api_out} | {k: v.out for k, v in impls.items() if k != "stripeml"},
         torch_process=torch_process,
     )
-    if timed.quiet is not None:
-        record.update(summary(timed.shares, timed.quiet))
-        if any(timed.quiet):  # the same figures over the quiet passes only
-            quiet_s = {k: statistics.median(timed.times(k, True)) for k in timed.passes}
-            ours = quiet_s.get("stripeml")
-            record.update(
-                stripeml_s_quiet=ours,
-                baselines_quiet={k: v for k, v in quiet_s.items() if k != "stripeml"},
-                ratio_vs_numpy_quiet=_ratio(quiet_s.get("numpy"), ours),
-                ratio_vs_torch_quiet=_ratio(quiet_s.get("torch"), ours),
-            )
+    record.update(timed.rounds.summary())
+    if any(timed.rounds.flags):  # the same figures over the quiet passes only
+        quiet_s = {k: statistics.median(timed.times(k, True)) for k in timed.passes}
+        ours = quiet_s.get("stripeml")
+        record.update(
+            stripeml_s_quiet=ours,
+            baselines_quiet={k: v for k, v in quiet_s.items() if k != "stripeml"},
+            ratio_vs_numpy_quiet=_ratio(quiet_s.get("numpy"), ours),
+            ratio_vs_torch_quiet=_ratio(quiet_s.get("torch"), ours),
+        )
     if worker is not None:
         record["torch_version"] = worker.version
         record["out"]["torch"] = worker.out

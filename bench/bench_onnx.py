@@ -29,9 +29,11 @@ Cases (one JSON line each, see bench/run.py):
   with; ``error`` is an unexpected exception (a bug: ``ok`` false, exit 1).
   Neither stops the run.  Each round of blocks (one of each runtime) is
   sampled before and after by ``bench/quiet.py`` (the share of the FMA peak
-  both threads get: the host takes a vCPU away for seconds at a time, which
-  the load average does not show): ``quiet_rounds``, ``cpu_share_min``,
-  ``cpu_share_median``, and with a quiet round or more ``stripeml_s_quiet``,
+  both threads get and the hand-over latency between them: the host takes a
+  vCPU away, or places the two under different L3 caches, for seconds at a
+  time, which the load average does not show): ``quiet_rounds``,
+  ``cpu_share_min``, ``cpu_share_median``, ``handoff_ns_median``,
+  ``handoff_ns_max``, and with a quiet round or more ``stripeml_s_quiet``,
   ``onnxruntime_s_quiet`` and ``ratio_quiet``, over the quiet rounds' calls
   only.  Progress (each model, its compile seconds) goes to stderr.
 * ``set_summary`` (with ``--set`` and ``--passes N``, N > 1): the set timed in N
@@ -72,7 +74,7 @@ if __name__ == "__main__":  # the benchmark process only, before NumPy loads
 
 import models  # noqa: E402  (bench/models.py, beside this script)
 import numpy as np  # noqa: E402
-from quiet import CpuShare, Sample, quiet, summary  # noqa: E402
+from quiet import CpuShare, Rounds  # noqa: E402
 
 LIGHT_NAMES = models.LIGHT_NAMES
 feeds_for = models.feeds_for
@@ -158,29 +160,24 @@ def interleaved(
     wait_writes()  # stripeml's cache files, written after the first calls: not while timed
     per_block = max(1, min(10, round(0.2 / max(1e-6, max(once.values())))))
     times: dict[str, list[list[float]]] = {name: [] for name in fns}
-    shares: list[Sample] = []
-    flags: list[bool] = []
+    log = Rounds(share)
     for _ in range(blocks):
-        before = share.sample() if share is not None else None
-        for name, fn in fns.items():
-            time.sleep(0.05)
-            run = []
-            for _ in range(per_block):
-                t = time.perf_counter()
-                fn()
-                run.append(time.perf_counter() - t)
-            times[name].append(run)
-        if share is not None and before is not None:
-            after = share.sample()
-            shares += [before, after]
-            flags.append(quiet(before, after))
+        with log.round():
+            for name, fn in fns.items():
+                time.sleep(0.05)
+                run = []
+                for _ in range(per_block):
+                    t = time.perf_counter()
+                    fn()
+                    run.append(time.perf_counter() - t)
+                times[name].append(run)
     medians = {
         name: statistics.median(t for run in runs for t in run) for name, runs in times.items()
     }
-    extra: dict[str, Any] = summary(shares, flags) if share is not None else {}
-    if any(flags):
+    extra = log.summary()
+    if any(log.flags):
         extra["quiet_s"] = {
-            name: statistics.median(t for run, q in zip(runs, flags) if q for t in run)
+            name: statistics.median(t for run in log.quiet_only(runs) for t in run)
             for name, runs in times.items()
         }
     return medians, blocks * per_block, extra

@@ -35,10 +35,14 @@ reported, apart.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: The least share of the peak for a quiet sample.
 QUIET = 0.8
@@ -109,6 +113,37 @@ def summary(samples: list[Sample], flags: list[bool]) -> dict[str, Any]:
         "handoff_ns_median": round(statistics.median(ns), 1) if ns else None,
         "handoff_ns_max": round(max(ns), 1) if ns else None,
     }
+
+
+class Rounds:
+    """The samples a benchmark takes around each of its rounds (:meth:`round`), and
+    which rounds were quiet; with no ``share`` nothing is sampled, and
+    :meth:`summary` is empty."""
+
+    def __init__(self, share: CpuShare | None) -> None:
+        self.share = share
+        self.samples: list[Sample] = []
+        self.flags: list[bool] = []  # per round: quiet
+
+    @contextlib.contextmanager
+    def round(self) -> Iterator[None]:
+        """Sample before and after the ``with`` block, one round."""
+        if self.share is None:
+            yield
+            return
+        before = self.share.sample()
+        yield
+        after = self.share.sample()
+        self.samples += [before, after]
+        self.flags.append(quiet(before, after))
+
+    def quiet_only(self, per_round: Sequence[T]) -> list[T]:
+        """The items of ``per_round`` (one per round, in order) of the quiet rounds."""
+        return [x for x, q in zip(per_round, self.flags) if q]
+
+    def summary(self) -> dict[str, Any]:
+        """:func:`summary` of the samples (nothing without a ``share``)."""
+        return summary(self.samples, self.flags) if self.share is not None else {}
 
 
 def wait(share: CpuShare, seconds: float) -> Sample:

@@ -21,10 +21,12 @@ too), and the 1-minute load average.  Speed is compared only within a line: the
 machine is shared, and two sittings differ more than two variants in one.
 
 Each round is sampled before and after by ``quiet.py`` (the share of the
-machine's FMA peak that two threads get: the host takes a vCPU away for seconds
-at a time, unseen by the load average).  The line says how many rounds were
-quiet and the least and median share, and gives ``median_s_quiet`` and
-``vs_first_quiet``, the same figures over the quiet rounds only;
+machine's FMA peak that two threads get, and the hand-over latency between
+them: the host takes a vCPU away, or places the two under different L3 caches,
+for seconds at a time, unseen by the load average).  The line says how many
+rounds were quiet, the least and median share and the median and longest
+hand-over, and gives ``median_s_quiet`` and ``vs_first_quiet``, the same
+figures over the quiet rounds only;
 ``--quiet-rounds N`` goes on past ``--rounds`` until N rounds were quiet.
 """
 
@@ -43,7 +45,7 @@ from typing import Any
 import models
 import numpy as np
 from bench_onnx import ort_session, relative_error
-from quiet import CpuShare, Sample, quiet, summary
+from quiet import CpuShare, Rounds
 
 
 def variant(spec: str, threads: int = 2) -> Any:
@@ -94,7 +96,12 @@ def variant(spec: str, threads: int = 2) -> Any:
 
 
 def measure(
-    name: str, specs: list[str], rounds: int, quiet_rounds: int = 0, threads: int = 2
+    name: str,
+    specs: list[str],
+    rounds: int,
+    quiet_rounds: int = 0,
+    threads: int = 2,
+    share: CpuShare | None = None,
 ) -> dict[str, Any]:
     import stripeml.onnx
 
@@ -116,36 +123,31 @@ def measure(
     runs[0]()
     calls = max(1, min(10, int(0.1 / max(time.perf_counter() - start, 1e-4))))
     times: list[list[float]] = [[] for _ in runs]
-    share = CpuShare(threads)
-    shares: list[Sample] = []
-    flags: list[bool] = []  # per round: quiet (quiet.py)
+    log = Rounds(share if share is not None else CpuShare(threads))
     most = rounds + 4 * quiet_rounds
-    while len(flags) < rounds or (sum(flags) < quiet_rounds and len(flags) < most):
-        before = share.sample()
-        order = list(range(len(runs)))
-        random.shuffle(order)
-        for i in order:
-            time.sleep(0.05)
-            best = float("inf")
-            for _ in range(calls):
-                start = time.perf_counter()
-                runs[i]()
-                best = min(best, time.perf_counter() - start)
-            times[i].append(best)
-        after = share.sample()
-        shares += [before, after]
-        flags.append(quiet(before, after))
+    while len(log.flags) < rounds or (sum(log.flags) < quiet_rounds and len(log.flags) < most):
+        with log.round():
+            order = list(range(len(runs)))
+            random.shuffle(order)
+            for i in order:
+                time.sleep(0.05)
+                best = float("inf")
+                for _ in range(calls):
+                    start = time.perf_counter()
+                    runs[i]()
+                    best = min(best, time.perf_counter() - start)
+                times[i].append(best)
     labels = [*specs, "onnxruntime"]
     line = {
         "model": name,
         "ok": True,
-        "rounds": len(flags),
+        "rounds": len(log.flags),
         "calls_per_block": calls,
         **_figures(labels, times, ""),
-        **summary(shares, flags),
+        **log.summary(),
     }
-    if any(flags):  # the same figures over the quiet rounds only
-        line.update(_figures(labels, [[x for x, q in zip(t, flags) if q] for t in times], "_quiet"))
+    if any(log.flags):  # the same figures over the quiet rounds only
+        line.update(_figures(labels, [log.quiet_only(t) for t in times], "_quiet"))
     line["load_avg_1m"] = os.getloadavg()[0]
     return line
 
@@ -187,8 +189,9 @@ def main(argv: list[str]) -> int:
     for spec in args.variants:
         variant(spec)  # a bad variant fails before anything is compiled
     status = 0
+    share = CpuShare(2)  # once for every model (after the cache folder is set)
     for name in args.models.split(","):
-        line = measure(name, args.variants, args.rounds, args.quiet_rounds)
+        line = measure(name, args.variants, args.rounds, args.quiet_rounds, share=share)
         status |= 0 if line["ok"] else 1
         print(json.dumps(line), flush=True)
     return status

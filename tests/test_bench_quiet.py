@@ -80,3 +80,19 @@ def test_a_real_sample_measures_both(monkeypatch, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_rounds_sample_around_each_round_and_keep_the_quiet_ones():
+    share = FakeShare([Q(0.95, 40.0), Q(0.9, 42.0), Q(0.95, 40.0), Q(0.97, 170.0)])
+    log = quiet.Rounds(share)  # type: ignore[arg-type]
+    for _ in range(2):
+        with log.round():
+            pass
+    assert share.taken == 4 and log.flags == [True, False]
+    assert log.quiet_only(["first", "second"]) == ["first"]
+    assert log.summary()["quiet_rounds"] == 1 and log.summary()["handoff_ns_max"] == 170.0
+    # Without a probe nothing is sampled and nothing is reported.
+    bare = quiet.Rounds(None)
+    with bare.round():
+        pass
+    assert bare.flags == [] and bare.summary() == {} and bare.quiet_only([1]) == []
