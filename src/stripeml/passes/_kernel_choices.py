@@ -94,6 +94,9 @@ class KernelChoices:
 
     def run(self, p: Pass, program: Program) -> Program:
         """``p`` over ``program``, each kernel with its own options."""
+        if getattr(p, "chain_choices", False) and tunable_options(p):
+            # the pass takes each chain's options from its first kernel (``nest``)
+            return p.run_choices(program, lambda k: self.options_for(k, p.name))  # type: ignore[attr-defined]
         segments: list[tuple[tuple[tuple[str, object], ...] | None, list[Statement]]] = []
         for s in program.root.stmts:
             options = self.options_for(s, p.name) if isinstance(s, Block) else None

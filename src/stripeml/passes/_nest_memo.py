@@ -1,4 +1,5 @@
-"""The ``nest`` pass's chains analysed once per structure.
+"""The ``nest`` pass's chains analysed once per structure, and what it asks of
+the root's statements (:class:`Seen`).
 
 A model's layers repeat: BERT-base's 12 layers are the same kernels over other
 buffers, so the chains ``nest`` tries from the first statement of one layer are
@@ -20,7 +21,7 @@ What the key holds, per window (the start ``i``, the leaf kernels after it up to
   no view's own name;
 * per buffer number: the root buffer's direction and shape (whether it is one),
   and where the buffer is first and last touched relative to ``i``, clamped to
-  the window (what ``_Seen.outside`` answers for every chain of the window);
+  the window (what ``Seen.outside`` answers for every chain of the window);
 * the statement after ``last``: whether it is a block, an ``eltwise`` one, and
   which numbered buffers it reads.
 
@@ -31,15 +32,12 @@ byte-for-byte the one the pass wrote without the memo.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
-from typing import TYPE_CHECKING
+from dataclasses import fields, replace
 
-from ..ir.nodes import Block, Refinement, Statement
-from ._common import reads
+from ..ir.affine import Affine
+from ..ir.nodes import Block, Refinement, Special, Statement
+from ._common import reads, writes
 from ._nest_blocks import Plan
-
-if TYPE_CHECKING:
-    from .nest import _Seen
 
 _REF_FIELDS = tuple(f.name for f in fields(Refinement) if f.name not in ("into", "from_"))
 _BLOCK_FIELDS = tuple(
@@ -54,7 +52,7 @@ Answer = tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[str, ...], ...
 class ChainMemo:
     """One ``nest`` run's answers per window structure (see the module docstring)."""
 
-    def __init__(self, stmts: Sequence[Statement], seen: _Seen) -> None:
+    def __init__(self, stmts: Sequence[Statement], seen: Seen) -> None:
         self.stmts = stmts
         self.seen = seen
         self.ids: dict[object, int] = {}  # structures interned: a key is small ints
@@ -127,3 +125,66 @@ class ChainMemo:
         number = {b: n for n, b in enumerate(names)}
         inter = tuple((number[b], dims) for b, dims in plan.inter.items())
         self.answers[key] = (j - i, plan.rows, plan.tile, plan.kidx, inter)
+
+
+class Seen:
+    """What ``nest``'s ``_plan`` asks of the root's statements, worked out once per run: the
+    first and last statement touching each buffer, what each reads and writes,
+    whether it is a leaf kernel, and each kernel as the row analysis sees it
+    (one-point indices read as 0 with ``unit_taps``).  A run tries up to
+    ``MAX_CHAIN`` chains from every statement: BERT-base's 1,100 statements
+    asked for their buffers 100,000 times."""
+
+    def __init__(
+        self, root: Block, stmts: Sequence[Statement], unit_taps: bool, select: str
+    ) -> None:
+        self.bufs = {r.into: r for r in root.refs}
+        self.first: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+        self.rd = [reads(st) for st in stmts]
+        self.wr = [writes(st) for st in stmts]
+        self.leaf = [_leaf_kernel(st, select) for st in stmts]
+        for n in range(len(stmts)):
+            for b in self.rd[n] | self.wr[n]:
+                self.first.setdefault(b, n)
+                self.last[b] = n
+        self.views: dict = {}  # _nest_blocks.tiling's memo (the kernels below stay alive)
+        self.stmts = stmts
+        self.unit_taps = unit_taps
+        self._kernels: dict[int, Statement] = {}
+
+    def kernel(self, n: int) -> Statement:
+        """Statement ``n`` as the row analysis sees it (squeezed when first asked:
+        the chains :class:`._nest_memo.ChainMemo` answers never are)."""
+        found = self._kernels.get(n)
+        if found is None:
+            st = self.stmts[n]
+            found = _squeezed(st) if self.unit_taps and isinstance(st, Block) else st
+            self._kernels[n] = found
+        return found
+
+    def outside(self, b: str, i: int, j: int) -> bool:
+        """Whether a statement before ``i`` or after ``j`` touches ``b``."""
+        return self.first.get(b, i) < i or self.last.get(b, j) > j
+
+
+def _leaf_kernel(s: Statement, select: str) -> bool:
+    from ..analysis.select import parse_selector
+
+    return (
+        isinstance(s, Block)
+        and parse_selector(select)(s.tags)
+        and not s.sub_blocks
+        and not any(isinstance(x, Special) for x in s.stmts)
+        and all(i.affine is None for i in s.idxs)
+    )
+
+
+def _squeezed(k: Block) -> Block:
+    """``k`` with its one-point indices (a 1x1 convolution's ``ky``, ``kx``) read as 0
+    in its views, for the row analysis only: ``y + ky`` is then the row ``y``."""
+    one = {x.name: Affine.constant(0) for x in k.idxs if x.range == 1}
+    if not one:
+        return k
+    refs = tuple(replace(r, access=tuple(a.substitute(one) for a in r.access)) for r in k.refs)
+    return replace(k, refs=refs)

@@ -92,6 +92,11 @@ scaled and masked, then exponentiated, are one row block instead of three.
 Not an elementwise kernel after a product (``epilogue`` runs it on the
 product's tiles, where nothing is stored).
 
+**Tuned chains.**  ``enabled`` and ``fraction`` are tunable, and a choice is
+the chain's (``chain_choices``): :meth:`Nest.run_choices` takes each chain's
+options from the kernel it starts at, where one-kernel segments
+(:mod:`._kernel_choices`) could never hold a chain.
+
 **Repeated layers.**  Each start's window of kernels is analysed once per
 structure (equal up to buffer names, with the buffers' shapes and uses):
 the repeated layers of a model share the answer (:mod:`._nest_memo`).
@@ -103,7 +108,7 @@ IR, the same object when nothing applies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import ClassVar
@@ -116,13 +121,12 @@ from ..ir.nodes import (
     Index,
     Program,
     Refinement,
-    Special,
     Statement,
     TensorShape,
 )
-from ._common import fresh, reads, single_index, writes
+from ._common import fresh, reads, single_index
 from ._nest_blocks import Plan, external_views, in_place, product_of, reads_once, separates, tiling
-from ._nest_memo import ChainMemo
+from ._nest_memo import ChainMemo, Seen
 from ._nest_panels import access_names, laid_out
 from .registry import (
     check_fraction,
@@ -131,6 +135,7 @@ from .registry import (
     check_positive,
     check_selector,
     register,
+    with_choice,
 )
 
 MAX_CHAIN = 12  # kernels in one nest at most (the chains of attention have 6)
@@ -156,7 +161,13 @@ class Nest:
     enabled: bool = True  # off: nothing nests (a per-chain choice of ``stripeml tune``)
     name: ClassVar[str] = "nest"
     layer_local: ClassVar[bool] = True
-    tunable: ClassVar[dict[str, tuple[object, ...]]] = {"enabled": (True, False)}
+    tunable: ClassVar[dict[str, tuple[object, ...]]] = {
+        "enabled": (True, False),
+        "fraction": (0.125, 0.25, 0.5),
+    }
+    #: A choice is the chain's: the options of a chain's first kernel decide how
+    #: the chain from it nests (:meth:`run_choices`), not a segment of one kernel.
+    chain_choices: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_selector(self)
@@ -177,12 +188,19 @@ class Nest:
     def run(self, program: Program) -> Program:
         if self.max_bytes == 0 or not self.enabled:
             return program
+        return self.run_choices(program, None)
+
+    def run_choices(
+        self, program: Program, options_for: Callable[[Block], Mapping[str, object] | None] | None
+    ) -> Program:
+        """Nest ``program``'s chains, each with the options ``options_for`` gives its
+        first kernel (a tuned choice, ``stripeml tune``; None or ``{}``: these)."""
         root = program.root
         stmts = list(root.stmts)
         out: list[Statement] = []
         gone: set[str] = set()
         added: list[Refinement] = []
-        seen = _Seen(root, stmts, self.unit_taps, self.select)
+        seen = Seen(root, stmts, self.unit_taps, self.select)
         memo = ChainMemo(stmts, seen)  # the layers' chains analysed once per structure
         i = 0
         while i < len(stmts):
@@ -190,8 +208,12 @@ class Nest:
             last = i  # the chain may reach the first statement that is no leaf kernel
             while last + 1 < min(len(stmts), i + MAX_CHAIN) and seen.leaf[last + 1]:
                 last += 1
-            if seen.leaf[i] and last > i:  # else no chain from i nests (_plan)
-                key, names = memo.key(i, last)
+            opt = self._for(stmts[i], options_for)
+            if opt is not self:  # a chain with options of its own
+                ok = seen.leaf[i] and last > i and opt.enabled and opt.max_bytes > 0
+                best = _best(stmts, i, last, opt, seen) if ok else None
+            elif seen.leaf[i] and last > i and self.enabled and self.max_bytes > 0:
+                key, names = memo.key(i, last)  # else no chain from i nests (_plan)
                 known, best = memo.get(key, names, i)
                 if not known:
                     best = _best(stmts, i, last, self, seen)
@@ -205,14 +227,14 @@ class Nest:
             chain = [s for s in stmts[i : j + 1] if isinstance(s, Block)]
             copies: list[Block] = []
             temps: list[Refinement] = []
-            if self.panels:
+            if opt.panels:
                 chain, copies, temps = laid_out(
-                    root, chain, plan, taken, self.vector_width * self.vectors
+                    root, chain, plan, taken, opt.vector_width * opt.vectors
                 )
             out.extend(copies)
             added.extend(temps)
             grown = replace(root, refs=(*root.refs, *temps))
-            out.append(_build(grown, chain, plan, taken | {c.name for c in copies}, self))
+            out.append(_build(grown, chain, plan, taken | {c.name for c in copies}, opt))
             gone |= set(plan.inter)
             i = j + 1
         if not gone:
@@ -220,50 +242,20 @@ class Nest:
         refs = tuple(r for r in (*root.refs, *added) if r.into not in gone)
         return Program(replace(root, refs=refs, stmts=tuple(out)))
 
-
-class _Seen:
-    """What ``_plan`` asks of the root's statements, worked out once per run: the
-    first and last statement touching each buffer, what each reads and writes,
-    whether it is a leaf kernel, and each kernel as the row analysis sees it
-    (one-point indices read as 0 with ``unit_taps``).  A run tries up to
-    ``MAX_CHAIN`` chains from every statement: BERT-base's 1,100 statements
-    asked for their buffers 100,000 times."""
-
-    def __init__(
-        self, root: Block, stmts: Sequence[Statement], unit_taps: bool, select: str
-    ) -> None:
-        self.bufs = {r.into: r for r in root.refs}
-        self.first: dict[str, int] = {}
-        self.last: dict[str, int] = {}
-        self.rd = [reads(st) for st in stmts]
-        self.wr = [writes(st) for st in stmts]
-        self.leaf = [_leaf_kernel(st, select) for st in stmts]
-        for n in range(len(stmts)):
-            for b in self.rd[n] | self.wr[n]:
-                self.first.setdefault(b, n)
-                self.last[b] = n
-        self.views: dict = {}  # _nest_blocks.tiling's memo (the kernels below stay alive)
-        self.stmts = stmts
-        self.unit_taps = unit_taps
-        self._kernels: dict[int, Statement] = {}
-
-    def kernel(self, n: int) -> Statement:
-        """Statement ``n`` as the row analysis sees it (squeezed when first asked:
-        the chains :class:`._nest_memo.ChainMemo` answers never are)."""
-        found = self._kernels.get(n)
-        if found is None:
-            st = self.stmts[n]
-            found = _squeezed(st) if self.unit_taps and isinstance(st, Block) else st
-            self._kernels[n] = found
-        return found
-
-    def outside(self, b: str, i: int, j: int) -> bool:
-        """Whether a statement before ``i`` or after ``j`` touches ``b``."""
-        return self.first.get(b, i) < i or self.last.get(b, j) > j
+    def _for(
+        self, s: Statement, options_for: Callable[[Block], Mapping[str, object] | None] | None
+    ) -> Nest:
+        """These options, or the ones a tuned choice gives the chain from ``s``."""
+        chosen = options_for(s) if options_for is not None and isinstance(s, Block) else None
+        if not chosen:
+            return self
+        tuned = with_choice(self, chosen)  # type: ignore[arg-type]  # (``name``: a ClassVar)
+        assert isinstance(tuned, Nest)
+        return tuned
 
 
 def _best(
-    stmts: Sequence[Statement], i: int, last: int, opt: Nest, seen: _Seen
+    stmts: Sequence[Statement], i: int, last: int, opt: Nest, seen: Seen
 ) -> tuple[int, Plan] | None:
     """The longest chain from ``i`` (to ``last`` at most) that nests, and its plan."""
     for j in range(last, i, -1):
@@ -273,18 +265,6 @@ def _best(
         if plan is not None:
             return j, plan
     return None
-
-
-def _leaf_kernel(s: Statement, select: str) -> bool:
-    from ..analysis.select import parse_selector
-
-    return (
-        isinstance(s, Block)
-        and parse_selector(select)(s.tags)
-        and not s.sub_blocks
-        and not any(isinstance(x, Special) for x in s.stmts)
-        and all(i.affine is None for i in s.idxs)
-    )
 
 
 def _splits_epilogue(stmts: Sequence[Statement], j: int) -> bool:
@@ -300,7 +280,7 @@ def _splits_epilogue(stmts: Sequence[Statement], j: int) -> bool:
     return product is not None and product in reads(nxt)
 
 
-def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: _Seen) -> Plan | None:
+def _plan(stmts: Sequence[Statement], i: int, j: int, opt: Nest, seen: Seen) -> Plan | None:
     """How to nest root statements ``i..j`` (all leaf kernels), or None."""
     if not all(isinstance(s, Block) for s in stmts[i : j + 1]):
         return None
@@ -383,16 +363,6 @@ def _fits(inter: list[str], bufs: dict[str, Refinement], max_bytes: int) -> bool
         shape = bufs[b].shape
         total += itemsize(shape.dtype) * shape.elem_count
     return total <= max_bytes
-
-
-def _squeezed(k: Block) -> Block:
-    """``k`` with its one-point indices (a 1x1 convolution's ``ky``, ``kx``) read as 0
-    in its views, for the row analysis only: ``y + ky`` is then the row ``y``."""
-    one = {x.name: Affine.constant(0) for x in k.idxs if x.range == 1}
-    if not one:
-        return k
-    refs = tuple(replace(r, access=tuple(a.substitute(one) for a in r.access)) for r in k.refs)
-    return replace(k, refs=refs)
 
 
 def _reduces_an_intermediate(ks: list[Block], inter: list[str]) -> bool:

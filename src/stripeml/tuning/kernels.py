@@ -46,7 +46,7 @@ from ..ir.printer import format as format_ir
 from ..ir.verifier import verify
 from ..passes._kernel_choices import Choice, KernelChoices, kernel_key, tuning_point
 from ..passes.manager import run_pipeline
-from ..passes.registry import tuning_start
+from ..passes.registry import tunable_options, tuning_start, with_choice
 from ..runtime.backend import Compiled, backend_for
 from ..runtime.interp import run as interpret
 from ..targets import Target
@@ -183,19 +183,36 @@ def kernel_jobs(
 def _chains(
     at_point: Program, target: Target, point: int, names: frozenset[str]
 ) -> dict[str, tuple[str, ...]]:
-    """Per kernel that heads a ``#nest`` in the analytic compile (``nest`` names a
-    chain after its first kernel): the other kernels of its chain.  They belong
-    to its window: a choice that leaves the chain unnested (``nest``'s
-    ``enabled``) runs them as kernels of their own, and their time must count
-    against the nest's, not vanish from the window."""
-    done = run_pipeline(at_point, target.passes[point:]).program
-    out: dict[str, tuple[str, ...]] = {}
-    for s in done.root.stmts:
-        if isinstance(s, Block) and "nest" in s.tags:
-            head = step_owner(s.name, names)
-            members = {step_owner(b.name, names) for b in s.sub_blocks}
-            out[head] = tuple(sorted(m for m in members & names if m != head))
-    return out
+    """Per kernel that heads a ``#nest`` (``nest`` names a chain after its first
+    kernel) in the analytic compile, or in a compile with any value of a
+    tunable option of a pass whose choices are a chain's (``nest``'s
+    ``fraction``, for every chain at once): the other kernels of its chains.
+    They belong to its window: a choice that leaves the chain unnested
+    (``enabled``) runs them as kernels of their own, one that nests a chain the
+    analytic compile leaves alone (a smaller ``fraction``) runs them inside the
+    head's nest, and their time must count against the other way's, not vanish
+    from the window or appear in it."""
+    passes = list(target.passes[point:])
+    variants = [passes]
+    for n, p in enumerate(passes):
+        if not getattr(p, "chain_choices", False):
+            continue
+        start = tuning_start(p)
+        for option, values in tunable_options(p).items():
+            for value in values:  # (off nests no chain: nothing to add)
+                if value != getattr(start, option) and not isinstance(value, bool):
+                    variants.append(
+                        [*passes[:n], with_choice(p, {option: value}), *passes[n + 1 :]]
+                    )
+    found: dict[str, set[str]] = {}
+    for pipeline in variants:
+        done = run_pipeline(at_point, pipeline).program
+        for s in done.root.stmts:
+            if isinstance(s, Block) and "nest" in s.tags:
+                head = step_owner(s.name, names)
+                members = {step_owner(b.name, names) for b in s.sub_blocks}
+                found.setdefault(head, set()).update(m for m in members & names if m != head)
+    return {head: tuple(sorted(members)) for head, members in found.items()}
 
 
 def step_owner(step: str, names: frozenset[str]) -> str:
