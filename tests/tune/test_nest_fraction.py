@@ -24,6 +24,7 @@ from stripeml.passes.vectorize import Vectorize
 from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
 from stripeml.tuning.kernels import _chains
+from stripeml.tuning.space import axes, neighbours
 
 # a depthwise convolution (bias, ReLU) whose output only a pointwise one reads
 DW_PW = """function (X[N, HP, WP, C], K[KY, KX, C], B[C], W[KY1, KX1, C, CO], B2[CO]) -> (O) {
@@ -95,6 +96,16 @@ def _agrees(program, a):
 def test_fraction_is_in_the_space():
     assert tunable_options(Nest)["fraction"] == (0.125, 0.25, 0.5)
     assert Nest.chain_choices
+    f = stripeml.compile(DW_PW, target="cpu", threads=2)
+    space = axes(f.target, tuning_point(f.target.passes))
+    (axis,) = [a for a in space if (a.pass_name, a.option) == ("nest", "fraction")]
+    assert axis.start == 0.5 and axis.values == (0.125, 0.25, 0.5)
+    steps = list(neighbours({}, space))
+    # a short axis is one step wide: an eighth is reached from the half directly
+    assert {"nest": {"fraction": 0.25}} in steps and {"nest": {"fraction": 0.125}} in steps
+    rows = next(a for a in space if (a.pass_name, a.option) == ("unroll", "rows"))
+    assert len(rows.values) > 3  # a long axis still steps to its neighbours only
+    assert sum(1 for c in steps if "rows" in c.get("unroll", {})) <= 2
 
 
 def test_the_heads_fraction_nests_a_chain_the_analytic_budget_leaves_alone():

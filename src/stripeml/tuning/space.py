@@ -71,14 +71,26 @@ def _with(choice: Choice, axis: Axis, value: object) -> Choice:
     return {p: o for p, o in out.items() if o}
 
 
+#: An axis of at most this many values is a step wide: each of its values is
+#: one step from any other (``nest``'s ``fraction``: a chain whose
+#: intermediates fit a quarter of L2 nests only at an eighth, and the quarter
+#: between is the analytic program again, a plateau the beam does not cross
+#: once a timed generation gains nothing).
+SHORT_AXIS = 3
+
+
 def neighbours(choice: Choice, space: list[Axis]) -> Iterator[Choice]:
-    """The choices one step from ``choice``: each option one value up or down."""
+    """The choices one step from ``choice``: each option one value up or down (any
+    other value, on an axis of at most :data:`SHORT_AXIS` values)."""
     for axis in space:
         now = _value(choice, axis)
         try:
             n = axis.values.index(now)
         except ValueError:
             continue
-        for m in (n - 1, n + 1):
-            if 0 <= m < len(axis.values):
-                yield _with(choice, axis, axis.values[m])
+        if len(axis.values) <= SHORT_AXIS:
+            near = [m for m in range(len(axis.values)) if m != n]
+        else:
+            near = [m for m in (n - 1, n + 1) if 0 <= m < len(axis.values)]
+        for m in near:
+            yield _with(choice, axis, axis.values[m])
