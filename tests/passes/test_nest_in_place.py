@@ -11,6 +11,9 @@ import pytest
 import stripeml
 from attention import ATTENTION_NHD
 from attention import attention_reference as _attention
+from dw_pw import DW_PW
+from dw_pw import dw_pw_inputs as _dw_pw_inputs
+from dw_pw import dw_pw_reference as _dw_pw_reference
 from stripeml.ir.nodes import Block
 from stripeml.passes.dce import Dce
 from stripeml.passes.epilogue import Epilogue
@@ -22,8 +25,6 @@ from stripeml.passes.unroll import Unroll
 from stripeml.passes.vectorize import Vectorize
 from stripeml.runtime.cpu import CpuBackend, CpuOptions
 from stripeml.runtime.interp import run
-
-from .test_nest import DW_PW, _dw_pw_inputs, _dw_pw_reference
 
 
 def _nest(program) -> Block:

@@ -10,6 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 
 import stripeml
+from dw_pw import DW_PW
+from dw_pw import dw_pw_inputs as _inputs
+from dw_pw import dw_pw_reference as _reference
 from stripeml.ir.nodes import Block
 from stripeml.passes._kernel_choices import kernel_key, tuning_point
 from stripeml.passes.dce import Dce
@@ -26,36 +29,9 @@ from stripeml.runtime.interp import run
 from stripeml.tuning.kernels import _chains
 from stripeml.tuning.space import axes, neighbours
 
-# a depthwise convolution (bias, ReLU) whose output only a pointwise one reads
-DW_PW = """function (X[N, HP, WP, C], K[KY, KX, C], B[C], W[KY1, KX1, C, CO], B2[CO]) -> (O) {
-    D[n, y, x, c : N, HP - 2, WP - 2, C] = +(X[n, y + ky, x + kx, c] * K[ky, kx, c]);
-    A = relu(D + B);
-    P[n, y, x, co : N, HP - 2, WP - 2, CO] = +(A[n, y + ky, x + kx, c] * W[ky, kx, c, co]);
-    O = P + B2;
-}"""
-
 # A, the depthwise output: 16 x 12 x 24 floats, 18,432 bytes.  Half of 64 KiB
 # holds it whole (left alone); a quarter does not (nested).
 CACHE = 1 << 16
-
-
-def _inputs(h=16, w=12, c=24, co=16, seed=3):
-    rng = np.random.default_rng(seed)
-    f = np.float32
-    return {
-        "X": rng.standard_normal((1, h + 2, w + 2, c)).astype(f),
-        "K": rng.standard_normal((3, 3, c)).astype(f),
-        "B": rng.standard_normal(c).astype(f),
-        "W": rng.standard_normal((1, 1, c, co)).astype(f),
-        "B2": rng.standard_normal(co).astype(f),
-    }
-
-
-def _reference(a):
-    x, h, w = a["X"].astype(np.float64), a["X"].shape[1] - 2, a["X"].shape[2] - 2
-    d = sum(x[:, i : i + h, j : j + w, :] * a["K"][i, j] for i in range(3) for j in range(3))
-    act = np.maximum(d + a["B"], 0)
-    return np.einsum("nyxc,co->nyxo", act, a["W"][0, 0]) + a["B2"]
 
 
 def _passes(fraction=0.5):
