@@ -234,6 +234,9 @@ def check_names(p: object, locations: Collection[str]) -> None:
 # between).  Only passes that decide each root kernel on its own (no look at
 # the kernels around it) may declare any: the pass manager then runs such a
 # pass with other options on one kernel only (:mod:`._kernel_choices`).  A pass
+# that decides per chain of kernels declares ``chain_choices = True`` and a
+# method ``run_choices(program, options_for)``: it is given each kernel's
+# options and takes a chain's from the chain's first kernel (``nest``).  A pass
 # whose options are reshaped before use (``unroll``'s ``registers``) gives
 # ``tuning_start()``: the options the analytic choice really uses, which the
 # search starts from and every candidate replaces fields of.
