@@ -94,9 +94,6 @@ class KernelChoices:
 
     def run(self, p: Pass, program: Program) -> Program:
         """``p`` over ``program``, each kernel with its own options."""
-        if getattr(p, "chain_choices", False) and tunable_options(p):
-            # the pass takes each chain's options from its first kernel (``nest``)
-            return p.run_choices(program, lambda k: self.options_for(k, p.name))  # type: ignore[attr-defined]
         segments: list[tuple[tuple[tuple[str, object], ...] | None, list[Statement]]] = []
         for s in program.root.stmts:
             options = self.options_for(s, p.name) if isinstance(s, Block) else None
@@ -107,6 +104,9 @@ class KernelChoices:
                 segments.append((key, [s]))
         if all(key is None for key, _ in segments) or not tunable_options(p):
             return p.run(program)
+        if getattr(p, "chain_choices", False):
+            # the pass takes each chain's options from its first kernel (``nest``)
+            return p.run_choices(program, lambda k: self.options_for(k, p.name))  # type: ignore[attr-defined]
         root = program.root
         refs: dict[str, Refinement] = {r.into: r for r in root.refs}
         stmts: list[Statement] = []

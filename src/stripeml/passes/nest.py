@@ -208,16 +208,16 @@ class Nest:
             last = i  # the chain may reach the first statement that is no leaf kernel
             while last + 1 < min(len(stmts), i + MAX_CHAIN) and seen.leaf[last + 1]:
                 last += 1
-            opt = self._for(stmts[i], options_for)
-            if opt is not self:  # a chain with options of its own
-                ok = seen.leaf[i] and last > i and opt.enabled and opt.max_bytes > 0
-                best = _best(stmts, i, last, opt, seen) if ok else None
-            elif seen.leaf[i] and last > i and self.enabled and self.max_bytes > 0:
-                key, names = memo.key(i, last)  # else no chain from i nests (_plan)
-                known, best = memo.get(key, names, i)
-                if not known:
-                    best = _best(stmts, i, last, self, seen)
-                    memo.put(key, names, i, best)
+            opt = self._for(stmts[i], options_for)  # a tuned chain's options, else these
+            if seen.leaf[i] and last > i and opt.enabled and opt.max_bytes > 0:
+                if opt is not self:  # the memo holds answers for these options only
+                    best = _best(stmts, i, last, opt, seen)
+                else:
+                    key, names = memo.key(i, last)
+                    known, best = memo.get(key, names, i)
+                    if not known:
+                        best = _best(stmts, i, last, self, seen)
+                        memo.put(key, names, i, best)
             if best is None:
                 out.append(stmts[i])
                 i += 1

@@ -201,9 +201,8 @@ def _chains(
         for option, values in tunable_options(p).items():
             for value in values:  # (off nests no chain: nothing to add)
                 if value != getattr(start, option) and not isinstance(value, bool):
-                    variants.append(
-                        [*passes[:n], with_choice(p, {option: value}), *passes[n + 1 :]]
-                    )
+                    # through this pass only: the passes after it keep its nests
+                    variants.append([*passes[:n], with_choice(p, {option: value})])
     found: dict[str, set[str]] = {}
     for pipeline in variants:
         done = run_pipeline(at_point, pipeline).program
