@@ -50,7 +50,7 @@ HALVES = """block [] #program (
 def test_live_ranges_of_a_temporary_written_in_two_halves(quick: bool) -> None:
     whole = parse(HALVES.replace("SECOND", "2"))
     holed = parse(HALVES.replace("SECOND", "1"))  # T[3] is never written: k2 reads a zero
-    with mock.patch.object(coverage, "_box", coverage._box if quick else lambda acc: None):
+    with mock.patch.object(coverage, "_box", coverage._box if quick else lambda acc, runs=(): None):
         assert live_ranges(whole.root, own_allocations(whole.root), ()) == {
             "T": (0, 2),
             "U": (2, 3),

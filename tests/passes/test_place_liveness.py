@@ -76,13 +76,13 @@ def test_the_quick_coverage_test_agrees_with_isl(monkeypatch) -> None:
     boxes = []
     quick_test = coverage._box
 
-    def counted(use):
-        boxes.append(quick_test(use))
+    def counted(use, runs=()):
+        boxes.append(quick_test(use, runs))
         return boxes[-1]
 
     monkeypatch.setattr(coverage, "_box", counted)
     quick = [_all_live_ranges(p) for p in programs]
-    monkeypatch.setattr(coverage, "_box", lambda use: None)
+    monkeypatch.setattr(coverage, "_box", lambda use, runs=(): None)
     slow = [_all_live_ranges(p) for p in programs]
     assert quick == slow
     assert sum(b is not None for b in boxes) > 50 and boxes.count(None) > 5  # both exercised

@@ -9,8 +9,10 @@ it for :mod:`.access` accesses seen from the last block of ``outer``:
 1. a quick exact test, without isl, when every access plainly touches the
    same box at every point of ``outer`` (:func:`_box`; a kernel storing every
    element, a halo's fill slabs and interior copy, a special writing its
-   whole output): the union of the boxes must hold the whole buffer
-   (:func:`_boxes_cover`, dimension by dimension);
+   whole output), or is one of a group that does together (:func:`_boxes`:
+   the stores of a Winograd output transform, ``4*t + a`` for every ``a`` in
+   ``0..3``, strided each but a box as a group): the union of the boxes
+   must hold the whole buffer (:func:`_boxes_cover`, dimension by dimension);
 2. otherwise isl: the box ``[0, sizes)`` at every point of ``outer`` is a
    subset of the union of the touched sets.  Its answers are remembered by
    what the sets are made of (each access's offsets, extents and the indices
@@ -27,7 +29,7 @@ only where it is exact, isl the rest).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import islpy as isl
@@ -44,7 +46,7 @@ Box = tuple[tuple[int, int], ...]  # per dimension, the half-open interval [lo, 
 def covers(accs: Sequence[Access], outer: Sequence[Block], sizes: Sequence[int]) -> bool:
     """Whether, at every point of ``outer``, ``accs`` together touch every element of
     ``[0, sizes)`` (``accs`` seen from the last block of ``outer``)."""
-    boxes = [_box(a) for a in accs]
+    boxes = _boxes(accs)
     known = [b for b in boxes if b is not None]
     if _boxes_cover(known, sizes):
         return True
@@ -82,7 +84,45 @@ def _covers_isl(question: _Question, sizes: tuple[int, ...]) -> bool:
     return box_set(outer, sizes).is_subset(touched_union(accs, outer, len(sizes)))
 
 
-def _box(acc: Access) -> Box | None:
+def _boxes(accs: Sequence[Access]) -> list[Box | None]:
+    """The boxes of ``accs`` (:func:`_box`), one per access or, for a group of
+    accesses alike but for their offsets' constants, one for the group.
+
+    A group (the same blocks on its path, extents and offsets up to their
+    constants) whose constants are every combination of a run of consecutive
+    integers per dimension touches what one access would with, in each
+    dimension, one more index of coefficient 1 over that run: a Winograd
+    output transform's 16 stores ``(4*t + a, 4*s + b)``, ``a, b`` in
+    ``0..3``, strided each, are the box ``[0, 4*T) x [0, 4*S)`` together.
+    Exact: the union over the product of the runs is that box, and a group
+    of any other shape gives each access's own :func:`_box`.
+    """
+    groups: dict[tuple[object, ...], list[Access]] = {}
+    for a in accs:
+        key = (tuple(map(id, a.path)), a.sizes, tuple(e.terms for e in a.exprs))
+        groups.setdefault(key, []).append(a)
+    out: list[Box | None] = []
+    for group in groups.values():
+        if len(group) > 1:
+            consts = {tuple(e.const for e in a.exprs) for a in group}
+            runs = [sorted({c[d] for c in consts}) for d in range(len(group[0].exprs))]
+            if all(r[-1] - r[0] == len(r) - 1 for r in runs) and len(consts) == _product(
+                len(r) for r in runs
+            ):
+                out.append(_box(group[0], tuple((r[0], len(r)) for r in runs)))
+                continue
+        out += [_box(a) for a in group]
+    return out
+
+
+def _product(counts: Iterable[int]) -> int:
+    total = 1
+    for n in counts:
+        total *= n
+    return total
+
+
+def _box(acc: Access, runs: Sequence[tuple[int, int]] = ()) -> Box | None:
     """The elements ``acc`` touches, when that is plainly a box the same at every outer point.
 
     A fast exact answer that spares isl the common cases: the blocks of the
@@ -91,6 +131,10 @@ def _box(acc: Access) -> Box | None:
     indices of those blocks (each in one dimension only) whose values, with
     the box's own extent, reach every position from the constant on without
     a gap.  ``None``: not of that form (isl decides).
+
+    ``runs``: per dimension, ``(first, count)``: the offset's constant takes
+    every value ``first .. first + count - 1`` instead of its own (a group's,
+    :func:`_boxes`).
     """
     ranges: dict[str, int] = {}
     for b in acc.path:
@@ -102,8 +146,9 @@ def _box(acc: Access) -> Box | None:
             ranges[i.name] = i.range
     seen: set[str] = set()
     box = []
-    for off, extent in zip(acc.exprs, acc.sizes):
-        steps = [(1, extent)]
+    for d, (off, extent) in enumerate(zip(acc.exprs, acc.sizes)):
+        const, count = runs[d] if runs else (off.const, 1)
+        steps = [(1, extent), (1, count)]
         for name, coeff in off.terms:
             if name not in ranges or name in seen or coeff < 0:
                 return None
@@ -112,11 +157,11 @@ def _box(acc: Access) -> Box | None:
         if extent < 1:
             return None
         reach = 0  # every position const .. const + reach is touched, none beyond
-        for coeff, count in sorted(steps):
+        for coeff, n in sorted(steps):
             if coeff > reach + 1:
                 return None
-            reach += coeff * (count - 1)
-        box.append((off.const, off.const + reach + 1))
+            reach += coeff * (n - 1)
+        box.append((const, const + reach + 1))
     return tuple(box)
 
 
