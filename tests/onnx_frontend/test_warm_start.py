@@ -302,6 +302,7 @@ def _folded_expected(x: np.ndarray) -> np.ndarray:
 def test_a_fold_is_remembered_and_a_damaged_one_is_a_miss(tmp_path, monkeypatch) -> None:
     from stripeml import api
     from stripeml.onnx import folding
+    from stripeml.runtime import kept_layouts
 
     monkeypatch.setattr(folding, "_programs", type(folding._programs)())
 
@@ -319,6 +320,7 @@ def test_a_fold_is_remembered_and_a_damaged_one_is_a_miss(tmp_path, monkeypatch)
     first = stripeml.onnx.compile(_folding_model(), target="interp")
     np.testing.assert_allclose(first(x), _folded_expected(x), rtol=1e-6)
     assert len(runs) == 1  # a * c, on the interpreter
+    kept_layouts.wait_writes()  # (written on a thread of its own once the compile is done)
     (entry,) = (tmp_path / "cache" / "folds").iterdir()
     runs.clear()
     again = stripeml.onnx.compile(_folding_model(), target="interp")

@@ -190,4 +190,4 @@ def _remember(api: Any, key: bytes | None, arrays: list[np.ndarray]) -> None:
         buf = io.BytesIO()
         np.lib.format.write_array(buf, np.ascontiguousarray(a), allow_pickle=False)
         parts += [len(buf.getvalue()).to_bytes(8, "little"), buf.getvalue()]
-    api.folded_values().put(key, b"".join(parts))
+    api.folded_values().put_later(key, b"".join(parts))  # written once the compile is done

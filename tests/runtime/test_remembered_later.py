@@ -1,0 +1,63 @@
+"""Facts remembered on a thread of their own (``Remembered.put_later``): found in
+memory by the process that put them until written, on disk after, and written
+only once no compile runs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from stripeml import api, gc_pause
+from stripeml.runtime import cache_store, kept_layouts
+
+
+def _files(root: Path) -> list[Path]:
+    folder = root / "folds"
+    return [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.is_dir() else []
+
+
+def test_a_fact_put_later_is_found_before_and_after_it_is_written(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+    store = api.folded_values()
+    with gc_pause.paused():  # a compile runs: the write waits for it to end
+        store.put_later(b"key one", b"fact one")
+        store.put_later(b"key two", b"fact two")
+        assert store.get(b"key one") == b"fact one"
+        assert api.folded_values().get(b"key two") == b"fact two"  # any store of the folder
+        assert store.get(b"key three") is None
+        assert _files(tmp_path) == []
+    kept_layouts.wait_writes()
+    assert len(_files(tmp_path)) == 2
+    assert cache_store._PENDING == {}
+    assert store.get(b"key one") == b"fact one"  # now from its file
+    # another root never sees this one's facts, written or pending
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "other"))
+    with gc_pause.paused():
+        store.put_later(b"key four", b"fact four")
+        assert store.get(b"key one") is None
+        monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+        assert store.get(b"key four") is None
+    kept_layouts.wait_writes()
+    assert len(_files(tmp_path / "other")) == 1 and len(_files(tmp_path)) == 2
+
+
+def test_facts_put_while_a_write_runs_are_written_too(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+    store = api.folded_values()
+    entered, release = threading.Event(), threading.Event()
+    real_store = cache_store.EntryFolder.store
+
+    def slow_store(self, name, data):  # the first write waits until more are put
+        entered.set()
+        release.wait(5)
+        return real_store(self, name, data)
+
+    monkeypatch.setattr(cache_store.EntryFolder, "store", slow_store)
+    store.put_later(b"first", b"1")
+    assert entered.wait(5)
+    for k in range(5):
+        store.put_later(b"more %d" % k, b"%d" % k)
+    release.set()
+    kept_layouts.wait_writes()
+    assert len(_files(tmp_path)) == 6 and cache_store._PENDING == {}
+    assert [store.get(b"more %d" % k) for k in range(5)] == [b"%d" % k for k in range(5)]
