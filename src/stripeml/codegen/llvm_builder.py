@@ -368,6 +368,21 @@ class KernelBuilder:
                 env3 = dict(env2)
                 env3[name] = base_v if base_v is not None else ir.Constant(I64, 0)
                 rec(k + 1, env3, lanes)
+            elif (
+                name == vector
+                and k == len(order) - 1
+                and top_split
+                and self.par_grain == self.vector_width
+                and idx.range % self.vector_width == 0
+                and not per_loop[name]
+            ):
+                # The thread-split index in lanes, a range of whole vectors: callers cut
+                # it at multiples of the grain (KernelInfo.grain, runtime.chunking), so
+                # every span is whole vectors and a scalar tail would never run (LLVM
+                # spent as long on a Winograd transform's tail as on its vector loop)
+                self.loop(
+                    name, lo, hi, lambda v: inner(v, self.vector_width), step=self.vector_width
+                )
             elif name == vector and k == len(order) - 1:
                 # Vector loop over whole chunks of lanes, then a scalar tail.
                 w = self.vector_width
