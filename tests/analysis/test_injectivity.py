@@ -225,3 +225,32 @@ def test_collision_matches_brute_force_on_nests(block, data):
     if not views:
         return
     _check_against_brute(block, data.draw(st.sampled_from(views)), smallest=False)
+
+
+# -- the quick test: a store plainly injective needs no isl ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("idxs", "access", "injective"),
+    [
+        ("i:2, j:3", "3*i + j", True),  # a mixed radix: 3 > 1 * (3 - 1)
+        ("i:2, j:4", "3*i + j", False),  # j reaches 3: (0, 3) and (1, 0) meet
+        ("i:4, j:2", "i + 4*j", True),  # the larger coefficient on the second index
+        ("i:3, j:2", "-3*i + j + 6", True),  # a negative coefficient, reflected
+        ("i:3, j:2", "i", False),  # j moves nothing
+        ("i:3, j:1", "i", True),  # an index of range 1 moves nothing either
+    ],
+)
+def test_the_quick_test_agrees_with_brute_force(idxs, access, injective, monkeypatch) -> None:
+    from stripeml.analysis import injectivity
+
+    block = copy_kernel(idxs, access, out="V", size="1")
+    (store,) = [a for a in injectivity.accesses(block) if a.write]
+    assert injectivity._plainly_injective(store) == injective
+    want = not any(len(s) > 1 for s in brute_stores(block, "V").values())
+    assert want == injective
+    asked = []
+    real = injectivity.pair_set
+    monkeypatch.setattr(injectivity, "pair_set", lambda *a: asked.append(a) or real(*a))
+    assert stores_once(block, "V") == injective
+    assert bool(asked) != injective  # isl only where the quick test could not say
