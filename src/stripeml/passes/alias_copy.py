@@ -84,7 +84,7 @@ class AliasCopy:
             found = _copy(root, k, root.stmts[k])
             return None if found is None else _alias(root, k, *found)
 
-        root = _drop_covered_zero_fills(rewrite_until_fixed(program.root, at))
+        root = _drop_covered_zero_fills(rewrite_until_fixed(program.root, at, resume=True))
         return program if root is program.root else Program(root)
 
 
