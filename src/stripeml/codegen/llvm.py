@@ -28,13 +28,24 @@ import llvmlite.ir as ir
 
 from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
-from ..ir.nodes import Block, Intrinsic, Program, Special, walk_blocks, work_estimate
+from ..ir.nodes import (
+    Block,
+    Intrinsic,
+    Load,
+    Program,
+    Refinement,
+    Special,
+    Store,
+    walk_blocks,
+    work_estimate,
+)
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
 from .llvm_math import MATH_FUNCTIONS
 from .llvm_plan import parallel_index
 from .llvm_text import module_text
+from .llvm_transpose import MIN_SIDE
 from .plan import kernel_symbol
 
 #: Finds a body compiled before: its symbol -> its info, or None (then it is generated).
@@ -351,6 +362,8 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     """
     if "copy" in kernel.tags or "fill" in kernel.tags or generator_tiled(kernel, vector_width):
         return 1
+    if _scalar_copy(kernel, vector_width):
+        return 1
     if "once" in kernel.tags:
         return 0  # reads constants only: run once (constant weights' Winograd transform)
     if work_estimate(kernel) <= TINY_WORK:  # a microsecond of work: O3 cannot pay back
@@ -360,6 +373,44 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     if "nest" in kernel.tags and _attention(kernel):
         return 2
     return 3
+
+
+def _scalar_copy(kernel: Block, vector_width: int) -> bool:
+    """A leaf kernel that stores what it loads, element for element (an ONNX
+    ``Transpose``), which the code generator runs one element at a time: no
+    index moves both views in unit stride (no vector lanes), the indices that
+    move each in unit stride do not both have ranges that
+    :data:`.llvm_transpose.MIN_SIDE` divides (no transposing tiles of
+    shuffles), and the destination's runs a vector's width or more (where
+    LLVM's O3 vectorises over it with gathers).  Glue: O3 spent 0.34 s of LLVM
+    on each of Inception-v1's two 27 x 27 x 192 transposes, for no faster a
+    model; ShuffleNet's channel shuffles (a destination run of 4) ran 4%
+    slower at O1, and keep O3."""
+    if kernel.sub_blocks or len(kernel.stmts) != 2:
+        return False
+    ld, st = kernel.stmts
+    if not (isinstance(ld, Load) and isinstance(st, Store) and st.value == ld.into):
+        return False
+    src, dst = kernel.ref(ld.ref), kernel.ref(st.ref)
+    if dst.agg not in ("", "assign"):
+        return False
+    ranges = {i.name: i.range for i in kernel.idxs}
+    unit_src = {n for n in _unit_stride(src) if ranges.get(n, 0) >= 2}
+    unit_dst = {n for n in _unit_stride(dst) if ranges.get(n, 0) >= 2}
+    if unit_src & unit_dst or not any(ranges[a] >= vector_width for a in unit_dst):
+        return False  # in vector lanes, or a short destination run
+    return not any(
+        ranges.get(a, 0) % MIN_SIDE == 0 and ranges.get(b, 0) % MIN_SIDE == 0
+        for a in unit_dst
+        for b in unit_src
+    )
+
+
+def _unit_stride(ref: Refinement) -> set[str]:
+    """The indices that move ``ref``'s element by one (its last dimension, of stride 1)."""
+    if not ref.access or not ref.shape.strides or ref.shape.strides[-1] != 1:
+        return set()
+    return {n for n, c in ref.access[-1].terms if c == 1}
 
 
 def _attention(kernel: Block) -> bool:
