@@ -1,7 +1,7 @@
 """A transpose the code generator runs element by element, into a long unit-stride
 run of its destination, is glue compiled at O1 (``codegen.llvm.body_opt_level``,
-``_scalar_copy``): at O3 LLVM spent 0.34 s on each of Inception-v1's 27 x 27 x 192
-transposes for no faster a model.  Copies in vector lanes, transposes in tiles of
+``_scalar_copy``): at O3 LLVM spent 0.34 s on each body of Inception-v1's 27 x 27 x
+192 transposes for no faster a model.  Copies in vector lanes, transposes in tiles of
 shuffles and short destination runs (ShuffleNet's channel shuffles, 4% slower at
 O1) keep O3.  Every copy's result is NumPy's."""
 

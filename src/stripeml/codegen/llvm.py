@@ -383,9 +383,9 @@ def _scalar_copy(kernel: Block, vector_width: int) -> bool:
     :data:`.llvm_transpose.MIN_SIDE` divides (no transposing tiles of
     shuffles), and the destination's runs a vector's width or more (where
     LLVM's O3 vectorises over it with gathers).  Glue: O3 spent 0.34 s of LLVM
-    on each of Inception-v1's two 27 x 27 x 192 transposes, for no faster a
-    model; ShuffleNet's channel shuffles (a destination run of 4) ran 4%
-    slower at O1, and keep O3."""
+    on each of the two bodies of Inception-v1's four 27 x 27 x 192 transposes,
+    for no faster a model; ShuffleNet's channel shuffles (a destination run of
+    4) ran 4% slower at O1, and keep O3."""
     if kernel.sub_blocks or len(kernel.stmts) != 2:
         return False
     ld, st = kernel.stmts
