@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from stripeml import api, gc_pause
-from stripeml.runtime import cache_store, kept_layouts
+from stripeml.runtime import cache_store, kept_layouts, pending_writes
 
 
 def _files(root: Path) -> list[Path]:
@@ -28,7 +28,7 @@ def test_a_fact_put_later_is_found_before_and_after_it_is_written(tmp_path, monk
         assert _files(tmp_path) == []
     kept_layouts.wait_writes()
     assert len(_files(tmp_path)) == 2
-    assert cache_store._PENDING == {}
+    assert all(pending_writes.unwritten(store.path(k)) is None for k in (b"key one", b"key two"))
     assert store.get(b"key one") == b"fact one"  # now from its file
     # another root never sees this one's facts, written or pending
     monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path / "other"))
@@ -59,5 +59,6 @@ def test_facts_put_while_a_write_runs_are_written_too(tmp_path, monkeypatch) -> 
         store.put_later(b"more %d" % k, b"%d" % k)
     release.set()
     kept_layouts.wait_writes()
-    assert len(_files(tmp_path)) == 6 and cache_store._PENDING == {}
+    assert len(_files(tmp_path)) == 6
+    assert all(pending_writes.unwritten(store.path(b"more %d" % k)) is None for k in range(5))
     assert [store.get(b"more %d" % k) for k in range(5)] == [b"%d" % k for k in range(5)]

@@ -29,7 +29,8 @@ only where it is exact, isl the rest).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Sequence
 from functools import lru_cache
 
 import islpy as isl
@@ -106,20 +107,13 @@ def _boxes(accs: Sequence[Access]) -> list[Box | None]:
         if len(group) > 1:
             consts = {tuple(e.const for e in a.exprs) for a in group}
             runs = [sorted({c[d] for c in consts}) for d in range(len(group[0].exprs))]
-            if all(r[-1] - r[0] == len(r) - 1 for r in runs) and len(consts) == _product(
+            if all(r[-1] - r[0] == len(r) - 1 for r in runs) and len(consts) == math.prod(
                 len(r) for r in runs
             ):
                 out.append(_box(group[0], tuple((r[0], len(r)) for r in runs)))
                 continue
         out += [_box(a) for a in group]
     return out
-
-
-def _product(counts: Iterable[int]) -> int:
-    total = 1
-    for n in counts:
-        total *= n
-    return total
 
 
 def _box(acc: Access, runs: Sequence[tuple[int, int]] = ()) -> Box | None:

@@ -238,8 +238,7 @@ def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str
     lanes: set[str] = set()
     if not kernel.sub_blocks:  # a leaf: its innermost loop may run in vector lanes
         for r in kernel.refs:
-            if r.access and r.shape.strides and r.shape.strides[-1] == 1:
-                lanes.update(n for n, c in r.access[-1].terms if c == 1)
+            lanes |= _unit_stride(r)
         # but the thread-split index's loop runs from the caller's start to its
         # end: its scalar tail stays whatever the range (a mask's conversion)
         lanes.discard(parallel_index(kernel) or "")

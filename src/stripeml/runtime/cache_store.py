@@ -30,13 +30,13 @@ import re
 import stat
 import struct
 import tempfile
-import threading
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from . import pending_writes
 from .cache_root import (
     FOLDERS,
     KEY_FILE,
@@ -243,19 +243,21 @@ class Remembered:
 
     VERSION = 1
 
-    def __init__(self, folder: str, magic: bytes, label: str) -> None:
+    def __init__(self, folder: str, magic: bytes, label: str, root: Path | None = None) -> None:
         self.folder, self.magic, self.label = folder, magic, label
+        self.root = root  # None: the default root, read at each use
 
     def _entries(self) -> EntryFolder:
-        return EntryFolder(CacheRoot(None), self.folder, self.magic, self.VERSION, self.label)
+        return EntryFolder(CacheRoot(self.root), self.folder, self.magic, self.VERSION, self.label)
 
     def get(self, key: bytes) -> bytes | None:
         """The fact remembered for ``key``, or None."""
         digest = hashlib.sha256(key).digest()
-        pending = self._pending(digest)
+        entries = self._entries()
+        pending = pending_writes.unwritten(entries.path(digest.hex()))
         if pending is not None:
             return pending
-        data = self._entries().load(digest.hex())
+        data = entries.load(digest.hex())
         if data is None:
             return None
         try:
@@ -271,72 +273,18 @@ class Remembered:
         digest = hashlib.sha256(key).digest()
         self._entries().store(digest.hex(), pack(self.magic, self.VERSION, digest + fact))
 
+    def path(self, key: bytes) -> Path:
+        """The file of ``key``'s entry under the root in use now."""
+        return self._entries().path(hashlib.sha256(key).hexdigest())
+
     def put_later(self, key: bytes, fact: bytes) -> None:
-        """:meth:`put`, written on a thread of its own once no compile runs
-        (:func:`.kept_layouts.in_background`, ``after_compiles``), with the
-        others pending then, under one check of the root; until then
-        :meth:`get` in this process finds it in memory.  A BERT-base's second
-        sequence length folds a dozen shape computations again, whose writes
-        took 0.012-0.025 s of its compile in line."""
-        from .kept_layouts import in_background
-
-        digest = hashlib.sha256(key).digest()
-        where = (os.fspath(default_cache_dir()), self.folder, digest)
-        with _PENDING_LOCK:
-            _PENDING[where] = (self, fact)
-            global _FLUSHING
-            start, _FLUSHING = not _FLUSHING, True
-        if start:
-            in_background(_flush_pending, after_compiles=True)
-
-    def _pending(self, digest: bytes) -> bytes | None:
-        if not _PENDING:
-            return None
-        with _PENDING_LOCK:
-            got = _PENDING.get((os.fspath(default_cache_dir()), self.folder, digest))
-        return None if got is None else got[1]
-
-
-#: Facts :meth:`Remembered.put_later` has yet to write: (root, folder, SHA-256 of
-#: the key) -> (the store, the fact); and whether a thread is writing them.
-_PENDING: dict[tuple[str, str, bytes], tuple[Remembered, bytes]] = {}
-_PENDING_LOCK = threading.Lock()
-_FLUSHING = False
-
-
-def _flush_pending() -> None:
-    """Write every pending fact (those put meanwhile too), one root check per
-    root and folder; each stays findable in memory until it is written."""
-    global _FLUSHING
-    try:
-        _flush(_PENDING)
-    except BaseException:
-        with _PENDING_LOCK:
-            _FLUSHING = False  # the next put_later starts another thread
-        raise
-
-
-def _flush(pending: dict[tuple[str, str, bytes], tuple[Remembered, bytes]]) -> None:
-    global _FLUSHING
-    folders: dict[tuple[str, str], EntryFolder] = {}
-    while True:
-        with _PENDING_LOCK:
-            if not pending:
-                _FLUSHING = False
-                return
-            where, (store, fact) = next(iter(pending.items()))
-        root, folder, digest = where
-        entries = folders.get((root, folder))
-        if entries is None:
-            entries = folders[(root, folder)] = EntryFolder(
-                CacheRoot(root), folder, store.magic, store.VERSION, store.label
-            )
-        try:
-            entries.store(digest.hex(), pack(store.magic, store.VERSION, digest + fact))
-        finally:
-            with _PENDING_LOCK:
-                if pending.get(where, (None, b""))[1] is fact:
-                    del pending[where]
+        """:meth:`put`, on a thread of its own once no compile runs
+        (:func:`.pending_writes.put_later`, as the kernel cache's bodies); until
+        then :meth:`get` in this process finds it in memory.  A BERT-base's
+        second sequence length folds a dozen shape computations again, whose
+        writes took 0.012-0.025 s of its compile in line."""
+        here = Remembered(self.folder, self.magic, self.label, self.root or default_cache_dir())
+        pending_writes.put_later([(here, key, fact)])  # written under today's root
 
 
 # -- size ----------------------------------------------------------------------

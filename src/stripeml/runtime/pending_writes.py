@@ -16,21 +16,31 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .kept_layouts import Writer
-    from .kernel_cache import Entry, KernelCache
+
+
+class Store(Protocol):
+    """What :func:`put_later` writes to: a kernel cache (bodies), or
+    :class:`.cache_store.Remembered` (facts such as folded constants)."""
+
+    def path(self, key: Any) -> Path: ...
+
+    def put(self, key: Any, value: Any) -> object: ...
+
 
 __all__ = ["finish", "put_later", "unwritten", "write_later"]
 
 _LOCK = threading.Lock()
-_UNWRITTEN: dict[str, Entry] = {}  # kernel entries put_later has yet to write, by file
+_UNWRITTEN: dict[str, Any] = {}  # entries put_later has yet to write, by file
 _WRITING: dict[str, Writer] = {}  # the threads of write_later, by file
 
 
-def put_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
+def put_later(writes: Sequence[tuple[Store, Any, Any]]) -> None:
     """``cache.put(key, entry)`` for each of ``writes``, on one thread, once no
     compile runs; until each is written :func:`unwritten` finds it."""
     from .kept_layouts import in_background
@@ -54,7 +64,7 @@ def put_later(writes: list[tuple[KernelCache, str, Entry]]) -> None:
     in_background(write, after_compiles=True)
 
 
-def unwritten(path: str | os.PathLike[str]) -> Entry | None:
+def unwritten(path: str | os.PathLike[str]) -> Any:
     """The entry :func:`put_later` has yet to write to ``path``, or None."""
     with _LOCK:
         return _UNWRITTEN.get(os.fspath(path))
