@@ -191,14 +191,14 @@ TAGS: tuple[Tag, ...] = (
         "a transform of a Winograd convolution (weights, input blocks or output "
         "blocks): straight-line sums of its loads, compiled at LLVM's O1",
         set_by=("passes._winograd_kernels",),
-        read_by=("codegen.llvm",),
+        read_by=("codegen.llvm_levels",),
     ),
     Tag(
         "once",
         "reads only constant buffers, so the runtime computes it once: compiled at "
         "LLVM's O0 (the weight transform of a Winograd convolution with constant weights)",
         set_by=("passes._winograd_kernels",),
-        read_by=("codegen.llvm",),
+        read_by=("codegen.llvm_levels",),
     ),
     Tag(
         "writes_once",
