@@ -86,9 +86,9 @@ def test_thread_decides_each_distinct_kernel_once_without_printing(monkeypatch) 
     asked: list[str] = []
     real = thread_module.choose_thread_index
 
-    def counting(block, threads):
+    def counting(block, threads, line=0):
         asked.append(block.name)
-        return real(block, threads)
+        return real(block, threads, line)
 
     def no_printing(*args, **kwargs):
         raise AssertionError("thread printed IR to decide")

@@ -48,9 +48,9 @@ def test_marked_transforms_are_race_free_and_thread_skips_them(
     asked: list[str] = []
     real = thread_module.choose_thread_index
 
-    def counting(block, threads):
+    def counting(block, threads, line=0):
         asked.append(block.name)
-        return real(block, threads)
+        return real(block, threads, line)
 
     monkeypatch.setattr(thread_module, "choose_thread_index", counting)
     expected = run(program, inputs)

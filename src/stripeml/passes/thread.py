@@ -65,11 +65,14 @@ class Thread:
 
     Options: ``threads`` (how many threads the target runs; an index with at
     least that many values is preferred, and below 2 the pass does nothing),
-    ``select`` (tag selector of the kernels, see
+    ``line`` (the cache line in bytes: an index that moves every written
+    element by whole lines is preferred, so no two threads write one line;
+    0: no preference), ``select`` (tag selector of the kernels, see
     :mod:`stripeml.analysis.select`).
     """
 
     threads: int = 4
+    line: int = 64
     select: str = "kernel"
     # Which race-free index: 0 the analytic choice, n the n-th next in
     # :func:`thread_candidates` (past the last: the last).  ``stripeml tune``
@@ -92,7 +95,7 @@ class Thread:
     def __post_init__(self) -> None:
         check_selector(self)
         check_positive(self, "threads")
-        check_non_negative(self, "rank", "serial_below")
+        check_non_negative(self, "rank", "serial_below", "line")
 
     def run(self, program: Program) -> Program:
         if self.threads < 2:
@@ -116,8 +119,8 @@ class Thread:
 
     def _choose(self, block: Block) -> str | None:
         if not self.rank:
-            return choose_thread_index(block, self.threads)
-        ranked = thread_candidates(block, self.threads)
+            return choose_thread_index(block, self.threads, self.line)
+        ranked = thread_candidates(block, self.threads, self.line)
         return ranked[min(self.rank, len(ranked) - 1)] if ranked else None
 
 
@@ -184,11 +187,11 @@ def choice_key(kernel: Block) -> tuple:
     return block(kernel)
 
 
-def thread_candidates(block: Block, threads: int) -> list[str]:
+def thread_candidates(block: Block, threads: int, line: int = 0) -> list[str]:
     """The race-free indices of ``block`` with 2 or more values, the analytic
     choice (:func:`choose_thread_index`) first, then the rest by range, largest
     first (the first in index order among equals)."""
-    first = choose_thread_index(block, threads)
+    first = choose_thread_index(block, threads, line)
     if first is None:
         return []
     ranges = {i.name: i.range for i in block.idxs}
@@ -196,14 +199,16 @@ def thread_candidates(block: Block, threads: int) -> list[str]:
     return [first, *sorted(rest, key=lambda n: -ranges[n])]
 
 
-def choose_thread_index(block: Block, threads: int) -> str | None:
+def choose_thread_index(block: Block, threads: int, line: int = 0) -> str | None:
     """The race-free index of ``block`` to split across ``threads`` threads, or ``None``.
 
     Among the race-free indices with at least ``threads`` values, those that
     split evenly (the largest chunk at most 10% above the mean) are preferred,
     then those that are not the unit-stride index of a written view (split,
-    it would leave each thread strided rows and no vector loop), and among
-    them the one whose chunk reads the fewest input bytes
+    it would leave each thread strided rows and no vector loop), then, with
+    ``line``, those that move every element the kernel writes by a whole
+    number of ``line`` bytes (:func:`_whole_lines`: no cache line written by
+    two threads), and among them the one whose chunk reads the fewest input bytes
     (:func:`chunk_read_bytes`; within 10% of the fewest: the first in index
     order).  A 3x3
     convolution over 56x56x64 then splits its output rows (each thread reads
@@ -213,7 +218,7 @@ def choose_thread_index(block: Block, threads: int) -> str | None:
     """
     if not any(i.range >= 2 for i in block.idxs):
         return None
-    return choose_among(block, threads, _race_free(block))
+    return choose_among(block, threads, _race_free(block), line)
 
 
 def _race_free(block: Block) -> list[str]:
@@ -226,7 +231,7 @@ def _race_free(block: Block) -> list[str]:
     return list(race_free_indices(block))
 
 
-def choose_among(block: Block, threads: int, race_free: Sequence[str]) -> str | None:
+def choose_among(block: Block, threads: int, race_free: Sequence[str], line: int = 0) -> str | None:
     """:func:`choose_thread_index`'s choice when the indices along which a split
     is race-free are known to be ``race_free`` (in the block's order): a pass
     that builds a kernel race-free by construction (``winograd``'s transforms)
@@ -250,13 +255,37 @@ def choose_among(block: Block, threads: int, race_free: Sequence[str]) -> str | 
         for n in ranges if index_stride(r, n) == 1
     }  # fmt: skip
     even = [n for n in even if n not in unit] or even
+    accs: list[Access] | None = None
+    if line and len(even) > 1:
+        accs = accesses(block)
+        even = [n for n in even if _whole_lines(block, accs, n, line)] or even
     if len(even) == 1:
         return even[0]
-    accs = accesses(block)  # once for every candidate
+    if accs is None:
+        accs = accesses(block)  # once for every candidate
     cost = {n: _read_bytes(block, accs, n, chunk(n)) for n in even}
     # Within 10% of the cheapest counts as a tie: the first in index order wins.
     best = min(cost.values())
     return next(n for n in even if cost[n] <= 1.1 * best)
+
+
+def _whole_lines(block: Block, accs: list[Access], index: str, line: int) -> bool:
+    """Whether ``index`` moves every element ``block`` writes (its accesses
+    ``accs``, through its views to the buffers around it) by a whole number of
+    ``line`` bytes: then threads that split it write no cache line in common
+    (with buffers aligned to lines).  ShuffleNet's grouped 1 x 1 convolutions
+    split on their 4 groups wrote 28 or 34 channels of each pixel a thread,
+    112 or 136 bytes: the lines between two groups held both threads' channels
+    and went back and forth between the cores (56 x 56 x 112: 169 us on one
+    thread, 261 us on two)."""
+    for acc in accs:
+        if not acc.write:
+            continue
+        ref = block.ref(acc.ref)
+        elements = sum(e.coeff(index) * st for e, st in zip(acc.exprs, ref.shape.strides))
+        if elements * itemsize(ref.shape.dtype) % line:
+            return False
+    return True
 
 
 def chunk_read_bytes(block: Block, index: str, values: int) -> int:

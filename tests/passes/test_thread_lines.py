@@ -1,0 +1,89 @@
+"""``thread``'s ``line``: an index that moves what a kernel writes by whole cache
+lines is preferred, so no line is written by two threads (passes/thread.py,
+``_whole_lines``).  ShuffleNet's grouped 1 x 1 convolutions were split on their
+4 groups, 28 or 34 channels of each pixel a thread: the line between two groups
+held both threads' channels.
+
+Choices are checked on the lowered kernel; results against NumPy on the CPU
+backend at two threads and on the interpreter after the pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stripeml
+from stripeml.ir import Block
+from stripeml.passes.manager import run_pipeline
+from stripeml.passes.thread import Thread, choose_thread_index
+from stripeml.runtime.interp import run
+
+from .helpers import checker
+
+# ShuffleNet's grouped 1 x 1 convolution: 4 groups of 34 input and 34 output
+# channels per pixel, 136 output channels (544 bytes: group g writes bytes
+# 136 g to 136 g + 135, so two groups share a 64-byte line)
+GROUPED = """function (I[N, H, W, CI], K[C, G, CO]) -> (O) {
+    O[n, y, x, 34 * g + co : N, H, W, 136] = +(I[n, y, x, 34 * g + c] * K[c, g, co]);
+}"""
+
+
+def _inputs(side: int = 8) -> list[np.ndarray]:
+    rng = np.random.default_rng(side)
+    return [
+        rng.standard_normal((1, side, side, 136)).astype(np.float32),
+        rng.standard_normal((34, 4, 34)).astype(np.float32),
+    ]
+
+
+def _expected(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    x64, k64 = x.astype(np.float64), k.astype(np.float64)
+    parts = [
+        np.einsum("nyxc,co->nyxo", x64[..., 34 * g : 34 * g + 34], k64[:, g]) for g in range(4)
+    ]
+    return np.concatenate(parts, axis=-1)
+
+
+def _lowered(side: int = 8):
+    f = stripeml.compile(GROUPED, target="interp")
+    return f.lowered(stripeml.api.signature_of(_inputs(side)))
+
+
+def _kernel(program) -> Block:
+    (kernel,) = [s for s in program.root.stmts if isinstance(s, Block)]
+    return kernel
+
+
+def test_without_lines_the_groups_are_split() -> None:
+    """The control: by bytes read alone the groups win (each thread reads half
+    the weights and half of every pixel's input channels)."""
+    assert choose_thread_index(_kernel(_lowered()), 2) == "g"
+
+
+def test_with_lines_a_pixel_index_is_split() -> None:
+    kernel = _kernel(_lowered())
+    chosen = choose_thread_index(kernel, 2, 64)
+    assert chosen in ("y", "x")  # 8 * 136 * 4 and 136 * 4 bytes: whole lines
+    out = Thread(threads=2, line=64).run(_lowered())
+    assert _kernel(out).idxs[0].name == chosen and "thread" in _kernel(out).tags
+
+
+def test_a_line_the_groups_fill_keeps_the_groups() -> None:
+    """With 8-byte lines each group's 136 bytes are whole lines: the groups stay."""
+    assert choose_thread_index(_kernel(_lowered()), 2, 8) == "g"
+
+
+def test_results_after_the_pass_match_the_interpreter() -> None:
+    program = _lowered()
+    x, k = _inputs()
+    expected = run(program, {"I": x, "K": k})
+    np.testing.assert_allclose(expected["O"], _expected(x, k), rtol=1e-5, atol=1e-5)
+    run_pipeline(program, [Thread(threads=2, line=64)], check=checker({"I": x, "K": k}, expected))
+
+
+@pytest.mark.parametrize("side", [8, 28])
+def test_two_threads_compute_what_numpy_does(side: int) -> None:
+    x, k = _inputs(side)
+    got = stripeml.compile(GROUPED, target="cpu", threads=2)(x, k)
+    np.testing.assert_allclose(got, _expected(x, k), rtol=1e-4, atol=1e-4)
