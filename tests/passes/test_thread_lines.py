@@ -87,3 +87,57 @@ def test_two_threads_compute_what_numpy_does(side: int) -> None:
     x, k = _inputs(side)
     got = stripeml.compile(GROUPED, target="cpu", threads=2)(x, k)
     np.testing.assert_allclose(got, _expected(x, k), rtol=1e-4, atol=1e-4)
+
+
+# Element-wise kernels over [A, B, C]: which of their indices may be split with
+# no cache line written by both threads but at the cut, against enumeration.
+RELU = """function (X[A, B, C]) -> (Y) {
+    Y = relu(X);
+}"""
+
+
+def _shared_lines(kernel: Block, index: str, line: int = 64) -> int:
+    """Lines both halves of a two-thread split on ``index`` write, enumerated."""
+    import itertools
+
+    (out,) = [r for r in kernel.refs if r.dir == "out"]
+    ranges = {i.name: i.range for i in kernel.idxs}
+    cut = -(-ranges[index] // 2)
+    names = [i.name for i in kernel.idxs]
+    halves: tuple[set[int], set[int]] = (set(), set())
+    for point in itertools.product(*(range(ranges[n]) for n in names)):
+        at = dict(zip(names, point))
+        element = sum(a.evaluate(at) * st for a, st in zip(out.access, out.shape.strides))
+        halves[at[index] >= cut].add(element * 4 // line)
+    return len(halves[0] & halves[1])
+
+
+@pytest.mark.parametrize("shape", [(13, 7, 24), (4, 5, 16), (3, 9, 40), (6, 2, 136), (5, 3, 1)])
+def test_whole_lines_against_enumeration(shape: tuple[int, int, int]) -> None:
+    from stripeml.analysis.access import accesses
+    from stripeml.passes.thread import _whole_lines
+
+    f = stripeml.compile(RELU, target="interp")
+    kernel = _kernel(f.lowered(stripeml.api.signature_of([np.ones(shape, np.float32)])))
+    accs = accesses(kernel)
+    for idx in kernel.idxs:
+        if idx.range < 2:
+            continue
+        if _whole_lines(kernel, accs, idx.name, 64):  # sufficient, not exact
+            assert _shared_lines(kernel, idx.name) <= 1, (shape, idx.name)
+
+
+def test_the_stem_splits_its_row_blocks() -> None:
+    """A row index whose stride is not whole lines but spans more than the rest
+    of the kernel's writes (a 13 x 24 image: rows of 96 bytes) is taken: its
+    chunks are two stretches of memory; its columns, 4 bytes apart, are not."""
+    from stripeml.analysis.access import accesses
+    from stripeml.passes.thread import _whole_lines
+
+    f = stripeml.compile(RELU, target="interp")
+    kernel = _kernel(f.lowered(stripeml.api.signature_of([np.ones((13, 1, 24), np.float32)])))
+    accs = accesses(kernel)
+    rows, _, columns = (i.name for i in kernel.idxs)
+    assert _whole_lines(kernel, accs, rows, 64) and _shared_lines(kernel, rows) <= 1
+    assert not _whole_lines(kernel, accs, columns, 64)
+    assert _shared_lines(kernel, columns) > 1  # every row's line at the cut

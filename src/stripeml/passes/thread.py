@@ -65,9 +65,9 @@ class Thread:
 
     Options: ``threads`` (how many threads the target runs; an index with at
     least that many values is preferred, and below 2 the pass does nothing),
-    ``line`` (the cache line in bytes: an index that moves every written
-    element by whole lines is preferred, so no two threads write one line;
-    0: no preference), ``select`` (tag selector of the kernels, see
+    ``line`` (the cache line in bytes: an index whose chunks write no line
+    in common but at the cuts between them is preferred; 0: no preference),
+    ``select`` (tag selector of the kernels, see
     :mod:`stripeml.analysis.select`).
     """
 
@@ -206,9 +206,9 @@ def choose_thread_index(block: Block, threads: int, line: int = 0) -> str | None
     split evenly (the largest chunk at most 10% above the mean) are preferred,
     then those that are not the unit-stride index of a written view (split,
     it would leave each thread strided rows and no vector loop), then, with
-    ``line``, those that move every element the kernel writes by a whole
-    number of ``line`` bytes (:func:`_whole_lines`: no cache line written by
-    two threads), and among them the one whose chunk reads the fewest input bytes
+    ``line``, those whose chunks write no cache line of ``line`` bytes in
+    common but at the cuts between them (:func:`_whole_lines`), and among
+    them the one whose chunk reads the fewest input bytes
     (:func:`chunk_read_bytes`; within 10% of the fewest: the first in index
     order).  A 3x3
     convolution over 56x56x64 then splits its output rows (each thread reads
@@ -270,20 +270,35 @@ def choose_among(block: Block, threads: int, race_free: Sequence[str], line: int
 
 
 def _whole_lines(block: Block, accs: list[Access], index: str, line: int) -> bool:
-    """Whether ``index`` moves every element ``block`` writes (its accesses
-    ``accs``, through its views to the buffers around it) by a whole number of
-    ``line`` bytes: then threads that split it write no cache line in common
-    (with buffers aligned to lines).  ShuffleNet's grouped 1 x 1 convolutions
-    split on their 4 groups wrote 28 or 34 channels of each pixel a thread,
-    112 or 136 bytes: the lines between two groups held both threads' channels
-    and went back and forth between the cores (56 x 56 x 112: 169 us on one
-    thread, 261 us on two)."""
+    """Whether threads that split ``index`` write no cache line of ``line``
+    bytes in common but at the cuts between their chunks: for every element
+    ``block`` writes (its accesses ``accs``, through its views to the buffers
+    around it), ``index`` moves it by a whole number of lines (with buffers
+    aligned to lines, no line is shared at all), or by more than the other
+    indices move it in all (each chunk writes one stretch of memory, the
+    stretches in the order of the chunks: at most a line shared at each cut).
+    ShuffleNet's grouped 1 x 1 convolutions split on their 4 groups wrote 28 or
+    34 channels of each pixel a thread, 112 or 136 bytes: the line between two
+    groups of every pixel held both threads' channels and went back and forth
+    between the cores (56 x 56 x 112: 169 us on one thread, 261 us on two)."""
     for acc in accs:
         if not acc.write:
             continue
         ref = block.ref(acc.ref)
-        elements = sum(e.coeff(index) * st for e, st in zip(acc.exprs, ref.shape.strides))
-        if elements * itemsize(ref.shape.dtype) % line:
+        strides = ref.shape.strides
+        moved = sum(e.coeff(index) * st for e, st in zip(acc.exprs, strides))
+        if moved * itemsize(ref.shape.dtype) % line == 0:
+            continue
+        ranges = {i.name: i.range for b in acc.path for i in b.idxs}
+        ranges.update({i.name: i.range for i in block.idxs})
+        coeffs: dict[str, int] = {}
+        for e, st in zip(acc.exprs, strides):
+            for n, c in e.terms:
+                if n != index:
+                    coeffs[n] = coeffs.get(n, 0) + c * st
+        span = sum(abs(c) * (ranges.get(n, 1) - 1) for n, c in coeffs.items())
+        span += sum((size - 1) * st for size, st in zip(acc.sizes, strides))
+        if abs(moved) <= span:
             return False
     return True
 
