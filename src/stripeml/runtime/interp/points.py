@@ -139,10 +139,55 @@ def iter_chunks(
     """Split ``parent x box(block)`` into chunks of at most ``limit`` grid points.
 
     Yields ``(g0, g1, starts, lens)``: parent points ``g0:g1`` times the sub-box.
+    The box is first narrowed to what the constraints on one index alone allow
+    (:func:`_windows`): the points outside fail a constraint, so the mask
+    would drop them anyway, and a block whose constraints leave no point
+    yields nothing (a range of 2**31 under ``-ky - 7 >= 0`` was enumerated in
+    full).
     """
-    ranges = [i.range for i in block.idxs]
+    windows = _windows(block)
+    if windows is None:
+        return
+    first = [lo for lo, _ in windows]
+    ranges = [hi - lo for lo, hi in windows]
+    for g0, g1, starts, lens in _chunks(ranges, parent.n, limit):
+        yield g0, g1, [a + b for a, b in zip(first, starts)], lens
+
+
+def _windows(block: Block) -> list[tuple[int, int]] | None:
+    """``[lo, hi)`` of each of ``block``'s own indices (local values) within
+    what its constraints over its own indices allow, each index bounded by
+    the others' windows (interval arithmetic, twice over: a superset of the
+    points that pass, so nothing is lost); an index with an affine offset,
+    and constraints naming one, are left alone.  ``None`` when a window is
+    empty."""
+    windows = [(0, i.range) for i in block.idxs]
+    where = {i.name: k for k, i in enumerate(block.idxs) if i.affine is None}
+    usable = [c.expr for c in block.constraints if all(n in where for n, _ in c.expr.terms)]
+    for _ in range(2):
+        for expr in usable:
+            terms = [(where[n], c) for n, c in expr.terms if c]
+            for k, coeff in terms:
+                # coeff * x >= -const - (the largest the other terms can add)
+                most = expr.const + sum(
+                    max(c * windows[j][0], c * (windows[j][1] - 1)) for j, c in terms if j != k
+                )
+                lo, hi = windows[k]
+                if coeff > 0:
+                    lo = max(lo, -(most // coeff))
+                else:
+                    hi = min(hi, most // -coeff + 1)
+                if lo >= hi:
+                    return None
+                windows[k] = (lo, hi)
+    return windows
+
+
+def _chunks(
+    ranges: list[int], n_par: int, limit: int
+) -> Iterator[tuple[int, int, list[int], list[int]]]:
+    """:func:`iter_chunks` over a box of ``ranges`` from 0."""
     box = int(np.prod(ranges)) if ranges else 1
-    n_par = parent.n
     if box <= limit:
         step = max(1, limit // box)
         for g0 in range(0, n_par, step):
