@@ -40,7 +40,7 @@ from typing import ClassVar
 from ..analysis.access import Access, accesses
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import Selector, parse_selector
-from ..ir.affine import box_interval
+from ..ir.affine import Affine, box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import (
     Block,
@@ -286,18 +286,14 @@ def _whole_lines(block: Block, accs: list[Access], index: str, line: int) -> boo
             continue
         ref = block.ref(acc.ref)
         strides = ref.shape.strides
-        moved = sum(e.coeff(index) * st for e, st in zip(acc.exprs, strides))
+        flat = sum((e * st for e, st in zip(acc.exprs, strides)), Affine.constant(0))
+        moved = flat.coeff(index)  # elements
         if moved * itemsize(ref.shape.dtype) % line == 0:
             continue
-        ranges = {i.name: i.range for b in acc.path for i in b.idxs}
-        ranges.update({i.name: i.range for i in block.idxs})
-        coeffs: dict[str, int] = {}
-        for e, st in zip(acc.exprs, strides):
-            for n, c in e.terms:
-                if n != index:
-                    coeffs[n] = coeffs.get(n, 0) + c * st
-        span = sum(abs(c) * (ranges.get(n, 1) - 1) for n, c in coeffs.items())
-        span += sum((size - 1) * st for size, st in zip(acc.sizes, strides))
+        ranges = {i.name: i.range for b in (*acc.path, block) for i in b.idxs}
+        rest = Affine.build({n: c for n, c in flat.terms if n != index})
+        lo, hi = box_interval(rest, {n: ranges.get(n, 1) for n, _ in rest.terms})
+        span = hi - lo + sum((size - 1) * st for size, st in zip(acc.sizes, strides))
         if abs(moved) <= span:
             return False
     return True

@@ -139,11 +139,11 @@ def iter_chunks(
     """Split ``parent x box(block)`` into chunks of at most ``limit`` grid points.
 
     Yields ``(g0, g1, starts, lens)``: parent points ``g0:g1`` times the sub-box.
-    The box is first narrowed to what the constraints on one index alone allow
-    (:func:`_windows`): the points outside fail a constraint, so the mask
-    would drop them anyway, and a block whose constraints leave no point
-    yields nothing (a range of 2**31 under ``-ky - 7 >= 0`` was enumerated in
-    full).
+    The box is first narrowed to what the block's constraints over its own
+    indices allow (:func:`_windows`): the points outside fail a constraint, so
+    the mask would drop them anyway, and a block whose constraints leave no
+    point yields nothing (a fuzzed range of 2**31 that its constraints cut to
+    8 values, or to none, was enumerated in full).
     """
     windows = _windows(block)
     if windows is None:
