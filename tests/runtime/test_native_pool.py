@@ -166,6 +166,68 @@ def test_workers_take_chunks(add_index):
     assert p.worker_chunks > before
 
 
+# fn(p, lo, hi): p[i] = the running thread's pthread_t for i in [lo, hi), after
+# about 20 us of work (time for a spinning worker to claim the next chunks).
+_WHO_IR = """
+declare i64 @pthread_self()
+define void @who(i8* %p, i64 %lo, i64 %hi) {
+entry:
+  br label %spin
+spin:
+  %k = phi i64 [0, %entry], [%k1, %spin]
+  %x = phi double [1.0, %entry], [%x1, %spin]
+  %x1 = fmul double %x, 1.0000001
+  %k1 = add i64 %k, 1
+  %more = icmp ult i64 %k1, 60000
+  br i1 %more, label %spin, label %mark
+mark:
+  %a = bitcast i8* %p to i64*
+  %keep = getelementptr i64, i64* %a, i64 63
+  %xb = bitcast double %x1 to i64
+  store i64 %xb, i64* %keep
+  %t = call i64 @pthread_self()
+  %empty = icmp uge i64 %lo, %hi
+  br i1 %empty, label %e, label %l
+l:
+  %i = phi i64 [%lo, %mark], [%i1, %l]
+  %q = getelementptr i64, i64* %a, i64 %i
+  store i64 %t, i64* %q
+  %i1 = add i64 %i, 1
+  %c = icmp ult i64 %i1, %hi
+  br i1 %c, label %l, label %e
+e:
+  ret void
+}
+"""
+
+
+def test_the_caller_takes_chunks_from_the_front_and_workers_from_the_back():
+    """In every job the calling thread runs a first stretch of the chunks and the
+    worker the rest, from the last one back: consecutive kernels split alike
+    leave each thread on the part of the data it wrote in the kernel before
+    (ShuffleNet with two threads: 2.9-3.1 ms a run with chunks claimed in order,
+    2.2-2.3 ms this way).  Over jobs of 8 chunks for up to 10 s, until the worker
+    took part at least once (a busy machine may not schedule it for a while)."""
+    code = jit.load_object(jit.compile_ir(_WHO_IR))
+    fn = code.address("who")
+    p = pool(1)
+    me = threading.get_ident()  # pthread_self() of this thread, on POSIX
+    data = np.zeros(64, np.uint64)
+    bounds = _bounds(8, 8)
+    deadline, jobs, shared = time.monotonic() + 10, 0, 0
+    while time.monotonic() < deadline and (jobs < 20 or not shared):
+        data[:8] = 0
+        assert p.run(fn, data.ctypes.data, bounds)
+        ran = [int(t) for t in data[:8]]
+        assert all(ran), ran  # every chunk ran
+        mine = [t == me for t in ran]
+        front = mine.index(False) if False in mine else 8
+        assert all(mine[:front]) and not any(mine[front:]), ran
+        assert len(set(ran[front:])) <= 1  # one worker: one thread
+        jobs, shared = jobs + 1, shared + (front < 8)
+    assert shared
+
+
 _CODE_CHILD = r"""
 import gc, sys, time
 import numpy as np

@@ -11,12 +11,17 @@ until the next job (or nap in growing ``usleep``s where there are no futexes).  
 chunks (``fn(ptrs, bounds[i], bounds[i + 1])``), claims chunks itself like a
 worker, and returns when every chunk has finished.
 
-Claiming is one compare-and-swap on the word ``job = gen << 32 | n << 16 |
-next``: a chunk belongs to whoever moves ``next`` past it while ``gen`` is
-the job's, so a chunk never runs twice, a late or sleeping worker never holds
-the caller up (the caller takes the chunks nobody claimed), and a job's fields
-(``fn``, ``ptrs``, ``bounds``) are only read by a thread holding one of its
-chunks, i.e. before the caller can publish the next job.
+Claiming is one compare-and-swap on the word ``job = gen << 32 | end << 16 |
+next`` (published with ``end = n``, ``next = 0``): the caller claims the
+chunk ``next`` by moving ``next`` up past it, a worker the chunk ``end - 1``
+by moving ``end`` down, while ``next < end`` and ``gen`` is the job's.  So a
+chunk never runs twice, a late or sleeping worker never holds the caller up
+(the caller takes the chunks nobody claimed), and a job's fields (``fn``,
+``ptrs``, ``bounds``) are only read by a thread holding one of its chunks,
+i.e. before the caller can publish the next job.  Claimed from both ends,
+the caller's chunks are a first stretch of each kernel and a lone worker's
+the rest, so consecutive kernels split alike leave each thread on the data
+it wrote the kernel before (docs/cpu-backend.md, "native thread pool").
 
 One job at a time per pool: :meth:`NativePool.run` returns ``False`` without
 running anything when another thread is using the pool (the runtime then runs

@@ -135,16 +135,18 @@ declare i32 @usleep(i32)
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
 
-; Whether job word %w has an unclaimed chunk (next < n).
+; Whether job word %w has an unclaimed chunk (next < end).
 define private i1 @pending(i64 %w) alwaysinline {{
 entry:
   %next = and i64 %w, 65535
-  %n0 = lshr i64 %w, 16
-  %n = and i64 %n0, 65535
-  %has = icmp ult i64 %next, %n
+  %e0 = lshr i64 %w, 16
+  %end = and i64 %e0, 65535
+  %has = icmp ult i64 %next, %end
   ret i1 %has
 }}
 
+; Claim a chunk of the job and run it: the caller (%mine = 0) the first
+; unclaimed one (next up), a worker (%mine = 1) the last (end down).
 define private i1 @claim_and_run(i64* %st, i64 %mine) {{
 entry:
   %jp = getelementptr i64, i64* %st, i64 {_JOB}
@@ -154,7 +156,10 @@ again:
   %has = call i1 @pending(i64 %w)
   br i1 %has, label %try, label %none
 try:
-  %w1 = add i64 %w, 1
+  %back = icmp ne i64 %mine, 0
+  %wf = add i64 %w, 1
+  %wb = sub i64 %w, 65536
+  %w1 = select i1 %back, i64 %wb, i64 %wf
   %r = cmpxchg i64* %jp, i64 %w, i64 %w1 acq_rel acquire
   %ok = extractvalue {{ i64, i1 }} %r, 1
   br i1 %ok, label %run, label %again
@@ -168,7 +173,11 @@ run:
   %bp = getelementptr i64, i64* %st, i64 {_BOUNDS}
   %bi = load i64, i64* %bp, align 8
   %bounds = inttoptr i64 %bi to i64*
-  %next = and i64 %w, 65535
+  %first = and i64 %w, 65535
+  %e0 = lshr i64 %w, 16
+  %end = and i64 %e0, 65535
+  %last = sub i64 %end, 1
+  %next = select i1 %back, i64 %last, i64 %first
   %lop = getelementptr i64, i64* %bounds, i64 %next
   %lo = load i64, i64* %lop, align 8
   %next1 = add i64 %next, 1
