@@ -141,3 +141,81 @@ def test_the_stem_splits_its_row_blocks() -> None:
     assert _whole_lines(kernel, accs, rows, 64) and _shared_lines(kernel, rows) <= 1
     assert not _whole_lines(kernel, accs, columns, 64)
     assert _shared_lines(kernel, columns) > 1  # every row's line at the cut
+
+
+# Groups of 136 output channels, each written in four panels of 32 (channels
+# 0-127 of every group, as ShuffleNet's 7 x 7 x 544 convolutions are tiled): a
+# panel moves by two whole lines but, in odd groups, starts half way into one.
+PANELS = """function (I[N, H, W, CI], K[C, G, B, CO]) -> (O) {
+    O[n, y, x, 136 * g + 32 * b + co : N, H, W, 544] = +(I[n, y, x, 136 * g + c] * K[c, g, b, co]);
+}"""
+
+
+def _panel_inputs(side: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(side + 1)
+    return [
+        rng.standard_normal((1, side, side, 544)).astype(np.float32),
+        rng.standard_normal((136, 4, 4, 32)).astype(np.float32),
+    ]
+
+
+def test_panels_that_move_by_whole_lines_still_share_lines() -> None:
+    """The panel index moves every element by 128 bytes, yet the lines at the
+    panels' ends in odd groups hold two panels: it is not whole lines (it was,
+    when a whole number of lines moved was enough); a pixel index is."""
+    from stripeml.analysis.access import accesses
+    from stripeml.passes.thread import _whole_lines
+
+    f = stripeml.compile(PANELS, target="interp")
+    program = f.lowered(stripeml.api.signature_of(_panel_inputs(2)))
+    # the contraction (the channels 128-135 it leaves are zeroed by a kernel before it)
+    (kernel,) = [s for s in program.root.stmts if isinstance(s, Block) and "contraction" in s.tags]
+    accs = accesses(kernel)
+    assert not _whole_lines(kernel, accs, "b", 64)
+    assert _shared_lines(kernel, "b") > 1
+    assert _whole_lines(kernel, accs, "x", 64)
+    assert _shared_lines(kernel, "x") == 0
+    assert choose_thread_index(kernel, 2, 64) != "b"
+
+
+def test_panels_on_two_threads_compute_what_numpy_does() -> None:
+    x, k = _panel_inputs(7)
+    got = stripeml.compile(PANELS, target="cpu", threads=2)(x, k)
+    x64, k64 = x.astype(np.float64), k.astype(np.float64)
+    want = np.zeros((1, 7, 7, 544))
+    for g in range(4):
+        part = np.einsum("nyxc,cbo->nyxbo", x64[..., 136 * g : 136 * g + 136], k64[:, g])
+        want[..., 136 * g : 136 * g + 128] = part.reshape(1, 7, 7, 128)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def _lines_by_value(base: int, moves: list[tuple[int, int]], step: int, values: int) -> list[set]:
+    """The 64-byte lines each value writes, by listing every byte offset."""
+    import itertools
+
+    lines = []
+    for v in range(values):
+        grid = itertools.product(*(range(count) for _, count in moves))
+        offsets = {base + v * step * 64 + sum(t * m for t, (m, _) in zip(ts, moves)) for ts in grid}
+        lines.append({o // 64 for o in offsets})
+    return lines
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lines_apart_against_enumeration(seed: int) -> None:
+    """``_lines_apart`` (classes modulo the step) says what listing every line of
+    every value says: no two values write a line in common."""
+    from stripeml.passes.thread import _lines_apart
+
+    rng = np.random.default_rng(seed)
+    moves = [
+        (int(rng.choice([4, 8, 64, 128, 136, 544, 2176, -64, -4])) * int(rng.integers(1, 3)),
+         int(rng.integers(1, 6)))
+        for _ in range(int(rng.integers(1, 4)))
+    ]  # fmt: skip
+    base = int(rng.choice([0, 32, 64, 544]))
+    step = int(rng.choice([1, 2, 3, 8, 34, -2]))
+    values = int(rng.integers(2, 6))
+    by_value = _lines_by_value(base, moves, step, values)
+    shared = any(by_value[a] & by_value[b] for a in range(values) for b in range(a + 1, values))
+    assert _lines_apart(base, moves, step, values, 64) == (not shared), (moves, base, step, values)

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+import numpy as np
+
 from ..analysis.access import Access, accesses
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import Selector, parse_selector
@@ -273,30 +275,89 @@ def _whole_lines(block: Block, accs: list[Access], index: str, line: int) -> boo
     """Whether threads that split ``index`` write no cache line of ``line``
     bytes in common but at the cuts between their chunks: for every element
     ``block`` writes (its accesses ``accs``, through its views to the buffers
-    around it), ``index`` moves it by a whole number of lines (with buffers
-    aligned to lines, no line is shared at all), or by more than the other
+    around it), either the lines one value of ``index`` writes and the lines
+    any other value writes are apart (:func:`_lines_apart`, with buffers
+    aligned to lines), or ``index`` moves the element by more than the other
     indices move it in all (each chunk writes one stretch of memory, the
     stretches in the order of the chunks: at most a line shared at each cut).
     ShuffleNet's grouped 1 x 1 convolutions split on their 4 groups wrote 28 or
     34 channels of each pixel a thread, 112 or 136 bytes: the line between two
     groups of every pixel held both threads' channels and went back and forth
-    between the cores (56 x 56 x 112: 169 us on one thread, 261 us on two)."""
+    between the cores (56 x 56 x 112: 169 us on one thread, 261 us on two).
+    Split on 32-channel panels within groups of 136, each panel moves by two
+    whole lines but starts half way into one (136 x 4 bytes is 8.5 lines): the
+    lines at the panels' ends are shared just the same (7 x 7 x 544: 41 us on
+    one thread, 39-42 on two)."""
+    ranges = {i.name: i.range for i in block.idxs}
     for acc in accs:
         if not acc.write:
             continue
         ref = block.ref(acc.ref)
         strides = ref.shape.strides
+        size = itemsize(ref.shape.dtype)
         flat = sum((e * st for e, st in zip(acc.exprs, strides)), Affine.constant(0))
         moved = flat.coeff(index)  # elements
-        if moved * itemsize(ref.shape.dtype) % line == 0:
-            continue
-        ranges = {i.name: i.range for b in (*acc.path, block) for i in b.idxs}
+        inner = {n: r for b in (*acc.path, block) for n, r in ((i.name, i.range) for i in b.idxs)}
         rest = Affine.build({n: c for n, c in flat.terms if n != index})
-        lo, hi = box_interval(rest, {n: ranges.get(n, 1) for n, _ in rest.terms})
-        span = hi - lo + sum((size - 1) * st for size, st in zip(acc.sizes, strides))
+        if moved * size % line == 0:
+            moves = [(c * size, inner.get(n, 1)) for n, c in rest.terms]
+            moves += [(st * size, n) for n, st in zip(acc.sizes, strides)]
+            if _lines_apart(flat.const * size, moves, moved * size // line, ranges[index], line):
+                continue
+        lo, hi = box_interval(rest, {n: inner.get(n, 1) for n, _ in rest.terms})
+        span = hi - lo + sum((n - 1) * st for n, st in zip(acc.sizes, strides))
         if abs(moved) <= span:
             return False
     return True
+
+
+#: The most element offsets and lines :func:`_lines_apart` lists: a value of
+#: the index that writes more (a megabyte of lines) has so much work that the
+#: few lines its ends could share with the next value's do not count.
+_MOST_OFFSETS = 1 << 16
+_MOST_LINES = 1 << 14
+
+
+def _lines_apart(
+    base: int, moves: list[tuple[int, int]], step: int, values: int, line: int
+) -> bool:
+    """Whether the cache lines written at each of ``values`` values of an index
+    are apart from those of every other value: one value writes the byte offsets
+    ``base + sum(t * move)`` (``0 <= t < count`` for each ``(move, count)`` of
+    ``moves``), and each next value the same lines ``step`` lines further on.
+    Moves of whole lines shift lines as they are, so only the others' offsets
+    are listed, then their lines shifted (a split of pixels of 34 lines each
+    writes channels 0-127 of each group of 136, half way into a line, and still
+    no line of another pixel).  Two values ``d`` apart share a line when two
+    lines of one value are ``d * step`` apart: lines in one class modulo
+    ``step`` at most ``values - 1`` steps apart.  True (apart enough) where more
+    than :data:`_MOST_OFFSETS` offsets or :data:`_MOST_LINES` lines would
+    have to be listed."""
+    if step == 0:
+        return False
+    offsets = np.array([base], np.int64)
+    shifts = []
+    for move, count in moves:
+        if count <= 1 or move == 0:
+            continue
+        if move % line == 0:
+            shifts.append((move // line, count))
+            continue
+        if offsets.size * count > _MOST_OFFSETS:
+            return True
+        offsets = (offsets[:, None] + move * np.arange(count, dtype=np.int64)).ravel()
+    lines = np.unique(offsets // line)
+    for shift, count in shifts:
+        if lines.size * count > 4 * _MOST_LINES:
+            return True
+        lines = np.unique((lines[:, None] + shift * np.arange(count, dtype=np.int64)).ravel())
+        if lines.size > _MOST_LINES:
+            return True
+    step = abs(step)
+    order = np.lexsort((lines // step, lines % step))
+    cls, steps = (lines % step)[order], (lines // step)[order]
+    close = (cls[1:] == cls[:-1]) & (steps[1:] - steps[:-1] <= values - 1)
+    return not bool(close.any())
 
 
 def chunk_read_bytes(block: Block, index: str, values: int) -> int:
