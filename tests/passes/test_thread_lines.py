@@ -64,7 +64,7 @@ def test_without_lines_the_groups_are_split() -> None:
 def test_with_lines_a_pixel_index_is_split() -> None:
     kernel = _kernel(_lowered())
     chosen = choose_thread_index(kernel, 2, 64)
-    assert chosen in ("y", "x")  # 8 * 136 * 4 and 136 * 4 bytes: whole lines
+    assert chosen == "y"  # rows of 8 * 136 * 4 bytes: whole lines (a pixel, 544 bytes, is not)
     out = Thread(threads=2, line=64).run(_lowered())
     assert _kernel(out).idxs[0].name == chosen and "thread" in _kernel(out).tags
 
@@ -219,3 +219,30 @@ def test_lines_apart_against_enumeration(seed: int) -> None:
     by_value = _lines_by_value(base, moves, step, values)
     shared = any(by_value[a] & by_value[b] for a in range(values) for b in range(a + 1, values))
     assert _lines_apart(base, moves, step, values, 64) == (not shared), (moves, base, step, values)
+
+
+POINTWISE = """function (I[N, H, W, C], K[C, CO]) -> (O) {
+    O[n, y, x, co : N, H, W, CO] = +(I[n, y, x, c] * K[c, co]);
+}"""
+
+
+def test_ties_go_to_the_index_that_moves_the_writes_furthest() -> None:
+    """A 1 x 1 convolution over 8 x 8 pixels of 16 channels (64 bytes, a line):
+    half the rows or half the columns read as many bytes a chunk, and both
+    write whole lines.  In either order of the kernel's indices the rows are
+    split, so the chunks write the output in the order of memory and the
+    pool's caller, which claims from the front, writes its first half (what
+    the next kernel split alike reads on the same thread).  Ties went to the
+    first index in the kernel's order: the columns, after the reversal."""
+    from dataclasses import replace
+
+    x, k = np.ones((1, 8, 8, 16), np.float32), np.ones((16, 16), np.float32)
+    program = stripeml.compile(POINTWISE, target="interp").lowered(
+        stripeml.api.signature_of([x, k])
+    )
+    kernel = _kernel(program)
+    flipped = replace(kernel, idxs=tuple(reversed(kernel.idxs)))
+    names = [i.name for i in flipped.idxs]
+    assert names.index("x") < names.index("y")
+    assert choose_thread_index(kernel, 2, 64) == "y"
+    assert choose_thread_index(flipped, 2, 64) == "y"
