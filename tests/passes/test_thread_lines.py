@@ -246,3 +246,39 @@ def test_ties_go_to_the_index_that_moves_the_writes_furthest() -> None:
     assert names.index("x") < names.index("y")
     assert choose_thread_index(kernel, 2, 64) == "y"
     assert choose_thread_index(flipped, 2, 64) == "y"
+
+
+@pytest.mark.parametrize("few", [0, 2048])
+@pytest.mark.parametrize("seed", range(12))
+def test_lines_apart_listed_in_python_or_numpy(seed: int, few: int, monkeypatch) -> None:
+    """Many offsets (thousands, listed in NumPy) or few (in Python): the same
+    answers as listing every byte."""
+    from stripeml.passes import thread
+
+    monkeypatch.setattr(thread, "_FEW", few)
+    rng = np.random.default_rng(100 + seed)
+    moves = [(4, int(rng.integers(8, 40))), (int(rng.choice([136, 544, 68])) * 4, 4)]
+    moves.append((int(rng.choice([2176, 3808, 1088])) * 4, int(rng.integers(2, 8))))
+    step = int(rng.choice([2, 17, 34, 68]))
+    values = int(rng.integers(2, 5))
+    by_value = _lines_by_value(0, moves, step, values)
+    shared = any(by_value[a] & by_value[b] for a in range(values) for b in range(a + 1, values))
+    assert thread._lines_apart(0, moves, step, values, 64) == (not shared), (moves, step, values)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lines_apart_by_residues_against_enumeration(seed: int) -> None:
+    """Runs of whole lines moved by whole lines (the residue argument decides
+    most of these without listing): the same answers as listing every byte."""
+    from stripeml.passes.thread import _lines_apart
+
+    rng = np.random.default_rng(500 + seed)
+    moves = [(4, int(rng.choice([8, 16, 32, 48])))]
+    for _ in range(int(rng.integers(1, 4))):
+        moves.append((64 * int(rng.choice([1, 2, 3, 4, 6, 8, 12, 34])), int(rng.integers(2, 9))))
+    base = int(rng.choice([0, 32, 64]))
+    step = int(rng.choice([1, 2, 3, 4, 5, 8, 12, 16, 24]))
+    values = int(rng.integers(2, 9))
+    by_value = _lines_by_value(base, moves, step, values)
+    shared = any(by_value[a] & by_value[b] for a in range(values) for b in range(a + 1, values))
+    assert _lines_apart(base, moves, step, values, 64) == (not shared), (moves, base, step, values)

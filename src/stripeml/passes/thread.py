@@ -34,6 +34,7 @@ construction: its choice is made without the analysis.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
@@ -260,9 +261,11 @@ def choose_among(block: Block, threads: int, race_free: Sequence[str], line: int
     }  # fmt: skip
     even = [n for n in even if n not in unit] or even
     accs: list[Access] | None = None
+    writes: list[_Write] | None = None
     if line and len(even) > 1:
         accs = accesses(block)
-        even = [n for n in even if _whole_lines(block, accs, n, line)] or even
+        writes = _writes(block, accs)
+        even = [n for n in even if _apart(block, writes, n, line)] or even
     if len(even) == 1:
         return even[0]
     if accs is None:
@@ -272,10 +275,42 @@ def choose_among(block: Block, threads: int, race_free: Sequence[str], line: int
     # furthest wins, then the first in index order.
     best = min(cost.values())
     near = [n for n in even if cost[n] <= 1.1 * best]
-    return max(near, key=lambda n: _write_stride(block, accs, n))
+    if len(near) == 1:
+        return near[0]
+    if writes is None:
+        writes = _writes(block, accs)
+    return max(near, key=lambda n: _write_stride(writes, n))
 
 
-def _write_stride(block: Block, accs: list[Access], index: str) -> int:
+@dataclass(frozen=True)
+class _Write:
+    """A written access of a kernel, flattened: its buffer's offset in elements
+    as one affine (``flat``), the element's bytes, the access's box
+    (``sizes``, ``strides``) and the ranges of the indices it moves with."""
+
+    flat: Affine
+    size: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    inner: dict[str, int]
+
+
+def _writes(block: Block, accs: list[Access]) -> list[_Write]:
+    """``block``'s written accesses among ``accs``, flattened once for every
+    candidate index."""
+    out = []
+    for acc in accs:
+        if not acc.write:
+            continue
+        ref = block.ref(acc.ref)
+        strides = tuple(ref.shape.strides)
+        flat = sum((e * st for e, st in zip(acc.exprs, strides)), Affine.constant(0))
+        inner = {i.name: i.range for b in (*acc.path, block) for i in b.idxs}
+        out.append(_Write(flat, itemsize(ref.shape.dtype), tuple(acc.sizes), strides, inner))
+    return out
+
+
+def _write_stride(writes: list[_Write], index: str) -> int:
     """How many elements one step of ``index`` moves what ``block`` writes (the
     most over its written accesses).  Split on the index that moves them
     furthest (rows of pixels rather than columns), a kernel's chunks write its
@@ -284,14 +319,7 @@ def _write_stride(block: Block, accs: list[Access], index: str) -> int:
     next kernel, split alike, finds that part in the caller's cache.
     MobileNetV2 on two threads: 3.73-3.78 ms with ties to the first index in
     the kernel's order, 3.22-3.48 this way."""
-    most = 0
-    for acc in accs:
-        if not acc.write:
-            continue
-        strides = block.ref(acc.ref).shape.strides
-        flat = sum((e * st for e, st in zip(acc.exprs, strides)), Affine.constant(0))
-        most = max(most, abs(flat.coeff(index)))
-    return most
+    return max((abs(w.flat.coeff(index)) for w in writes), default=0)
 
 
 def _whole_lines(block: Block, accs: list[Access], index: str, line: int) -> bool:
@@ -311,24 +339,22 @@ def _whole_lines(block: Block, accs: list[Access], index: str, line: int) -> boo
     whole lines but starts half way into one (136 x 4 bytes is 8.5 lines): the
     lines at the panels' ends are shared just the same (7 x 7 x 544: 41 us on
     one thread, 39-42 on two)."""
-    ranges = {i.name: i.range for i in block.idxs}
-    for acc in accs:
-        if not acc.write:
-            continue
-        ref = block.ref(acc.ref)
-        strides = ref.shape.strides
-        size = itemsize(ref.shape.dtype)
-        flat = sum((e * st for e, st in zip(acc.exprs, strides)), Affine.constant(0))
-        moved = flat.coeff(index)  # elements
-        inner = {n: r for b in (*acc.path, block) for n, r in ((i.name, i.range) for i in b.idxs)}
-        rest = Affine.build({n: c for n, c in flat.terms if n != index})
-        if moved * size % line == 0:
-            moves = [(c * size, inner.get(n, 1)) for n, c in rest.terms]
-            moves += [(st * size, n) for n, st in zip(acc.sizes, strides)]
-            if _lines_apart(flat.const * size, moves, moved * size // line, ranges[index], line):
+    return _apart(block, _writes(block, accs), index, line)
+
+
+def _apart(block: Block, writes: list[_Write], index: str, line: int) -> bool:
+    """:func:`_whole_lines` of ``block``'s flattened writes."""
+    values = block.idx(index).range
+    for w in writes:
+        moved = w.flat.coeff(index)  # elements
+        rest = Affine.build({n: c for n, c in w.flat.terms if n != index})
+        if moved * w.size % line == 0:
+            moves = [(c * w.size, w.inner.get(n, 1)) for n, c in rest.terms]
+            moves += [(st * w.size, n) for n, st in zip(w.sizes, w.strides)]
+            if _lines_apart(w.flat.const * w.size, moves, moved * w.size // line, values, line):
                 continue
-        lo, hi = box_interval(rest, {n: inner.get(n, 1) for n, _ in rest.terms})
-        span = hi - lo + sum((n - 1) * st for n, st in zip(acc.sizes, strides))
+        lo, hi = box_interval(rest, {n: w.inner.get(n, 1) for n, _ in rest.terms})
+        span = hi - lo + sum((n - 1) * st for n, st in zip(w.sizes, w.strides))
         if abs(moved) <= span:
             return False
     return True
@@ -355,10 +381,17 @@ def _lines_apart(
     lines of one value are ``d * step`` apart: lines in one class modulo
     ``step`` at most ``values - 1`` steps apart.  True (apart enough) where more
     than :data:`_MOST_OFFSETS` offsets or :data:`_MOST_LINES` lines would
-    have to be listed."""
+    have to be listed.  Lines that all fall within fewer lines than one step
+    are apart without listing them."""
     if step == 0:
         return False
-    offsets = np.array([base], np.int64)
+    # Lines of one value within fewer lines than a step: apart, nothing to list
+    # (a row of pixels split from the next; most splits end here).
+    lo = base + sum(min(0, move * (count - 1)) for move, count in moves)
+    hi = base + sum(max(0, move * (count - 1)) for move, count in moves)
+    if hi // line - lo // line < abs(step):
+        return True
+    offsets: list[int] | np.ndarray = [base]
     shifts = []
     for move, count in moves:
         if count <= 1 or move == 0:
@@ -366,21 +399,100 @@ def _lines_apart(
         if move % line == 0:
             shifts.append((move // line, count))
             continue
-        if offsets.size * count > _MOST_OFFSETS:
+        if len(offsets) * count > _MOST_OFFSETS:
             return True
-        offsets = (offsets[:, None] + move * np.arange(count, dtype=np.int64)).ravel()
-    lines = np.unique(offsets // line)
+        offsets = _spread(offsets, move, count)
+    lines = _spread([o // line for o in offsets] if isinstance(offsets, list) else offsets // line)
+    if shifts and isinstance(lines, list) and _apart_by_residues(lines, shifts, step, values):
+        return True
     for shift, count in shifts:
-        if lines.size * count > 4 * _MOST_LINES:
+        if len(lines) * count > 4 * _MOST_LINES:
             return True
-        lines = np.unique((lines[:, None] + shift * np.arange(count, dtype=np.int64)).ravel())
-        if lines.size > _MOST_LINES:
+        lines = _spread(lines, shift, count)
+        if len(lines) > _MOST_LINES:
             return True
     step = abs(step)
+    if isinstance(lines, list):  # few: in Python, not NumPy's per-call costs
+        last: dict[int, int] = {}
+        for at in lines:  # sorted: each class's steps in order
+            cls, steps = at % step, at // step
+            if cls in last and steps - last[cls] <= values - 1:
+                return False
+            last[cls] = steps
+        return True
     order = np.lexsort((lines // step, lines % step))
     cls, steps = (lines % step)[order], (lines // step)[order]
     close = (cls[1:] == cls[:-1]) & (steps[1:] - steps[:-1] <= values - 1)
     return not bool(close.any())
+
+
+def _apart_by_residues(
+    lines: list[int], shifts: list[tuple[int, int]], step: int, values: int
+) -> bool:
+    """True where the values of an index are proven apart without listing
+    their lines: one value writes ``lines`` shifted by ``t * shift`` for each
+    ``(shift, count)`` of ``shifts`` (whole-line moves), each next value
+    ``step`` lines further.  A run of consecutive lines moved by its own length
+    grows into a longer run (32 channels of a pixel, then its pixels two lines
+    apart: one run).  The moves left are multiples of their gcd ``g``, so two
+    lines of one value differ by a multiple of ``g`` plus a difference of the
+    run's (or the listed) lines; where no ``d * step`` meets those differences
+    modulo ``g``, no two values share a line (a channel block of every pixel,
+    the pixels 4 lines apart, split every 2 lines: lines 0 and 1 modulo 4,
+    never 2 apart).  False: not proven (the lines are listed then)."""
+    rest = sorted(shifts, key=lambda sc: abs(sc[0]))
+    run = len(lines) == lines[-1] - lines[0] + 1
+    width = len(lines)
+    while run and rest:
+        grown = next((k for k, (shift, _) in enumerate(rest) if shift == width), None)
+        if grown is None:
+            break
+        width *= rest.pop(grown)[1]
+    if not rest:
+        return run and width <= abs(step)
+    g = 0
+    for shift, _ in rest:
+        g = math.gcd(g, shift)
+    span = min(values - 1, g)  # the steps d to try: d * step % g repeats past g
+    if run:
+        h = math.gcd(step, g)  # d * step % g takes the multiples of h, 0 at d = g / h
+        if h >= width:
+            return span < g // h
+
+        def near(r: int) -> bool:
+            return r < width or r > g - width
+    else:
+        if len(lines) > 64:
+            return False
+        diffs = {(a - b) % g for a in lines for b in lines}
+
+        def near(r: int) -> bool:
+            return r in diffs
+
+    return not any(near(d * step % g) for d in range(1, span + 1))
+
+
+#: Up to this many values :func:`_spread` lists in Python; more in NumPy.
+_FEW = 256
+
+
+def _spread(values, move: int = 0, count: int = 1):
+    """The distinct sums ``v + t * move`` (``v`` of ``values``, ``0 <= t <
+    count``), sorted: a Python list while there are at most :data:`_FEW`, else
+    an array."""
+    if isinstance(values, list) and len(values) * count <= _FEW:
+        return sorted({v + t * move for v in values for t in range(count)})
+    arr = np.asarray(values, np.int64)
+    return _distinct((arr[:, None] + move * np.arange(count, dtype=np.int64)).ravel())
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted, each once (``np.unique`` costs tens of microseconds more
+    a call on arrays this small, and its first call imports ``numpy.ma``)."""
+    values = np.sort(values)
+    keep = np.ones(values.size, bool)
+    keep[1:] = values[1:] != values[:-1]
+    return values[keep]
 
 
 def chunk_read_bytes(block: Block, index: str, values: int) -> int:
