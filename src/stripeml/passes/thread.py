@@ -311,8 +311,8 @@ def _writes(block: Block, accs: list[Access]) -> list[_Write]:
 
 
 def _write_stride(writes: list[_Write], index: str) -> int:
-    """How many elements one step of ``index`` moves what ``block`` writes (the
-    most over its written accesses).  Split on the index that moves them
+    """How many elements one step of ``index`` moves what a kernel writes (the
+    most over its flattened ``writes``).  Split on the index that moves them
     furthest (rows of pixels rather than columns), a kernel's chunks write its
     output in the order of memory, and the pool's caller, which claims chunks
     from the front, writes the first part of it (runtime/native_pool.py): the
@@ -381,8 +381,9 @@ def _lines_apart(
     lines of one value are ``d * step`` apart: lines in one class modulo
     ``step`` at most ``values - 1`` steps apart.  True (apart enough) where more
     than :data:`_MOST_OFFSETS` offsets or :data:`_MOST_LINES` lines would
-    have to be listed.  Lines that all fall within fewer lines than one step
-    are apart without listing them."""
+    have to be listed.  Most splits need no list: lines that all fall within
+    fewer lines than one step are apart, and :func:`_apart_by_residues`
+    decides most of the rest from the moves alone."""
     if step == 0:
         return False
     # Lines of one value within fewer lines than a step: apart, nothing to list
