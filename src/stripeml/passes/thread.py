@@ -39,8 +39,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-import numpy as np
-
 from ..analysis.access import Access, accesses
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import Selector, parse_selector
@@ -392,7 +390,7 @@ def _lines_apart(
     hi = base + sum(max(0, move * (count - 1)) for move, count in moves)
     if hi // line - lo // line < abs(step):
         return True
-    offsets: list[int] | np.ndarray = [base]
+    offsets = [base]
     shifts = []
     for move, count in moves:
         if count <= 1 or move == 0:
@@ -402,29 +400,24 @@ def _lines_apart(
             continue
         if len(offsets) * count > _MOST_OFFSETS:
             return True
-        offsets = _spread(offsets, move, count)
-    lines = _spread([o // line for o in offsets] if isinstance(offsets, list) else offsets // line)
-    if shifts and isinstance(lines, list) and _apart_by_residues(lines, shifts, step, values):
+        offsets = list({o + t * move for o in offsets for t in range(count)})
+    lines = sorted({o // line for o in offsets})
+    if shifts and _apart_by_residues(lines, shifts, step, values):
         return True
     for shift, count in shifts:
         if len(lines) * count > 4 * _MOST_LINES:
             return True
-        lines = _spread(lines, shift, count)
+        lines = sorted({at + t * shift for at in lines for t in range(count)})
         if len(lines) > _MOST_LINES:
             return True
     step = abs(step)
-    if isinstance(lines, list):  # few: in Python, not NumPy's per-call costs
-        last: dict[int, int] = {}
-        for at in lines:  # sorted: each class's steps in order
-            cls, steps = at % step, at // step
-            if cls in last and steps - last[cls] <= values - 1:
-                return False
-            last[cls] = steps
-        return True
-    order = np.lexsort((lines // step, lines % step))
-    cls, steps = (lines % step)[order], (lines // step)[order]
-    close = (cls[1:] == cls[:-1]) & (steps[1:] - steps[:-1] <= values - 1)
-    return not bool(close.any())
+    last: dict[int, int] = {}
+    for at in lines:  # sorted: each class's steps in order
+        cls, steps = at % step, at // step
+        if cls in last and steps - last[cls] <= values - 1:
+            return False
+        last[cls] = steps
+    return True
 
 
 def _apart_by_residues(
@@ -471,29 +464,6 @@ def _apart_by_residues(
             return r in diffs
 
     return not any(near(d * step % g) for d in range(1, span + 1))
-
-
-#: Up to this many values :func:`_spread` lists in Python; more in NumPy.
-_FEW = 256
-
-
-def _spread(values, move: int = 0, count: int = 1):
-    """The distinct sums ``v + t * move`` (``v`` of ``values``, ``0 <= t <
-    count``), sorted: a Python list while there are at most :data:`_FEW`, else
-    an array."""
-    if isinstance(values, list) and len(values) * count <= _FEW:
-        return sorted({v + t * move for v in values for t in range(count)})
-    arr = np.asarray(values, np.int64)
-    return _distinct((arr[:, None] + move * np.arange(count, dtype=np.int64)).ravel())
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """``values`` sorted, each once (``np.unique`` costs tens of microseconds more
-    a call on arrays this small, and its first call imports ``numpy.ma``)."""
-    values = np.sort(values)
-    keep = np.ones(values.size, bool)
-    keep[1:] = values[1:] != values[:-1]
-    return values[keep]
 
 
 def chunk_read_bytes(block: Block, index: str, values: int) -> int:
