@@ -10,6 +10,12 @@
   ``unroll.max_rows=0`` makes) is a register tile (``llvm_plan.narrow_lanes``),
   not a scalar loop nest.
 
+* With mixed tiles (``unroll.mixed_vectors``, on in the CPU target) a ragged
+  vector index of a few vectors is one tile instead: whole vectors and one
+  narrower vector per row (``llvm_plan.lane_chunks``: 24 channels as 16 + 8
+  lanes, 28 as 16 + 12), so these tests of the split turn mixed tiles off, and
+  the last two tests check the mixed tiles.
+
 The results are checked against NumPy whatever the host's vector width; the
 structure only where the target's vectors are 16 lanes (AVX-512), the only width
 where these rests appear."""
@@ -99,7 +105,8 @@ def test_stem_lanes_rest_matches_numpy(hw: int, co: int) -> None:
 def test_lanes_epilogue_is_straight_line_vectors() -> None:
     rng = np.random.default_rng(1)
     i, k, b = _rand(rng, 1, 28, 28, 3), _rand(rng, 3, 3, 3, 24), _rand(rng, 24)
-    exe = stripeml.compile(STEM, target="cpu", constants={"K": k, "B": b}).lower(i)
+    target = _target(mixed_vectors=0)
+    exe = stripeml.compile(STEM, target=target, constants={"K": k, "B": b}).lower(i)
     np.testing.assert_allclose(exe(i), _stem_reference(i, k, b), rtol=1e-4, atol=1e-4 * 30)
     lanes = _lanes_kernels(exe)
     if _width() != 16:
@@ -119,7 +126,7 @@ def test_lanes_epilogue_is_straight_line_vectors() -> None:
 def test_rest_of_several_narrow_vectors_is_a_register_tile(m: int, n: int) -> None:
     rng = np.random.default_rng(m + n)
     x, w, b = _rand(rng, m, 48), _rand(rng, 48, n), _rand(rng, n)
-    target = _target(max_rows=0)
+    target = _target(max_rows=0, mixed_vectors=0)
     exe = stripeml.compile(DENSE, target=target).lower(x, w, b)
     want = np.maximum(x.astype(np.float64) @ w + b, 0)
     got = exe(x, w, b)
@@ -141,3 +148,55 @@ def test_rest_of_several_narrow_vectors_is_a_register_tile(m: int, n: int) -> No
         body = _body(exe.code, kernel)
         assert lanes.name not in _looped(body, t), t.name
         assert "<4 x float>" in body
+
+
+# ---- mixed tiles: whole vectors and a narrower one in one register tile ----------------
+
+GROUPED = """function (I[N, H, W, C], K[CI, G, CO], B[M]) -> (O) {
+    A[n, y, x, 28 * g + co : N, H, W, 112] = +(I[n, y, x, 6 * g + ci] * K[ci, g, co]);
+    O = relu(A + B);
+}"""
+
+
+def _kernels(exe) -> list[Block]:
+    return [k for k in exe.program.root.stmts if isinstance(k, Block)]
+
+
+def test_stem_of_24_channels_is_one_mixed_tile() -> None:
+    """24 output channels of 16-lane vectors: one kernel whose register tile holds
+    each row's 24 channels as a 16-lane and an 8-lane vector (the input value
+    broadcast once for both), its epilogue straight-line in the same vectors."""
+    rng = np.random.default_rng(3)
+    i, k, b = _rand(rng, 1, 28, 28, 3), _rand(rng, 3, 3, 3, 24), _rand(rng, 24)
+    exe = stripeml.compile(STEM, target=_target(), constants={"K": k, "B": b}).lower(i)
+    want = _stem_reference(i, k, b)
+    np.testing.assert_allclose(exe(i), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    if _width() != 16:
+        pytest.skip("24 channels are ragged in 16-lane vectors only")
+    assert _lanes_kernels(exe) == []
+    (conv,) = [k for k in _kernels(exe) if "contraction" in k.tags]
+    (tile,) = [t for t in walk_blocks(conv) if "register_tile" in t.tags]
+    assert 24 in [i.range for i in tile.idxs]
+    body = _body(exe.code, conv.name)
+    assert "<16 x float>" in body and "<8 x float>" in body
+    (ep,) = [t for t in walk_blocks(conv) if "epilogue" in t.tags]
+    assert _looped(body, ep) == [], ep.name
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_grouped_convolution_of_28_channels_a_group(threads: int) -> None:
+    """ShuffleNet's grouped 1 x 1 convolutions: 4 groups of 28 output channels,
+    each group's 28 in one tile of a 16-lane and a 12-lane vector (no second
+    kernel for the last 12), against NumPy."""
+    rng = np.random.default_rng(28 + threads)
+    i, k, b = _rand(rng, 1, 14, 14, 24), _rand(rng, 6, 4, 28), _rand(rng, 112)
+    target = stripeml.targets.resolve("cpu", threads=threads)
+    exe = stripeml.compile(GROUPED, target=target, constants={"K": k, "B": b}).lower(i)
+    x = i.astype(np.float64).reshape(1, 14, 14, 4, 6)
+    want = np.maximum(np.einsum("nyxgc,cgo->nyxgo", x, k).reshape(1, 14, 14, 112) + b, 0)
+    np.testing.assert_allclose(exe(i), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    if _width() != 16:
+        pytest.skip("28 channels are ragged in 16-lane vectors only")
+    assert _lanes_kernels(exe) == []
+    (conv,) = [k for k in _kernels(exe) if "contraction" in k.tags]
+    assert "<12 x float>" in _body(exe.code, conv.name)

@@ -71,6 +71,7 @@ BAD = [
     ("unroll", "max_rows = -1", "max_rows", "must be 0 or more"),
     ("unroll", "pack_max_bytes = -1", "pack_max_bytes", "must be 0 or more"),
     ("unroll", "k_block = -256", "k_block", "must be 0 or more"),
+    ("unroll", "mixed_vectors = -2", "mixed_vectors", "must be 0 or more"),
     ("vectorize", "width = 0", "width", "must be positive"),
 ]
 

@@ -590,8 +590,11 @@ def test_cpu_pipeline_keeps_an_unfusable_result(src, reference):
 def test_ragged_vectors_split_into_whole_and_narrower_lanes(n):
     """A vector range that whole vectors do not divide (1000 channels in 16 lanes) is
     two kernels: whole vectors, and the rest in the widest power-of-two lanes
-    (at least 4) that divide it; a rest of fewer lanes stays untiled."""
-    result = _check(MATMUL, [(8, 6), (6, n)], lambda a, b: a @ b, vector_width=16, vectors=2)
+    (at least 4) that divide it; a rest of fewer lanes stays untiled.  (Mixed
+    tiles off: with them, ranges of a few vectors are one tile, below.)"""
+    result = _check(
+        MATMUL, [(8, 6), (6, n)], lambda a, b: a @ b, vector_width=16, vectors=2, mixed_vectors=0
+    )
     rest = n % 16
     names = [b.name for b in result.program.root.stmts]
     assert names == ["k0_C", "k0_C_lanes"], names
@@ -600,6 +603,34 @@ def test_ragged_vectors_split_into_whole_and_narrower_lanes(n):
         Program(replace(result.program.root, stmts=(tail,)))
     )
     assert tiled == (rest & -rest >= 4), (n, tiled)
+
+
+@pytest.mark.parametrize("n,rows", [(20, 6), (24, 6), (37, 4), (40, 4), (68, 2)])
+def test_ragged_vectors_of_few_registers_are_one_mixed_tile(n, rows):
+    """A ragged vector range of a few vectors (24 channels in 16 lanes: 16 + 8) is
+    one kernel whose tile covers the whole range, as many rows as the
+    accumulators allow (12 of them: 6 rows of 2 registers, 4 of 3, 2 of 5);
+    with its epilogue, on the interpreter and on the CPU in 16-lane vectors
+    (1 and 2 threads), whatever the host's own width."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((24, 9)).astype(np.float32)
+    w = rng.standard_normal((9, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
+    result = run_pipeline(
+        program, [Unroll(vector_width=16, vectors=2, rows=6, max_vectors=12), Epilogue()]
+    ).program
+    kernels = [b for b in result.root.stmts if isinstance(b, Block)]
+    assert len(kernels) == 1, [b.name for b in kernels]
+    (tile,) = [b for b in walk_blocks(kernels[0]) if "register_tile" in b.tags]
+    assert sorted(i.range for i in tile.idxs if i.name.endswith("_r")) == sorted([n, rows])
+    want = np.maximum(x.astype(np.float64) @ w + bias, 0)
+    inputs = {"X": x, "W": w, "Bias": bias}
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-4)
+    for threads in (1, 2):
+        opts = CpuOptions(threads=threads, fma=True, vector_width=16, min_chunk_work=1)
+        got = CpuBackend(opts).compile(result).run(inputs)["Y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 def test_ragged_vectors_with_ragged_rows_and_an_epilogue():

@@ -52,11 +52,11 @@ MAX_UNROLL = 8
 
 def register_tile_plan(
     blk: Block, binds: dict[str, Bind], w: int, max_vectors: int = max_tile_vectors(16)
-) -> tuple[str, str, list[str], int] | None:
-    """(output ref, vector index, unrolled indices, lanes) when ``blk`` is a leaf whose
-    single aggregating store can keep its outputs in vector registers (at most
-    ``max_vectors`` of them) across the reduction.  ``lanes`` is ``w``, or for a vector index of fewer points (a tile of
-    ``unroll``'s narrower-lane rest) its range when that is a power of two >= 4."""
+) -> tuple[str, str, list[str], list[tuple[int, int]]] | None:
+    """(output ref, vector index, unrolled indices, chunks) when ``blk`` is a leaf
+    whose single aggregating store can keep its outputs in vector registers (at
+    most ``max_vectors`` of them) across the reduction.  ``chunks``: the vector
+    index's ``(start, lanes)`` per register (:func:`lane_chunks`)."""
     if w < 2 or blk.sub_blocks or any(r.dir == "none" for r in blk.refs):
         return None
     stores = [s for s in blk.stmts if isinstance(s, Store)]
@@ -76,13 +76,12 @@ def register_tile_plan(
     if bd.mode == "scope" and blk.constraints:
         return None  # a reduction with no points must leave its outputs alone
 
-    def lanes_of(n: str) -> int:
-        return narrow_lanes(blk.idx(n).range, w)
-
-    units = [n for n in addr if bd.offset.coeff(n) == 1 and blk.idx(n).range % lanes_of(n) == 0]
+    units = [n for n in addr if bd.offset.coeff(n) == 1 and lane_chunks(blk.idx(n).range, w)]
     for vidx in reversed(units):
         unrolled = [n for n in addr if n != vidx]
-        count = blk.idx(vidx).range // lanes_of(vidx)
+        chunks = lane_chunks(blk.idx(vidx).range, w)
+        assert chunks is not None
+        count = len(chunks)
         for u in unrolled:
             count *= blk.idx(u).range
         if count > max_vectors or any(blk.idx(u).range > MAX_UNROLL for u in unrolled):
@@ -92,8 +91,23 @@ def register_tile_plan(
         ok = vectorizable(blk, binds, vidx, reduction_ok=True)
         bd.mode = saved
         if ok:
-            return out, vidx, unrolled, lanes_of(vidx)
+            return out, vidx, unrolled, chunks
     return None
+
+
+def lane_chunks(n: int, w: int) -> list[tuple[int, int]] | None:
+    """The registers a vector index of ``n`` points takes, as ``(start, lanes)``:
+    whole vectors of ``w``; for more points than whole vectors divide, those
+    vectors and one of the ``n % w`` points left (``unroll``'s mixed tiles: 28
+    channels a group as 16 + 12 lanes, the narrower vector an LLVM vector of
+    that many lanes); for fewer points than ``w``, vectors of
+    :func:`narrow_lanes` (at least 4 lanes; None when no such width divides)."""
+    if n % w and n > w:
+        return [(j * w, w) for j in range(n // w)] + [(n - n % w, n % w)]
+    lanes = narrow_lanes(n, w)
+    if n % lanes:
+        return None
+    return [(j * lanes, lanes) for j in range(n // lanes)]
 
 
 def narrow_lanes(n: int, w: int) -> int:

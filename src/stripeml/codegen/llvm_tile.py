@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from ..ir.nodes import Block, Store
-from .llvm_plan import MAX_UNROLL, Bind, narrow_lanes, vectorizable
+from .llvm_plan import MAX_UNROLL, Bind, lane_chunks, vectorizable
 from .llvm_types import I64, acc_dtype, identity, reg_type, splat, vec
 
 if TYPE_CHECKING:
@@ -39,23 +39,20 @@ def emit_register_tile(
     out: str,
     vidx: str,
     unrolled: list[str],
-    lanes: int,
+    chunks: list[tuple[int, int]],
 ) -> None:
     """Emit leaf ``blk`` with its output ``out`` in a register tile (see the module),
-    ``lanes`` points of ``vidx`` per vector (the target's width, or fewer for a
-    narrower tile)."""
+    a register per ``(start, lanes)`` of ``chunks`` along ``vidx`` (whole vectors of
+    the target's width, and a narrower one or narrower ones: :func:`.lane_chunks`)."""
     b = g.b
     bd = binds[out]
-    w = lanes
     adt = acc_dtype(bd.dtype)
-    rt = vec(reg_type(adt), w)
     combos = list(itertools.product(*[range(blk.idx(u).range) for u in unrolled]))
-    chunks = range(blk.idx(vidx).range // w)
     red = [i.name for i in blk.idxs if i.name != vidx and i.name not in unrolled]
 
-    def at(combo: tuple[int, ...], j: int, env0: dict[str, ir.Value]) -> dict[str, ir.Value]:
+    def at(combo: tuple[int, ...], start: int, env0: dict[str, ir.Value]) -> dict[str, ir.Value]:
         env2 = dict(env0)
-        for name, value in (*zip(unrolled, combo), (vidx, j * w)):
+        for name, value in (*zip(unrolled, combo), (vidx, start)):
             base = blk.idx(name).affine
             c = ir.Constant(I64, value)
             env2[name] = b.add(g.affine(base, env0), c) if base is not None else c
@@ -63,44 +60,45 @@ def emit_register_tile(
 
     slots = {}
     for combo in combos:
-        for j in chunks:
-            slot = g.alloca_builder.alloca(rt, name=g.fresh("tile"))
+        for start, w in chunks:
+            slot = g.alloca_builder.alloca(vec(reg_type(adt), w), name=g.fresh("tile"))
             if bd.mode == "mem":
-                b.store(g.to_acc(g.vload(bd, at(combo, j, env), w, vidx), bd.dtype), slot)
+                b.store(g.to_acc(g.vload(bd, at(combo, start, env), w, vidx), bd.dtype), slot)
             else:
                 b.store(splat(identity(bd.agg, adt), w), slot)
-            slots[combo, j] = slot
+            slots[combo, start] = slot
     mode = bd.mode
 
     def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
         bd.mode = "reg"
         bd.touched = None
         for combo in combos:
-            for j in chunks:
-                bd.vacc = slots[combo, j]
-                g.stmts(blk, at(combo, j, env3), binds, None, w, vidx)
+            for start, w in chunks:
+                bd.vacc = slots[combo, start]
+                g.stmts(blk, at(combo, start, env3), binds, None, w, vidx)
         bd.mode = mode
 
     g.loops(blk, red, env, body, False, guards_here=True)
     bd.mode = "plain"
     for combo in combos:
-        for j in chunks:
-            tile = g.from_acc(b.load(slots[combo, j], typ=rt), bd.dtype)
-            g.vstore(bd, at(combo, j, env), tile, w)
+        for start, w in chunks:
+            tile = b.load(slots[combo, start], typ=vec(reg_type(adt), w))
+            g.vstore(bd, at(combo, start, env), g.from_acc(tile, bd.dtype), w)
     bd.mode = mode
 
 
 def unrolled_epilogue_plan(
     blk: Block, binds: dict[str, Bind], w: int, max_vectors: int, narrow_only: bool = False
-) -> tuple[str, list[str], int] | None:
-    """``(vidx, unrolled, lanes)`` when ``blk`` is an ``epilogue`` leaf small enough
+) -> tuple[str, list[str], list[tuple[int, int]]] | None:
+    """``(vidx, unrolled, chunks)`` when ``blk`` is an ``epilogue`` leaf small enough
     to emit straight-line (see the module): no constraints, allocations or
-    offsets of indices, plain stores only, its last index in whole vectors of
-    ``lanes`` (``w``, or for a last index that whole vectors of ``w`` do not
-    divide, the largest power of two of at least 4 dividing its range: the
-    epilogue of ``unroll``'s narrower-lane rest), and at most ``max_vectors``
-    vectors over its other indices (each of at most ``MAX_UNROLL`` points).
-    ``narrow_only``: only such a narrower epilogue of more than one row (bodies
+    offsets of indices, plain stores only, its last index in the vectors of
+    :func:`.lane_chunks` (whole vectors of ``w``; the epilogue of ``unroll``'s
+    narrower-lane rest in vectors of a power of two of at least 4 lanes; of a
+    mixed tile, whole vectors and a narrower last one), and at most
+    ``max_vectors`` vectors over its other indices (each of at most
+    ``MAX_UNROLL`` points).
+    ``narrow_only``: only such a narrower or mixed epilogue of more than one row (bodies
     compiled at O3: LLVM unrolls full-width epilogues well itself, and one row
     of narrow lanes too, but vectorised a narrow epilogue's rows with gathers
     and scatters)."""
@@ -112,20 +110,23 @@ def unrolled_epilogue_plan(
         return None
     vidx = blk.idxs[-1].name
     unrolled = [i.name for i in blk.idxs[:-1]]
-    lanes = narrow_lanes(blk.idx(vidx).range, w)
-    if narrow_only and (lanes == w or all(blk.idx(u).range == 1 for u in unrolled)):
+    chunks = lane_chunks(blk.idx(vidx).range, w)
+    if chunks is None:
         return None
-    count = blk.idx(vidx).range // lanes
+    if narrow_only and (
+        all(lanes == w for _, lanes in chunks) or all(blk.idx(u).range == 1 for u in unrolled)
+    ):
+        return None
+    count = len(chunks)
     for u in unrolled:
         count *= blk.idx(u).range
     if (
-        blk.idx(vidx).range % lanes
-        or count > max_vectors
+        count > max_vectors
         or any(blk.idx(u).range > MAX_UNROLL for u in unrolled)
         or not vectorizable(blk, binds, vidx)
     ):
         return None
-    return vidx, unrolled, lanes
+    return vidx, unrolled, chunks
 
 
 def emit_unrolled(
@@ -135,15 +136,15 @@ def emit_unrolled(
     binds: dict[str, Bind],
     vidx: str,
     unrolled: list[str],
-    lanes: int,
+    chunks: list[tuple[int, int]],
 ) -> None:
     """Emit leaf ``blk`` (:func:`unrolled_epilogue_plan`) as straight-line code: its
-    statements once per point of ``unrolled`` and vector of ``lanes`` points of ``vidx``."""
-    w = lanes
+    statements once per point of ``unrolled`` and ``(start, lanes)`` of ``chunks``
+    along ``vidx``."""
     combos = itertools.product(*[range(blk.idx(u).range) for u in unrolled])
     for combo in combos:
-        for j in range(blk.idx(vidx).range // w):
+        for start, w in chunks:
             env2 = dict(env)
-            for name, value in (*zip(unrolled, combo), (vidx, j * w)):
+            for name, value in (*zip(unrolled, combo), (vidx, start)):
                 env2[name] = ir.Constant(I64, value)
             g.stmts(blk, env2, binds, None, w, vidx)

@@ -16,6 +16,8 @@ from ._unroll_shapes import restrict
 if TYPE_CHECKING:
     from .unroll import Unroll
 
+MIXED_ROWS = 8
+
 
 def split_rows(
     unroll: Unroll,
@@ -107,3 +109,41 @@ def split_vector(
         rest = replace(unroll, vector_width=lanes, vectors=rem // lanes, pack_max_bytes=0)
         second = rest._tile(laid.root if laid is not None else root, tail, row, laid) or [tail]
     return first + second
+
+
+def mixed_tile(
+    unroll: Unroll,
+    root: Block,
+    k: Block,
+    v: str,
+    row: str | None,
+    laid: PanelLayouts | None,
+) -> list[Block] | None:
+    """``k`` tiled whole along a ragged vector index ``v`` (``R`` points, whole vectors
+    of ``w`` and ``R % w`` more): one tile as wide as ``R``, whose registers are
+    ``R // w`` whole vectors and a narrower one (the code generator's
+    ``lane_chunks``), when ``R`` takes at most ``unroll.mixed_vectors`` registers
+    and at least two rows of them fit the accumulators; else None.  Each input
+    value read across the rows then serves all ``R`` points once, where a split
+    reads it again for the rest (ShuffleNet's grouped 1 x 1 convolutions, 28
+    channels a group: 16 + 12)."""
+    total = k.idx(v).range
+    regs = -(-total // unroll.vector_width)
+    if regs > unroll.mixed_vectors or 2 * regs > unroll.max_vectors:
+        return None
+    # Rows of at most MIXED_ROWS each: the code generator unrolls a register
+    # tile's other indices up to 8 points (``llvm_plan.MAX_UNROLL``); a taller
+    # mixed tile would run as loops, its narrower lanes scalar (Inception-v1's
+    # 13 x 13 x 512 -> 24 convolution in tiles of 12 x 24: 5x the time).
+    budget = min(unroll.max_vectors // regs, MIXED_ROWS)
+    wide = replace(
+        unroll,
+        vector_width=total,
+        vectors=1,
+        rows=max(1, min(budget, unroll.rows * unroll.vectors // regs)),
+        max_vectors=budget,
+        max_rows=min(unroll.max_rows, MIXED_ROWS),
+        vector_groups=0,
+        mixed_vectors=0,
+    )
+    return wide._tile(root, k, row, laid)

@@ -93,14 +93,16 @@ several outputs or an ``assign`` output, no reduction index, no vector
 index (unit stride in the output, stride 0 or 1 in every input, not in a
 constraint), or a vector range below one vector.
 
-Ragged vectors: a vector range ``R`` that whole vectors do not divide (1000
-output channels in 16 lanes) is split into two root kernels, like ragged
-rows: ``[0, R - R % w)`` tiled as above, and the last ``R % w`` points with
-the widest power-of-two lanes (at least 4) dividing them, all its vectors in
-one tile (12 points: 3 vectors of 4 lanes, as the accumulators allow), no
-packing; a narrower rest stays untiled (``vectorize`` takes it).  This
-module chooses the tile shape; ``_register_tile.py`` builds the nest and
-``_unroll_splits.py`` the two parts of a split kernel.
+Ragged vectors: a vector range ``R`` that whole vectors do not divide, of at
+most ``mixed_vectors`` registers (24 channels in 16 lanes), is one tile as
+wide as ``R``, the code generator's registers whole vectors and a narrower
+one (a mixed tile, rows of at most 8).  A wider one (1000 output channels) is
+split into two root kernels, like ragged rows: ``[0, R - R % w)`` tiled as
+above, and the last ``R % w`` points with the widest power-of-two lanes (at
+least 4) dividing them, all its vectors in one tile (12 points: 3 vectors of
+4 lanes), no packing; a narrower rest stays untiled (``vectorize`` takes it).
+This module chooses the tile shape; ``_register_tile.py`` builds the nest and
+``_unroll_splits.py`` the mixed tile and the two parts of a split kernel.
 
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
@@ -118,7 +120,7 @@ from ._common import index_stride, inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
 from ._unroll_shapes import moves, packable, panel_of_wider, two_rows, vectors_dividing
-from ._unroll_splits import split_rows, split_vector
+from ._unroll_splits import mixed_tile, split_rows, split_vector
 from .registry import check_non_negative, check_positive, check_selector, register
 
 
@@ -178,6 +180,8 @@ class Unroll:
     # narrower tile, when there are at least this many groups (0: never; three
     # vectors stay three 4 x 1 tiles, a second kernel costing more than it saves).
     vector_groups: int = 4
+    # A ragged vector index of at most this many registers: one mixed tile (0: split).
+    mixed_vectors: int = 8
     name: ClassVar[str] = "unroll"
     layer_local: ClassVar[bool] = True
     # The search space of ``stripeml tune`` (docs/tuning.md), from the shape
@@ -190,6 +194,7 @@ class Unroll:
         "row_blocks": (1, 2, 4),
         "k_block": (0, 64, 128, 256, 512),
         "channel_rows": (False, True),
+        "mixed_vectors": (0, 8),
     }
 
     def __post_init__(self) -> None:
@@ -204,7 +209,7 @@ class Unroll:
             "k_block",
             "registers",
         )
-        check_non_negative(self, "vector_groups")
+        check_non_negative(self, "vector_groups", "mixed_vectors")
 
     def shaped(self) -> Unroll:
         """The options with the tile shape of ``registers`` (0 left alone).
@@ -331,7 +336,9 @@ class Unroll:
             # 0.04 + 0.49 ms split).
             if k.constraints:
                 return None
-            return split_vector(self, root, k, v, row, laid)
+            return mixed_tile(self, root, k, v, row, laid) or split_vector(
+                self, root, k, v, row, laid
+            )
         # Row indices: output indices that the inputs read along ``v`` (the panels:
         # weights) do not depend on, so each panel vector serves every row of a
         # tile.  (An index of a blocked weight layout, ``W[cb, ..., c]`` with the
