@@ -633,6 +633,32 @@ def test_ragged_vectors_of_few_registers_are_one_mixed_tile(n, rows):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    m=st.integers(1, 30),
+    k=st.integers(1, 12),
+    n=st.integers(9, 140),
+    width=st.sampled_from([8, 16]),
+    rows=st.sampled_from([2, 4, 6]),
+)
+def test_mixed_or_split_tiles_match_numpy(m, k, n, width, rows):
+    """Any shape, mixed tile or split: the tiled program with its epilogue equals
+    NumPy on the interpreter and on the CPU in ``width``-lane vectors."""
+    rng = np.random.default_rng(m * 1000 + n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    program = stripeml.compile(DENSE_RELU, target="interp").lower(x, w, bias).program
+    tiled = Unroll(vector_width=width, vectors=2, rows=rows, max_vectors=12)
+    result = run_pipeline(program, [tiled, Epilogue()]).program
+    want = np.maximum(x.astype(np.float64) @ w + bias, 0)
+    inputs = {"X": x, "W": w, "Bias": bias}
+    np.testing.assert_allclose(run(result, inputs)["Y"], want, rtol=1e-5, atol=1e-4)
+    opts = CpuOptions(threads=2, fma=True, vector_width=width, min_chunk_work=1)
+    got = CpuBackend(opts).compile(result).run(inputs)["Y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
 def test_ragged_vectors_with_ragged_rows_and_an_epilogue():
     rng = np.random.default_rng(5)
     x = rng.standard_normal((13, 9)).astype(np.float32)
