@@ -76,11 +76,11 @@ def register_tile_plan(
     if bd.mode == "scope" and blk.constraints:
         return None  # a reduction with no points must leave its outputs alone
 
-    units = [n for n in addr if bd.offset.coeff(n) == 1 and lane_chunks(blk.idx(n).range, w)]
-    for vidx in reversed(units):
+    units = {n: lane_chunks(blk.idx(n).range, w) for n in addr if bd.offset.coeff(n) == 1}
+    for vidx, chunks in reversed(units.items()):
+        if chunks is None:
+            continue
         unrolled = [n for n in addr if n != vidx]
-        chunks = lane_chunks(blk.idx(vidx).range, w)
-        assert chunks is not None
         count = len(chunks)
         for u in unrolled:
             count *= blk.idx(u).range

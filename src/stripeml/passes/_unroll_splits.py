@@ -16,6 +16,11 @@ from ._unroll_shapes import restrict
 if TYPE_CHECKING:
     from .unroll import Unroll
 
+#: A mixed tile's rows along any index: the CPU code generator unrolls a register
+#: tile's indices other than its vector index up to 8 points
+#: (``codegen/llvm_plan.MAX_UNROLL``); a taller mixed tile would run as loops,
+#: its narrower lanes scalar (Inception-v1's 13 x 13 x 512 -> 24 convolution in
+#: tiles of 12 rows by 24 channels took 5x the time).
 MIXED_ROWS = 8
 
 
@@ -131,10 +136,6 @@ def mixed_tile(
     regs = -(-total // unroll.vector_width)
     if regs > unroll.mixed_vectors or 2 * regs > unroll.max_vectors:
         return None
-    # Rows of at most MIXED_ROWS each: the code generator unrolls a register
-    # tile's other indices up to 8 points (``llvm_plan.MAX_UNROLL``); a taller
-    # mixed tile would run as loops, its narrower lanes scalar (Inception-v1's
-    # 13 x 13 x 512 -> 24 convolution in tiles of 12 x 24: 5x the time).
     budget = min(unroll.max_vectors // regs, MIXED_ROWS)
     wide = replace(
         unroll,
