@@ -66,13 +66,15 @@ def _looped(code: str, blk: Block) -> list[str]:
     return [i.name for i in blk.idxs if re.search(rf'"{re.escape(i.name)}\.head\.\d+"', code)]
 
 
-def _body(code: str, kernel: str) -> str:
-    """The LLVM IR of the body that kernel ``kernel``'s entry calls."""
-    entry = re.search(
-        rf'define void @"k\d+_{re.escape(kernel)}"\(.*?call void @"([^"]+)"', code, re.S
+def _body(exe, kernel: str) -> str:
+    """The LLVM IR of the body that kernel ``kernel``'s step calls."""
+    code = exe.code
+    steps = exe._compiled.module.steps
+    symbol = next(
+        (s.kernel.symbol for s in steps if s.kernel and s.kernel.block_name == kernel), None
     )
-    assert entry is not None, kernel
-    start = code.index(f'define void @"{entry.group(1)}"')
+    assert symbol is not None, kernel
+    start = code.index(f'define void @"{symbol}"')
     end = code.find("\ndefine ", start + 1)
     return code[start : end if end > 0 else len(code)]
 
@@ -117,7 +119,7 @@ def test_lanes_epilogue_is_straight_line_vectors() -> None:
     for blk in eps:
         assert blk.idxs[-1].range == 8
         # no loop over its rows or its lanes: one 8-lane vector per row
-        body = _body(exe.code, next(k.name for k in lanes if blk in walk_blocks(k)))
+        body = _body(exe, next(k.name for k in lanes if blk in walk_blocks(k)))
         assert _looped(body, blk) == [], blk.name
         assert "<8 x float>" in body
 
@@ -145,7 +147,7 @@ def test_rest_of_several_narrow_vectors_is_a_register_tile(m: int, n: int) -> No
         lanes = t.idxs[0]
         # a register tile: its vector index runs in lanes, no loop over it
         kernel = next(k.name for k in _lanes_kernels(exe) if t in walk_blocks(k))
-        body = _body(exe.code, kernel)
+        body = _body(exe, kernel)
         assert lanes.name not in _looped(body, t), t.name
         assert "<4 x float>" in body
 
@@ -177,7 +179,7 @@ def test_stem_of_24_channels_is_one_mixed_tile() -> None:
     (conv,) = [k for k in _kernels(exe) if "contraction" in k.tags]
     (tile,) = [t for t in walk_blocks(conv) if "register_tile" in t.tags]
     assert 24 in [i.range for i in tile.idxs]
-    body = _body(exe.code, conv.name)
+    body = _body(exe, conv.name)
     assert "<16 x float>" in body and "<8 x float>" in body
     (ep,) = [t for t in walk_blocks(conv) if "epilogue" in t.tags]
     assert _looped(body, ep) == [], ep.name
@@ -199,4 +201,4 @@ def test_grouped_convolution_of_28_channels_a_group(threads: int) -> None:
         pytest.skip("28 channels are ragged in 16-lane vectors only")
     assert _lanes_kernels(exe) == []
     (conv,) = [k for k in _kernels(exe) if "contraction" in k.tags]
-    assert "<12 x float>" in _body(exe.code, conv.name)
+    assert "<12 x float>" in _body(exe, conv.name)

@@ -57,24 +57,28 @@ def test_o1_bodies_take_their_row_tiles_at_run_time() -> None:
     assert bounds and all(kernel.idx(n).range >= 2 for n in bounds)
     assert runtime_bounds(kernel, 3) == ()  # O3 bodies keep their constants
     module = generate(p, vector_width=16)
-    ranges = ", ".join(f"i64 {kernel.idx(n).range}" for n in bounds)
-    assert f"i64 %end, {ranges})" in module.llvm_ir  # the wrapper passes the ranges
+    assert module.llvm_ir == ""  # no code of the step's own: it gathers
+    (step,) = [s.kernel for s in module.steps if s.kernel is not None]
+    # the step's gather passes the ranges after the buffers' (slot, offset) pairs
+    ranges = [kernel.idx(n).range for n in bounds]
+    tail = step.gather[-2 * len(bounds) :]
+    assert list(tail[0::2]) == [-1] * len(bounds) and list(tail[1::2]) == ranges
     (body,) = module.bodies
-    assert body.llvm_ir is not None
+    assert body.llvm_ir is not None and step.symbol == body.symbol
     entry = next(
         line
         for line in body.llvm_ir.splitlines()
         if line.startswith(f'define void @"{body.symbol}"')
     )
-    assert entry.count("i64") == 2 + len(bounds)  # start, end, then the bounds
+    assert entry.count("i64") == 2  # start, end: the bounds are in its argument array
 
 
 def test_a_second_row_count_reuses_the_body(tmp_path, here) -> None:
-    """32 rows, then 64: the second program compiles its wrappers only, and its
-    body, compiled for 8 row tiles, runs 16 (a constant bound would leave half of
-    Y unwritten)."""
+    """32 rows, then 64: the second program compiles nothing, and its body,
+    compiled for 8 row tiles, runs 16 (a constant bound would leave half of Y
+    unwritten)."""
     backend = CpuBackend(CpuOptions(threads=2, cache_dir=tmp_path))
-    for rows, compiled_modules in ((32, None), (64, 1)):
+    for rows, compiled_modules in ((32, None), (64, 0)):
         arrays = _inputs(rows)
         p = _program(MATMUL, arrays)
         before = jit.STATS["optimize"]
@@ -92,8 +96,9 @@ def test_one_program_links_one_body_for_both_row_counts(tmp_path, here) -> None:
     assert len(kernels) == 2 and kernels[0].idxs != kernels[1].idxs
     module = generate(p, vector_width=CpuOptions(threads=2).vector_width)
     assert len(module.bodies) == 1 and module.bodies[0].llvm_ir is not None
-    symbols = {s.kernel.symbol for s in module.steps if s.kernel is not None}
-    assert len(symbols) == 2  # a wrapper per step, each with its own bounds
+    steps = [s.kernel for s in module.steps if s.kernel is not None]
+    assert {s.symbol for s in steps} == {module.bodies[0].symbol}
+    assert steps[0].gather != steps[1].gather  # each step gathers its own bounds
     extents = [s.kernel.parallel_extent for s in module.steps if s.kernel is not None]
     assert extents[0] != extents[1]  # each step is split by its own kernel's extent
     compiled = CpuBackend(CpuOptions(threads=2, cache_dir=tmp_path)).compile(p)
@@ -111,7 +116,7 @@ def test_a_body_missing_from_this_cache_is_compiled(tmp_path, here) -> None:
     p = _program(MATMUL, arrays)
     before = jit.STATS["optimize"]
     compiled = CpuBackend(CpuOptions(threads=2, cache_dir=tmp_path / "b")).compile(p)
-    assert jit.STATS["optimize"] - before == 2  # the body and the wrappers
+    assert jit.STATS["optimize"] - before == 1  # the body
     got = compiled.run({"X": arrays[0], "W": arrays[1]})["Y"]
     np.testing.assert_allclose(got, arrays[0] @ arrays[1], rtol=1e-4, atol=1e-4)
 

@@ -264,3 +264,77 @@ def child_main(n: int) -> None:
 
 if __name__ == "__main__":  # pragma: no cover - run by the cache tests
     child_main(int(sys.argv[1]))
+
+
+# fn(args, lo, hi) with a gathered argument array (codegen/cpu_abi.py):
+# args[0][i] += args[1][i] * args[2] (i64) for i in [lo, hi).
+GATHER_IR = """
+define void @scaled_add(i8* %p, i64 %lo, i64 %hi) {
+entry:
+  %args = bitcast i8* %p to i64*
+  %d0 = load i64, i64* %args
+  %s1 = getelementptr i64, i64* %args, i64 1
+  %s0 = load i64, i64* %s1
+  %k1 = getelementptr i64, i64* %args, i64 2
+  %k = load i64, i64* %k1
+  %dst = inttoptr i64 %d0 to i64*
+  %src = inttoptr i64 %s0 to i64*
+  %empty = icmp uge i64 %lo, %hi
+  br i1 %empty, label %e, label %l
+l:
+  %i = phi i64 [%lo, %entry], [%i1, %l]
+  %q = getelementptr i64, i64* %dst, i64 %i
+  %r = getelementptr i64, i64* %src, i64 %i
+  %v = load i64, i64* %q
+  %w = load i64, i64* %r
+  %m = mul i64 %w, %k
+  %v1 = add i64 %v, %m
+  store i64 %v1, i64* %q
+  %i1 = add i64 %i, 1
+  %c = icmp ult i64 %i1, %hi
+  br i1 %c, label %l, label %e
+e:
+  ret void
+}
+"""
+
+
+def gather_batch_case(scaled_add: int, add_index: int):
+    """A batch of gathered and plain steps over a buffer table, and the function
+    that checks the arrays after ``runs`` runs against NumPy: ``(batch, table,
+    arrays, check)``.  ``add_index`` is the plain kernel of the native pool's
+    tests (``p[i] += i + 1`` over the table itself, plus one count per call in
+    ``p[4096]``); the table's slots 4100-4102 hold the three arrays' addresses."""
+    import numpy as np
+
+    from stripeml.runtime.native_pool import Batch
+
+    n = 1000
+    a = np.zeros(n + 16, np.int64)
+    b = np.arange(n + 16, dtype=np.int64)
+    c = np.arange(n + 16, dtype=np.int64) * 3
+    table = np.zeros(4104, np.int64)
+    table[4100], table[4101], table[4102] = (x.ctypes.data for x in (a, b, c))
+    # a[i + 4] += b[i + 2] * 5, split in 3 chunks; a[i] += c[i] * 7, whole
+    first = np.array([3, 4100, 4 * 8, 4101, 2 * 8, -1, 5], np.int64)
+    second = np.array([3, 4100, 0, 4102, 0, -1, 7], np.int64)
+    three = np.array([n * i // 3 for i in range(4)], np.int64)
+    batch = Batch(
+        [
+            (scaled_add, n, three.ctypes.data, 3, first.ctypes.data),
+            (add_index, 100, 0, 0),
+            (scaled_add, n, 0, 0, second.ctypes.data),
+        ],
+        room=3,
+    )
+    keep = (a, b, c, first, second, three)
+
+    def check(runs: int) -> None:
+        want = np.zeros(n + 16, np.int64)
+        want[4 : n + 4] += b[2 : n + 2] * 5 * runs
+        want[:n] += c[:n] * 7 * runs
+        np.testing.assert_array_equal(a, want)
+        np.testing.assert_array_equal(table[:100], np.arange(1, 101) * runs)
+        assert not table[100:4096].any() and table[4096] == runs
+
+    return batch, table, keep, check

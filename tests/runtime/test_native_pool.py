@@ -311,6 +311,21 @@ def test_a_batch_runs_its_kernels_in_order_split_or_whole(add_index, workers):
     assert data[4096] == 50 * (5 + 1 + 2)
 
 
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_a_batch_gathers_each_kernels_arguments(add_index, workers):
+    """Steps with a gather get an argument array of their own, made from the
+    buffer table (a pointer plus a byte offset, or a constant), split or whole;
+    a step without one gets the table itself: the arrays against NumPy."""
+    from .cpu_samples import GATHER_IR, gather_batch_case
+
+    code = jit.load_object(jit.compile_ir(GATHER_IR))
+    batch, table, _keep, check = gather_batch_case(code.address("scaled_add"), add_index)
+    p = pool(workers)
+    for _ in range(20):
+        assert p.run_batch(batch, table.ctypes.data)
+    check(20)
+
+
 def test_a_busy_pool_declines_a_batch(add_index):
     from stripeml.runtime.native_pool import Batch
 

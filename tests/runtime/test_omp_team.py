@@ -75,6 +75,19 @@ def test_a_batch_on_the_team_runs_every_chunk_once_in_order(entry, add_index, th
     assert data[4096] == 64
 
 
+def test_a_batch_on_the_team_gathers_each_kernels_arguments(entry, add_index):
+    """:func:`test_native_pool.test_a_batch_gathers_each_kernels_arguments` on
+    the team: the gathers reach ``stripeml_pool_batch`` through its data block."""
+    from .cpu_samples import GATHER_IR, gather_batch_case
+
+    code = jit.load_object(jit.compile_ir(GATHER_IR))
+    batch, table, _keep, check = gather_batch_case(code.address("scaled_add"), add_index)
+    p = team_pool(*entry, 2)
+    for _ in range(20):
+        assert p.run_batch(batch, table.ctypes.data)
+    check(20)
+
+
 def test_the_team_takes_chunks(entry, add_index):
     """The team's other threads run chunks (thread 0 does not do everything): over
     jobs of 64 chunks for up to 10 s (a busy machine may not schedule them)."""

@@ -98,7 +98,7 @@ def test_a_nest_costs_more_than_a_flat_module_of_its_length() -> None:
 
 
 def test_the_costliest_pending_module_goes_first() -> None:
-    # an O3 body with loops before a far longer O0 module of wrappers, before an O1 copy
+    # an O3 body with loops before a far longer O0 module, before an O1 copy
     o3 = "".join(f"l{n}.head.{n}:\n" for n in range(60))
     o0 = "w" * 100_000
     o1 = "c" * len(o3)

@@ -1,16 +1,21 @@
 """The contract between the CPU code generator and the CPU runtime.
 
-The generator turns a Stripe program into LLVM: one function per root-level
-kernel block, a wrapper in one small module that calls the kernel's body,
-compiled in a module of its own and shared by kernels equal up to names
-(:class:`Body`), plus this metadata.  Every kernel function has
-the C signature::
+The generator turns a Stripe program into LLVM: one body per distinct
+root-level kernel (kernels equal up to names share one), each compiled in a
+module of its own (:class:`Body`), plus this metadata.  Every kernel function
+has the C signature::
 
-    void kernel(void **buffers, int64_t start, int64_t end);
+    void kernel(void **args, int64_t start, int64_t end);
 
-``buffers[i]`` is the base pointer of the i-th root refinement of the program
-(``program.root.refs`` order: parameters, results and program-level
-temporaries alike).  The kernel runs the iterations ``start <= p < end`` of
+Without a ``gather`` (:attr:`KernelInfo.gather`), ``args`` is the program's
+buffer table: ``args[i]`` is the base pointer of the i-th root refinement of
+the program (``program.root.refs`` order: parameters, results and
+program-level temporaries alike).  With one, the function is a body's entry
+and ``args`` the step's own array, which the runtime fills from that table
+before the call: entry ``j`` is ``table[gather[2j]] + gather[2j + 1]``
+(a pointer moved by a constant number of bytes), or ``gather[2j + 1]`` itself
+where ``gather[2j]`` is ``-1`` (a runtime bound, an ``int64``).  The kernel
+runs the iterations ``start <= p < end`` of
 its *parallel index* (``KernelInfo.parallel_extent`` iterations in all); when
 ``splittable`` is true, disjoint ranges may run concurrently on different
 threads without races, otherwise the runtime must call it once with
@@ -46,6 +51,9 @@ class KernelInfo:
     grain: int = (
         1  # chunk bounds are multiples of this (the lanes, when the split index is vectorised)
     )
+    # how the runtime fills the argument array (module docstring): (slot, add) pairs;
+    # empty: the function takes the program's buffer table itself
+    gather: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +84,8 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """The compiled function of one distinct kernel, ``symbol(buffer pointers...,
-    start, end)``, shared by every root kernel with the same canonical form
+    """The compiled function of one distinct kernel, ``symbol(args, start, end)``
+    (``args`` filled by a step's gather), shared by every root kernel with the same canonical form
     (:mod:`stripeml.analysis.canonical`).  ``llvm_ir``: its module on its own, or ``None`` when
     the caller said it has this body compiled already.  ``info``: what the
     runtime needs to split it (its ``symbol`` is the body's).  ``opt``: the
@@ -91,10 +99,10 @@ class Body:
 
 @dataclass(frozen=True, slots=True)
 class CpuModule:
-    """The program's code: ``llvm_ir`` holds one ABI function per kernel step
-    (``steps[i].kernel.symbol``); with ``bodies`` those functions are small
-    wrappers that load their buffers' pointers and call a body compiled in its
-    own module (one per distinct kernel), else the whole code."""
+    """The program's code: the steps call the ``bodies`` (one per distinct
+    kernel, each compiled in its own module) through their gathers, and
+    ``llvm_ir`` holds any other ABI function a step names (none from the code
+    generator: a step without a gather names one here)."""
 
     llvm_ir: str
     buffers: tuple[BufferInfo, ...]
@@ -102,5 +110,6 @@ class CpuModule:
     bodies: tuple[Body, ...] = ()
 
     def all_ir(self) -> str:
-        """The wrappers' module, then each body's generated here (what ``exe.code`` shows)."""
-        return "\n".join([self.llvm_ir, *(b.llvm_ir for b in self.bodies if b.llvm_ir)])
+        """``llvm_ir``, then each body's generated here (what ``exe.code`` shows)."""
+        parts = [self.llvm_ir] if self.llvm_ir else []
+        return "\n".join([*parts, *(b.llvm_ir for b in self.bodies if b.llvm_ir)])

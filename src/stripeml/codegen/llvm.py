@@ -22,7 +22,7 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import llvmlite.ir as ir
@@ -31,7 +31,6 @@ from ..analysis.canonical import CanonicalKernel, canonical_kernel
 from ..errors import StripeError
 from ..ir.nodes import Block, Program, Special
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
-from .llvm_builder import entry_declaration, forwarder_text
 from .llvm_kernel import KernelEmitter
 from .llvm_levels import (
     O1_INNER_REDUCTION,
@@ -42,7 +41,6 @@ from .llvm_levels import (
     runtime_bounds,
 )
 from .llvm_text import module_text
-from .plan import kernel_symbol
 
 __all__ = [
     "O1_INNER_REDUCTION",
@@ -74,13 +72,18 @@ def generate(
 ) -> CpuModule:
     """Generate the LLVM code and the metadata the CPU runtime needs.
 
-    Each root kernel becomes a wrapper in the module ``llvm_ir`` (it gathers
-    the kernel's buffer pointers into an array) and a body of its own
-    (``bodies``: an entry taking that array, the kernel's code inlined in it), generated from the kernel's canonical form
-    (:func:`stripeml.analysis.canonical.canonical_kernel`) and named after it, so kernels equal
-    up to names share one body.  A body ``known`` reports is not generated
-    again (its ``llvm_ir`` is ``None``); ``on_body`` is told of each body as soon
-    as it is generated (the runtime starts compiling it while the rest are).
+    Each root kernel becomes a step that calls a body (``bodies``: an entry
+    taking the kernel's own argument array, the kernel's code inlined in it),
+    generated from the kernel's canonical form
+    (:func:`stripeml.analysis.canonical.canonical_kernel`) and named after it,
+    so kernels equal up to names share one body.  The step's
+    :attr:`~.cpu_abi.KernelInfo.gather` says how the runtime fills that array
+    from the program's buffers (:func:`step_gather`), so no per-step code is
+    generated (``llvm_ir`` is empty): a module of one wrapper per step cost
+    BERT-base 40 ms of LLVM per input shape.  A body ``known`` reports is not
+    generated again (its ``llvm_ir`` is ``None``); ``on_body`` is told of each
+    body as soon as it is generated (the runtime starts compiling it while the
+    rest are).
 
     ``vector_registers``: the ISA's, which bound a register tile's accumulators
     (:func:`.llvm_plan.max_tile_vectors`).
@@ -96,14 +99,11 @@ def generate(
         import llvmlite.binding as llvm
 
         triple = llvm.get_process_triple()
-    name = (program.root.name or "stripeml").replace("\\", "").replace('"', "")
-    glue = [f'; ModuleID = "{name}"\ntarget triple = "{triple}"\n\n']
     root = program.root
     slot = {r.into: i for i, r in enumerate(root.refs)}
     buffers = root_buffers(root)
     steps: list[Step] = []
     bodies: dict[str, Body] = {}
-    declared: set[str] = set()
     bounded: dict[str, tuple[str, ...]] = {}  # body symbol -> its runtime-bound indices
     options = (triple, vector_width, fma, vector_registers, int8_dot)
     # the bodies that cost LLVM most (O3 kernels with nested blocks: loop nests
@@ -111,8 +111,8 @@ def generate(
     # come, the others (O1, and O3 leaves: one loop nest each) once every kernel
     # has its canonical form, so the costliest reach a helper process sooner
     # (BERT-base's attention nest, at 64 after 128: 32 -> 20 ms into the code
-    # generator); then the glue, in statement order
-    kernels: list[tuple[int, Block | Special, CanonicalKernel | None, str]] = []
+    # generator); then the steps, in statement order
+    kernels: list[tuple[Block | Special, CanonicalKernel | None, str]] = []
     later: list[tuple[str, CanonicalKernel]] = []  # bodies to generate last
     made: dict[str, Body] = {}  # bodies known or generated (or linked to a twin)
 
@@ -125,9 +125,9 @@ def generate(
             on_body(body)
         return body
 
-    for n, stmt in enumerate(root.stmts):
+    for stmt in root.stmts:
         if isinstance(stmt, Special):
-            kernels.append((n, stmt, None, ""))
+            kernels.append((stmt, None, ""))
         elif isinstance(stmt, Block):
             canon = canonical_kernel(root, stmt)
             symbol = body_symbol(canon.text)
@@ -142,38 +142,45 @@ def generate(
                     made[symbol] = make(symbol, canon)
                 else:
                     later.append((symbol, canon))
-            kernels.append((n, stmt, canon, symbol))
+            kernels.append((stmt, canon, symbol))
         else:
             raise StripeError(f"cpu: root statement {type(stmt).__name__} is not supported")
     for symbol, waiting in later:
         made[symbol] = make(symbol, waiting)
-    for n, stmt, form, symbol in kernels:
+    for stmt, form, symbol in kernels:
         if form is None or not isinstance(stmt, Block):
             assert isinstance(stmt, Special)
             steps.append(Step(special=stmt))
             continue
         body = bodies.setdefault(symbol, made[symbol])  # in statement order, as before
-        bounds = bounded[symbol]
-        if body.symbol not in declared:  # the body's entry: (its own pointer array, start, end)
-            declared.add(body.symbol)
-            glue.append(entry_declaration(body.symbol, len(bounds)))
-        wrapper = kernel_symbol(n, stmt)
-        glue.append(
-            forwarder_text(
-                wrapper,
-                body.symbol,
-                [slot[name] for name in form.buffers],
-                form.offsets,
-                [stmt.idx(name).range for name in bounds],
-            )
+        gather = step_gather(
+            [slot[name] for name in form.buffers],
+            form.offsets,
+            [stmt.idx(name).range for name in bounded[symbol]],
         )
-        steps.append(Step(kernel=replace(body.info, symbol=wrapper, block_name=stmt.name)))
+        steps.append(
+            Step(kernel=replace(body.info, symbol=body.symbol, block_name=stmt.name, gather=gather))
+        )
     linked: dict[str, Body] = {}  # one per symbol: the generated one where a twin shares it
     for body in bodies.values():
         if body.llvm_ir is not None or body.symbol not in linked:
             linked[body.symbol] = body
-    text = "".join(glue)
-    return CpuModule(text, buffers, tuple(steps), tuple(linked.values()))
+    return CpuModule("", buffers, tuple(steps), tuple(linked.values()))
+
+
+def step_gather(
+    slots: Sequence[int], offsets: Sequence[int], bounds: Sequence[int]
+) -> tuple[int, ...]:
+    """A kernel step's :attr:`.cpu_abi.KernelInfo.gather`: its body's argument
+    array is ``buffers[slots[i]]`` plus ``offsets[i]`` bytes (the constant
+    offsets its canonical form took out) for each buffer, then ``bounds``,
+    the ranges of its runtime-bound indices (:func:`runtime_bounds`)."""
+    pairs: list[int] = []
+    for i, s in enumerate(slots):
+        pairs += [s, offsets[i] if i < len(offsets) else 0]
+    for n in bounds:
+        pairs += [-1, int(n)]
+    return tuple(pairs)
 
 
 def release(module: ir.Module) -> None:
@@ -233,8 +240,8 @@ def _same_code(
     index, :func:`runtime_bounds`, or in a root buffer's sizes) may still have
     the same code: then the text generated for the new kernel is the old
     body's, the same function of the buffers and bounds it is called with, so
-    the old body computes exactly what the new one would (the wrapper passes
-    this kernel's own bounds).  Only the LLVM time is saved: the text is
+    the old body computes exactly what the new one would (the step's gather
+    passes this kernel's own bounds).  Only the LLVM time is saved: the text is
     generated to be compared."""
     text = body.llvm_ir
     if text is None:

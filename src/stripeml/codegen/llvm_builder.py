@@ -40,73 +40,26 @@ def emit_wrapper(
 
     ``bounds``: the ranges of the body's runtime-bound indices
     (:func:`.llvm.runtime_bounds`), passed as constants; ``None`` when
-    ``symbol`` is a body's entry, which takes them as parameters after ``end``
-    (``symbol(void **args, start, end, n0, n1, ...)``) and passes them on."""
-    extra = body.function_type.args[len(slots) + 2 :]
-    own = len(extra) if bounds is None else 0
-    wrapper = ir.Function(
-        module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, *([I64] * own)]), symbol
-    )
+    ``symbol`` is a body's entry, whose array holds them as 64-bit integers
+    after the pointers (``args[len(slots) + k]``: the runtime gathers both,
+    :attr:`.cpu_abi.KernelInfo.gather`)."""
+    extra = len(body.function_type.args) - len(slots) - 2
+    wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), symbol)
     wb = ir.IRBuilder(wrapper.append_basic_block("entry"))
     bufs, start, end = wrapper.args[:3]
     ptrs = []
     for slot in slots:
         at = wb.gep(bufs, [ir.Constant(I64, slot)], source_etype=PTR)
         ptrs.append(wb.load(at, typ=PTR))
-    passed = list(wrapper.args[3:]) if bounds is None else [ir.Constant(I64, n) for n in bounds]
+    passed: list[ir.Value] = []
+    if bounds is None:
+        for k in range(extra):
+            at = wb.gep(bufs, [ir.Constant(I64, len(slots) + k)], source_etype=PTR)
+            passed.append(wb.load(at, typ=I64))
+    else:
+        passed = [ir.Constant(I64, n) for n in bounds]
     wb.call(body, [*ptrs, start, end, *passed])
     wb.ret_void()
-
-
-def forwarder_text(
-    symbol: str,
-    entry: str,
-    slots: list[int],
-    offsets: Sequence[int] = (),
-    bounds: Sequence[int] = (),
-) -> str:
-    """The LLVM text of the ABI function ``symbol(void **buffers, start, end)`` of
-    a kernel step: it gathers ``buffers[slots[i]]`` (plus ``offsets[i]`` bytes,
-    the constant offsets its canonical form took out) into an array of its own
-    and calls ``entry`` (a body's entry, declared with :func:`entry_declaration`)
-    with it, and with ``bounds``, the ranges of the body's runtime-bound
-    indices (:func:`.llvm.runtime_bounds`).  Written as text, not through
-    llvmlite's builder: a model has one per kernel step (BERT-base: 295), and
-    building and printing them with llvmlite objects cost more than the text."""
-    n = max(1, len(slots))
-    lines = [
-        f'define void @"{symbol}"(ptr %bufs, i64 %start, i64 %end)',
-        "{",
-        "entry:",
-        f"  %local = alloca [{n} x ptr]",
-    ]
-    for i, slot in enumerate(slots):
-        lines += [
-            f"  %at{i} = getelementptr ptr, ptr %bufs, i64 {slot}",
-            f"  %p{i} = load ptr, ptr %at{i}",
-        ]
-        value = f"%p{i}"
-        if i < len(offsets) and offsets[i]:
-            lines.append(f"  %q{i} = getelementptr i8, ptr %p{i}, i64 {offsets[i]}")
-            value = f"%q{i}"
-        lines += [
-            f"  %to{i} = getelementptr [{n} x ptr], ptr %local, i64 0, i64 {i}",
-            f"  store ptr {value}, ptr %to{i}",
-        ]
-    passed = "".join(f", i64 {int(v)}" for v in bounds)
-    lines += [
-        f'  call void @"{entry}"(ptr %local, i64 %start, i64 %end{passed})',
-        "  ret void",
-        "}",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def entry_declaration(symbol: str, bounds: int = 0) -> str:
-    """The declaration of a body's entry ``symbol(ptr args, i64 start, i64 end)``,
-    with ``bounds`` more ``i64`` parameters (its runtime-bound indices' ranges)."""
-    return f'declare void @"{symbol}"(ptr, i64, i64{", i64" * bounds})\n'
 
 
 class KernelBuilder:

@@ -18,8 +18,8 @@ from .llvm_transpose import MIN_SIDE
 
 def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str, ...]:
     """The indices of root kernel ``kernel`` whose loops run to a bound its
-    body takes at run time instead of their range as a constant (the wrapper
-    passes the range): in a body compiled at O1 (``opt``, :func:`body_opt_level`),
+    body takes at run time instead of their range as a constant (the step's
+    gather passes the range): in a body compiled at O1 (``opt``, :func:`body_opt_level`),
     every index of the kernel's own block with no affine and a range of at
     least 2, except, in a kernel with no nested block, the indices that move a
     view's unit-stride last dimension: its innermost loop may run in vector

@@ -202,8 +202,8 @@ class CpuBackend:
     def compile(self, program: Program | StoredProgram) -> CpuCompiled:
         """Object code from the disk cache, or generated, optimised and stored.
 
-        Two levels of cache: the program's entry (its wrappers' object and
-        metadata, naming the bodies it links) and one entry per distinct kernel
+        Two levels of cache: the program's entry (its metadata, naming the
+        bodies it links, and the object of any code of its own) and one entry per distinct kernel
         body (``bodies/``), shared by every program that has that kernel.  A
         :class:`~.kernel_cache.StoredProgram` (read from the program cache) is
         loaded only if its object code must be generated again."""
@@ -227,7 +227,7 @@ class CpuBackend:
                 assert stored is not None
                 whole = stored.program
             entry, bodies = self._generate(whole, cache, key, body_cache, described)
-        code = entry.module.llvm_ir + "".join(f"\n{b.module.llvm_ir}" for b in bodies)
+        code = "\n".join([entry.module.llvm_ir, *(b.module.llvm_ir for b in bodies)]).lstrip("\n")
         with phase("load"):
             loaded = jit.load_object(
                 [entry.object_code, *(b.object_code for b in bodies)],
@@ -301,7 +301,8 @@ class CpuBackend:
             for b in todo:
                 if b.symbol not in at:  # a generator that does not report its bodies
                     made(b)
-            glue = stream.submit(module.llvm_ir, GLUE_OPT_LEVEL)
+            # steps the generator gave code of their own (none: they gather)
+            glue = stream.submit(module.llvm_ir, GLUE_OPT_LEVEL) if module.llvm_ir else -1
             objects = stream.finish()
         with phase("cache write"):
             if pool_code is not None:  # (the first run looks it up: stored now)
@@ -313,7 +314,7 @@ class CpuBackend:
                 writes.append((body_cache, _body_key(body.symbol, described), stored))
                 found[body.symbol] = stored
             listed = tuple(replace(b, llvm_ir=None) for b in module.bodies)
-            entry = Entry(objects[glue], replace(module, bodies=listed))
+            entry = Entry(objects[glue] if glue >= 0 else b"", replace(module, bodies=listed))
             # the program's entry now (an unwritable cache is reported to this
             # call, and nothing more is tried), its bodies' on a thread
             if cache.put(key, entry):
@@ -323,28 +324,24 @@ class CpuBackend:
 
 #: The kernel bodies' folder in the cache root (beside ``cpu/``, the programs').
 BODY_FOLDER = "bodies"
-#: The wrappers' module only loads pointers and calls: O0 (12 ms for ResNet-50's 122
-#: wrappers, O1 78 ms; a wrapper runs a handful of instructions per chunk either way).
+#: The optimisation level of a module of steps' own functions (a generator's that
+#: gives steps no gather: the tests' hand-written kernels).  When the code generator
+#: made one wrapper per step, O0: 12 ms for ResNet-50's 122 wrappers, O1 78 ms.
 GLUE_OPT_LEVEL = 0
 
 
 def _labels(module: CpuModule) -> dict[str, str]:
     """Symbol -> Stripe block name of a program's kernels, for :mod:`.perf_map`:
-    a wrapper's own, and a body's those of the wrappers that call it (the
-    first, and how many more: bodies are shared by kernels of one form)."""
-    import re
-
-    named = {s.kernel.symbol: s.kernel.block_name for s in module.steps if s.kernel is not None}
+    a body's are those of the steps that call it (the first, and how many
+    more: bodies are shared by kernels of one form)."""
     callers: dict[str, list[str]] = {}
-    for part in module.llvm_ir.split("\ndefine ")[1:]:
-        head = re.search(r'@"?([\w.$]+)"?\(', part)
-        if head is None or head.group(1) not in named:
-            continue
-        for body in dict.fromkeys(re.findall(r'call [^@\n]*@"?(sk_\w+)"?\(', part)):
-            callers.setdefault(body, []).append(named[head.group(1)])
-    for body, who in callers.items():
-        named[body] = who[0] + (f" +{len(who) - 1} more" if len(who) > 1 else "")
-    return named
+    for s in module.steps:
+        if s.kernel is not None:
+            callers.setdefault(s.kernel.symbol, []).append(s.kernel.block_name)
+    return {
+        body: who[0] + (f" +{len(who) - 1} more" if len(who) > 1 else "")
+        for body, who in callers.items()
+    }
 
 
 def _body_key(symbol: str, described: str) -> str:

@@ -22,6 +22,32 @@ if TYPE_CHECKING:
     from .jit import Kernel
 
 
+class Gather:
+    """A kernel step's gather (:attr:`.cpu_abi.KernelInfo.gather`): the table
+    ``[m, slot, add, ...]`` the native batch reads (``address``), and the same
+    as NumPy indices for the steps run from Python (:func:`gathered`)."""
+
+    __slots__ = ("adds", "address", "entries", "slots", "table", "values")
+
+    def __init__(self, pairs: tuple[int, ...]) -> None:
+        self.entries = len(pairs) // 2
+        self.table = np.array([self.entries, *pairs], np.int64)
+        self.address = int(self.table.ctypes.data)
+        slots = self.table[1::2]
+        self.values = slots < 0  # entries that are the add alone (a bound)
+        self.slots = np.where(self.values, 0, slots)
+        self.adds = self.table[2::2]
+
+
+def gathered(pointers: ctypes.Array[ctypes.c_void_p], gather: Gather) -> np.ndarray:
+    """The argument array ``gather`` makes from the buffer table ``pointers``
+    (what the native batch fills on its stack), for a call from Python."""
+    table = np.frombuffer(memoryview(pointers).cast("B"), np.int64)
+    picked = table[gather.slots]
+    picked[gather.values] = 0
+    return picked + gather.adds
+
+
 class StepRunner:
     """The steps of a compiled program, planned once per threading option set and
     run in order.  The attributes are :class:`.cpu_run.CpuCompiled`'s."""
@@ -68,19 +94,23 @@ class StepRunner:
                     else:
                         self._run_special(part, storages)
                 return
-        for k, fn, addr, extent, bounds, special in plan:
+        for k, fn, addr, extent, bounds, special, gather in plan:
             start = time.perf_counter() if times is not None else 0.0
             if special is not None:
                 self._run_special(special, storages)
-            elif bounds is None:
-                fn(pointers, 0, extent)
             else:
-                if not fetched:
-                    pool, fetched = native_pool.pool(self.threads - 1), True
-                    if isinstance(pool, native_pool.NativePool):
-                        pool.apart()  # once a run: no worker on this thread's CPU
-                if pool is None or not pool.run_raw(addr, ptrs, *bounds):
-                    fn(pointers, 0, extent)
+                args = None if gather is None else gathered(pointers, gather)
+                given = pointers if args is None else args.ctypes.data
+                if bounds is None:
+                    fn(given, 0, extent)
+                else:
+                    if not fetched:
+                        pool, fetched = native_pool.pool(self.threads - 1), True
+                        if isinstance(pool, native_pool.NativePool):
+                            pool.apart()  # once a run: no worker on this thread's CPU
+                    at = ptrs if args is None else int(args.ctypes.data)
+                    if pool is None or not pool.run_raw(addr, at, *bounds):
+                        fn(given, 0, extent)
             if times is not None:
                 step = self.module.steps[k]
                 info = step.kernel
@@ -101,10 +131,16 @@ class StepRunner:
             if run:
                 batch = native_pool.Batch(
                     [
-                        (addr, extent, *(bounds if bounds is not None else (0, 0)))
-                        for _, _, addr, extent, bounds, _ in run
+                        (
+                            addr,
+                            extent,
+                            *(bounds if bounds is not None else (0, 0)),
+                            gather.address if gather is not None else 0,
+                        )
+                        for _, _, addr, extent, bounds, _, gather in run
                     ],
                     list(run),
+                    max((g.entries for *_, g in run if g is not None), default=1),
                 )
                 parts.append(batch)
                 run.clear()
@@ -121,13 +157,17 @@ class StepRunner:
 
     def _run_plain(self, plan: list[tuple], pointers: ctypes.Array[ctypes.c_void_p]) -> None:
         """Kernel steps one by one on this thread (the pool is busy elsewhere)."""
-        for _, fn, _, extent, _, _ in plan:
-            fn(pointers, 0, extent)
+        for _, fn, _, extent, _, _, gather in plan:
+            if gather is None:
+                fn(pointers, 0, extent)
+            else:
+                args = gathered(pointers, gather)  # (alive until the call returns)
+                fn(args.ctypes.data, 0, extent)
 
     def _plan(self, constant: bool = False) -> list[tuple]:
         """Per step ``(position, fn, address, extent, (bounds address, chunks) or None,
-        special)`` for the current threading options (computed once per option set):
-        the constant steps, or all the others."""
+        special, Gather or None)`` for the current threading options (computed
+        once per option set): the constant steps, or all the others."""
         key = (self.threads, self.min_chunk_work, self.chunks_per_thread, constant)
         plan = self._plans.get(key)
         if plan is not None:
@@ -140,7 +180,7 @@ class StepRunner:
             info = step.kernel
             if info is None:  # run by the host: a special, or a copy kernel
                 if not self._in_place_view(step.special):
-                    plan.append((k, None, 0, 0, None, step.special))
+                    plan.append((k, None, 0, 0, None, step.special, None))
                 continue
             cuts = chunk_bounds(info, self.threads, self.min_chunk_work, self.chunks_per_thread)
             bounds = None
@@ -149,7 +189,11 @@ class StepRunner:
                 self._bound_arrays.append(arr)  # kept alive: the pool reads it by address
                 bounds = (arr.ctypes.data, len(cuts) - 1)
             fn = self._kernels[info.symbol]
-            plan.append((k, fn, self._addresses[info.symbol], info.parallel_extent, bounds, None))
+            gather = Gather(info.gather) if info.gather else None
+            if gather is not None:
+                self._bound_arrays.append(gather.table)  # (the pool reads it by address)
+            addr = self._addresses[info.symbol]
+            plan.append((k, fn, addr, info.parallel_extent, bounds, None, gather))
         self._plans[key] = plan
         return plan
 

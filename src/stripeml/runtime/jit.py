@@ -183,6 +183,7 @@ class LoadedObject:
         with _LOCK:
             STATS["load"] += count
             self._uses: list[LoadedObject] = []  # engines holding bodies this one calls
+            self._held: dict[str, int] = {}  # their bodies' addresses
             linked: list[str] = []  # the bodies this engine loads itself
             if bodies:
                 keep = objects[:1]
@@ -194,9 +195,11 @@ class LoadedObject:
                         linked.append(symbol)
                         continue
                     llvm.add_symbol(symbol, held[1])
+                    self._held[symbol] = held[1]
                     if all(engine is not e for e in self._uses):
                         self._uses.append(engine)
                 objects = keep
+            objects = [o for o in objects if o]  # (a program with no code of its own)
             # MCJIT needs a module to start from; an empty one with the host triple.
             empty = llvm.parse_assembly("")
             empty.triple = host().triple
@@ -215,9 +218,10 @@ class LoadedObject:
                 perf_map.record(objects, self._engine.get_function_address, labels)
 
     def address(self, symbol: str) -> int:
-        """The address of ``symbol``; an InternalError when the object lacks it."""
+        """The address of ``symbol`` (a body another engine holds included); an
+        InternalError when neither has it."""
         with _LOCK:
-            addr = self._engine.get_function_address(symbol)
+            addr = self._engine.get_function_address(symbol) or self._held.get(symbol, 0)
         if not addr:
             raise InternalError(f"kernel symbol {symbol!r} is missing from the object code")
         return addr

@@ -73,14 +73,16 @@ __all__ = [  # default_cache_dir is re-exported: callers found it here first
 
 MAGIC = b"STRPMLK\0"
 PROGRAM_MAGIC = b"STRPMLP\0"
+#: 5: steps call the bodies through their gathers (no wrappers' module: a
+#: body's entry reads its runtime bounds from its argument array);
 #: 4: a program text entry holds its length and the pickled program after it;
 #: 3: a program's entry names the kernel bodies it links (``bodies/``);
 #: 2: entries authenticated with an HMAC (1 carried a plain sha256).
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: The format of ``programs/`` entries (part of their keys, so a stripeml reading
 #: another format never looks such an entry up): 5: the text, the summary
 #: (:class:`ProgramSummary`) and the pickled program, each but the last after its
-#: length; 4 and before: :data:`FORMAT_VERSION`'s.
+#: length; 4 and before: the kernels' format of the time.
 PROGRAM_FORMAT_VERSION = 5
 _META_LEN = struct.Struct("<Q")
 
@@ -240,14 +242,19 @@ def _module_from_json(meta: dict) -> CpuModule:
     steps = []
     for s in meta["steps"]:
         if "kernel" in s:
-            steps.append(Step(kernel=KernelInfo(**s["kernel"])))
+            steps.append(Step(kernel=_kernel_info(s["kernel"])))
         else:
             steps.append(Step(special=_parse_special(s["special"])))
     bodies = tuple(
-        Body(b["symbol"], None, KernelInfo(**b["info"]), int(b["opt"]))
+        Body(b["symbol"], None, _kernel_info(b["info"]), int(b["opt"]))
         for b in meta.get("bodies", ())
     )
     return CpuModule(meta["llvm_ir"], buffers, tuple(steps), bodies)
+
+
+def _kernel_info(fields: dict) -> KernelInfo:
+    """A :class:`KernelInfo` back from its JSON (whose tuples are lists)."""
+    return KernelInfo(**{**fields, "gather": tuple(fields.get("gather", ()))})
 
 
 def _parse_special(text: str) -> Special:

@@ -72,6 +72,8 @@ _BATCH = ctypes.CFUNCTYPE(
     ctypes.c_int64,
     ctypes.c_int64,
     ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
 )
 _RUN = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
@@ -152,15 +154,21 @@ def store_code(text: str, key: str, object_code: bytes) -> None:
 
 class Batch:
     """Consecutive kernels for :meth:`NativePool.run_batch`: per kernel its
-    address, extent, and split points (an address) with their chunk count (0:
-    one call over the whole extent).  The arrays stay alive with the batch."""
+    address, extent, split points (an address) with their chunk count (0:
+    one call over the whole extent) and, optionally, its gather (an address
+    of ``[m, slot, add, ...]``, 0 for none: the kernel is given the buffer
+    table itself; see :data:`stripeml.codegen.cpu_abi`).  ``room``: the
+    largest ``m``.  The arrays stay alive with the batch."""
 
-    def __init__(self, kernels: list[tuple[int, int, int, int]], plan: list | None = None) -> None:
+    def __init__(
+        self, kernels: list[tuple[int, ...]], plan: list | None = None, room: int = 1
+    ) -> None:
         self.plan = plan or []  # the caller's own steps, to run them another way
-        table = np.array(kernels, np.int64).reshape(-1, 4)
-        self._columns = [np.ascontiguousarray(table[:, k]) for k in range(4)]
+        table = np.array([(*k, 0)[:5] for k in kernels], np.int64).reshape(-1, 5)
+        self._columns = [np.ascontiguousarray(table[:, k]) for k in range(5)]
         self.steps = len(kernels)
-        self.fns, self.extents, self.bounds, self.chunks = (
+        self.room = max(1, room)
+        self.fns, self.extents, self.bounds, self.chunks, self.gathers = (
             int(c.ctypes.data) for c in self._columns
         )
 
@@ -233,7 +241,15 @@ class NativePool:
         try:
             self.apart()
             self._batch(
-                self._addr, batch.steps, batch.fns, ptrs, batch.extents, batch.bounds, batch.chunks
+                self._addr,
+                batch.steps,
+                batch.fns,
+                ptrs,
+                batch.extents,
+                batch.bounds,
+                batch.chunks,
+                batch.gathers,
+                batch.room,
             )
         finally:
             self._busy.release()

@@ -264,20 +264,63 @@ out:
 
 ; A run of kernels in order: kernel i is fns[i], split into chunks[i] chunks
 ; at bounds[i] (an address of split points) on the pool, or with chunks[i] = 0
-; called once over [0, extents[i]) on this thread.
-define void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks) {{
+; called once over [0, extents[i]) on this thread.  Its argument array is the
+; buffer table ptrs, or where gathers[i] is not 0, an array of its own filled
+; first (gathers[i] is the address of [m, slot, add, ...]: entry j is
+; ptrs[slot_j] + add_j, or add_j where slot_j < 0), on this thread's stack
+; (room: the largest m of the run, at least 1).
+define void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room) {{
 entry:
   %fa = inttoptr i64 %fns to i64*
   %ea = inttoptr i64 %extents to i64*
   %ba = inttoptr i64 %bounds to i64*
   %ca = inttoptr i64 %chunks to i64*
-  %pv = inttoptr i64 %ptrs to i8*
+  %ga = inttoptr i64 %gathers to i64*
+  %table = inttoptr i64 %ptrs to i64*
+  %own = alloca i64, i64 %room, align 16
+  %owni = ptrtoint i64* %own to i64
   br label %loop
 loop:
   %i = phi i64 [ 0, %entry ], [ %i1, %next ]
   %more = icmp ult i64 %i, %steps
-  br i1 %more, label %body, label %done
+  br i1 %more, label %args, label %done
+args:
+  %gip = getelementptr i64, i64* %ga, i64 %i
+  %gi = load i64, i64* %gip, align 8
+  %plain = icmp eq i64 %gi, 0
+  br i1 %plain, label %body, label %gather
+gather:
+  %gd = inttoptr i64 %gi to i64*
+  %m = load i64, i64* %gd, align 8
+  br label %fill
+fill:
+  %j = phi i64 [ 0, %gather ], [ %j1, %put ]
+  %left = icmp ult i64 %j, %m
+  br i1 %left, label %entryj, label %body
+entryj:
+  %j2 = shl i64 %j, 1
+  %sk = add i64 %j2, 1
+  %skp = getelementptr i64, i64* %gd, i64 %sk
+  %slot = load i64, i64* %skp, align 8
+  %ak = add i64 %j2, 2
+  %akp = getelementptr i64, i64* %gd, i64 %ak
+  %add = load i64, i64* %akp, align 8
+  %isconst = icmp slt i64 %slot, 0
+  br i1 %isconst, label %put, label %fetch
+fetch:
+  %tp = getelementptr i64, i64* %table, i64 %slot
+  %tv = load i64, i64* %tp, align 8
+  br label %put
+put:
+  %base = phi i64 [ 0, %entryj ], [ %tv, %fetch ]
+  %val = add i64 %base, %add
+  %op = getelementptr i64, i64* %own, i64 %j
+  store i64 %val, i64* %op, align 8
+  %j1 = add i64 %j, 1
+  br label %fill
 body:
+  %argi = phi i64 [ %ptrs, %args ], [ %owni, %fill ]
+  %pv = inttoptr i64 %argi to i8*
   %fip = getelementptr i64, i64* %fa, i64 %i
   %fi = load i64, i64* %fip, align 8
   %cip = getelementptr i64, i64* %ca, i64 %i
@@ -293,7 +336,7 @@ one:
 split:
   %bip = getelementptr i64, i64* %ba, i64 %i
   %b = load i64, i64* %bip, align 8
-  call void @stripeml_pool_run(i64* %st, i64 %fi, i64 %ptrs, i64 %b, i64 %n)
+  call void @stripeml_pool_run(i64* %st, i64 %fi, i64 %argi, i64 %b, i64 %n)
   br label %next
 next:
   %i1 = add i64 %i, 1

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 # Words of a call's data block (see team_ir).
 _OMP_TID, _STATE, _STEPS, _FNS, _PTRS, _EXTENTS, _BOUNDS, _CHUNKS = range(8)
 _FINISHED = 8  # on a cache line of its own
-_DATA_WORDS = 16
+_GATHERS, _ROOM = 16, 17
+_DATA_WORDS = 24
 
 _PARALLEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)
 
@@ -106,7 +107,11 @@ run:
   %bounds = load i64, i64* %p6, align 8
   %p7 = getelementptr i64, i64* %d, i64 {_CHUNKS}
   %chunks = load i64, i64* %p7, align 8
-  call void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks)
+  %p16 = getelementptr i64, i64* %d, i64 {_GATHERS}
+  %gathers = load i64, i64* %p16, align 8
+  %p17 = getelementptr i64, i64* %d, i64 {_ROOM}
+  %room = load i64, i64* %p17, align 8
+  call void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room)
   store atomic i64 1, i64* %finp seq_cst, align 8
   call void @stripeml_pool_wake(i64* %st)
   ret void
@@ -145,12 +150,21 @@ class TeamPool:
         self._data[_STATE] = self._state.ctypes.data
         self._data_addr = self._data.ctypes.data
         self._busy = threading.Lock()
-        self._one = np.zeros(4, np.int64)  # run_raw's one-kernel batch
+        self._one = np.zeros(5, np.int64)  # run_raw's one-kernel batch (no gather)
 
     def run_batch(self, batch: Batch, ptrs: int) -> bool:
         """Run ``batch``'s kernels in order on the team; ``False`` (nothing run)
         when another call holds this pool."""
-        return self._go(batch.steps, batch.fns, ptrs, batch.extents, batch.bounds, batch.chunks)
+        return self._go(
+            batch.steps,
+            batch.fns,
+            ptrs,
+            batch.extents,
+            batch.bounds,
+            batch.chunks,
+            batch.gathers,
+            batch.room,
+        )
 
     def run(self, fn: int, ptrs: int, bounds: np.ndarray) -> bool:
         """:meth:`.native_pool.NativePool.run` on the team."""
@@ -162,15 +176,28 @@ class TeamPool:
         one = self._one
         one[0], one[1], one[2], one[3] = fn, 0, bounds, n
         base, size = one.ctypes.data, one.itemsize
-        return self._go(1, base, ptrs, base + size, base + 2 * size, base + 3 * size)
+        return self._go(
+            1, base, ptrs, base + size, base + 2 * size, base + 3 * size, base + 4 * size, 1
+        )
 
-    def _go(self, steps: int, fns: int, ptrs: int, extents: int, bounds: int, chunks: int) -> bool:
+    def _go(
+        self,
+        steps: int,
+        fns: int,
+        ptrs: int,
+        extents: int,
+        bounds: int,
+        chunks: int,
+        gathers: int,
+        room: int,
+    ) -> bool:
         if not self._busy.acquire(blocking=False):
             return False
         try:
             d = self._data
             d[_STEPS], d[_FNS], d[_PTRS] = steps, fns, ptrs
             d[_EXTENTS], d[_BOUNDS], d[_CHUNKS] = extents, bounds, chunks
+            d[_GATHERS], d[_ROOM] = gathers, room
             d[_FINISHED] = 0
             self._parallel(self._body, self._data_addr, self.workers + 1, 0)
         finally:
