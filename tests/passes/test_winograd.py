@@ -145,8 +145,9 @@ def test_weights_the_program_takes_as_an_input_are_transformed_at_each_call(h, w
     names = _kernels(out)
     assert any(k.endswith("_wino_u") for k in names), names
     u = next(s for s in out.root.stmts if isinstance(s, Block) and s.name.endswith("_wino_u"))
-    # run at every call, so not marked ``once`` (which compiles at O0): O1 as the others
-    assert "once" not in u.tags and body_opt_level(u, 8) == 1
+    # run at every call, so not marked ``once`` (which compiles at O0 whatever its
+    # size): its level is a transform's, O0 only while small (test_winograd_compile_cost)
+    assert "once" not in u.tags and body_opt_level(u, 8) in (0, 1)
     tol = {"rtol": 1e-4, "atol": 1e-4} if tile == 2 else {"rtol": 1e-4, "atol": 5e-4}
     np.testing.assert_allclose(run(out, inputs)["O"], want, **tol)
     other = {**inputs, "K": -2 * inputs["K"]}

@@ -117,10 +117,11 @@ def test_transforms_split_on_blocks_not_on_the_channels(h, tile):
 
 def test_the_weight_transform_alone_is_compiled_at_o0():
     """``U`` reads constants only, so it runs once: O0 (``llvm.body_opt_level``);
-    the input and output transforms, run every call, stay at O1."""
+    the input and output transforms over 6 x 6 blocks (24 x 24 pixels), run
+    every call, stay at O1."""
     from stripeml.codegen.llvm import body_opt_level
 
-    program, inputs, _ = _program(1, 8, 8, 16, 32, relu=True)
+    program, inputs, _ = _program(1, 24, 24, 16, 32, relu=True)
     passes = [Halo(), Winograd(min_channels=8, vector_width=8, tile=4)]
     out = run_pipeline(program, passes).program
     levels = {
@@ -129,3 +130,31 @@ def test_the_weight_transform_alone_is_compiled_at_o0():
         if isinstance(s, Block) and "winograd" in s.tags
     }
     assert levels == {"u": 0, "v": 1, "o": 1}
+
+
+def test_small_transforms_are_compiled_at_o0_and_match_numpy(tmp_path):
+    """26 x 26 pixels in F(4 x 4) blocks: 6 x 6 whole blocks, and a cut last
+    block row, column and corner, each a transform kernel of a few thousand
+    to 50,000 operations: those are compiled at O0 (each cost 20-30 ms of
+    LLVM at O1, for a kernel a few microseconds long), the whole blocks' at
+    O1.  Compiled for the CPU (two threads), the convolution equals NumPy's."""
+    from stripeml.codegen.llvm import body_opt_level
+    from stripeml.codegen.llvm_levels import WINOGRAD_O0_WORK
+    from stripeml.ir.nodes import work_estimate
+    from stripeml.runtime.cpu import CpuBackend, CpuOptions
+
+    program, inputs, want = _program(1, 26, 26, 16, 32, relu=True)
+    passes = [Halo(), Winograd(min_channels=8, vector_width=8, tile=4)]
+    out = run_pipeline(program, passes).program
+    transforms = {
+        s.name.split("_wino_")[-1]: s
+        for s in out.root.stmts
+        if isinstance(s, Block) and "winograd" in s.tags and "once" not in s.tags
+    }
+    assert set(transforms) == {"v", "v_1", "v_2", "v_3", "o", "o_1", "o_2", "o_3"}
+    levels = {name: body_opt_level(b, 8) for name, b in transforms.items()}
+    assert levels == {"v": 1, "o": 1, **{f"{t}_{i}": 0 for t in "vo" for i in (1, 2, 3)}}
+    assert all(work_estimate(transforms[f"o_{i}"]) <= WINOGRAD_O0_WORK for i in (1, 2, 3))
+    compiled = CpuBackend(CpuOptions(threads=2, cache_dir=tmp_path)).compile(out)
+    got = compiled.run(inputs)["R"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-4)

@@ -150,7 +150,16 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       convolution whose weights are constant): it reads constants only, so
       it runs once (:mod:`stripeml.analysis.constness`), under a millisecond
       even at O0, where O1 cost the light ResNet-50 about 60 ms of LLVM for its
-      three bodies (O0 about 10).
+      three bodies (O0 about 10);
+    * O0 for a Winograd transform of at most :data:`WINOGRAD_O0_WORK`
+      operations: the cut last block row, column and corner of an image
+      whose sides F(4 x 4)'s blocks do not divide (SqueezeNet's 55, 27 and
+      13), and the transforms of small images.  Each such body cost 20-30 ms
+      of LLVM at O1 and 5-10 at O0 for a kernel of a few microseconds: the
+      light SqueezeNet's cold compile 1.77-1.89 -> 1.61-1.65 s, Inception v1's
+      3.92-4.13 -> 3.69-3.95 s, their steady states the same (2026-12-07,
+      docs/performance.md).  Up to 2^18 the steady state lost 4-7%
+      (SqueezeNet's 13 x 13 images: their whole-block input transforms too).
 
     A function of the kernel and the vector width alone, so a body's code does
     not depend on which program or process compiled it first.
@@ -161,9 +170,10 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
         return 1
     if "once" in kernel.tags:
         return 0  # reads constants only: run once (constant weights' Winograd transform)
-    if work_estimate(kernel) <= TINY_WORK:  # a microsecond of work: O3 cannot pay back
-        return 1
+    work = work_estimate(kernel)
     if "winograd" in kernel.tags:  # straight-line sums, in vector lanes already
+        return 0 if work <= WINOGRAD_O0_WORK else 1
+    if work <= TINY_WORK:  # a microsecond of work: O3 cannot pay back
         return 1
     if "nest" in kernel.tags and _attention(kernel):
         return 2
@@ -226,6 +236,9 @@ def _attention(kernel: Block) -> bool:
 #: Kernels of at most this many scalar operations (points times statements) are
 #: compiled at O1 (:func:`body_opt_level`).
 TINY_WORK = 4096
+#: A Winograd transform (``winograd``'s input and output transforms) of at most
+#: this many scalar operations gets O0, not O1 (:func:`body_opt_level`).
+WINOGRAD_O0_WORK = 1 << 16
 #: A register tile compiled at O1 keeps at least this many vectors of accumulators ...
 O1_TILE_VECTORS = 4
 #: ... and its innermost reduction index runs at least this many steps.
