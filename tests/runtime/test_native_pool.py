@@ -326,6 +326,29 @@ def test_a_batch_gathers_each_kernels_arguments(add_index, workers):
     check(20)
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_timed_batch_stamps_the_clock_around_each_kernel(add_index, workers):
+    """With a times array, the batch writes the monotonic clock (ns) before its
+    first kernel and after each: stamps in order, within the call as Python's
+    ``time.monotonic_ns`` (the same clock) sees it; the kernels still run."""
+    from stripeml.runtime.native_pool import Batch
+
+    p = pool(workers)
+    data = np.zeros(4097, np.int64)
+    five = _bounds(4096, 5)
+    batch = Batch([(add_index, 4096, five.ctypes.data, 5), (add_index, 3000, 0, 0)])
+    stamps = np.zeros(3, np.int64)
+    before = time.monotonic_ns()
+    assert p.run_batch(batch, data.ctypes.data, stamps.ctypes.data)
+    after = time.monotonic_ns()
+    assert before <= stamps[0] <= stamps[1] <= stamps[2] <= after
+    counts = np.ones(4096, np.int64) + (np.arange(4096) < 3000)
+    np.testing.assert_array_equal(data[:4096], np.arange(1, 4097) * counts)
+    stamps[:] = 0
+    assert p.run_batch(batch, data.ctypes.data)  # untimed: nothing written
+    assert not stamps.any()
+
+
 def test_a_busy_pool_declines_a_batch(add_index):
     from stripeml.runtime.native_pool import Batch
 
@@ -434,9 +457,9 @@ def test_a_worker_on_the_callers_cpu_is_moved_to_a_free_one(add_index, monkeypat
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_profiled_run_also_moves_the_worker_off_the_callers_cpu(monkeypatch):
-    """``Executable.profile`` runs kernel by kernel (no batches): the run asks once
-    where the caller runs, and the per-kernel times are the two threads'.  The
-    results are NumPy's."""
+    """``Executable.profile`` runs the program's batches timed (the batch stamps the
+    clock after each kernel): the run asks once where the caller runs, and the
+    per-kernel times are the two threads'.  The results are NumPy's."""
     import stripeml
     from stripeml.runtime import native_pool
 
@@ -465,3 +488,35 @@ def test_a_profiled_run_also_moves_the_worker_off_the_callers_cpu(monkeypatch):
     assert os.sched_getaffinity(t.native_id) != {theirs}
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-3)
     p.close()
+
+
+def test_a_profile_times_each_kernel_inside_its_batch(monkeypatch):
+    """A profiled run gives every batch a times array (no kernel is run alone
+    from Python): a row per kernel step, each time at least 0 and together at
+    most the call's wall time; the results are NumPy's."""
+    import stripeml
+    from stripeml.runtime import native_pool
+
+    calls: list[int] = []
+    run_batch = native_pool.NativePool.run_batch
+
+    def spy(self, batch, ptrs, times=0):
+        calls.append(times)
+        return run_batch(self, batch, ptrs, times)
+
+    monkeypatch.setattr(native_pool.NativePool, "run_batch", spy)
+    src = "function (A[M, K], B[K, N]) -> (C) { T[m, n : M, N] = +(A[m, k] * B[k, n]); C = relu(T) * 2; }"
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((96, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 80)).astype(np.float32)
+    f = stripeml.compile(src, target="cpu", threads=2)
+    exe = f.lower(a, b)
+    kernels = {s.kernel.block_name for s in exe._compiled.module.steps if s.kernel is not None}
+    calls.clear()
+    start = time.perf_counter()
+    rows = exe.profile(a, b)
+    wall = time.perf_counter() - start
+    assert calls and all(t != 0 for t in calls)
+    assert {r[0] for r in rows} == kernels
+    assert all(r[2] >= 0 for r in rows) and sum(r[2] for r in rows) <= wall
+    np.testing.assert_allclose(f(a, b), np.maximum(a @ b, 0) * 2, rtol=1e-4, atol=1e-4)

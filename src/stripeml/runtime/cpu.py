@@ -25,7 +25,7 @@ Each run of consecutive kernels goes to native code in one call
 (:class:`.native_pool.Batch`: ``stripeml_pool_batch`` calls each kernel whole
 or splits it on the pool; on one thread, a pool of no workers), so no Python
 runs between kernels;
-while profiling (``step_seconds``) the steps run one by one, timed.
+while profiling (``step_seconds``) each batch stamps the clock after each kernel.
 Root-level ``special`` statements run on the host (:func:`.host.run_root_special`:
 ``copy``/``reshape``/``gather`` as NumPy copies, ``scatter``/``scatter_nd``/``topk``
 with the interpreter's whole-array functions on the buffers, others with the

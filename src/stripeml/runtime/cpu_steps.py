@@ -1,7 +1,8 @@
 """Running a compiled program's steps (:class:`StepRunner`, a base of
 :class:`.cpu_run.CpuCompiled`): each run of kernels as one native call on the
-thread pool (:mod:`.native_pool`), the host's specials between them, kernel by
-kernel when the steps are timed (``step_seconds``: ``Executable.profile``)."""
+thread pool (:mod:`.native_pool`), the host's specials between them; timed
+(``step_seconds``: ``Executable.profile``, the tuner's windows), each kernel by
+the clock stamps its batch writes, each special from Python."""
 
 from __future__ import annotations
 
@@ -74,26 +75,61 @@ class StepRunner:
         constant: bool = False,
     ) -> None:
         times = self.step_seconds
-        plan = self._plan(constant)
         ptrs = ctypes.addressof(pointers)
-        # fetched at the first split kernel
+        # Runs of kernels go to native code in one call each (no Python between
+        # kernels); specials run here in between.  On one thread too, with a
+        # pool of no workers (not another library's team): a call through
+        # ctypes per kernel cost about 0.5 us each (a 2-layer LSTM's 130
+        # kernels: 0.340 -> 0.275 ms of CPU per run).  Timed (``step_seconds``),
+        # the batch stamps the clock after each kernel: the kernels run as they
+        # do untimed, back to back, the workers spinning between them (timed
+        # one by one from Python, a worker slept between kernels, and
+        # MobileNetV2's kernels on two threads summed to 1.8x its call).
+        pool = native_pool.pool(self.threads - 1, team=self.threads > 1)
+        if pool is None:
+            self._run_timed(self._plan(constant), pointers, storages, times)
+            return
+        specials: dict[int, int] = {}  # a special's step, when timed
+        if times is not None:
+            specials = {id(p[5]): p[0] for p in self._plan(constant) if p[5] is not None}
+        for part in self._batches(constant):
+            if not isinstance(part, native_pool.Batch):
+                start = time.perf_counter() if times is not None else 0.0
+                self._run_special(part, storages)
+                if times is not None:
+                    self._add_time(times, specials[id(part)], time.perf_counter() - start)
+                continue
+            if times is None:
+                if not pool.run_batch(part, ptrs):
+                    self._run_plain(part.plan, pointers)
+                continue
+            stamps = np.zeros(part.steps + 1, np.int64)
+            if not pool.run_batch(part, ptrs, int(stamps.ctypes.data)):
+                self._run_timed(part.plan, pointers, storages, times)
+                continue
+            took = np.diff(stamps) * 1e-9
+            for step, seconds in zip(part.plan, took.tolist()):
+                self._add_time(times, step[0], seconds)
+
+    def _add_time(self, times: dict[str, float], k: int, seconds: float) -> None:
+        """Add ``seconds`` to step ``k``'s entry of ``times`` (its kernel's block
+        name, or ``special<k>``)."""
+        info = self.module.steps[k].kernel
+        name = info.block_name if info is not None else f"special{k}"
+        times[name] = times.get(name, 0.0) + seconds
+
+    def _run_timed(
+        self,
+        plan: list[tuple],
+        pointers: ctypes.Array[ctypes.c_void_p],
+        storages: list[np.ndarray],
+        times: dict[str, float] | None,
+    ) -> None:
+        """``plan``'s steps one by one from Python (no pool, or the pool is busy
+        elsewhere), each timed when ``times`` is given."""
+        ptrs = ctypes.addressof(pointers)
         pool: native_pool.NativePool | native_pool.TeamPool | None = None
-        fetched = False
-        if times is None:
-            # Runs of kernels go to native code in one call each (no Python
-            # between kernels); specials run here in between.  On one thread
-            # too, with a pool of no workers (not another library's team): a
-            # call through ctypes per kernel cost about 0.5 us each (a 2-layer
-            # LSTM's 130 kernels: 0.340 -> 0.275 ms of CPU per run).
-            pool = native_pool.pool(self.threads - 1, team=self.threads > 1)
-            if pool is not None:
-                for part in self._batches(constant):
-                    if isinstance(part, native_pool.Batch):
-                        if not pool.run_batch(part, ptrs):
-                            self._run_plain(part.plan, pointers)
-                    else:
-                        self._run_special(part, storages)
-                return
+        fetched = False  # the pool, fetched at the first split kernel
         for k, fn, addr, extent, bounds, special, gather in plan:
             start = time.perf_counter() if times is not None else 0.0
             if special is not None:
@@ -112,10 +148,7 @@ class StepRunner:
                     if pool is None or not pool.run_raw(addr, at, *bounds):
                         fn(given, 0, extent)
             if times is not None:
-                step = self.module.steps[k]
-                info = step.kernel
-                name = info.block_name if info is not None else f"special{k}"
-                times[name] = times.get(name, 0.0) + time.perf_counter() - start
+                self._add_time(times, k, time.perf_counter() - start)
 
     def _batches(self, constant: bool) -> list:
         """The plan as runs of kernels (:class:`native_pool.Batch`, each with its

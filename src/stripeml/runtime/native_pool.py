@@ -74,6 +74,7 @@ _BATCH = ctypes.CFUNCTYPE(
     ctypes.c_int64,
     ctypes.c_int64,
     ctypes.c_int64,
+    ctypes.c_int64,
 )
 _RUN = ctypes.CFUNCTYPE(
     None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
@@ -233,9 +234,12 @@ class NativePool:
             raise ValueError(f"a job has 1 to {MAX_CHUNKS} chunks, got {n}")
         return self.run_raw(fn, ptrs, bounds.ctypes.data, n)
 
-    def run_batch(self, batch: Batch, ptrs: int) -> bool:
+    def run_batch(self, batch: Batch, ptrs: int, times: int = 0) -> bool:
         """Run ``batch``'s kernels in order, each split or whole as it says, in one
-        native call; ``False`` (nothing run) when another call holds the pool."""
+        native call; ``False`` (nothing run) when another call holds the pool.
+        ``times``: 0, or the address of ``batch.steps + 1`` int64 stamps of the
+        monotonic clock in nanoseconds, written before the first kernel and after
+        each."""
         if not self._busy.acquire(blocking=False):
             return False
         try:
@@ -250,6 +254,7 @@ class NativePool:
                 batch.chunks,
                 batch.gathers,
                 batch.room,
+                times,
             )
         finally:
             self._busy.release()

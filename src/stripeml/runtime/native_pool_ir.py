@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import platform
 import sys
+import time
 
 from . import jit
 from .omp_team import team_ir
@@ -40,6 +41,9 @@ _JOB, _QUIT, _FN, _PTRS, _BOUNDS, _SLEEPERS, _DONE, _WAKE, _WORKER_CHUNKS = (
     10,
 )
 _STATE_WORDS = 16
+#: The clock a timed batch reads (``clock_gettime``'s id for the monotonic clock
+#: on this platform: 1 on Linux, 6 on macOS).
+_CLOCK = getattr(time, "CLOCK_MONOTONIC", 1)
 
 
 def spin_wait(relax: str) -> str:
@@ -134,6 +138,21 @@ woken:"""
 declare i32 @usleep(i32)
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
+declare i32 @clock_gettime(i32, i64*)
+
+; The monotonic clock in nanoseconds (a timed batch's stamps).
+define private i64 @now_ns() {{
+entry:
+  %ts = alloca [2 x i64], align 8
+  %sp = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
+  %r = call i32 @clock_gettime(i32 {_CLOCK}, i64* %sp)
+  %s = load i64, i64* %sp, align 8
+  %np = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
+  %n = load i64, i64* %np, align 8
+  %sn = mul i64 %s, 1000000000
+  %t = add i64 %sn, %n
+  ret i64 %t
+}}
 
 ; Whether job word %w has an unclaimed chunk (next < end).
 define private i1 @pending(i64 %w) alwaysinline {{
@@ -268,8 +287,11 @@ out:
 ; buffer table ptrs, or where gathers[i] is not 0, an array of its own filled
 ; first (gathers[i] is the address of [m, slot, add, ...]: entry j is
 ; ptrs[slot_j] + add_j, or add_j where slot_j < 0), on this thread's stack
-; (room: the largest m of the run, at least 1).
-define void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room) {{
+; (room: the largest m of the run, at least 1).  Where times is not 0, it is
+; the address of steps + 1 stamps of the monotonic clock (ns): before the
+; first kernel, then after each (a profile's per-kernel times, taken as the
+; kernels run back to back, the workers spinning between them).
+define void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room, i64 %times) {{
 entry:
   %fa = inttoptr i64 %fns to i64*
   %ea = inttoptr i64 %extents to i64*
@@ -279,9 +301,15 @@ entry:
   %table = inttoptr i64 %ptrs to i64*
   %own = alloca i64, i64 %room, align 16
   %owni = ptrtoint i64* %own to i64
+  %ta = inttoptr i64 %times to i64*
+  %timed = icmp ne i64 %times, 0
+  br i1 %timed, label %stamp0, label %loop
+stamp0:
+  %t0 = call i64 @now_ns()
+  store i64 %t0, i64* %ta, align 8
   br label %loop
 loop:
-  %i = phi i64 [ 0, %entry ], [ %i1, %next ]
+  %i = phi i64 [ 0, %entry ], [ 0, %stamp0 ], [ %i1, %next ], [ %i1, %stamp ]
   %more = icmp ult i64 %i, %steps
   br i1 %more, label %args, label %done
 args:
@@ -340,6 +368,11 @@ split:
   br label %next
 next:
   %i1 = add i64 %i, 1
+  br i1 %timed, label %stamp, label %loop
+stamp:
+  %tn = call i64 @now_ns()
+  %tsp = getelementptr i64, i64* %ta, i64 %i1
+  store i64 %tn, i64* %tsp, align 8
   br label %loop
 done:
   ret void

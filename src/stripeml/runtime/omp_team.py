@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # Words of a call's data block (see team_ir).
 _OMP_TID, _STATE, _STEPS, _FNS, _PTRS, _EXTENTS, _BOUNDS, _CHUNKS = range(8)
 _FINISHED = 8  # on a cache line of its own
-_GATHERS, _ROOM = 16, 17
+_GATHERS, _ROOM, _TIMES = 16, 17, 18
 _DATA_WORDS = 24
 
 _PARALLEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint)
@@ -111,7 +111,9 @@ run:
   %gathers = load i64, i64* %p16, align 8
   %p17 = getelementptr i64, i64* %d, i64 {_ROOM}
   %room = load i64, i64* %p17, align 8
-  call void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room)
+  %p18 = getelementptr i64, i64* %d, i64 {_TIMES}
+  %times = load i64, i64* %p18, align 8
+  call void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room, i64 %times)
   store atomic i64 1, i64* %finp seq_cst, align 8
   call void @stripeml_pool_wake(i64* %st)
   ret void
@@ -152,9 +154,10 @@ class TeamPool:
         self._busy = threading.Lock()
         self._one = np.zeros(5, np.int64)  # run_raw's one-kernel batch (no gather)
 
-    def run_batch(self, batch: Batch, ptrs: int) -> bool:
+    def run_batch(self, batch: Batch, ptrs: int, times: int = 0) -> bool:
         """Run ``batch``'s kernels in order on the team; ``False`` (nothing run)
-        when another call holds this pool."""
+        when another call holds this pool.  ``times``: as
+        :meth:`.native_pool.NativePool.run_batch`'s."""
         return self._go(
             batch.steps,
             batch.fns,
@@ -164,6 +167,7 @@ class TeamPool:
             batch.chunks,
             batch.gathers,
             batch.room,
+            times,
         )
 
     def run(self, fn: int, ptrs: int, bounds: np.ndarray) -> bool:
@@ -177,7 +181,7 @@ class TeamPool:
         one[0], one[1], one[2], one[3] = fn, 0, bounds, n
         base, size = one.ctypes.data, one.itemsize
         return self._go(
-            1, base, ptrs, base + size, base + 2 * size, base + 3 * size, base + 4 * size, 1
+            1, base, ptrs, base + size, base + 2 * size, base + 3 * size, base + 4 * size, 1, 0
         )
 
     def _go(
@@ -190,6 +194,7 @@ class TeamPool:
         chunks: int,
         gathers: int,
         room: int,
+        times: int,
     ) -> bool:
         if not self._busy.acquire(blocking=False):
             return False
@@ -197,7 +202,7 @@ class TeamPool:
             d = self._data
             d[_STEPS], d[_FNS], d[_PTRS] = steps, fns, ptrs
             d[_EXTENTS], d[_BOUNDS], d[_CHUNKS] = extents, bounds, chunks
-            d[_GATHERS], d[_ROOM] = gathers, room
+            d[_GATHERS], d[_ROOM], d[_TIMES] = gathers, room, times
             d[_FINISHED] = 0
             self._parallel(self._body, self._data_addr, self.workers + 1, 0)
         finally:
