@@ -173,6 +173,14 @@ class Batch:
             int(c.ctypes.data) for c in self._columns
         )
 
+    def args(self, ptrs: int, times: int = 0) -> tuple[int, ...]:
+        """``stripeml_pool_batch``'s arguments after the pool's state: the batch's
+        columns with the buffer table ``ptrs`` and the stamps' address ``times``."""
+        return (
+            self.steps, self.fns, ptrs, self.extents, self.bounds, self.chunks,
+            self.gathers, self.room, times,
+        )  # fmt: skip
+
 
 class NativePool:
     """``workers`` native worker threads plus the calling thread.
@@ -244,18 +252,7 @@ class NativePool:
             return False
         try:
             self.apart()
-            self._batch(
-                self._addr,
-                batch.steps,
-                batch.fns,
-                ptrs,
-                batch.extents,
-                batch.bounds,
-                batch.chunks,
-                batch.gathers,
-                batch.room,
-                times,
-            )
+            self._batch(self._addr, *batch.args(ptrs, times))
         finally:
             self._busy.release()
         return True

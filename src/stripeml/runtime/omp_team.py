@@ -158,17 +158,7 @@ class TeamPool:
         """Run ``batch``'s kernels in order on the team; ``False`` (nothing run)
         when another call holds this pool.  ``times``: as
         :meth:`.native_pool.NativePool.run_batch`'s."""
-        return self._go(
-            batch.steps,
-            batch.fns,
-            ptrs,
-            batch.extents,
-            batch.bounds,
-            batch.chunks,
-            batch.gathers,
-            batch.room,
-            times,
-        )
+        return self._go(*batch.args(ptrs, times))
 
     def run(self, fn: int, ptrs: int, bounds: np.ndarray) -> bool:
         """:meth:`.native_pool.NativePool.run` on the team."""
