@@ -136,7 +136,8 @@ class StepRunner:
                 self._run_special(special, storages)
             else:
                 args = None if gather is None else gathered(pointers, gather)
-                given = pointers if args is None else args.ctypes.data
+                at = ptrs if args is None else int(args.ctypes.data)  # (args alive below)
+                given = pointers if args is None else at
                 if bounds is None:
                     fn(given, 0, extent)
                 else:
@@ -144,7 +145,6 @@ class StepRunner:
                         pool, fetched = native_pool.pool(self.threads - 1), True
                         if isinstance(pool, native_pool.NativePool):
                             pool.apart()  # once a run: no worker on this thread's CPU
-                    at = ptrs if args is None else int(args.ctypes.data)
                     if pool is None or not pool.run_raw(addr, at, *bounds):
                         fn(given, 0, extent)
             if times is not None:

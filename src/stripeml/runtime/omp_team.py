@@ -75,6 +75,18 @@ def team_ir(relax: str, futex: int | None) -> str:
         sleep = """
   %u = call i32 @usleep(i32 20)
   br label %loop"""
+    # stripeml_pool_batch's arguments after the state, each from its word of the block
+    words = (
+        ("steps", _STEPS), ("fns", _FNS), ("ptrs", _PTRS), ("extents", _EXTENTS),
+        ("bounds", _BOUNDS), ("chunks", _CHUNKS), ("gathers", _GATHERS), ("room", _ROOM),
+        ("times", _TIMES),
+    )  # fmt: skip
+    loads = "\n".join(
+        f"  %{name}.p = getelementptr i64, i64* %d, i64 {word}\n"
+        f"  %{name} = load i64, i64* %{name}.p, align 8"
+        for name, word in words
+    )
+    args = ", ".join(f"i64 %{name}" for name, _ in words)
     return f"""
 ; Run by every thread of an OpenMP team (GOMP_parallel's fn): thread 0 runs the
 ; batch; the others claim its chunks until thread 0 stores "finished".
@@ -95,25 +107,8 @@ entry:
   %lead = icmp eq i32 %tid, 0
   br i1 %lead, label %run, label %loop
 run:
-  %p2 = getelementptr i64, i64* %d, i64 {_STEPS}
-  %steps = load i64, i64* %p2, align 8
-  %p3 = getelementptr i64, i64* %d, i64 {_FNS}
-  %fns = load i64, i64* %p3, align 8
-  %p4 = getelementptr i64, i64* %d, i64 {_PTRS}
-  %ptrs = load i64, i64* %p4, align 8
-  %p5 = getelementptr i64, i64* %d, i64 {_EXTENTS}
-  %extents = load i64, i64* %p5, align 8
-  %p6 = getelementptr i64, i64* %d, i64 {_BOUNDS}
-  %bounds = load i64, i64* %p6, align 8
-  %p7 = getelementptr i64, i64* %d, i64 {_CHUNKS}
-  %chunks = load i64, i64* %p7, align 8
-  %p16 = getelementptr i64, i64* %d, i64 {_GATHERS}
-  %gathers = load i64, i64* %p16, align 8
-  %p17 = getelementptr i64, i64* %d, i64 {_ROOM}
-  %room = load i64, i64* %p17, align 8
-  %p18 = getelementptr i64, i64* %d, i64 {_TIMES}
-  %times = load i64, i64* %p18, align 8
-  call void @stripeml_pool_batch(i64* %st, i64 %steps, i64 %fns, i64 %ptrs, i64 %extents, i64 %bounds, i64 %chunks, i64 %gathers, i64 %room, i64 %times)
+{loads}
+  call void @stripeml_pool_batch(i64* %st, {args})
   store atomic i64 1, i64* %finp seq_cst, align 8
   call void @stripeml_pool_wake(i64* %st)
   ret void
