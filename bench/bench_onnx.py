@@ -15,7 +15,7 @@ Cases (one JSON line each, see bench/run.py):
   the benchmark set in ``bench/models.py`` (or those named), one line each.
   Each is checked first: the largest ``|stripeml - onnxruntime|`` over the
   largest ``|onnxruntime|``, per output, must stay under 1e-3, else the model
-  is not timed and the exit status is 1.  Then both run with 2 threads,
+  is not timed and the exit status is 1.  Then both run with 2 threads (``--threads N``: N),
   interleaved in blocks of a few calls with a 0.05 s pause before each block
   (so the other library's spinning threads go idle); medians of every call.
   Extra fields: ``model``, ``family``, ``compile_s`` (import + compile + first
@@ -56,6 +56,7 @@ left as it is.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -113,12 +114,12 @@ def compile_once(name: str) -> None:
     print(time.perf_counter() - start)
 
 
-def ort_session(model: Any) -> Any:
-    """onnxruntime on the CPU provider with 2 intra-op threads and 1 inter-op thread."""
+def ort_session(model: Any, threads: int = 2) -> Any:
+    """onnxruntime on the CPU provider with ``threads`` intra-op threads and 1 inter-op thread."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -190,11 +191,18 @@ def _load_avg() -> float | None:
         return None
 
 
-def set_case(name: str, blocks: int, tolerance: float | None = None, share: Any = None) -> bool:
+def set_case(
+    name: str,
+    blocks: int,
+    tolerance: float | None = None,
+    share: Any = None,
+    threads: int = 2,
+) -> bool:
     """Check, then time, the model ``name`` of the set; print its JSON line.  False when
     stripeml's outputs are off by more than ``tolerance`` (default: the entry's) (a
     skipped model is not a failure).  ``share``: a ``quiet.CpuShare`` that samples
-    each round of blocks (the line then has the quiet rounds' figures too)."""
+    each round of blocks (the line then has the quiet rounds' figures too).  Both
+    runtimes get ``threads`` threads."""
     import stripeml.onnx
     from stripeml.errors import StripeError
 
@@ -202,7 +210,7 @@ def set_case(name: str, blocks: int, tolerance: float | None = None, share: Any 
     if tolerance is None:
         tolerance = getattr(entry, "tolerance", 1e-3)
     record: dict[str, Any] = {"bench": "onnx", "case": "set", "model": name,
-                              "family": entry.family, "threads": 2, "target": "cpu",
+                              "family": entry.family, "threads": threads, "target": "cpu",
                               "load_avg_1m": _load_avg(), "env_unset": ENV_UNSET,
                               "sizes": {"model": name}}  # fmt: skip
     t = time.perf_counter()
@@ -220,7 +228,7 @@ def set_case(name: str, blocks: int, tolerance: float | None = None, share: Any 
     if skipped is None:
         t = time.perf_counter()
         try:
-            fn = stripeml.onnx.compile(model, target="cpu", threads=2)
+            fn = stripeml.onnx.compile(model, target="cpu", threads=threads)
             got = fn(**feeds)
         except StripeError as exc:  # the importer's errors name the node and the operator
             skipped = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -235,7 +243,7 @@ def set_case(name: str, blocks: int, tolerance: float | None = None, share: Any 
         emit_record(record, repeats=0, stripeml_s=None, baselines={}, skipped=skipped)
         return True
     print(f"{name}: compiled and ran in {record['compile_s']:.1f} s", file=sys.stderr)
-    session = ort_session(model)
+    session = ort_session(model, threads)
     err = relative_error(got, session.run(None, feeds))
     if not err <= tolerance:
         print(f"{name}: FAIL: max error {err:.2e} > {tolerance:g}, not timed", file=sys.stderr)
@@ -264,12 +272,12 @@ def set_case(name: str, blocks: int, tolerance: float | None = None, share: Any 
     return True
 
 
-def run_set(names: list[str], blocks: int) -> int:
+def run_set(names: list[str], blocks: int, threads: int = 2) -> int:
     """The ``set`` case for each of ``names``; the exit status (1 when a model disagrees)."""
     failed = []
-    share = CpuShare(2)
+    share = CpuShare(threads)
     for name in names:
-        if not set_case(name, blocks, share=share):
+        if not set_case(name, blocks, share=share, threads=threads):
             failed.append(name)
         gc.collect()  # the last model's weights, before the next is loaded
     if failed:
@@ -317,18 +325,30 @@ def main() -> int:
         help="with --set: time the set this many times, each in a fresh process, "
         "and add a per-model summary (the median of the passes' ratios)",
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="with --set: the threads of both runtimes (stripeml's target, "
+        "onnxruntime's intra-op threads)",
+    )
     p.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--kernels", action="store_true", help="per-kernel roofline vs onnxruntime")
     p.add_argument("--json", action="store_true", help="with --kernels: JSON lines")
     args = p.parse_args()
     if args.passes < 1:
         p.error("--passes: at least 1")
+    if args.threads < 1:
+        p.error("--threads: at least 1")
     if args.set is not None:
         if args.passes > 1:
             import set_passes  # bench/set_passes.py, next to this script
 
-            return set_passes.run_passes(set_names(p, args.set), args.blocks, args.passes)
-        return run_set(set_names(p, args.set), args.blocks)
+            child = functools.partial(set_passes._child, threads=args.threads)
+            return set_passes.run_passes(
+                set_names(p, args.set), args.blocks, args.passes, child=child
+            )
+        return run_set(set_names(p, args.set), args.blocks, args.threads)
     if args.compile_child:
         compile_once(args.model)
         return 0

@@ -37,10 +37,11 @@ __all__ = ["run_passes", "summarise"]
 _SCRIPT = Path(__file__).resolve().parent / "bench_onnx.py"
 
 
-def _child(names: list[str], blocks: int) -> tuple[list[str], int]:
+def _child(names: list[str], blocks: int, threads: int = 2) -> tuple[list[str], int]:
     """One pass: ``bench_onnx.py --set`` in a fresh process; its stdout lines and
     exit status (its stderr, the progress, goes straight to ours)."""
     cmd = [sys.executable, str(_SCRIPT), "--set", ",".join(names), "--blocks", str(blocks)]
+    cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
     return out.stdout.splitlines(), out.returncode
 
