@@ -66,11 +66,13 @@ def panel_widths(ir: str) -> list[int]:
 def test_cpu_blocks_weights_to_its_tile_width(
     tmp_path, vector_width, vectors, registers, width
 ) -> None:
-    """32 output channels on an 8x8 image: a target with 4 lanes and 1 vector per
+    """32 output channels on a 12x12 image: a target with 4 lanes and 1 vector per
     tile gets 4-wide blocks, 2 vectors 8-wide, 8 lanes 16-wide; 32 registers
-    double the vectors (4 lanes, 16-wide)."""
-    m, w = conv_model(ci=8, co=32, size=8)
-    x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
+    double the vectors (4 lanes, 16-wide).  (12 rows: the tiles' rows, 4 or 6,
+    divide them; an 8x8 image takes ``unroll``'s 8-row ``long_rows`` tiles,
+    narrower.)"""
+    m, w = conv_model(ci=8, co=32, size=12)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
     target = cpu_target(tmp_path, vector_width, vectors, registers)
     f = so.compile(m, target=str(target))
     source = f.source(x)
@@ -80,9 +82,10 @@ def test_cpu_blocks_weights_to_its_tile_width(
 
 
 def test_this_host_blocks_by_its_own_lanes() -> None:
-    """2 vectors of the host's lanes per tile, 4 with 32 vector registers (AVX-512)."""
-    m, w = conv_model(ci=8, co=256, size=8)
-    x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
+    """2 vectors of the host's lanes per tile, 4 with 32 vector registers (AVX-512),
+    on a 12x12 image (rows the tiles' rows divide)."""
+    m, w = conv_model(ci=8, co=256, size=12)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
     f = so.compile(m, target="cpu")
     host = resolve("cpu")
     vectors = 4 if host.vector_registers >= 32 else 2

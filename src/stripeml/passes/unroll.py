@@ -111,6 +111,7 @@ the same operation), verified IR, and the same object when nothing applies.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -134,8 +135,15 @@ class Unroll:
     rows: int = 4
     max_vectors: int = 12
     # Ragged row ranges: taller tiles of up to this many rows when they divide
-    # the range (0 or ``rows``: never; then rows split into tiles + a remainder).
+    # the range (0 or ``rows``: never; then rows split into tiles + a remainder),
+    # then, where none does, of up to ``long_rows`` (BERT's 128 tokens: 8 x 3
+    # vectors, 1.10-1.19x faster on two threads than 4 x 6, docs/performance.md).
     max_rows: int = 7
+    long_rows: int = 8
+    # ... only where a tile's panel (its reduction times its lanes) exceeds half of
+    # this (the target's L1: a Winograd product's short panels, in L1 whatever the
+    # rows, ran 2-6% slower in 8-row tiles; 0: any panel).
+    long_rows_bytes: int = 0
     # Inputs read along the vector index are copied per panel into a dense buffer
     # (no cache-set conflicts from a long row stride) when the panel is this small
     # and at least ``pack_min_tiles`` register tiles read it (0: any number).
@@ -190,6 +198,7 @@ class Unroll:
         "rows": (1, 2, 3, 4, 5, 6, 7, 8),
         "vectors": (1, 2, 3, 4, 6),
         "max_rows": (0, 7, 14),
+        "long_rows": (0, 8),
         "pack_max_bytes": (0, 1 << 16, 1 << 18, 1 << 20, 1 << 22),
         "row_blocks": (1, 2, 4),
         "k_block": (0, 64, 128, 256, 512),
@@ -203,6 +212,8 @@ class Unroll:
         check_non_negative(
             self,
             "max_rows",
+            "long_rows",
+            "long_rows_bytes",
             "pack_max_bytes",
             "pack_min_tiles",
             "pack_min_stride",
@@ -374,8 +385,16 @@ class Unroll:
                 return [self._build(root, k, v, vec * w, u1, red, u2, laid)]
             # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
             # image) is tiled whole with taller, narrower tiles: one kernel that reads
-            # its weights once, instead of a main part and a remainder that both do.
-            for d in range(self.max_rows, self.rows, -1):
+            # its weights once, instead of a main part and a remainder that both do;
+            # then one up to ``long_rows`` (8 of 128 tokens; 8 rows of 56 ran 2-8% slower)
+            # where the panels are constants laid out once (half the tiles of 4 rows
+            # would not pack a strided panel: a 64 x 1024 @ 1024 x 1024 took 2x).
+            fixed = laid is not None and all(r.from_ in laid.params for r in panel_ins)
+            lanes = w * max(1, min(self.vectors, self.max_vectors // max(1, self.long_rows)))
+            deep = 2 * math.prod(ranges[n] for n in red) * lanes * 4 > self.long_rows_bytes
+            longer = range(self.long_rows, self.max_rows, -1) if fixed and deep else ()
+            longer = longer if self.max_rows > self.rows else ()
+            for d in [*range(self.max_rows, self.rows, -1), *longer]:
                 whole = [n for n in row_ok if ranges[n] % d == 0]
                 if whole and ranges[v] % w == 0:
                     taller = replace(
