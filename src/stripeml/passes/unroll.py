@@ -101,8 +101,10 @@ split into two root kernels, like ragged rows: ``[0, R - R % w)`` tiled as
 above, and the last ``R % w`` points with the widest power-of-two lanes (at
 least 4) dividing them, all its vectors in one tile (12 points: 3 vectors of
 4 lanes), no packing; a narrower rest stays untiled (``vectorize`` takes it).
-This module chooses the tile shape; ``_register_tile.py`` builds the nest and
-``_unroll_splits.py`` the mixed tile and the two parts of a split kernel.
+This module chooses the tile shape; ``_unroll_rows.py`` the taller, shorter or
+short rows where ``rows`` divides no row range; ``_register_tile.py`` builds
+the nest and ``_unroll_splits.py`` the mixed tile and the two parts of a split
+kernel.
 
 Requires: verified IR.  Guarantees: the same points in the same scopes (the
 outer block is the aggregation scope; the inner block aggregates into it with
@@ -111,7 +113,6 @@ the same operation), verified IR, and the same object when nothing applies.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -120,6 +121,7 @@ from ..ir.nodes import Block, Program, Refinement, Statement
 from ._common import index_stride, inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
+from ._unroll_rows import other_rows
 from ._unroll_shapes import moves, packable, panel_of_wider, two_rows, vectors_dividing
 from ._unroll_splits import mixed_tile, split_rows, split_vector
 from .registry import check_non_negative, check_positive, check_selector, register
@@ -383,52 +385,8 @@ class Unroll:
                     min(self.vectors, self.max_vectors // self.rows), ranges[v], w
                 )
                 return [self._build(root, k, v, vec * w, u1, red, u2, laid)]
-            # A row range with a divisor up to ``max_rows`` (7 rows of a 7x7 or 14x14
-            # image) is tiled whole with taller, narrower tiles: one kernel that reads
-            # its weights once, instead of a main part and a remainder that both do;
-            # then one up to ``long_rows`` (8 of 128 tokens; 8 rows of 56 ran 2-8% slower)
-            # where the panels are constants laid out once (half the tiles of 4 rows
-            # would not pack a strided panel: a 64 x 1024 @ 1024 x 1024 took 2x).
-            fixed = laid is not None and all(r.from_ in laid.params for r in panel_ins)
-            lanes = w * max(1, min(self.vectors, self.max_vectors // max(1, self.long_rows)))
-            deep = 2 * math.prod(ranges[n] for n in red) * lanes * 4 > self.long_rows_bytes
-            longer = range(self.long_rows, self.max_rows, -1) if fixed and deep else ()
-            longer = longer if self.max_rows > self.rows else ()
-            for d in [*range(self.max_rows, self.rows, -1), *longer]:
-                whole = [n for n in row_ok if ranges[n] % d == 0]
-                if whole and ranges[v] % w == 0:
-                    taller = replace(
-                        self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
-                    )
-                    tiled = taller._tile(root, k, whole[0], laid)
-                    if tiled is not None:
-                        return tiled
-            # A tile of more than 4 rows (see ``shaped``) takes fewer rows that
-            # divide the range, with the vectors the accumulators allow, before a
-            # split whose remainder reads the weights again (BERT's 128 tokens:
-            # 4 x 6 vectors, not 21 tiles of 6 rows and a 2-row rest; 4 x 4 took
-            # 1.26x onnxruntime's time where 4 x 6 took 1.11x).  The panels are
-            # then wider: a sequence length 6 divides (384) lays the weights out
-            # again, at its own width; the powers of two share one layout.
-            for d in range(self.rows - 1, 3, -1):
-                whole = [n for n in row_ok if ranges[n] % d == 0]
-                if whole and ranges[v] % w == 0:
-                    shorter = replace(self, rows=d, vectors=max(1, self.max_vectors // d))
-                    tiled = shorter._tile(root, k, whole[-1], laid)
-                    if tiled is not None:
-                        return tiled
-            # Every row range shorter than the tile's rows (a 3 x 3 convolution's
-            # weight gradient, whose output pixels are its taps): the longest of
-            # them is the tile's rows, whole, rather than a tile of one row
-            # whose accumulators wait on each other's adds.
-            short = [n for n in row_ok if 1 < ranges[n] < self.rows]
-            if short and ranges[v] % w == 0 and all(ranges[n] <= self.rows for n in row_ok):
-                longest = max(short, key=lambda n: ranges[n])
-                d = ranges[longest]
-                small = replace(
-                    self, rows=d, vectors=max(1, min(self.vectors, self.max_vectors // d))
-                )
-                tiled = small._tile(root, k, longest, laid)
+            if ranges[v] % w == 0:
+                tiled = other_rows(self, root, k, ranges, red, row_ok, panel_ins, laid)
                 if tiled is not None:
                     return tiled
             ragged = [n for n in row_ok if ranges[n] > self.rows]
