@@ -83,3 +83,39 @@ def test_the_tuner_times_nothing_beside_a_pending_write() -> None:
     finally:
         release.set()
         other.join()
+
+
+def test_a_write_started_on_a_daemon_thread_finishes_before_the_exit(tmp_path) -> None:
+    """The ONNX reader starts the weights' copy from a daemon thread of its own;
+    the write must not inherit that flag, or the interpreter's exit cuts it off
+    (a partial temporary file, no copy).  A fresh process starts a slow write
+    from a daemon thread and returns at once: the file is there, whole."""
+    import subprocess
+    import sys
+    import textwrap
+
+    out = tmp_path / "written"
+    script = textwrap.dedent(
+        f"""
+        import threading, time
+        from stripeml.runtime import kept_layouts
+
+        def write():
+            time.sleep(0.5)
+            with open({str(out)!r}, "w") as f:
+                f.write("whole")
+
+        started = []
+        t = threading.Thread(
+            target=lambda: started.append(kept_layouts.in_background(write)), daemon=True
+        )
+        t.start()
+        t.join()
+        assert started[0].daemon is False
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "whole"

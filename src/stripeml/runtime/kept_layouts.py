@@ -201,6 +201,9 @@ def write_file(
     from a page of its own; False when not written (over a quarter of the
     limit, the root refused or unwritable)."""
     size = sum(-(-raw.size // PAGE) * PAGE for raw in raws)
+    limit = cache_limit()
+    if not size or size > limit // SHARE_OF_LIMIT:  # (before the checksum reads it all)
+        return False
     meta = {**meta, "bytes": size, "sum": _checksum([_page_sums(r) for r in raws])}
     # the data starts on the page after the head (its longest text: a shorter
     # number for "data" only shortens it)
@@ -209,8 +212,7 @@ def write_file(
     meta["data"] = data_start
     text = json.dumps(meta, separators=(",", ":")).encode()
     length = data_start + size
-    limit = cache_limit()
-    if not size or length > limit // SHARE_OF_LIMIT:
+    if length > limit // SHARE_OF_LIMIT:
         return False
     key = root.key(create=True)
     if key is None:
@@ -241,7 +243,11 @@ class Writer(threading.Thread):
     (one waiting for the compiles to end) and waits for it."""
 
     def __init__(self, run: Callable[[], None]) -> None:
-        super().__init__(target=run, name="stripeml-cache-write")
+        # Never a daemon, whoever starts it: a thread inherits its creator's
+        # daemon flag, and the weights' copy is started by the ONNX reader's
+        # daemon thread, so the exit could cut that write off (a partial
+        # temporary file left behind and no copy: ConvNeXt-T's 115 MB here).
+        super().__init__(target=run, name="stripeml-cache-write", daemon=False)
         self.hurry = threading.Event()
 
     def finish(self) -> None:
