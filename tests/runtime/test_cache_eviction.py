@@ -63,11 +63,11 @@ def test_parse_size_refuses_what_is_not_a_size(text):
 
 def test_the_limit_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv(LIMIT_ENV, raising=False)
-    assert cache_limit() == DEFAULT_LIMIT == 1 << 30
+    assert cache_limit() == DEFAULT_LIMIT == 4 << 30
     monkeypatch.setenv(LIMIT_ENV, "3M")
     assert cache_limit() == 3 << 20
     monkeypatch.setenv(LIMIT_ENV, "three megabytes")
-    with pytest.warns(RuntimeWarning, match="three megabytes.*default limit of 1.0 GiB"):
+    with pytest.warns(RuntimeWarning, match="three megabytes.*default limit of 4.0 GiB"):
         assert cache_limit() == DEFAULT_LIMIT
 
 

@@ -18,7 +18,7 @@ cache key) under the root's secret key (:mod:`.cache_root`); it is checked
 with :func:`hmac.compare_digest` before the payload is parsed or loaded as
 code.  A use touches the entry's
 mtime; writes evict the entries, oldest mtime first, down to :func:`cache_limit`
-(``$STRIPEML_CACHE_LIMIT``, default 1 GiB): see :func:`account`.
+(``$STRIPEML_CACHE_LIMIT``, default 4 GiB): see :func:`account`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ from .cache_root import (
 
 HEADER = struct.Struct("<8sIQ32s")
 _TAG_AT = HEADER.size - 32  # the tag is the header's last field
-DEFAULT_LIMIT = 1 << 30  # 1 GiB: about a thousand ResNet-50-sized kernel entries
+#: 4 GiB: room for a transformer of BERT-base's or GPT-2's size (its weights'
+#: copy and layouts, 435 + 340 MB, each under a quarter of it) beside the
+#: compiled code of many models; 1 GiB before 2026-12-07 left such a model
+#: without either, its warm start 0.54-0.56 s instead of 0.30-0.33 s
+#: (docs/performance.md, "Warm starts of models over 256 MB").
+DEFAULT_LIMIT = 4 << 30
 LIMIT_ENV = "STRIPEML_CACHE_LIMIT"
 #: A temporary file older than this is left over by a writer that died.
 STALE_TEMP_S = 3600.0
@@ -96,7 +101,7 @@ def size_from_env(variable: str, default: int) -> int:
 
 
 def cache_limit() -> int:
-    """The most bytes the entries may take: ``$STRIPEML_CACHE_LIMIT`` or 1 GiB; 0 stores nothing."""
+    """The most bytes the entries may take: ``$STRIPEML_CACHE_LIMIT`` or 4 GiB; 0 stores nothing."""
     return size_from_env(LIMIT_ENV, DEFAULT_LIMIT)
 
 

@@ -25,7 +25,7 @@ object code loaded.  Writes go to a private temporary file in the same folder
 and are published with ``os.replace``, so readers see a whole entry or none and
 concurrent writers of one key simply race to publish identical bytes.  A use
 touches an entry's mtime and each write evicts the least recently used entries
-down to the size limit (``$STRIPEML_CACHE_LIMIT``, default 1 GiB).  If the
+down to the size limit (``$STRIPEML_CACHE_LIMIT``, default 4 GiB).  If the
 folder cannot be created or written, the cache turns itself off (one warning
 per folder and process).
 """
