@@ -201,19 +201,19 @@ def write_file(
     from a page of its own; False when not written (over a quarter of the
     limit, the root refused or unwritable)."""
     size = sum(-(-raw.size // PAGE) * PAGE for raw in raws)
-    limit = cache_limit()
-    if not size or size > limit // SHARE_OF_LIMIT:  # (before the checksum reads it all)
-        return False
-    meta = {**meta, "bytes": size, "sum": _checksum([_page_sums(r) for r in raws])}
     # the data starts on the page after the head (its longest text: a shorter
-    # number for "data" only shortens it)
-    meta["data"] = 10**12
+    # number for "data" only shortens it; the checksum, a SHA-256 in hex, is
+    # always 64 characters), so the file's length is known before the
+    # checksum reads every byte: one over the cap costs nothing
+    meta = {**meta, "bytes": size, "sum": "0" * 64, "data": 10**12}
     data_start = -(-(_HEAD.size + len(json.dumps(meta, separators=(",", ":")))) // PAGE) * PAGE
+    length = data_start + size
+    limit = cache_limit()
+    if not size or length > limit // SHARE_OF_LIMIT:
+        return False
+    meta["sum"] = _checksum([_page_sums(r) for r in raws])
     meta["data"] = data_start
     text = json.dumps(meta, separators=(",", ":")).encode()
-    length = data_start + size
-    if length > limit // SHARE_OF_LIMIT:
-        return False
     key = root.key(create=True)
     if key is None:
         return False
