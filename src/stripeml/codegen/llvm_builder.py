@@ -149,6 +149,16 @@ class KernelBuilder:
         self.counter = 0
         # Affine partial sums already emitted, by (basic block, terms): see :meth:`affine`.
         self._sums: dict[tuple[object, tuple[tuple[int, int], ...]], ir.Value] = {}
+        # id of a token -> (index, constant, the token: held, so its id is never reused)
+        self.shifted: dict[int, tuple[ir.Value, int, ir.Value]] = {}  # see ``shift``
+        # Loads already emitted in one step of a register tile (see ``vload``), and the
+        # root buffer it writes, whose loads are never shared
+        self.load_memo: dict[tuple[object, ...], ir.Value] | None = None
+        self.load_memo_skip: str | None = None
+        # A register tile's accumulators within one trip of its unrolled reduction loop:
+        # id(slot) -> (slot, running value), loaded at the trip's first step and stored
+        # after its last (``llvm_tile.emit_register_tile``), not at every step
+        self.held_accs: dict[int, tuple[ir.Value, ir.Value]] | None = None
 
     def fresh(self, prefix: str) -> str:
         """A new value or block name starting with ``prefix``."""
@@ -176,6 +186,10 @@ class KernelBuilder:
             if isinstance(value, ir.Constant) and isinstance(value.constant, int):
                 const += c * value.constant
                 continue
+            shifted = self.shifted.get(id(value))
+            if shifted is not None:  # a copy of an unrolled loop's body: its index plus a constant
+                value, add, _ = shifted
+                const += c * add
             key += ((id(value), c),)  # the values live as long as the function
             v = self._sum_once(key, self._term_added, v, value, c)
         if v is None:
@@ -184,6 +198,18 @@ class KernelBuilder:
             return v
         # (0, const): no index has id 0
         return self._sum_once((*key, (0, const)), self.b.add, v, ir.Constant(I64, const))
+
+    def shift(self, value: ir.Value, add: int) -> ir.Value:
+        """``value + add`` (an index in a copy of an unrolled loop's body), which
+        :meth:`affine` folds into its constant: every copy's addresses share the
+        loop's partial sums and differ only in constant offsets."""
+        if not add:
+            return value
+        # a token, never inserted in a block: only ``affine`` reads it (anything else
+        # would name an undefined value, which LLVM's parser rejects)
+        v = ir.Instruction(self.b.block, I64, "add", [value, ir.Constant(I64, add)])
+        self.shifted[id(v)] = (value, add, v)
+        return v
 
     def _sum_once(
         self, key: tuple[tuple[int, int], ...], make: Callable[..., ir.Value], *args: Any
@@ -221,7 +247,28 @@ class KernelBuilder:
         self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None
     ) -> ir.Value:
         """The value at ``bd``'s origin: ``lanes`` consecutive elements along ``vidx``
-        (or one broadcast when the view does not move with ``vidx``), else a scalar."""
+        (or one broadcast when the view does not move with ``vidx``), else a scalar.
+
+        While :attr:`load_memo` is set (one step of a register tile, whose statements
+        store only into its accumulators), a load of the same element, width and
+        buffer in the same basic block is emitted once: a 7 x 2 tile's step loads
+        each row's scalar and broadcasts it once, not once per vector, and each
+        panel vector once, not once per row (LLVM merged them again; a quarter
+        fewer instructions for the Python code generator to build and print)."""
+        memo = self.load_memo
+        if memo is None or bd.root == self.load_memo_skip:
+            return self._vload(bd, env, lanes, vidx)
+        off = self.affine(bd.offset, env)
+        spot = ("c", off.constant) if isinstance(off, ir.Constant) else ("v", id(off))
+        key = (id(self.b.block), id(bd.base), bd.dtype, spot, lanes, vidx)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self._vload(bd, env, lanes, vidx)
+        return found
+
+    def _vload(
+        self, bd: Bind, env: dict[str, ir.Value], lanes: int | None, vidx: str | None
+    ) -> ir.Value:
         if lanes is None or vidx is None or bd.offset.coeff(vidx) == 0:
             v = self.load(bd, env)
             return self.broadcast(v, lanes) if lanes else v

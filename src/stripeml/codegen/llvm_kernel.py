@@ -289,8 +289,15 @@ class KernelEmitter(KernelBuilder):
                 if bd.mode == "reg":
                     slot = bd.vacc if lanes else bd.acc
                     v = self.to_acc(v, bd.dtype)
-                    acc = self.b.load(slot, typ=v.type)
                     adt = acc_dtype(bd.dtype)
+                    held = self.held_accs
+                    if held is not None and slot is not None:  # a register tile's trip
+                        acc = held[id(slot)][1] if id(slot) in held else None
+                        if acc is None:
+                            acc = self.b.load(slot, typ=v.type)
+                        held[id(slot)] = (slot, combine(self.b, bd.agg, acc, v, adt, self.fma))
+                        continue
+                    acc = self.b.load(slot, typ=v.type)
                     self.b.store(combine(self.b, bd.agg, acc, v, adt, self.fma), slot)
                     if bd.touched is not None:
                         self.b.store(ir.Constant(I1, 1), bd.touched)

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from ..ir.nodes import Block, Store
-from .llvm_plan import MAX_UNROLL, Bind, lane_chunks, vectorizable
+from .llvm_plan import (
+    MAX_UNROLL,
+    TILE_REDUCTION_UNROLL,
+    Bind,
+    lane_chunks,
+    vectorizable,
+)
 from .llvm_types import I64, acc_dtype, identity, reg_type, splat, vec
 
 if TYPE_CHECKING:
@@ -72,19 +78,57 @@ def emit_register_tile(
     def body(env3: dict[str, ir.Value], lanes: int | None) -> None:
         bd.mode = "reg"
         bd.touched = None
+        g.load_memo, g.load_memo_skip = {}, bd.root  # the step's loads, each once
         for combo in combos:
             for start, w in chunks:
                 bd.vacc = slots[combo, start]
                 g.stmts(blk, at(combo, start, env3), binds, None, w, vidx)
+        g.load_memo, g.load_memo_skip = None, None
         bd.mode = mode
 
-    g.loops(blk, red, env, body, False, guards_here=True)
+    step = reduction_unroll(blk, red)
+    if step > 1:
+        last = red[-1]
+        span = blk.idx(last).range
+
+        def unrolled_loop(env4: dict[str, ir.Value], lanes: int | None) -> None:
+            def copies(v: ir.Value) -> None:
+                g.held_accs = {}  # each accumulator loaded once a trip, stored once
+                for u in range(step):
+                    env5 = dict(env4)
+                    env5[last] = g.shift(v, u)
+                    body(env5, lanes)
+                for slot, value in g.held_accs.values():
+                    b.store(value, slot)
+                g.held_accs = None
+
+            g.loop(last, ir.Constant(I64, 0), ir.Constant(I64, span), copies, step=step)
+
+        g.loops(blk, red[:-1], env, unrolled_loop, False, guards_here=True)
+    else:
+        g.loops(blk, red, env, body, False, guards_here=True)
     bd.mode = "plain"
     for combo in combos:
         for start, w in chunks:
             tile = b.load(slots[combo, start], typ=vec(reg_type(adt), w))
             g.vstore(bd, at(combo, start, env), g.from_acc(tile, bd.dtype), w)
     bd.mode = mode
+
+
+def reduction_unroll(blk: Block, red: list[str]) -> int:
+    """How many iterations of a register tile's innermost reduction loop (the last
+    of ``red``) each trip of its loop runs: :data:`.llvm_plan.TILE_REDUCTION_UNROLL`,
+    else 2, when that divides its range and leaves at least two trips, and no
+    constraint or affine moves that index (else 1: the plain loop)."""
+    if not red:
+        return 1
+    idx = blk.idx(red[-1])
+    if idx.affine is not None or any(c.expr.coeff(idx.name) for c in blk.constraints):
+        return 1
+    for step in (TILE_REDUCTION_UNROLL, 2):
+        if step > 1 and idx.range % step == 0 and idx.range >= 2 * step:
+            return step
+    return 1
 
 
 def unrolled_epilogue_plan(
