@@ -31,6 +31,7 @@ from .llvm_plan import (
     lane_chunks,
     vectorizable,
 )
+from .llvm_prefetch import emit_prefetches, next_panel, prefetch_start
 from .llvm_types import I64, acc_dtype, identity, reg_type, splat, vec
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ def emit_register_tile(
         bd.mode = mode
 
     step = reduction_unroll(blk, red)
+    fetch = next_panel(g, blk, binds, vidx, unrolled, red, step)
+    fetch_start = prefetch_start(g, fetch, env) if fetch is not None else []
     if step > 1:
         last = red[-1]
         span = blk.idx(last).range
@@ -97,6 +100,8 @@ def emit_register_tile(
                 for u in range(step):
                     env5 = dict(env4)
                     env5[last] = g.shift(v, u)
+                    if not u:
+                        emit_prefetches(g, fetch, fetch_start, env5)
                     body(env5, lanes)
                 for slot, value in g.held_accs.values():
                     b.store(value, slot)
@@ -106,7 +111,12 @@ def emit_register_tile(
 
         g.loops(blk, red[:-1], env, unrolled_loop, False, guards_here=True)
     else:
-        g.loops(blk, red, env, body, False, guards_here=True)
+
+        def fetching(env4: dict[str, ir.Value], lanes: int | None) -> None:
+            emit_prefetches(g, fetch, fetch_start, env4)
+            body(env4, lanes)
+
+        g.loops(blk, red, env, fetching, False, guards_here=True)
     bd.mode = "plain"
     for combo in combos:
         for start, w in chunks:

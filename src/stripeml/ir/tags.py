@@ -174,6 +174,13 @@ TAGS: tuple[Tag, ...] = (
         read_by=("passes.unroll", "passes.epilogue"),
     ),
     Tag(
+        "prefetch",
+        "a register tile whose kernel streams its panels from beyond the cache: each "
+        "step of its reduction also fetches a part of the next panel",
+        set_by=("passes.prefetch",),
+        read_by=("codegen.llvm_prefetch",),
+    ),
+    Tag(
         "epilogue",
         "an elementwise consumer run on each finished register tile",
         set_by=("passes.epilogue",),
