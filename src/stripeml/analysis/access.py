@@ -45,7 +45,7 @@ import islpy as isl
 
 from ..ir.affine import Affine
 from ..ir.isl import ge_constraint, nest_domain, set_space
-from ..ir.nodes import Block, Load, Special, Statement, Store
+from ..ir.nodes import Block, Load, Refinement, Special, Statement, Store
 
 __all__ = [
     "READ_KINDS",
@@ -109,6 +109,11 @@ class _View:
     exprs: tuple[Affine, ...]
     sizes: tuple[int, ...]
     agg: str
+
+
+def index_stride(ref: Refinement, name: str) -> int:
+    """Elements ``ref``'s element moves when index ``name`` grows by one."""
+    return sum(a.coeff(name) * st for a, st in zip(ref.access, ref.shape.strides))
 
 
 def uses(

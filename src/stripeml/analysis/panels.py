@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Refinement
+from .access import index_stride
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +47,6 @@ class StreamedPanel:
         return self.stride * itemsize(self.dtype)
 
 
-def _stride(ref: Refinement, name: str) -> int:
-    return sum(a.coeff(name) * st for a, st in zip(ref.access, ref.shape.strides))
-
-
 def streamed_panel(kernel: Block, tile: Block) -> StreamedPanel | None:
     """The panel ``tile`` (a ``#register_tile`` child of ``kernel``) streams, if any:
     an input read along the tile's vector index (its last) in unit stride, whose
@@ -67,12 +64,12 @@ def streamed_panel(kernel: Block, tile: Block) -> StreamedPanel | None:
     best: tuple[int, str, Refinement, Refinement] | None = None
     for r in tile.refs:
         source = sources.get(r.from_ or r.into)
-        if r.dir != "in" or source is None or _stride(r, vidx) != 1:
+        if r.dir != "in" or source is None or index_stride(r, vidx) != 1:
             continue
         for i in kernel.idxs:
             if i.range < 2 or i.affine is not None:
                 continue
-            s = _stride(source, i.name)
+            s = index_stride(source, i.name)
             if s > 0 and (best is None or s > best[0]):
                 best = (s, i.name, r, source)
     if best is None:
@@ -81,7 +78,7 @@ def streamed_panel(kernel: Block, tile: Block) -> StreamedPanel | None:
     passes = tuple(
         i.name
         for i in kernel.idxs
-        if i.range >= 2 and _stride(source, i.name) == 0 and i.affine is None
+        if i.range >= 2 and index_stride(source, i.name) == 0 and i.affine is None
     )
     count = 1
     for name in passes:

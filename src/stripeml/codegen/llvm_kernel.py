@@ -292,9 +292,7 @@ class KernelEmitter(KernelBuilder):
                     adt = acc_dtype(bd.dtype)
                     held = self.held_accs
                     if held is not None and slot is not None:  # a register tile's trip
-                        acc = held[id(slot)][1] if id(slot) in held else None
-                        if acc is None:
-                            acc = self.b.load(slot, typ=v.type)
+                        _, acc = held.get(id(slot)) or (slot, self.b.load(slot, typ=v.type))
                         held[id(slot)] = (slot, combine(self.b, bd.agg, acc, v, adt, self.fma))
                         continue
                     acc = self.b.load(slot, typ=v.type)

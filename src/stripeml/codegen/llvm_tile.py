@@ -110,6 +110,8 @@ def emit_register_tile(
             g.loop(last, ir.Constant(I64, 0), ir.Constant(I64, span), copies, step=step)
 
         g.loops(blk, red[:-1], env, unrolled_loop, False, guards_here=True)
+    elif fetch is None:
+        g.loops(blk, red, env, body, False, guards_here=True)
     else:
 
         def fetching(env4: dict[str, ir.Value], lanes: int | None) -> None:

@@ -36,11 +36,6 @@ WRITE_DIRS = ("out", "inout")
 TOUCH_DIRS = ("in", "out", "inout")  # READ_DIRS and WRITE_DIRS together
 
 
-def index_stride(ref: Refinement, name: str) -> int:
-    """Elements ``ref``'s element moves when index ``name`` grows by one."""
-    return sum(a.coeff(name) * st for a, st in zip(ref.access, ref.shape.strides))
-
-
 # -- data flow at the root ----------------------------------------------------------
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..analysis.access import index_stride
 from ..ir.affine import Affine, box_interval
 from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Index, Load, Refinement, Store, TensorShape
-from ._common import fresh, index_stride
+from ._common import fresh
 
 
 def register_tiles(

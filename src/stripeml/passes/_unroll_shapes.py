@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..analysis.access import index_stride
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Refinement
-from ._common import index_stride
 
 
 def packable(r: Refinement, v: str) -> bool:

@@ -45,10 +45,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.access import index_stride
 from ..analysis.select import parse_selector
 from ..ir.affine import Affine
 from ..ir.nodes import Block, Index, Load, Program, Refinement, Statement, Store, TensorShape
-from ._common import fresh, index_stride, is_leaf, single_index
+from ._common import fresh, is_leaf, single_index
 from .registry import check_non_negative, check_positive, check_selector, register
 from .thread import choose_thread_index
 

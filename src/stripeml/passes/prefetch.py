@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.memory import allocation_bytes
 from ..analysis.panels import StreamedPanel, streamed_panel
 from ..analysis.select import parse_selector
-from ..ir.dtypes import itemsize
 from ..ir.nodes import Block, Program, Statement
 from .registry import check_non_negative, check_selector, register
 
@@ -66,7 +66,7 @@ class Prefetch:
             return program
         wanted = parse_selector(self.select)
         root = program.root
-        sizes = {r.into: r.shape.extent * itemsize(r.shape.dtype) for r in root.refs}
+        sizes = {r.into: allocation_bytes(r) for r in root.refs}
         stmts: list[Statement] = []
         changed = False
         for s in root.stmts:

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from ..analysis.access import Access, accesses
+from ..analysis.access import Access, accesses, index_stride
 from ..analysis.dependence import race_free_indices
 from ..analysis.select import Selector, parse_selector
 from ..ir.affine import Affine, box_interval
@@ -56,7 +56,6 @@ from ..ir.nodes import (
     Store,
     work_estimate,
 )
-from ._common import index_stride
 from .registry import check_non_negative, check_positive, check_selector, register
 
 

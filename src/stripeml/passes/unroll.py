@@ -116,9 +116,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.access import index_stride
 from ..analysis.select import parse_selector
 from ..ir.nodes import Block, Program, Refinement, Statement
-from ._common import index_stride, inside_nests
+from ._common import inside_nests
 from ._const_panels import PanelLayouts
 from ._register_tile import register_tiles
 from ._unroll_rows import other_rows

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.access import index_stride
 from ..analysis.select import parse_selector
 from ..ir.nodes import Block, Program, Statement
-from ._common import index_stride
 from .registry import check_positive, check_selector, register
 
 

@@ -95,6 +95,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from ..analysis.access import index_stride
 from ..analysis.select import parse_selector
 from ..ir.nodes import (
     Block,
@@ -106,7 +107,6 @@ from ..ir.nodes import (
     Statement,
     Store,
 )
-from ._common import index_stride
 from ._winograd_body import TRANSFORMS
 from ._winograd_kernels import Conv, plain, rewrite
 from .registry import (
