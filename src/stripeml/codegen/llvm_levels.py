@@ -127,11 +127,13 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     * O1 for *glue* (``copy`` and ``fill`` kernels: they only move or set data,
       in loops the code generator vectorises itself) and for kernels the code
       generator tiled itself (:func:`generator_tiled`: every innermost block a
-      register tile of at least :data:`O1_TILE_VECTORS` accumulator vectors
-      over an innermost reduction of at least :data:`O1_INNER_REDUCTION`, or
-      an epilogue, in vector lanes, no math-library call), where O3 found
-      nothing more to do (ResNet-50's tiled convolutions 0.98-1.01x the time at
-      O1, BERT-base's plain matmuls 1.00x, for 0.6x the compile time), and for
+      register tile of at least :data:`O1_TILE_VECTORS` accumulator vectors,
+      over a reduction of any length, or an epilogue, in vector lanes, no
+      math-library call), where O3 found nothing more to do (ResNet-50's tiled
+      convolutions 0.98-1.01x the time at O1, BERT-base's plain matmuls 1.00x,
+      for 0.6x the compile time; since the code generator unrolls a tile's
+      reduction itself, also over short reductions: a first convolution's 3
+      input channels, MobileNetV2's 16, a pooling window), and for
       the transforms of Winograd convolutions (``winograd``: straight-line sums
       of 16 loads in vector lanes, where O3's unrolling cost ~90 ms per body),
       and for *tiny* kernels, of at most :data:`TINY_WORK` scalar operations
@@ -140,10 +142,9 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       O3 cost 10-25 ms of LLVM each and O1 5-7);
     * O3, with loop and SLP vectorisation and unrolling, for the rest: scalar
       reductions, element-wise kernels (at O1 SqueezeNet ran 1.10x the time),
-      BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of one or two
-      vectors or over a short reduction (SqueezeNet's pooling and first
-      convolution: 1.07-1.5x at O1; MobileNetV2's 1x1 convolution of 16
-      channels 1.37x), where LLVM's unrolling pays;
+      BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of fewer
+      than :data:`O1_TILE_VECTORS` vectors (a classifier's matrix-vector
+      product: 1.3x at O1 on one thread), where LLVM's unrolling pays;
     * O2 for attention's ``nest`` (:func:`_attention`): as fast as at O3, for a
       third of LLVM's time, which a second sequence length waits for;
     * O0 for a kernel tagged ``once`` (the weight transform of a Winograd
@@ -239,17 +240,14 @@ TINY_WORK = 4096
 #: A Winograd transform (``winograd``'s input and output transforms) of at most
 #: this many scalar operations gets O0, not O1 (:func:`body_opt_level`).
 WINOGRAD_O0_WORK = 1 << 16
-#: A register tile compiled at O1 keeps at least this many vectors of accumulators ...
+#: A register tile compiled at O1 keeps at least this many vectors of accumulators.
 O1_TILE_VECTORS = 4
-#: ... and its innermost reduction index runs at least this many steps.
-O1_INNER_REDUCTION = 64
 
 
 def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False) -> bool:
     """Whether every innermost block of ``kernel`` is a ``register_tile`` (of at
-    least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over an
-    innermost reduction of at least :data:`O1_INNER_REDUCTION` steps) or an
-    ``epilogue``, both put in vector lanes by the ``vectorize`` pass, calling
+    least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over a
+    reduction of any length) or an ``epilogue``, both put in vector lanes by the ``vectorize`` pass, calling
     no function of the math library (:data:`.llvm_math.MATH_FUNCTIONS`; with
     ``math``, calls are allowed): code LLVM's vectorisers, unrollers and
     inliner have nothing left to do with (but the calls)."""
@@ -276,7 +274,12 @@ def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False
 
 def _large_tile(tile: Block, vector_width: int) -> bool:
     """Whether register tile ``tile`` accumulates at least :data:`O1_TILE_VECTORS`
-    vectors over an innermost reduction of at least :data:`O1_INNER_REDUCTION`."""
+    vectors over a reduction.  The reduction's length does not matter: the code
+    generator unrolls the innermost reduction itself (:func:`.llvm_tile.reduction_unroll`),
+    and where it cannot (a first convolution's 3 input channels, a pooling's 3
+    x 3 window) LLVM's O3 unrolling gained nothing measurable either (2026-12-07,
+    docs/performance.md: O3 there cost the light SqueezeNet's first convolution
+    0.12-0.25 s of LLVM)."""
     out = [r for r in tile.refs if r.agg not in ("", "assign")]
     if len(out) != 1:
         return False
@@ -286,8 +289,4 @@ def _large_tile(tile: Block, vector_width: int) -> bool:
         if idx.name in kept:
             elements *= idx.range
     reduction = [idx for idx in tile.idxs if idx.name not in kept]
-    return (
-        elements >= O1_TILE_VECTORS * max(1, vector_width)
-        and bool(reduction)
-        and reduction[-1].range >= O1_INNER_REDUCTION
-    )
+    return elements >= O1_TILE_VECTORS * max(1, vector_width) and bool(reduction)
