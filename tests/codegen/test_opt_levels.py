@@ -1,7 +1,7 @@
 """Each kernel body gets the LLVM pipeline it needs (``codegen.llvm.body_opt_level``):
 O1 for glue (copies, fills) and for kernels the code generator tiled and put in
-vector lanes itself (an epilogue calling the math library included), O3 for the
-rest (element-wise math, scalar reductions, small tiles).  Whatever the level, the results must be
+vector lanes itself, O3 for the rest (element-wise math, scalar reductions, an
+epilogue calling the math library).  Whatever the level, the results must be
 NumPy's: every program here is compiled on two threads (the LLVM helper
 processes compile part of it) and checked against NumPy."""
 
@@ -17,7 +17,6 @@ import pytest
 import stripeml
 from stripeml import api
 from stripeml.codegen.llvm import body_opt_level, generate, generator_tiled
-from stripeml.codegen.llvm_levels import calls_math
 from stripeml.ir.nodes import Block
 from stripeml.runtime.cpu import CpuBackend, CpuOptions
 
@@ -65,9 +64,7 @@ def test_levels_follow_what_the_generator_did_itself() -> None:
     # both matmuls are register tiles with a vector epilogue
     assert "tiled" in relu_mm.tags and "tiled" in erf_mm.tags
     assert body_opt_level(relu_mm) == 1 and generator_tiled(relu_mm)
-    # erf calls the math library: O1 too, its epilogue a loop (calls_math)
-    assert body_opt_level(erf_mm) == 1 and generator_tiled(erf_mm) and calls_math(erf_mm)
-    assert not calls_math(relu_mm)
+    assert body_opt_level(erf_mm) == 3 and not generator_tiled(erf_mm)  # erf: the math library
     assert body_opt_level(exp_k) == 3  # element-wise math stays at O3
     conv = _kernels(
         stripeml.compile(CONV, target=_direct()).lower(*_conv_arrays()).program
@@ -197,29 +194,3 @@ def test_small_tiles_stay_at_o3(tmp_path) -> None:
     compiled = CpuBackend(CpuOptions(threads=2, cache_dir=tmp_path)).compile(program)
     got = compiled.run({"X": x, "W": w})["Y"]
     np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
-
-
-ERF_MM = """function (X[M, K], W[K, N], B[N]) -> (G) {
-    C[m, n : M, N] = +(X[m, k] * W[k, n]);
-    G = erf(C + B);
-}"""
-
-
-def test_a_math_epilogue_stays_a_loop_at_o1(tmp_path) -> None:
-    """A tile of two vectors with an ``erf`` epilogue: O1, and the epilogue is
-    a loop over its vectors (the function called in two places: its vector
-    loop and its scalar remainder), not one copy per vector of the tile (eight
-    here), which cost LLVM as much at O1 as the whole body at O3; results are
-    NumPy's."""
-    rng = np.random.default_rng(12)
-    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 32), (32,)))
-    program = stripeml.compile(ERF_MM, target="cpu").lower(x, w, b).program
-    (kernel,) = [k for k in _kernels(program).values() if "tiled" in k.tags]
-    assert body_opt_level(kernel) == 1 and calls_math(kernel)
-    (body,) = [b for b in generate(program, vector_width=16).bodies if b.opt == 1]
-    assert body.llvm_ir is not None
-    assert len(re.findall(r"call .*@\"?stripeml\.erf", body.llvm_ir)) == 2
-    compiled = CpuBackend(CpuOptions(threads=2, cache_dir=tmp_path)).compile(program)
-    got = compiled.run({"X": x, "W": w, "B": b})["G"]
-    a = x.astype(np.float64) @ w + b
-    np.testing.assert_allclose(got, np.vectorize(math.erf)(a), rtol=1e-4, atol=1e-4)

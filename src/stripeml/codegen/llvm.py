@@ -36,7 +36,6 @@ from .llvm_levels import (
     O1_TILE_VECTORS,
     TINY_WORK,
     body_opt_level,
-    calls_math,
     generator_tiled,
     runtime_bounds,
 )
@@ -298,9 +297,7 @@ def _body(
     # batch of 1: its index times a stride the sequence length sizes would
     # otherwise keep a second length from linking the body)
     emitter.no_one_trip_loops = opt == 1
-    # an epilogue calling the math library stays a loop: one inlined copy of
-    # the function per vector cost LLVM as much at O1 as at O3 (calls_math)
-    emitter.unroll_epilogues = opt == 1 and not calls_math(canon.kernel)
+    emitter.unroll_epilogues = opt == 1
     emitter.no_one_trip_top_loops = bool(bounds)
     info = emitter.run()
     text = module_text(module)  # str(module), sooner

@@ -30,15 +30,25 @@ def runtime_bounds(kernel: Block, opt: int, vector_width: int = 16) -> tuple[str
     matmul's loop over row tiles: a second sequence length of a transformer),
     and kernels whose code is the same share one body (:func:`_same_code`).
     At O1 LLVM neither unrolls nor vectorises loops, so a constant trip count
-    gave it nothing to use; that includes a kernel the code generator tiled
-    itself with a call of the math library in its epilogue (BERT-base's
-    matmul with its GELU ``erf``): its own block's indices are loops over
-    whole register tiles, so a second sequence length links the first's body.
-    O3 bodies keep their constants, except that an O3 leaf kernel takes a
-    runtime bound on its thread-split index (:func:`_split_rows`) and, when
-    it is element-wise with an innermost loop over vectors, on its outer
-    loops (:func:`_outer_loops`)."""
+    gave it nothing to use.  O3 bodies keep their constants, except a kernel the
+    code generator tiled itself but for a call of the math library in an
+    epilogue (:func:`generator_tiled` with ``math``: BERT-base's matmul with its
+    GELU ``erf``, O3 for the epilogue's sake): its own block's indices are
+    loops over whole register tiles, which LLVM's vectorisers and unrollers
+    leave alone (they work on the innermost loops, whose ranges stay
+    constants); a second sequence length then links the first's body.  An O3
+    leaf kernel takes a runtime bound on its thread-split index
+    (:func:`_split_rows`) and, when it is element-wise with an innermost loop
+    over vectors, on its outer loops (:func:`_outer_loops`)."""
     if opt != 1:
+        tiled_but_math = (
+            opt == 3
+            and bool(kernel.sub_blocks)
+            and generator_tiled(kernel, vector_width, math=True)
+            and not generator_tiled(kernel, vector_width)
+        )
+        if tiled_but_math:
+            return tuple(i.name for i in kernel.idxs if i.affine is None and i.range >= 2)
         if opt == 3 and not kernel.sub_blocks:
             rows = _split_rows(kernel)
             outer = _outer_loops(kernel, vector_width)
@@ -118,9 +128,8 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       in loops the code generator vectorises itself) and for kernels the code
       generator tiled itself (:func:`generator_tiled`: every innermost block a
       register tile of at least :data:`O1_TILE_VECTORS` accumulator vectors,
-      over a reduction of any length, or an epilogue, in vector lanes; an
-      epilogue calling the math library is a loop then, :func:`calls_math`),
-      where O3 found nothing more to do (ResNet-50's tiled
+      over a reduction of any length, or an epilogue, in vector lanes, no
+      math-library call), where O3 found nothing more to do (ResNet-50's tiled
       convolutions 0.98-1.01x the time at O1, BERT-base's plain matmuls 1.00x,
       for 0.6x the compile time; since the code generator unrolls a tile's
       reduction itself, also over short reductions: a first convolution's 3
@@ -133,7 +142,7 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       O3 cost 10-25 ms of LLVM each and O1 5-7);
     * O3, with loop and SLP vectorisation and unrolling, for the rest: scalar
       reductions, element-wise kernels (at O1 SqueezeNet ran 1.10x the time),
-      tiles of fewer
+      BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of fewer
       than :data:`O1_TILE_VECTORS` vectors (a classifier's matrix-vector
       product: 1.3x at O1 on one thread), where LLVM's unrolling pays;
     * O2 for attention's ``nest`` (:func:`_attention`): as fast as at O3, for a
@@ -235,15 +244,13 @@ WINOGRAD_O0_WORK = 1 << 16
 O1_TILE_VECTORS = 4
 
 
-def generator_tiled(kernel: Block, vector_width: int = 16) -> bool:
+def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False) -> bool:
     """Whether every innermost block of ``kernel`` is a ``register_tile`` (of at
     least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over a
-    reduction of any length) or an ``epilogue``, both put in vector lanes by
-    the ``vectorize`` pass: code LLVM's vectorisers and unrollers have nothing
-    left to do with.  An epilogue may call the math library (its functions
-    are ``alwaysinline``, pasted in at O1 as at O3); such an epilogue is
-    emitted as a loop over its vectors, not one copy per vector
-    (:func:`calls_math`)."""
+    reduction of any length) or an ``epilogue``, both put in vector lanes by the ``vectorize`` pass, calling
+    no function of the math library (:data:`.llvm_math.MATH_FUNCTIONS`; with
+    ``math``, calls are allowed): code LLVM's vectorisers, unrollers and
+    inliner have nothing left to do with (but the calls)."""
     if "tiled" not in kernel.tags and "nest" not in kernel.tags:
         return False
     stack = list(kernel.sub_blocks)
@@ -256,23 +263,13 @@ def generator_tiled(kernel: Block, vector_width: int = 16) -> bool:
             stack.extend(subs)
         elif "vector" not in blk.tags or blk.tags.isdisjoint(("register_tile", "epilogue")):
             return False
+        elif not math and any(
+            isinstance(st, Intrinsic) and st.op in MATH_FUNCTIONS for st in blk.stmts
+        ):
+            return False  # BERT's GELU epilogue (erf) ran its matmul 2.0x slower at O1
         elif "register_tile" in blk.tags and not _large_tile(blk, vector_width):
             return False
     return True
-
-
-def calls_math(kernel: Block) -> bool:
-    """Whether a block of ``kernel`` calls a function of the math library
-    (:data:`.llvm_math.MATH_FUNCTIONS`).  At O1 the code generator keeps such
-    a kernel's epilogues as loops (``KernelEmitter.unroll_epilogues`` off):
-    one copy per vector of an ``erf`` or a sigmoid made EfficientNet-B0's
-    tiled bodies cost LLVM as much at O1 as at O3, while the loop form runs
-    as fast (docs/performance.md, "Math-library epilogues at O1")."""
-    return any(
-        isinstance(st, Intrinsic) and st.op in MATH_FUNCTIONS
-        for blk in walk_blocks(kernel)
-        for st in blk.stmts
-    )
 
 
 def _large_tile(tile: Block, vector_width: int) -> bool:

@@ -1,9 +1,8 @@
-"""A body that the code generator tiled itself with a call of the math library
-in its epilogue (a transformer's matmul with its GELU ``erf``) is O1, its
-epilogue a loop (``codegen.llvm_levels.calls_math``), and takes its own block's
-indices (loops over whole register tiles) at run time, with their one-trip
-loops bound to 0 (codegen/llvm.py, ``runtime_bounds``): a second sequence
-length then links the first length's body instead of compiling its own.
+"""An O3 body that the code generator tiled itself but for a call of the math
+library in its epilogue (a transformer's matmul with its GELU ``erf``) takes its
+own block's indices (loops over whole register tiles) at run time, and binds
+their one-trip loops to 0 (codegen/llvm.py, ``runtime_bounds``): a second
+sequence length then links the first length's body instead of compiling its own.
 
 Results are checked against NumPy in float64 (``math.erf``); what was compiled
 is counted with ``jit.STATS`` (every module compiled in this process: no helper
@@ -18,7 +17,6 @@ import numpy as np
 import pytest
 
 from stripeml.codegen.llvm import body_opt_level, generate, generator_tiled, runtime_bounds
-from stripeml.codegen.llvm_levels import calls_math
 from stripeml.codegen.llvm_plan import parallel_index
 from stripeml.ir.nodes import Block
 from stripeml.runtime import jit
@@ -50,9 +48,9 @@ def test_the_gelu_matmul_takes_its_tile_loops_at_run_time() -> None:
     model, _, _ = gelu_matmul_model(K, N, 7)
     f = stripeml.onnx.compile(model, target="cpu")
     kernel = _matmul_kernel(f.lower(_x(64)).program)
-    assert body_opt_level(kernel, 16) == 1 and generator_tiled(kernel, 16)
-    assert calls_math(kernel)  # the erf in its epilogue
-    bounds = runtime_bounds(kernel, 1, 16)
+    assert body_opt_level(kernel, 16) == 3  # for the erf in its epilogue
+    assert generator_tiled(kernel, 16, math=True) and not generator_tiled(kernel, 16)
+    bounds = runtime_bounds(kernel, 3, 16)
     own = [i.name for i in kernel.idxs if i.range >= 2]
     assert bounds and list(bounds) == own  # the loops over whole register tiles only
     inner = {i.name for b in kernel.sub_blocks for i in b.idxs}
@@ -78,7 +76,7 @@ def test_two_lengths_generate_one_body_text() -> None:
     texts = []
     for rows in (128, 64):
         module = generate(f.lower(_x(rows)).program, vector_width=16)
-        (body,) = [b for b in module.bodies if "erf" in (b.llvm_ir or "")]
+        (body,) = [b for b in module.bodies if b.opt == 3]
         assert body.llvm_ir is not None
         texts.append(body.llvm_ir.replace(body.symbol, "SYMBOL"))
     assert texts[0] == texts[1]  # (before: the batch index times a stride sized by the length)
