@@ -33,6 +33,7 @@ from ..ir.nodes import Block, Program, Special
 from .cpu_abi import Body, CpuModule, KernelInfo, Step, root_buffers
 from .llvm_kernel import KernelEmitter
 from .llvm_levels import (
+    O1_INNER_REDUCTION,
     O1_TILE_VECTORS,
     TINY_WORK,
     body_opt_level,
@@ -42,6 +43,7 @@ from .llvm_levels import (
 from .llvm_text import module_text
 
 __all__ = [
+    "O1_INNER_REDUCTION",
     "O1_TILE_VECTORS",
     "TINY_WORK",
     "Known",

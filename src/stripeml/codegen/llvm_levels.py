@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..ir.nodes import Block, Intrinsic, Load, Refinement, Store, walk_blocks, work_estimate
 from .llvm_math import MATH_FUNCTIONS
-from .llvm_plan import parallel_index
+from .llvm_plan import TILE_REDUCTION_UNROLL, parallel_index
+from .llvm_tile import reduction_unroll
 from .llvm_transpose import MIN_SIDE
 
 
@@ -127,13 +128,12 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
     * O1 for *glue* (``copy`` and ``fill`` kernels: they only move or set data,
       in loops the code generator vectorises itself) and for kernels the code
       generator tiled itself (:func:`generator_tiled`: every innermost block a
-      register tile of at least :data:`O1_TILE_VECTORS` accumulator vectors,
-      over a reduction of any length, or an epilogue, in vector lanes, no
-      math-library call), where O3 found nothing more to do (ResNet-50's tiled
-      convolutions 0.98-1.01x the time at O1, BERT-base's plain matmuls 1.00x,
-      for 0.6x the compile time; since the code generator unrolls a tile's
-      reduction itself, also over short reductions: a first convolution's 3
-      input channels, MobileNetV2's 16, a pooling window), and for
+      register tile of at least :data:`O1_TILE_VECTORS` accumulator vectors
+      over an innermost reduction of at least :data:`O1_INNER_REDUCTION`
+      steps or a shorter one the code generator unrolls by four, or an
+      epilogue, in vector lanes, no math-library call), where O3 found nothing
+      more to do (ResNet-50's tiled convolutions 0.98-1.01x the time at O1,
+      BERT-base's plain matmuls 1.00x, for 0.6x the compile time), and for
       the transforms of Winograd convolutions (``winograd``: straight-line sums
       of 16 loads in vector lanes, where O3's unrolling cost ~90 ms per body),
       and for *tiny* kernels, of at most :data:`TINY_WORK` scalar operations
@@ -144,7 +144,9 @@ def body_opt_level(kernel: Block, vector_width: int = 16) -> int:
       reductions, element-wise kernels (at O1 SqueezeNet ran 1.10x the time),
       BERT-base's matmul with a GELU epilogue (2.0x at O1), tiles of fewer
       than :data:`O1_TILE_VECTORS` vectors (a classifier's matrix-vector
-      product: 1.3x at O1 on one thread), where LLVM's unrolling pays;
+      product: 1.3x at O1 on one thread) or over another short reduction
+      (ShuffleNet's depthwise convolutions and pooling: 1.15-4x at O1), where
+      LLVM's unrolling pays;
     * O2 for attention's ``nest`` (:func:`_attention`): as fast as at O3, for a
       third of LLVM's time, which a second sequence length waits for;
     * O0 for a kernel tagged ``once`` (the weight transform of a Winograd
@@ -240,8 +242,11 @@ TINY_WORK = 4096
 #: A Winograd transform (``winograd``'s input and output transforms) of at most
 #: this many scalar operations gets O0, not O1 (:func:`body_opt_level`).
 WINOGRAD_O0_WORK = 1 << 16
-#: A register tile compiled at O1 keeps at least this many vectors of accumulators.
+#: A register tile compiled at O1 keeps at least this many vectors of accumulators ...
 O1_TILE_VECTORS = 4
+#: ... and its innermost reduction runs at least this many steps, or fewer that
+#: the code generator unrolls four at a time itself (:func:`.llvm_tile.reduction_unroll`).
+O1_INNER_REDUCTION = 64
 
 
 def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False) -> bool:
@@ -274,12 +279,17 @@ def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False
 
 def _large_tile(tile: Block, vector_width: int) -> bool:
     """Whether register tile ``tile`` accumulates at least :data:`O1_TILE_VECTORS`
-    vectors over a reduction.  The reduction's length does not matter: the code
-    generator unrolls the innermost reduction itself (:func:`.llvm_tile.reduction_unroll`),
-    and where it cannot (a first convolution's 3 input channels, a pooling's 3
-    x 3 window) LLVM's O3 unrolling gained nothing measurable either (2026-12-07,
-    docs/performance.md: O3 there cost the light SqueezeNet's first convolution
-    0.12-0.25 s of LLVM)."""
+    vectors over an innermost reduction of at least :data:`O1_INNER_REDUCTION`
+    steps, or of fewer that the code generator unrolls four steps at a time
+    itself (:func:`.llvm_tile.reduction_unroll`: a multiple of 4 of at least
+    8, MobileNetV2's 16 channels, SqueezeNet's Winograd products).  Other
+    short reductions (a depthwise convolution's or a pooling's 3 x 3 window,
+    a first convolution's 3 channels, ShuffleNet's groups of 34) stay O3,
+    where LLVM unrolls them: in processes of their own, ShuffleNet's depthwise
+    convolutions and pooling ran 1.15-4x the time at O1, its grouped 1 x 1
+    convolutions over 34 channels (unrolled in twos) 1.07-1.10x
+    (docs/performance.md, "O1 for large register tiles over short
+    reductions too")."""
     out = [r for r in tile.refs if r.agg not in ("", "assign")]
     if len(out) != 1:
         return False
@@ -289,4 +299,8 @@ def _large_tile(tile: Block, vector_width: int) -> bool:
         if idx.name in kept:
             elements *= idx.range
     reduction = [idx for idx in tile.idxs if idx.name not in kept]
-    return elements >= O1_TILE_VECTORS * max(1, vector_width) and bool(reduction)
+    if elements < O1_TILE_VECTORS * max(1, vector_width) or not reduction:
+        return False
+    if reduction[-1].range >= O1_INNER_REDUCTION:
+        return True
+    return reduction_unroll(tile, [idx.name for idx in reduction]) == TILE_REDUCTION_UNROLL
