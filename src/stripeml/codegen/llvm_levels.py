@@ -251,9 +251,10 @@ O1_INNER_REDUCTION = 64
 
 def generator_tiled(kernel: Block, vector_width: int = 16, *, math: bool = False) -> bool:
     """Whether every innermost block of ``kernel`` is a ``register_tile`` (of at
-    least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over a
-    reduction of any length) or an ``epilogue``, both put in vector lanes by the ``vectorize`` pass, calling
-    no function of the math library (:data:`.llvm_math.MATH_FUNCTIONS`; with
+    least :data:`O1_TILE_VECTORS` vectors of ``vector_width`` lanes, over an
+    innermost reduction :func:`_large_tile` accepts) or an ``epilogue``, both
+    put in vector lanes by the ``vectorize`` pass, calling no function of the
+    math library (:data:`.llvm_math.MATH_FUNCTIONS`; with
     ``math``, calls are allowed): code LLVM's vectorisers, unrollers and
     inliner have nothing left to do with (but the calls)."""
     if "tiled" not in kernel.tags and "nest" not in kernel.tags:
