@@ -161,9 +161,9 @@ def test_bodies_at_both_levels_compile_alike_serially_and_in_parallel(monkeypatc
 def test_short_reductions_of_large_tiles(tmp_path, channels: int, level: int) -> None:
     """Few input channels (a network's first convolution, MobileNetV2's narrow
     layers): the tile's innermost reduction is short.  Where the code
-    generator unrolls it itself (16: an even range) the body is O1 as for a
-    long one; where it cannot (3) LLVM's unrolling pays, so O3.  Results are
-    NumPy's."""
+    generator unrolls it four steps at a time itself (16) the body is O1 as
+    for a long one; where it cannot (3) LLVM's unrolling pays, so O3.
+    Results are NumPy's."""
     rng = np.random.default_rng(5)
     i = rng.standard_normal((1, 16, 16, channels)).astype(np.float32)
     k = rng.standard_normal((3, 3, channels, 64)).astype(np.float32)
