@@ -134,19 +134,19 @@ def test_the_pass_alone_leaves_other_programs_as_they_are():
 RECORD = "stripeml_test_record_prefetch"
 
 
-def test_the_prefetches_cover_the_next_panel_and_only_it(monkeypatch):
-    """Run the generated code with each prefetch turned into a call that records its
-    address, and each tile's start recording its panel's origin: every line of
-    panel ``p + 1`` is prefetched while the tiles of panel ``p`` run, and no
-    prefetch touches panel ``p`` itself or goes past ``p + 1``'s last share."""
+def _recording(monkeypatch) -> list[tuple[int, int, int]]:
+    """Generated code from here on records, through a call into Python, each
+    prefetch's address (kind 1) and each tile's start with its panel's origin
+    (kind 0), with the recording thread: ``(thread, kind, address)``."""
     import ctypes
+    import threading
 
     import llvmlite.binding as llvm
     import llvmlite.ir as ir
 
-    records: list[tuple[int, int]] = []
+    records: list[tuple[int, int, int]] = []
     callback = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)(
-        lambda kind, addr: records.append((kind, addr or 0))
+        lambda kind, addr: records.append((threading.get_ident(), kind, addr or 0))
     )
     llvm.add_symbol(RECORD, ctypes.cast(callback, ctypes.c_void_p).value)
 
@@ -176,6 +176,42 @@ def test_the_prefetches_cover_the_next_panel_and_only_it(monkeypatch):
     monkeypatch.setattr(llvm_prefetch, "call_intrinsic", recording_intrinsic)
     monkeypatch.setattr(llvm_tile, "prefetch_start", recording_start)
     monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")
+    monkeypatch.setattr(_recording, "callback", callback, raising=False)  # kept alive
+    return records
+
+
+def _fetched_per_panel(
+    records: list[tuple[int, int, int]], size: int, share: int
+) -> tuple[dict[int, set[int]], dict[int, list[int]]]:
+    """From :func:`_recording`'s records: per panel origin the lines prefetched
+    while its tiles ran, each in a neighbouring panel (the one above or the one
+    below) or at most ``share`` past it (the last pass's rounded-up share), and per
+    thread the origins of the panels it ran, in order."""
+    fetched: dict[int, set[int]] = {}
+    order: dict[int, list[int]] = {}
+    current: dict[int, int] = {}  # thread -> the origin of the panel it runs
+    for thread, kind, addr in records:
+        if kind == 0:
+            current[thread] = addr
+            fetched.setdefault(addr, set())
+            seen = order.setdefault(thread, [])
+            if not seen or seen[-1] != addr:
+                seen.append(addr)
+        else:
+            origin = current[thread]
+            above = origin + size <= addr < origin + 2 * size + share
+            below = origin - size <= addr < origin + share  # the same window, a panel down
+            assert above or below, "a prefetch outside the neighbouring panels"
+            fetched[origin].add(addr // 64)
+    return fetched, order
+
+
+def test_the_prefetches_cover_the_next_panel_and_only_it(monkeypatch):
+    """Run the generated code with each prefetch recording its address and each
+    tile's start its panel's origin: every line of panel ``p + 1`` is prefetched
+    while the tiles of panel ``p`` run, and no prefetch touches panel ``p`` itself
+    or goes past ``p + 1``'s last share."""
+    records = _recording(monkeypatch)
     f, a, b = _compiled(96, 512, 2048, cache_bytes=2 * MIB)  # a shape of its own: generated here
     kernel, tile = _kernel_and_tile(f.lower(a).program)
     panel = streamed_panel(kernel, tile)
@@ -184,17 +220,56 @@ def test_the_prefetches_cover_the_next_panel_and_only_it(monkeypatch):
 
     size = 4 * panel.stride  # bytes from one panel to the next
     share = -(-size // panel.count)
-    fetched: dict[int, set[int]] = {}  # panel origin -> lines prefetched while it ran
-    origin = None
-    for kind, addr in records:
-        if kind == 0:
-            origin = addr
-            fetched.setdefault(origin, set())
-        else:
-            assert origin is not None
-            assert origin + size <= addr < origin + 2 * size + share  # the next panel only
-            fetched[origin].add(addr // 64)
+    fetched, _ = _fetched_per_panel(records, size, share)
     panels = kernel.idx(panel.index).range
     assert len(fetched) == panels
     for start, lines in fetched.items():
         assert set(range((start + size) // 64, (start + 2 * size) // 64)) <= lines
+
+
+def test_chunks_in_the_back_half_run_downwards_and_prefetch_the_panel_below(monkeypatch):
+    """On two threads the pool's caller claims chunks from the front and its
+    worker from the back.  A kernel whose panels stream along its split index
+    runs a chunk in the back half of that index's range from its last panel down,
+    and fetches the panel below the one it runs (the next its thread runs), a
+    chunk in the front half upwards, fetching the panel above.  Cut here into
+    chunks of two panels (the middle a cut), so panel ``p`` runs downwards when
+    ``p`` is in the upper half; results as NumPy's either way."""
+    from stripeml.runtime import cpu_steps
+
+    records = _recording(monkeypatch)
+    cuts: list[int] = []
+
+    def two_panels_a_chunk(info, threads, min_work=0, per_thread=1):
+        cuts[:] = list(range(0, info.parallel_extent + 1, 2))
+        return cuts
+
+    monkeypatch.setattr(cpu_steps, "chunk_bounds", two_panels_a_chunk)
+    f, a, b = _compiled(96, 512, 2048, threads=2, cache_bytes=2 * MIB)
+    kernel, tile = _kernel_and_tile(f.lower(a).program)
+    panel = streamed_panel(kernel, tile)
+    assert panel is not None and "prefetch" in tile.tags
+    assert kernel.idxs[0].name == panel.index and "thread" in kernel.tags  # split on the panels
+    np.testing.assert_allclose(f(a), a @ b, rtol=1e-4, atol=1e-3)
+
+    panels = kernel.idx(panel.index).range
+    assert panels % 4 == 0 and cuts == list(range(0, panels + 1, 2))
+    size = 4 * panel.stride
+    share = -(-size // panel.count)
+    fetched, order = _fetched_per_panel(records, size, share)
+    assert len(fetched) == panels
+    first = min(fetched)
+    number = {origin: (origin - first) // size for origin in fetched}
+    for origin, lines in fetched.items():
+        p = number[origin]
+        step = 1 if p < panels // 2 else -1  # the next panel its thread runs
+        wanted = origin + step * size
+        if 0 <= p + step < panels:
+            assert set(range(wanted // 64, (wanted + size) // 64)) <= lines, p
+        other = origin - step * size  # the panel it ran before: nothing of it
+        assert not lines & set(range(other // 64, (other + size) // 64)), p
+    for seen in order.values():  # each chunk of two in the order its half says
+        ran = [number[o] for o in seen]
+        for p, q in zip(ran, ran[1:]):
+            if p // 2 == q // 2:
+                assert q == (p + 1 if p < panels // 2 else p - 1), ran

@@ -104,6 +104,12 @@ class KernelBuilder:
         self.vector_width = vector_width
         self.par: str | None = None
         self.par_grain = 1  # the vector width when the split index runs in lanes
+        # Run the split index's chunk from its far end when the chunk lies in the
+        # back half of its range (set by the caller: a kernel whose prefetching tile
+        # streams its panels along the split index, ``llvm_prefetch.streams_split``);
+        # ``split_back`` is then that test's value, for the tile's prefetches
+        self.reverse_split = False
+        self.split_back: ir.Value | None = None
         # Bind an index of range 1 to 0 instead of looping over it (``loops``): set for
         # the bodies compiled at O1, where the object code is the same either way
         self.no_one_trip_loops = False
@@ -339,6 +345,7 @@ class KernelBuilder:
             hi: ir.Value = ir.Constant(I64, idx.range)
             if top and name in self.bound_args:
                 hi = self.bound_args[name]  # equal to idx.range: the caller passes it
+            whole = hi
             for c in per_loop[name]:
                 coef, rest = bound_terms(c, name, base)
                 r = self.affine(rest, env2)
@@ -390,6 +397,8 @@ class KernelBuilder:
                 main_end = b.add(lo, b.mul(b.udiv(span, ir.Constant(I64, w)), ir.Constant(I64, w)))
                 self.loop(name, lo, main_end, lambda v: inner(v, w), step=w)
                 self.loop(name, main_end, hi, inner)
+            elif top_split and self.reverse_split:
+                self.split_loop(name, lo, hi, whole, inner)
             else:
                 self.loop(name, lo, hi, inner)
 
@@ -408,6 +417,27 @@ class KernelBuilder:
             # reference counting free it, and the emitter and IR objects it holds,
             # now rather than at Python's next cycle collection (``release``).
             rec = None  # type: ignore[assignment]  # noqa: F841
+
+    def split_loop(
+        self,
+        name: str,
+        lo: ir.Value,
+        hi: ir.Value,
+        whole: ir.Value,
+        body: Callable[[ir.Value], None],
+    ) -> None:
+        """The thread-split index's loop over its chunk ``[lo, hi)``, run downwards
+        when the chunk lies in the back half of the index's range ``[0, whole)``
+        (``start + end > whole``).  The pool's caller claims chunks from the front
+        and its workers from the back (runtime/native_pool.py), so each thread then
+        runs its panels in the order it claims them, and the next panel a tile
+        prefetches (``split_back``: the one below) is the one that thread runs
+        next.  The split index is race-free, so the order changes no result."""
+        b = self.b
+        back = b.icmp_signed(">", b.add(self.start, self.end), whole)
+        self.split_back = back
+        last = b.sub(b.add(lo, hi), ir.Constant(I64, 1))
+        self.loop(name, lo, hi, lambda v: body(b.select(back, b.sub(last, v), v)))
 
     def loop(
         self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1

@@ -46,6 +46,7 @@ from .llvm_plan import (
     register_tile_plan,
     vectorizable,
 )
+from .llvm_prefetch import streams_split
 from .llvm_tile import emit_register_tile, emit_unrolled, unrolled_epilogue_plan
 from .llvm_transpose import emit_transpose, transpose_plan
 from .llvm_types import I1, I64, acc_dtype, const, identity, mem_type, reg_type, splat, vec
@@ -74,6 +75,7 @@ class KernelEmitter(KernelBuilder):
         par = parallel_index(self.kernel)
         self.par = par
         self.par_grain = 1
+        self.reverse_split = streams_split(self.kernel, par)
         self.emit_block(self.kernel, {}, self.root_binds, top=True)
         self.b.ret_void()
         self.alloca_builder.branch(self.fn.blocks[1])

@@ -37,6 +37,7 @@ class NextPanel:
     bind: Bind
     fixed: Affine  # the panel view's offset without the tile's own indices, plus a panel
     stride: int  # elements from one panel to the next
+    index: str  # the kernel's index that moves from panel to panel
     passes: tuple[str, ...]  # the kernel's indices that re-read a panel
     red: tuple[tuple[str, int], ...]  # each reduction index, its stride in the panel
     step: int  # reduction steps per trip of the innermost loop
@@ -65,10 +66,29 @@ def next_panel(
         bd,
         Affine.build(fixed, bd.offset.const + panel.stride),
         panel.stride,
+        panel.index,
         panel.passes,
         tuple((n, bd.offset.coeff(n)) for n in red),
         step,
     )
+
+
+def streams_split(kernel: Block, par: str | None) -> bool:
+    """Whether a ``#prefetch`` tile of ``kernel`` streams its panels along the
+    kernel's thread-split index ``par``: then each chunk of ``par`` runs in the
+    order its thread claims chunks (``KernelBuilder.split_loop``), so that the
+    next panel it prefetches is the one that thread runs next.  A worker claims
+    from the back: run upwards, its chunks of one panel each prefetched the
+    panel it had just run, and every panel it ran came from memory during its
+    own first pass (ResNet-50's 7 x 7 convolutions, BERT-base's products)."""
+    if par is None:
+        return False
+    for tile in kernel.stmts:
+        if isinstance(tile, Block) and "prefetch" in tile.tags:
+            panel = streamed_panel(kernel, tile)
+            if panel is not None and panel.index == par:
+                return True
+    return False
 
 
 def prefetch_start(g: KernelEmitter, plan: NextPanel, env: dict[str, ir.Value]) -> list[ir.Value]:
@@ -98,6 +118,9 @@ def prefetch_start(g: KernelEmitter, plan: NextPanel, env: dict[str, ir.Value]) 
         j = b.add(b.mul(j, rng), g.affine(Affine.index(name), env))
         count = b.mul(count, rng)
     start = b.add(g.affine(plan.fixed, env), b.mul(j, ceil_div(const(plan.stride), count)))
+    if g.split_back is not None and plan.index == g.par:
+        # a chunk run downwards (``split_loop``): its next panel is the one below
+        start = b.select(g.split_back, b.sub(start, const(2 * plan.stride)), start)
     rates = [ceil_div(const(abs(c)), count) for _, c in plan.red]
     half = b.udiv(b.mul(rates[-1], const(plan.step)), const(2))
     return [start, *rates, half]
