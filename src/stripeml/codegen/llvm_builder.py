@@ -436,8 +436,15 @@ class KernelBuilder:
         b = self.b
         back = b.icmp_signed(">", b.add(self.start, self.end), whole)
         self.split_back = back
-        last = b.sub(b.add(lo, hi), ir.Constant(I64, 1))
-        self.loop(name, lo, hi, lambda v: body(b.select(back, b.sub(last, v), v)))
+        # v = first + step * i over i in [0, hi - lo): an affine function of the
+        # loop's counter with invariant first and step, which LLVM's scalar
+        # evolution follows into every address (a select between v and its mirror
+        # it does not: ResNet-50's LLVM time grew 7% with one)
+        one = ir.Constant(I64, 1)
+        first = b.select(back, b.sub(hi, one), lo)
+        step = b.select(back, ir.Constant(I64, -1), one)
+        trips = _smax(b, b.sub(hi, lo), ir.Constant(I64, 0))
+        self.loop(name, ir.Constant(I64, 0), trips, lambda i: body(b.add(first, b.mul(step, i))))
 
     def loop(
         self, name: str, lo: ir.Value, hi: ir.Value, body: Callable[[ir.Value], None], step: int = 1
