@@ -134,10 +134,12 @@ def test_the_pass_alone_leaves_other_programs_as_they_are():
 RECORD = "stripeml_test_record_prefetch"
 
 
-def _recording(monkeypatch) -> list[tuple[int, int, int]]:
-    """Generated code from here on records, through a call into Python, each
+@pytest.fixture
+def recorded(monkeypatch):
+    """Generated code in the test records, through a call into Python, each
     prefetch's address (kind 1) and each tile's start with its panel's origin
-    (kind 0), with the recording thread: ``(thread, kind, address)``."""
+    (kind 0), with the recording thread: ``(thread, kind, address)``; the
+    callback lives until the test ends."""
     import ctypes
     import threading
 
@@ -176,14 +178,14 @@ def _recording(monkeypatch) -> list[tuple[int, int, int]]:
     monkeypatch.setattr(llvm_prefetch, "call_intrinsic", recording_intrinsic)
     monkeypatch.setattr(llvm_tile, "prefetch_start", recording_start)
     monkeypatch.setenv("STRIPEML_COMPILE_WORKERS", "0")
-    monkeypatch.setattr(_recording, "callback", callback, raising=False)  # kept alive
-    return records
+    yield records
+    del callback
 
 
 def _fetched_per_panel(
     records: list[tuple[int, int, int]], size: int, share: int
 ) -> tuple[dict[int, set[int]], dict[int, list[int]]]:
-    """From :func:`_recording`'s records: per panel origin the lines prefetched
+    """From the ``recorded`` fixture's records: per panel origin the lines prefetched
     while its tiles ran, each in a neighbouring panel (the one above or the one
     below) or at most ``share`` past it (the last pass's rounded-up share), and per
     thread the origins of the panels it ran, in order."""
@@ -206,12 +208,12 @@ def _fetched_per_panel(
     return fetched, order
 
 
-def test_the_prefetches_cover_the_next_panel_and_only_it(monkeypatch):
+def test_the_prefetches_cover_the_next_panel_and_only_it(recorded):
     """Run the generated code with each prefetch recording its address and each
     tile's start its panel's origin: every line of panel ``p + 1`` is prefetched
     while the tiles of panel ``p`` run, and no prefetch touches panel ``p`` itself
     or goes past ``p + 1``'s last share."""
-    records = _recording(monkeypatch)
+    records = recorded
     f, a, b = _compiled(96, 512, 2048, cache_bytes=2 * MIB)  # a shape of its own: generated here
     kernel, tile = _kernel_and_tile(f.lower(a).program)
     panel = streamed_panel(kernel, tile)
@@ -227,7 +229,7 @@ def test_the_prefetches_cover_the_next_panel_and_only_it(monkeypatch):
         assert set(range((start + size) // 64, (start + 2 * size) // 64)) <= lines
 
 
-def test_chunks_in_the_back_half_run_downwards_and_prefetch_the_panel_below(monkeypatch):
+def test_chunks_in_the_back_half_run_downwards_and_prefetch_the_panel_below(recorded, monkeypatch):
     """On two threads the pool's caller claims chunks from the front and its
     worker from the back.  A kernel whose panels stream along its split index
     runs a chunk in the back half of that index's range from its last panel down,
@@ -237,7 +239,7 @@ def test_chunks_in_the_back_half_run_downwards_and_prefetch_the_panel_below(monk
     ``p`` is in the upper half; results as NumPy's either way."""
     from stripeml.runtime import cpu_steps
 
-    records = _recording(monkeypatch)
+    records = recorded
     cuts: list[int] = []
 
     def two_panels_a_chunk(info, threads, min_work=0, per_thread=1):
