@@ -26,7 +26,10 @@ do; the records say ``"source": "file"`` (else ``"memory"``).
     ``--repeats`` times (fresh processes): ``stripeml_s`` is the median second
     compile, ``first_s`` the median first, ``ratio`` second / first of those
     medians (``ratios``: each process's), ``cpu_s`` / ``first_cpu_s`` the main
-    thread's CPU time of each process's second / first compile.
+    thread's CPU time of each process's second / first compile.  The first
+    call at 64 runs the program of 128 on padded inputs (docs/onnx.md,
+    "Shorter lengths through the first length's program"): its import and
+    check, and the call; ``STRIPEML_LENGTHS=0`` times a compile at 64 instead.
 
     python bench/bench_compile.py                       # all cases
     python bench/bench_compile.py --models zoo_resnet50 # only these models

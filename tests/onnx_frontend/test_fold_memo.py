@@ -44,6 +44,7 @@ def _model():
 
 
 def test_a_second_shape_folds_only_what_depends_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRIPEML_LENGTHS", "0")  # each shape imported once (no probe length)
     folded: list[str] = []
     real = folding.fold
 

@@ -139,7 +139,9 @@ def test_two_lengths_match_numpy_and_name_twins_skip_the_keyed_rules(
 
 def test_each_length_binds_its_program_once(private_cache, monkeypatch) -> None:
     """The frontend's check and the lowering bind the model's program for the
-    same signature: the parameters' sizes are checked once per length."""
+    same signature: the parameters' sizes are checked once per length (each
+    length compiled for itself: no shorter length through the first's program)."""
+    monkeypatch.setenv("STRIPEML_LENGTHS", "0")
     weights = _weights()
     fn = stripeml.onnx.compile(_model(weights), target="cpu")
     checked: list[str] = []
@@ -165,9 +167,11 @@ def test_each_length_asks_constness_and_peak_bytes_of_its_program_once(
     private_cache, monkeypatch
 ) -> None:
     """The CPU runtime's constants, the program cache's summary and the first
-    run's memory check share one constness and one peak of the final program."""
+    run's memory check share one constness and one peak of the final program
+    (each length compiled for itself)."""
     from stripeml.analysis import constness, memory
 
+    monkeypatch.setenv("STRIPEML_LENGTHS", "0")
     asked: list[tuple[str, object]] = []
     real_constness, real_peak = constness.constness, memory.peak_bytes
 

@@ -349,3 +349,14 @@ class Builder:
                     f"op library bug: {name} declared {v.phys_shape} {v.dtype}, "
                     f"Tile infers {tuple(info.shape)} {info.dtype}"
                 )
+
+
+def frozen(value: Any) -> np.ndarray:
+    """A constant as a read-only array: the importer's own arrays (initializers,
+    folded values, rearranged weights) are marked read-only, so ``compile``
+    binds them without a copy (one copy of a model's weights, not one per
+    signature)."""
+    arr = np.asarray(value)
+    if arr.flags.writeable and arr.base is None:
+        arr.setflags(write=False)
+    return arr

@@ -92,6 +92,71 @@ importer) naming the node and operator: unsupported operators, attributes,
 element types (strings), and values needed when compiling that are only
 known at run time.
 
+### Shorter lengths through the first length's program
+
+A model whose inputs have symbolic dimensions (a sequence, a batch) is
+compiled per input shape, but a shorter length does not wait for its own
+compile (`src/stripeml/onnx/lengths.py`):
+
+* **At the first call** of such a model, at length `N` (the largest size its
+  inputs give a symbolic dimension), the importer imports the model a second
+  time at `N - 1` (import and folding only: about 0.06 s for BERT-base).  If
+  the two Tile programs are the same text but for numbers that are `N` in one
+  and `N - 1` in the other, each in a size (a parameter's dimension, a
+  contraction's output sizes, a `reshape`'s sizes), and every statement keeps
+  each position of the axes those sizes mark (below), the program compiled
+  for `N` is written with every reduction over those positions masked:
+  `index(X, axis) < LEN ? X : fill`, `LEN` a run-time input and `fill` the
+  reduction's identity (0 for sums, -inf for maximums, +inf for minimums, 1
+  for products).  It runs with `LEN = N`.
+* **A call at `S < N`** is imported at `S` (no compile) and checked to be the
+  program of `N` restricted to `S`: the same text, the numbers that changed
+  at `N - 1` equal to `S` and every other number the same, and every
+  constant equal or, along its marked axes, the first `S` positions of the
+  one at `N` (a position table, a mask).  It then runs the program of `N` on
+  its inputs padded with zeros to `N`, with `LEN = S`, and its outputs are
+  cut to `S`.
+* **The steady state.**  That program does `N`'s work, so the third call at
+  a length (`lengths.CALLS_BEFORE_OWN` = 2 calls through the longer program
+  first) compiles the length's own program from the import its check made,
+  and every later call runs that.  A length above `N`, or one that fails the
+  check, is compiled as before.  `STRIPEML_LENGTHS=0` turns all of this off.
+
+**Which programs keep positions.**  Element-wise statements do.  A
+contraction may index a marked axis only by a plain index, or an operand's
+by a fixed position (the first token's: the program then takes no length
+shorter than that position); an index that carries a position to a marked
+output axis may index only marked axes; an index on a marked operand axis
+that is not in the output is a reduction over positions, and is allowed
+when every operand is read along it (a sum of products gets both factors
+masked, so a padded value times a padded value is 0 times 0) and the
+statement has no constraint on it.  A `reshape` must keep the marked axis
+whole, with as many elements before it and after it.  A `gather` may read
+along a marked axis only with constant indices, which each call checks are
+below its length.  Anything else keeps the model per length: a mean over the
+sequence (its `1/N` is a value), a convolution or pooling along it (a
+shifted read: the last position's neighbour would be padding, not the zero
+border), a flattening of the sequence into another axis, a concatenation
+that makes it `N + 1`.
+
+**Measured** (BERT-base with a symbolic sequence, `bench_compile.py --no-tile
+--models bert_base_seq --repeats 3`, 2026-12-07 23:37-23:40 UTC, load
+1.3-1.4, this tree against its parent alternated, two sittings each): the
+second length (64 after 128) 0.489-0.500 s -> 0.176-0.177 s, 0.434-0.439 ->
+0.142-0.144 of the first compile, which rose 1.129-1.141 -> 1.227-1.244 s
+(the probe import, and parsing the program once more to find its masks).
+Steady state at 128 (`bench_onnx.py --set bert_base_seq --blocks 5`, three
+alternated rounds, load 1.3-1.7): 0.853, 0.885, 0.878 of onnxruntime's time
+before, 0.833, 0.885, 0.860 with the masks.  The masked program has four
+masks a layer (the scores before the maximum, the exponentials before the
+sum, the probabilities and the values before their product); one fuses
+into its neighbour, three are root kernels of their own (283 -> 319 root
+kernels), and `nest` forms the 12 attention nests as before.  A fresh
+process pays the probe import and the parse again before its first call,
+even with a warm disk cache.  Results at 64, 96, 100 and 37 through the program of 128
+match onnxruntime's to 1.1-1.6e-6 of the largest output, as the programs
+compiled for those lengths do.
+
 ### Functions, control flow and run-time sizes
 
 * **Operators ONNX defines as functions** (`ops/functions.py`): `Attention`,

@@ -327,3 +327,9 @@ def _graph_input(vi: Any, onnx: Any) -> GraphInput:
             for d in tt.tensor_type.shape.dim
         )
     return GraphInput(vi.name, dtype, dims)
+
+
+def live_values(g: Graph, k: int, env: Mapping[str, object]) -> list[str]:
+    """The values that the nodes from ``k`` on (node ``k`` is the split) or the
+    graph's outputs read, and that exist before node ``k``, in a fixed order."""
+    return [name for name in live_after(g, k) if name in env]

@@ -35,10 +35,10 @@ from .. import gc_pause
 from ..errors import StripeError
 from ..exact_args import exact_arrays
 from ..phases import phase
-from . import validated
-from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Value
+from . import lengths, validated
+from .builder import BadShape, Builder, HostFn, NeedsHost, Node, OnnxError, Value, frozen
 from .folding import Folds, write
-from .graph import Graph, GraphInput, NodeInfo, call_arrays, live_after, node_info, tensor_value
+from .graph import Graph, GraphInput, NodeInfo, call_arrays, live_values, node_info, tensor_value
 from .layout_conv import fuse_conv_bn
 from .load import full_model, start_reading
 from .narrow import MOVES_DATA, NARROW_AWARE, narrowed
@@ -74,11 +74,17 @@ class Specialised:
     # per entry of ``outputs``: its narrow ONNX type (bfloat16 ...), else None;
     # None when no output is narrow (see narrow.py)
     narrow: list[np.dtype | None] | None = None
+    # every Tile tensor's shape and dtype (lengths.py compares two imports')
+    shapes: dict[str, tuple[int, ...]] | None = None
+    dtypes: dict[str, np.dtype] | None = None
+    view: lengths.View | None = None  # a length run through a longer one's program
 
     def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The Tile function's arguments for these graph inputs (the weights and
         other constants are bound in the function; a narrow type's array is
         given in the wider type that holds it)."""
+        if self.view is not None:
+            return self.view.call_args(arrays)
         out = [arrays[k] for k in self.inputs]
         return [a.astype(wide_dtype(a.dtype)) if is_narrow(a.dtype) else a for a in out]
 
@@ -163,6 +169,8 @@ class OnnxFunction:
         # folded nodes by (node, its input arrays' identities): another input shape
         # folds the weights' preprocessing again only where its inputs changed
         self._folds: Folds = {}
+        self._lengths: lengths.Lengths | None = None  # shorter lengths' program (lengths.py)
+        self._lengths_tried = False
 
     @property
     def model(self) -> Any:
@@ -200,7 +208,7 @@ class OnnxFunction:
         spec = self._cache.get(key)
         if spec is None:
             with phase("onnx import"), gc_pause.paused():
-                spec = self._build(arrays)
+                spec = lengths.import_for(self, arrays)  # or a longer length's program
             self._cache.put(key, spec)
         return spec
 
@@ -241,7 +249,7 @@ class OnnxFunction:
                 break
         wanted = list(g.outputs)
         if split is not None:
-            wanted = _live(g, split[0], env)
+            wanted = live_values(g, split[0], env)
         produced: list[Value] = []
         for name in wanted:
             made = env.get(name)
@@ -308,6 +316,7 @@ class OnnxFunction:
         fn._static = graph.static_inputs()
         fn._cache = api.SignatureCache(_spec_footprint)
         fn._folds = {}
+        fn._lengths, fn._lengths_tried = None, False
         return fn
 
     # -- running -----------------------------------------------------------
@@ -325,13 +334,16 @@ class OnnxFunction:
             return self._run_spec(spec, arrays)
 
     def _run_spec(self, spec: Specialised, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        spec = lengths.due(self, spec, arrays)  # a shorter length's own program, when due
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
             outs = spec.function(*spec.call_args(arrays))
             if not isinstance(outs, tuple):
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
-        values = [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+        values = lengths.cut(
+            spec, [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+        )
         if spec.narrow is not None:  # exact: the program holds narrow values in a wider type
             values = [v if t is None else v.astype(t) for v, t in zip(values, spec.narrow)]
         split = spec.host
@@ -413,7 +425,7 @@ def finish(
         if p in input_index:
             inputs.append(input_index[p])
         else:
-            constants[b.tile_name(p)] = _frozen(p.const)
+            constants[b.tile_name(p)] = frozen(p.const)
     source = b.source(out_names) if out_names else ""
     function = None
     if out_names:
@@ -427,6 +439,8 @@ def finish(
             source, target, name, constants, names=(every, out_names), on_parse=b.check
         )
     spec = Specialised(source, function, inputs, outputs)
+    spec.shapes = {n: v.shape for n, v in b.declared.items()}
+    spec.dtypes = {n: v.dtype for n, v in b.declared.items()}
     if any(t is not None for t in narrow):
         spec.narrow = narrow
     return spec
@@ -490,12 +504,6 @@ def run_node(
             env[name] = v
 
 
-def _live(g: Graph, k: int, env: dict[str, Value]) -> list[str]:
-    """The values that the nodes from ``k`` on (node ``k`` is the split) or the
-    graph's outputs read, and that exist before node ``k``, in a fixed order."""
-    return [name for name in live_after(g, k) if name in env]
-
-
 class _Nested:
     """:class:`~.builder.Nested`: how op writers write the nodes of an ``If``'s
     branch or of a function's body (``ops/control.py``, ``ops/functions.py``).
@@ -524,17 +532,6 @@ class _Nested:
 
 NESTED = _Nested(top=True)
 INNER = _Nested(top=False)
-
-
-def _frozen(value: Any) -> np.ndarray:
-    """A constant as a read-only array: the importer's own arrays (initializers,
-    folded values, rearranged weights) are marked read-only, so ``compile``
-    binds them without a copy (one copy of a model's weights, not one per
-    signature)."""
-    arr = np.asarray(value)
-    if arr.flags.writeable and arr.base is None:
-        arr.setflags(write=False)
-    return arr
 
 
 def compile(  # noqa: A001

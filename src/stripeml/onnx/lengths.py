@@ -1,0 +1,367 @@
+"""Shorter lengths through the longer length's program (docs/onnx.md,
+"Shorter lengths through the first length's program").
+
+A model whose inputs have symbolic dimensions (a transformer's sequence, a
+batch) compiles one program per input shape.  Most of what a new length costs
+is that compile, and most models compute position by position along such a
+dimension: the program made for length ``N`` then computes length ``S < N``
+too, on inputs padded to ``N``, if every reduction over the positions stops
+at ``S``.  So the first compile of such a model writes its Tile program with
+those reductions masked (``index(X, axis) < LEN ? X : fill``, ``LEN`` a
+runtime input, ``fill`` the reduction's identity) and runs it with
+``LEN = N``; a call at ``S < N`` pads its inputs, passes ``LEN = S``, and cuts
+the outputs to ``S``, without compiling anything.
+
+**What proves it.**  At the first compile the frontend imports the model a
+second time at length ``N - 1`` (the *probe*).  The two Tile sources must be
+the same text but for numbers, and every number that differs must be ``N``
+in one and ``N - 1`` in the other, in a size (a parameter's dimension, a
+contraction's output sizes, a ``reshape``'s sizes): anything else (a mean's
+``1/N``, a pooling's ``ceil(N/2)``, a bound of a constraint) and the model is
+compiled per length as before.  The tensors whose shapes differ give the
+*marked* axes.  Every statement must then map each marked position to the
+same position (:func:`.lengths_rules.masks`): element-wise statements do; a contraction
+may index a marked axis only by a plain index, which is either an output
+index on a marked axis (the position carried over) or a reduction index,
+whose operands are then masked; ``reshape`` must keep the marked axis whole
+with the same sizes on each side; ``gather`` may read along a marked axis
+only with constant indices, checked below the length at each call.  Anything
+else (a shifted or mixed access, a constraint on a marked index, another
+builtin over marked axes) keeps the model per length.
+
+At a call at ``S`` the frontend imports the model at ``S`` (no compile) and
+checks that it is the program of ``N`` restricted to ``S``: the same text,
+the numbers that differed at the probe ``S`` here and every other number
+the same, and every constant equal, or, along its marked axes, the first
+``S`` positions of the one at ``N``.  Then the program of ``N`` computes
+what the program of ``S`` computes, position for position below ``S``.
+
+**Steady state.**  The program of ``N`` does ``N``'s work at every length, so
+after :data:`CALLS_BEFORE_OWN` calls a length gets its own program, compiled
+from the import its check made.  Lengths above ``N`` compile as before.
+``STRIPEML_LENGTHS=0`` turns all of this off.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import StripeError
+from .narrow_types import is_narrow, wide_dtype
+
+if TYPE_CHECKING:
+    from ..api import Function
+
+# ``importer.OnnxFunction`` and ``importer.Specialised``: that module imports
+# this one, so they are not imported here.
+OnnxFunction = Any
+Specialised = Any
+
+__all__ = ["CALLS_BEFORE_OWN", "Lengths", "View", "cut", "due", "enabled", "import_for", "make"]
+
+#: Calls a shorter length makes through the longer program before it is
+#: compiled for its own size (docs/onnx.md).
+CALLS_BEFORE_OWN = 2
+
+
+def enabled() -> bool:
+    """``STRIPEML_LENGTHS=0`` (or ``off``) turns shorter lengths off."""
+    return os.environ.get("STRIPEML_LENGTHS", "1").strip().lower() not in ("0", "off", "no")
+
+
+@dataclass
+class Lengths:
+    """The masked program of length ``n`` and what a shorter call is checked against."""
+
+    n: int
+    base: Specialised  # the import at n, unmasked: what a shorter import is compared with
+    function: Function  # the masked program
+    marked: frozenset[int]  # positions in the source's numbers that are the length
+    texts: list[str]
+    numbers: list[str]
+    input_axes: dict[int, tuple[int, ...]]  # graph input -> its marked axes
+    const_axes: dict[str, tuple[int, ...]]
+    out_axes: list[tuple[int, ...]]  # per entry of base.outputs
+    gathered: list[str]  # constant indices gathered along a marked axis
+    shapes: list[tuple[int, ...]]  # the graph inputs' shapes at n
+    dtypes: list[np.dtype]  # and their dtypes
+    source: str  # the masked program's source
+    least: int  # the shortest length it takes
+
+    def view(
+        self, owner: OnnxFunction, arrays: Sequence[np.ndarray]
+    ) -> tuple[Specialised | None, Specialised | None]:
+        """The view that runs ``arrays`` (a shorter length) through this program,
+        and the import of ``arrays`` it checked; (None, the import or None) when
+        they are not such a length (the caller compiles them as before)."""
+        s = self._length_of(arrays)
+        if s is None:
+            return None, None
+        try:
+            spec = _quietly(owner, arrays)
+        except StripeError:
+            return None, None  # the caller's own import says what is wrong
+        if not self._restricts(spec, s):
+            return None, spec
+        return _viewing(self, s, spec), spec
+
+    def _length_of(self, arrays: Sequence[np.ndarray]) -> int | None:
+        """The one length ``arrays`` have on every marked input axis (below
+        ``n``), their other sizes those of ``n``'s inputs; else None."""
+        found: set[int] = set()
+        for i, (a, shape, dtype) in enumerate(zip(arrays, self.shapes, self.dtypes)):
+            axes = self.input_axes.get(i, ())
+            if a.ndim != len(shape) or a.dtype != dtype:
+                return None
+            for k, (got, was) in enumerate(zip(a.shape, shape)):
+                if k in axes:
+                    found.add(int(got))
+                elif got != was:
+                    return None
+        if len(found) != 1:
+            return None
+        s = found.pop()
+        return s if self.least <= s < self.n else None
+
+    def _restricts(self, spec: Specialised, s: int) -> bool:
+        """Whether ``spec`` (the import at ``s``) is this program's restricted to ``s``."""
+        if (
+            spec.host is not None
+            or spec.function is None
+            or len(spec.outputs) != len(self.out_axes)
+        ):
+            return False
+        from . import lengths_rules as rules
+
+        texts, numbers, _ = rules.numbers(spec.source)
+        if texts != self.texts or len(numbers) != len(self.numbers):
+            return False
+        want = str(s)
+        for k, (got, was) in enumerate(zip(numbers, self.numbers)):
+            if got != (want if k in self.marked else was):
+                return False
+        for (kind, got), (kind0, was) in zip(spec.outputs, self.base.outputs):
+            if kind != kind0 or (kind == "const" and not np.array_equal(got, was)):
+                return False
+        given, base = spec.function.constants, self.base.function.constants
+        if given.keys() != base.keys():
+            return False
+        for name, c in given.items():
+            b = base[name]
+            if c is b:
+                continue
+            axes = self.const_axes.get(name, ())
+            if axes:
+                b = b[tuple(slice(0, s) if k in axes else slice(None) for k in range(b.ndim))]
+            if c.shape != b.shape or c.dtype != b.dtype or not np.array_equal(c, b):
+                return False
+        for name in self.gathered:
+            c = given[name]
+            if c.size and (int(c.min()) < 0 or int(c.max()) >= s):
+                return False
+        return True
+
+
+@dataclass
+class View:
+    """A length ``length`` run through the program of ``lengths`` (a longer one,
+    or its own when ``own`` is None): inputs padded, ``LEN`` passed, outputs cut."""
+
+    lengths: Lengths
+    length: int
+    own: Specialised | None = None  # the import at ``length``, compiled when it is due
+    calls: int = 0
+
+    def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        g = self.lengths
+        padded = []
+        for i, a in enumerate(arrays):
+            if i in g.input_axes and a.shape != g.shapes[i]:
+                full = np.zeros(g.shapes[i], a.dtype)
+                full[tuple(slice(0, d) for d in a.shape)] = a
+                a = full
+            padded.append(a)
+        out = [padded[k] for k in g.base.inputs]
+        out = [a.astype(wide_dtype(a.dtype)) if is_narrow(a.dtype) else a for a in out]
+        return [*out, np.array(self.length, np.int64)]
+
+    def trim(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        """The outputs cut to ``length`` along their marked axes."""
+        g = self.lengths
+        if self.length == g.n:
+            return values
+        out = []
+        for v, axes in zip(values, g.out_axes):
+            if axes:
+                keep = tuple(
+                    slice(0, self.length) if k in axes else slice(None) for k in range(v.ndim)
+                )
+                v = np.ascontiguousarray(v[keep])
+            out.append(v)
+        return out
+
+
+def _viewing(g: Lengths, length: int, own: Specialised | None) -> Specialised:
+    spec = type(g.base)(g.source, g.function, g.base.inputs, g.base.outputs, narrow=g.base.narrow)
+    spec.view = View(g, length, own)
+    return spec
+
+
+def import_for(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised:
+    """The program for a call signature not seen before: a longer length's,
+    viewed, where one takes it; else the import of ``arrays``, which the first
+    time a model with symbolic dimensions is imported writes the masked
+    program (the call then runs that, at its own length)."""
+    g: Lengths | None = owner._lengths
+    built = None
+    if g is not None:
+        viewed, built = g.view(owner, arrays)
+        if viewed is not None:
+            return viewed
+    spec = built if built is not None else owner._build(arrays)
+    if g is None and not owner._lengths_tried:
+        owner._lengths_tried = True
+        made = make(owner, arrays, spec)
+        if made is not None:
+            owner._lengths = made
+            return _viewing(made, made.n, None)
+    return spec
+
+
+def due(owner: OnnxFunction, spec: Specialised, arrays: Sequence[np.ndarray]) -> Specialised:
+    """``spec``, or, for a shorter length's view called more than
+    :data:`CALLS_BEFORE_OWN` times, its own program (which replaces the view)."""
+    v = spec.view
+    if v is None or v.own is None:
+        return spec
+    v.calls += 1
+    if v.calls <= CALLS_BEFORE_OWN:
+        return spec
+    own = v.own
+    owner._cache.put(owner._key(list(arrays)), own)
+    return own
+
+
+def cut(spec: Specialised, values: list[np.ndarray]) -> list[np.ndarray]:
+    """The outputs of ``spec``'s run, cut to the length where it is a view."""
+    return values if spec.view is None else spec.view.trim(values)
+
+
+def make(owner: OnnxFunction, arrays: Sequence[np.ndarray], spec: Specialised) -> Lengths | None:
+    """The masked program for ``arrays``' length, when the model has one that
+    shorter lengths can run through (else None: it compiles per length)."""
+    if not enabled() or owner._static or spec.host is not None or spec.function is None:
+        return None
+    if spec.shapes is None:
+        return None
+    axes: dict[int, tuple[int, ...]] = {}
+    sizes: set[int] = set()
+    symbolic: dict[int, list[int]] = {}
+    for i, gi in enumerate(owner.graph.inputs):
+        if gi.dims is None or len(gi.dims) != arrays[i].ndim:
+            continue
+        symbolic[i] = [k for k, d in enumerate(gi.dims) if not isinstance(d, int)]
+        sizes.update(arrays[i].shape[k] for k in symbolic[i])
+    n = max(sizes, default=0)
+    if n < 2:
+        return None
+    for i, ks in symbolic.items():
+        marked = tuple(k for k in ks if arrays[i].shape[k] == n)
+        if marked:
+            axes[i] = marked
+    probe_arrays = []
+    for i, a in enumerate(arrays):
+        shape = [n - 1 if k in axes.get(i, ()) else d for k, d in enumerate(a.shape)]
+        probe_arrays.append(np.zeros(shape, a.dtype))
+    try:
+        probe = _quietly(owner, probe_arrays)
+        if probe.host is not None or probe.function is None or probe.shapes is None:
+            return None
+        return _masked(owner, spec, probe, n, axes, list(arrays))
+    except Exception:  # noqa: BLE001 - a length the model cannot take: per length, as before
+        return None
+
+
+def _quietly(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised:
+    """``owner``'s import of ``arrays``, without its progress lines (a second
+    import of the same model)."""
+    said, owner.progress = owner.progress, None
+    try:
+        return owner._build(arrays)
+    finally:
+        owner.progress = said
+
+
+def _masked(
+    owner: OnnxFunction,
+    spec: Specialised,
+    probe: Specialised,
+    n: int,
+    input_axes: dict[int, tuple[int, ...]],
+    arrays: list[np.ndarray],
+) -> Lengths | None:
+    from .. import api
+    from ..tile.parser import parse
+    from . import lengths_rules as rules
+
+    texts, numbers, starts = rules.numbers(spec.source)
+    texts_p, numbers_p, _ = rules.numbers(probe.source)
+    if texts != texts_p or len(numbers) != len(numbers_p):
+        return None
+    marked = set()
+    for k, (a, b) in enumerate(zip(numbers, numbers_p)):
+        if a != b:
+            if (a, b) != (str(n), str(n - 1)):
+                return None
+            marked.add(k)
+    assert spec.shapes is not None and probe.shapes is not None
+    if not marked or spec.shapes.keys() != probe.shapes.keys():
+        return None
+    marks: dict[str, tuple[int, ...]] = {}
+    for name, shape in spec.shapes.items():
+        other = probe.shapes[name]
+        if len(shape) != len(other):
+            return None
+        changed = tuple(k for k, (a, b) in enumerate(zip(shape, other)) if a != b)
+        if any((shape[k], other[k]) != (n, n - 1) for k in changed):
+            return None
+        if changed:
+            marks[name] = changed
+    try:
+        tree = parse(spec.source)
+    except StripeError:
+        return None
+    if not rules.where_numbers(spec.source, starts, marked) <= rules.size_positions(tree):
+        return None  # the length is a value, a bound or an offset somewhere
+    fn = spec.function
+    assert fn is not None and spec.dtypes is not None
+    plan = rules.masks(tree, marks, spec.shapes, set(fn.constants))
+    if plan is None:
+        return None
+    masks, gathered, least = plan
+    written = rules.write(spec.source, tree, masks, spec.dtypes)
+    if written is None:
+        return None
+    source, fills = written
+    every = [*fn.every, "LEN", *fills]
+    constants = {**fn.constants, **fills}
+    function = api.Function(
+        source, owner.resolved_target, fn.name, constants, names=(every, fn.outputs)
+    )
+    out_axes = []
+    for kind, x in spec.outputs:
+        out_axes.append(marks.get(x, ()) if kind == "tile" else ())
+    for (kind, x), (_, y) in zip(spec.outputs, probe.outputs):
+        if kind == "const" and np.shape(x) != np.shape(y):
+            return None  # a folded output that the length sizes
+    const_axes = {name: marks[name] for name in fn.constants if name in marks}
+    return Lengths(
+        n, spec, function, frozenset(marked), texts, numbers, input_axes,
+        const_axes, out_axes, gathered, [a.shape for a in arrays], [a.dtype for a in arrays],
+        source, least,
+    )  # fmt: skip
