@@ -94,7 +94,8 @@ def _call(fn, x, m):
 def test_a_shorter_length_runs_the_first_program_then_gets_its_own():
     """Attention, a max and a sum over the sequence, and the first position
     (``Gather`` of index 0): at 12, then 7, 5 and 1 without compiling,
-    then 7's own program after two calls; 20 (longer) compiles."""
+    then 7's own program after two calls; 20 (longer) compiles its masked
+    program, which 15 then runs."""
     extra = [
         helper.make_node("ReduceMax", ["A"], ["mx"], axes=[1], keepdims=1),
         helper.make_node("ReduceSum", ["A", "ax1"], ["sm_"], keepdims=1),
@@ -123,8 +124,10 @@ def test_a_shorter_length_runs_the_first_program_then_gets_its_own():
     assert not check(7, 4)  # a second call at 7: still the program of 12
     assert check(7, 5)  # the third compiles 7's own
     assert not check(7, 6)  # which the calls after it run
-    assert check(20, 7)  # longer than the first: compiled as before
-    assert not check(12, 8)
+    assert check(20, 7)  # longer than the first: compiled, masked, for 20
+    assert fn._lengths.n == 20
+    assert not check(12, 8)  # the program of 12 runs it still
+    assert not check(15, 9)  # through the program of 20
 
 
 def test_values_that_depend_on_the_length_keep_a_program_per_length():

@@ -119,8 +119,10 @@ compile (`src/stripeml/onnx/lengths.py`):
 * **The steady state.**  That program does `N`'s work, so the third call at
   a length (`lengths.CALLS_BEFORE_OWN` = 2 calls through the longer program
   first) compiles the length's own program from the import its check made,
-  and every later call runs that.  A length above `N`, or one that fails the
-  check, is compiled as before.  `STRIPEML_LENGTHS=0` turns all of this off.
+  and every later call runs that.  A length above `N` is compiled as the
+  first was (a probe at one less, the masks), and the lengths below it run
+  that program from then on; a length that fails the check is compiled as
+  before.  `STRIPEML_LENGTHS=0` turns all of this off.
 
 **Which programs keep positions.**  Element-wise statements do.  A
 contraction may index a marked axis only by a plain index, or an operand's

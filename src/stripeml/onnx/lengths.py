@@ -38,7 +38,8 @@ what the program of ``S`` computes, position for position below ``S``.
 
 **Steady state.**  The program of ``N`` does ``N``'s work at every length, so
 after :data:`CALLS_BEFORE_OWN` calls a length gets its own program, compiled
-from the import its check made.  Lengths above ``N`` compile as before.
+from the import its check made.  A length above ``N`` compiles the masked
+program for itself, which shorter lengths then run.
 ``STRIPEML_LENGTHS=0`` turns all of this off.
 """
 
@@ -111,8 +112,17 @@ class Lengths:
         return _viewing(self, s, spec), spec
 
     def _length_of(self, arrays: Sequence[np.ndarray]) -> int | None:
-        """The one length ``arrays`` have on every marked input axis (below
-        ``n``), their other sizes those of ``n``'s inputs; else None."""
+        """The one length ``arrays`` have on every marked input axis, below ``n``
+        (and at least :attr:`least`), their other sizes those of ``n``'s inputs."""
+        s = self._one_length(arrays)
+        return s if s is not None and self.least <= s < self.n else None
+
+    def longer(self, arrays: Sequence[np.ndarray]) -> bool:
+        """Whether ``arrays`` are a length above ``n``, their other sizes ``n``'s."""
+        s = self._one_length(arrays)
+        return s is not None and s > self.n
+
+    def _one_length(self, arrays: Sequence[np.ndarray]) -> int | None:
         found: set[int] = set()
         for i, (a, shape, dtype) in enumerate(zip(arrays, self.shapes, self.dtypes)):
             axes = self.input_axes.get(i, ())
@@ -123,10 +133,7 @@ class Lengths:
                     found.add(int(got))
                 elif got != was:
                     return None
-        if len(found) != 1:
-            return None
-        s = found.pop()
-        return s if self.least <= s < self.n else None
+        return found.pop() if len(found) == 1 else None
 
     def _restricts(self, spec: Specialised, s: int) -> bool:
         """Whether ``spec`` (the import at ``s``) is this program's restricted to ``s``."""
@@ -214,9 +221,10 @@ def _viewing(g: Lengths, length: int, own: Specialised | None) -> Specialised:
 
 def import_for(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised:
     """The program for a call signature not seen before: a longer length's,
-    viewed, where one takes it; else the import of ``arrays``, which the first
-    time a model with symbolic dimensions is imported writes the masked
-    program (the call then runs that, at its own length)."""
+    viewed, where one takes it; else the import of ``arrays``, which, the
+    first time a model with symbolic dimensions is imported or at a length
+    above the masked program's, writes the masked program for this length
+    (the call then runs that; shorter lengths run it from then on)."""
     g: Lengths | None = owner._lengths
     built = None
     if g is not None:
@@ -224,7 +232,7 @@ def import_for(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised
         if viewed is not None:
             return viewed
     spec = built if built is not None else owner._build(arrays)
-    if g is None and not owner._lengths_tried:
+    if (g is None and not owner._lengths_tried) or (g is not None and g.longer(arrays)):
         owner._lengths_tried = True
         made = make(owner, arrays, spec)
         if made is not None:
