@@ -27,7 +27,7 @@ RNG = np.random.default_rng(11)
 WQ, WK, WV = ((RNG.standard_normal((H, H)) / 3).astype(np.float32) for _ in range(3))
 
 
-def _model(extra: list, outputs: list[str], x_shape: list | None = None) -> onnx.ModelProto:
+def _model(extra: list, outputs: list[str], batch: object = 1) -> onnx.ModelProto:
     """``X`` (1, seq, 8) and ``M`` (1, seq), the mask, through one masked
     self-attention (``A``), then ``extra`` nodes; ``outputs`` are graph outputs."""
     inits = [
@@ -58,8 +58,8 @@ def _model(extra: list, outputs: list[str], x_shape: list | None = None) -> onnx
         nodes,
         "masked_attention",
         [
-            helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape or [1, "seq", H]),
-            helper.make_tensor_value_info("M", TensorProto.FLOAT, [1, "seq"]),
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, "seq", H]),
+            helper.make_tensor_value_info("M", TensorProto.FLOAT, [batch, "seq"]),
         ],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
         initializer=inits,
@@ -76,11 +76,11 @@ def _attention(x: np.ndarray, m: np.ndarray) -> np.ndarray:
     return p @ v
 
 
-def _inputs(seq: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _inputs(seq: int, seed: int, batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((1, seq, H)).astype(np.float32)
-    m = np.ones((1, seq), np.float32)
-    m[0, seq // 2 :: 3] = 0.0  # some keys masked by the model itself
+    x = rng.standard_normal((batch, seq, H)).astype(np.float32)
+    m = np.ones((batch, seq), np.float32)
+    m[:, seq // 2 :: 3] = 0.0  # some keys masked by the model itself
     return x, m
 
 
@@ -128,6 +128,29 @@ def test_a_shorter_length_runs_the_first_program_then_gets_its_own():
     assert fn._lengths.n == 20
     assert not check(12, 8)  # the program of 12 runs it still
     assert not check(15, 9)  # through the program of 20
+
+
+def test_a_batch_and_a_sequence_each_shorter():
+    """Both dimensions symbolic: a first call of 3 x 10 masks both (the
+    sequence's reductions by its length); fewer rows, a shorter sequence or
+    both run that program; a batch of 4 compiles its own masked program."""
+    fn = stripeml.onnx.compile(_model([], ["A"], batch="batch"), target="cpu")
+
+    def check(batch: int, seq: int, seed: int) -> bool:
+        x, m = _inputs(seq, seed, batch)
+        (a,), compiled = _call(fn, x, m)
+        np.testing.assert_allclose(a, _attention(x, m), rtol=2e-5, atol=2e-5)
+        return compiled
+
+    assert check(3, 10, 0)
+    assert fn._lengths is not None and fn._lengths.ns == (10, 3)
+    assert "LEN1" in fn._lengths.source
+    assert not check(2, 6, 1)
+    assert not check(3, 4, 2)
+    assert not check(1, 10, 3)
+    assert check(4, 5, 4)  # a longer batch
+    assert fn._lengths.ns == (5, 4)
+    assert not check(2, 3, 5)
 
 
 def test_values_that_depend_on_the_length_keep_a_program_per_length():
@@ -196,11 +219,11 @@ def test_a_reduction_that_leaves_an_operand_out_is_not_masked():
         "}\n"
     )
     tree = parse(src)
-    marks = {"A": (1,), "B": (1,)}
+    marks = {"A": {1: 0}, "B": {1: 0}}
     shapes = {"A": (1, 9), "B": (1, 9), "C": (4,), "O": (4,), "P": (1,), "Q": (1,)}
     assert rules.masks(tree, marks, shapes, set()) is None
     ok = parse(src.replace("    O[j : 4] = +(A[0, k] * C[j]);\n", ""))
     masks, gathered, least = rules.masks(ok, marks, shapes, set())
-    assert masks == {0: [("A", 1, "0"), ("B", 1, "0")], 1: [("A", 1, "-inf")]}
-    assert gathered == [] and least == 1
+    assert masks == {0: [("A", 1, "0", 0), ("B", 1, "0", 0)], 1: [("A", 1, "-inf", 0)]}
+    assert gathered == [] and least == {}
     assert lengths.CALLS_BEFORE_OWN >= 1

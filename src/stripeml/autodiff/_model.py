@@ -100,7 +100,7 @@ class ModelGradFunction:
         spec = self.forward.specialise(arrays)
         view = getattr(spec, "view", None)
         if view is not None:  # a length run through a longer one's program: its own import
-            spec = view.own if view.own is not None else view.lengths.base
+            spec = view.own if view.own is not None else view.of.base
         if spec.host is not None:
             raise AutodiffError(
                 "grad: the model has an operator sized at run time (its graph is split "

@@ -98,24 +98,28 @@ A model whose inputs have symbolic dimensions (a sequence, a batch) is
 compiled per input shape, but a shorter length does not wait for its own
 compile (`src/stripeml/onnx/lengths.py`):
 
-* **At the first call** of such a model, at length `N` (the largest size its
-  inputs give a symbolic dimension), the importer imports the model a second
-  time at `N - 1` (import and folding only: about 0.06 s for BERT-base).  If
-  the two Tile programs are the same text but for numbers that are `N` in one
-  and `N - 1` in the other, each in a size (a parameter's dimension, a
-  contraction's output sizes, a `reshape`'s sizes), and every statement keeps
-  each position of the axes those sizes mark (below), the program compiled
-  for `N` is written with every reduction over those positions masked:
-  `index(X, axis) < LEN ? X : fill`, `LEN` a run-time input and `fill` the
-  reduction's identity (0 for sums, -inf for maximums, +inf for minimums, 1
-  for products).  It runs with `LEN = N`.
-* **A call at `S < N`** is imported at `S` (no compile) and checked to be the
-  program of `N` restricted to `S`: the same text, the numbers that changed
-  at `N - 1` equal to `S` and every other number the same, and every
-  constant equal or, along its marked axes, the first `S` positions of the
-  one at `N` (a position table, a mask).  It then runs the program of `N` on
-  its inputs padded with zeros to `N`, with `LEN = S`, and its outputs are
-  cut to `S`.
+* **At the first call** of such a model, each of the two largest distinct
+  sizes of 2 or more that it gives the symbolic dimensions is a *length*
+  (BERT-base called with a batch of 1 and 128 tokens has one, 128; a batch of
+  8 with 128 tokens has two).  For each length `N` the importer imports the
+  model once more at `N - 1` (import and folding only: about 0.06 s for
+  BERT-base).  If each of those Tile programs is the first one's text but
+  for numbers that are `N` there and `N - 1` here, each in a size (a
+  parameter's dimension, a contraction's output sizes, a `reshape`'s sizes),
+  and every statement keeps each position of the axes those sizes mark
+  (below), the program is written with every reduction over such positions
+  masked: `index(X, axis) < LEN ? X : fill`, `LEN` (`LEN1` for a second
+  length) a run-time input and `fill` the reduction's identity (0 for sums,
+  -inf for maximums, +inf for minimums, 1 for products).  It runs with
+  `LEN = N`.
+* **A call at `S <= N`** (every length at most the program's, one shorter,
+  every other size the same) is imported at its sizes (no compile) and
+  checked to be the program of `N` restricted to `S`: the same text, the
+  numbers that changed at `N - 1` equal to `S` and every other number the
+  same, and every constant equal or, along its marked axes, the first `S`
+  positions of the one at `N` (a position table, a mask).  It then runs the
+  program of `N` on its inputs padded with zeros to `N`, with `LEN = S`, and
+  its outputs are cut to `S`.
 * **The steady state.**  That program does `N`'s work, so the third call at
   a length (`lengths.CALLS_BEFORE_OWN` = 2 calls through the longer program
   first) compiles the length's own program from the import its check made,
@@ -132,10 +136,10 @@ output axis may index only marked axes; an index on a marked operand axis
 that is not in the output is a reduction over positions, and is allowed
 when every operand is read along it (a sum of products gets both factors
 masked, so a padded value times a padded value is 0 times 0) and the
-statement has no constraint on it.  A `reshape` must keep the marked axis
-whole, with as many elements before it and after it.  A `gather` may read
-along a marked axis only with constant indices, which each call checks are
-below its length.  Anything else keeps the model per length: a mean over the
+statement has no constraint on it.  A `reshape` must keep the marked axes
+whole and in order, with as many elements before, between and after them.
+A `gather` may read along a marked axis only with constant indices, which
+each call checks are below its length.  Anything else keeps the model per length: a mean over the
 sequence (its `1/N` is a value), a convolution or pooling along it (a
 shifted read: the last position's neighbour would be padding, not the zero
 border), a flattening of the sequence into another axis, a concatenation

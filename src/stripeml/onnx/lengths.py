@@ -12,6 +12,9 @@ runtime input, ``fill`` the reduction's identity) and runs it with
 ``LEN = N``; a call at ``S < N`` pads its inputs, passes ``LEN = S``, and cuts
 the outputs to ``S``, without compiling anything.
 
+Up to :data:`MAX_LENGTHS` such lengths are masked at once (a sequence and a
+batch), each with its own ``LEN``; what follows says it of one.
+
 **What proves it.**  At the first compile the frontend imports the model a
 second time at length ``N - 1`` (the *probe*).  The two Tile sources must be
 the same text but for numbers, and every number that differs must be ``N``
@@ -75,32 +78,44 @@ def enabled() -> bool:
     return os.environ.get("STRIPEML_LENGTHS", "1").strip().lower() not in ("0", "off", "no")
 
 
+#: At most this many lengths (the largest distinct sizes the first call gives
+#: the inputs' symbolic dimensions, a sequence and a batch, say) are masked.
+MAX_LENGTHS = 2
+
+Sizes = tuple[int, ...]  # per length (group), its size
+
+
 @dataclass
 class Lengths:
-    """The masked program of length ``n`` and what a shorter call is checked against."""
+    """The masked program of lengths ``ns`` and what a shorter call is checked against."""
 
-    n: int
-    base: Specialised  # the import at n, unmasked: what a shorter import is compared with
+    ns: Sizes
+    base: Specialised  # the import at ns, unmasked: what a shorter import is compared with
     function: Function  # the masked program
-    marked: frozenset[int]  # positions in the source's numbers that are the length
+    marked: dict[int, int]  # the source's numbers that are a length: position -> length
     texts: list[str]
     numbers: list[str]
-    input_axes: dict[int, tuple[int, ...]]  # graph input -> its marked axes
-    const_axes: dict[str, tuple[int, ...]]
-    out_axes: list[tuple[int, ...]]  # per entry of base.outputs
-    gathered: list[str]  # constant indices gathered along a marked axis
-    shapes: list[tuple[int, ...]]  # the graph inputs' shapes at n
+    input_axes: dict[int, dict[int, int]]  # graph input -> its marked axes (axis -> length)
+    const_axes: dict[str, dict[int, int]]
+    out_axes: list[dict[int, int]]  # per entry of base.outputs
+    gathered: list[tuple[str, int]]  # constant indices gathered along a marked axis
+    shapes: list[tuple[int, ...]]  # the graph inputs' shapes at ns
     dtypes: list[np.dtype]  # and their dtypes
     source: str  # the masked program's source
-    least: int  # the shortest length it takes
+    least: dict[int, int]  # per length, the shortest it takes
+
+    @property
+    def n(self) -> int:
+        """The first (largest) length."""
+        return self.ns[0]
 
     def view(
         self, owner: OnnxFunction, arrays: Sequence[np.ndarray]
     ) -> tuple[Specialised | None, Specialised | None]:
-        """The view that runs ``arrays`` (a shorter length) through this program,
+        """The view that runs ``arrays`` (shorter lengths) through this program,
         and the import of ``arrays`` it checked; (None, the import or None) when
-        they are not such a length (the caller compiles them as before)."""
-        s = self._length_of(arrays)
+        they are not such lengths (the caller compiles them as before)."""
+        s = self._lengths_of(arrays)
         if s is None:
             return None, None
         try:
@@ -111,31 +126,39 @@ class Lengths:
             return None, spec
         return _viewing(self, s, spec), spec
 
-    def _length_of(self, arrays: Sequence[np.ndarray]) -> int | None:
-        """The one length ``arrays`` have on every marked input axis, below ``n``
-        (and at least :attr:`least`), their other sizes those of ``n``'s inputs."""
-        s = self._one_length(arrays)
-        return s if s is not None and self.least <= s < self.n else None
+    def _lengths_of(self, arrays: Sequence[np.ndarray]) -> Sizes | None:
+        """The lengths ``arrays`` have, each at most this program's (and at
+        least :attr:`least`), one shorter; their other sizes ``ns``'s inputs'."""
+        s = self._sizes(arrays)
+        if s is None or s == self.ns:
+            return None
+        for g, (got, n) in enumerate(zip(s, self.ns)):
+            if not self.least.get(g, 1) <= got <= n:
+                return None
+        return s
 
     def longer(self, arrays: Sequence[np.ndarray]) -> bool:
-        """Whether ``arrays`` are a length above ``n``, their other sizes ``n``'s."""
-        s = self._one_length(arrays)
-        return s is not None and s > self.n
+        """Whether ``arrays`` have a length above this program's, their other
+        sizes ``ns``'s inputs'."""
+        s = self._sizes(arrays)
+        return s is not None and any(got > n for got, n in zip(s, self.ns))
 
-    def _one_length(self, arrays: Sequence[np.ndarray]) -> int | None:
-        found: set[int] = set()
+    def _sizes(self, arrays: Sequence[np.ndarray]) -> Sizes | None:
+        found: dict[int, set[int]] = {}
         for i, (a, shape, dtype) in enumerate(zip(arrays, self.shapes, self.dtypes)):
-            axes = self.input_axes.get(i, ())
+            axes = self.input_axes.get(i, {})
             if a.ndim != len(shape) or a.dtype != dtype:
                 return None
             for k, (got, was) in enumerate(zip(a.shape, shape)):
                 if k in axes:
-                    found.add(int(got))
+                    found.setdefault(axes[k], set()).add(int(got))
                 elif got != was:
                     return None
-        return found.pop() if len(found) == 1 else None
+        if any(len(found.get(g, ())) != 1 for g in range(len(self.ns))):
+            return None
+        return tuple(next(iter(found[g])) for g in range(len(self.ns)))
 
-    def _restricts(self, spec: Specialised, s: int) -> bool:
+    def _restricts(self, spec: Specialised, s: Sizes) -> bool:
         """Whether ``spec`` (the import at ``s``) is this program's restricted to ``s``."""
         if (
             spec.host is not None
@@ -148,9 +171,9 @@ class Lengths:
         texts, numbers, _ = rules.numbers(spec.source)
         if texts != self.texts or len(numbers) != len(self.numbers):
             return False
-        want = str(s)
         for k, (got, was) in enumerate(zip(numbers, self.numbers)):
-            if got != (want if k in self.marked else was):
+            g = self.marked.get(k)
+            if got != (was if g is None else str(s[g])):
                 return False
         for (kind, got), (kind0, was) in zip(spec.outputs, self.base.outputs):
             if kind != kind0 or (kind == "const" and not np.array_equal(got, was)):
@@ -162,30 +185,35 @@ class Lengths:
             b = base[name]
             if c is b:
                 continue
-            axes = self.const_axes.get(name, ())
+            axes = self.const_axes.get(name)
             if axes:
-                b = b[tuple(slice(0, s) if k in axes else slice(None) for k in range(b.ndim))]
+                b = b[_prefix(b.ndim, axes, s)]
             if c.shape != b.shape or c.dtype != b.dtype or not np.array_equal(c, b):
                 return False
-        for name in self.gathered:
+        for name, g in self.gathered:
             c = given[name]
-            if c.size and (int(c.min()) < 0 or int(c.max()) >= s):
+            if c.size and (int(c.min()) < 0 or int(c.max()) >= s[g]):
                 return False
         return True
 
 
+def _prefix(ndim: int, axes: dict[int, int], s: Sizes) -> tuple[slice, ...]:
+    """The first ``s`` positions along each marked axis (by its length), all of the others."""
+    return tuple(slice(0, s[axes[k]]) if k in axes else slice(None) for k in range(ndim))
+
+
 @dataclass
 class View:
-    """A length ``length`` run through the program of ``lengths`` (a longer one,
-    or its own when ``own`` is None): inputs padded, ``LEN`` passed, outputs cut."""
+    """Lengths ``lengths`` run through the program of ``of`` (longer, or its
+    own when ``own`` is None): inputs padded, the lengths passed, outputs cut."""
 
-    lengths: Lengths
-    length: int
-    own: Specialised | None = None  # the import at ``length``, compiled when it is due
+    of: Lengths
+    lengths: Sizes
+    own: Specialised | None = None  # the import at ``lengths``, compiled when it is due
     calls: int = 0
 
     def call_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        g = self.lengths
+        g = self.of
         padded = []
         for i, a in enumerate(arrays):
             if i in g.input_axes and a.shape != g.shapes[i]:
@@ -195,27 +223,24 @@ class View:
             padded.append(a)
         out = [padded[k] for k in g.base.inputs]
         out = [a.astype(wide_dtype(a.dtype)) if is_narrow(a.dtype) else a for a in out]
-        return [*out, np.array(self.length, np.int64)]
+        return [*out, *(np.array(n, np.int64) for n in self.lengths)]
 
     def trim(self, values: list[np.ndarray]) -> list[np.ndarray]:
-        """The outputs cut to ``length`` along their marked axes."""
-        g = self.lengths
-        if self.length == g.n:
+        """The outputs cut to ``lengths`` along their marked axes."""
+        g = self.of
+        if self.lengths == g.ns:
             return values
         out = []
         for v, axes in zip(values, g.out_axes):
             if axes:
-                keep = tuple(
-                    slice(0, self.length) if k in axes else slice(None) for k in range(v.ndim)
-                )
-                v = np.ascontiguousarray(v[keep])
+                v = np.ascontiguousarray(v[_prefix(v.ndim, axes, self.lengths)])
             out.append(v)
         return out
 
 
-def _viewing(g: Lengths, length: int, own: Specialised | None) -> Specialised:
+def _viewing(g: Lengths, lengths: Sizes, own: Specialised | None) -> Specialised:
     spec = type(g.base)(g.source, g.function, g.base.inputs, g.base.outputs, narrow=g.base.narrow)
-    spec.view = View(g, length, own)
+    spec.view = View(g, lengths, own)
     return spec
 
 
@@ -237,7 +262,7 @@ def import_for(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised
         made = make(owner, arrays, spec)
         if made is not None:
             owner._lengths = made
-            return _viewing(made, made.n, None)
+            return _viewing(made, made.ns, None)
     return spec
 
 
@@ -261,37 +286,39 @@ def cut(spec: Specialised, values: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def make(owner: OnnxFunction, arrays: Sequence[np.ndarray], spec: Specialised) -> Lengths | None:
-    """The masked program for ``arrays``' length, when the model has one that
+    """The masked program for ``arrays``' lengths, when the model has one that
     shorter lengths can run through (else None: it compiles per length)."""
     if not enabled() or owner._static or spec.host is not None or spec.function is None:
         return None
     if spec.shapes is None:
         return None
-    axes: dict[int, tuple[int, ...]] = {}
-    sizes: set[int] = set()
     symbolic: dict[int, list[int]] = {}
     for i, gi in enumerate(owner.graph.inputs):
-        if gi.dims is None or len(gi.dims) != arrays[i].ndim:
-            continue
-        symbolic[i] = [k for k, d in enumerate(gi.dims) if not isinstance(d, int)]
-        sizes.update(arrays[i].shape[k] for k in symbolic[i])
-    n = max(sizes, default=0)
-    if n < 2:
+        if gi.dims is not None and len(gi.dims) == arrays[i].ndim:
+            symbolic[i] = [k for k, d in enumerate(gi.dims) if not isinstance(d, int)]
+    sizes = {arrays[i].shape[k] for i, ks in symbolic.items() for k in ks}
+    ns = tuple(sorted((n for n in sizes if n >= 2), reverse=True)[:MAX_LENGTHS])
+    if not ns:
         return None
+    input_axes: dict[int, dict[int, int]] = {}
     for i, ks in symbolic.items():
-        marked = tuple(k for k in ks if arrays[i].shape[k] == n)
-        if marked:
-            axes[i] = marked
-    probe_arrays = []
-    for i, a in enumerate(arrays):
-        shape = [n - 1 if k in axes.get(i, ()) else d for k, d in enumerate(a.shape)]
-        probe_arrays.append(np.zeros(shape, a.dtype))
+        axes = {k: ns.index(arrays[i].shape[k]) for k in ks if arrays[i].shape[k] in ns}
+        if axes:
+            input_axes[i] = axes
     try:
-        probe = _quietly(owner, probe_arrays)
-        if probe.host is not None or probe.function is None or probe.shapes is None:
-            return None
-        return _masked(owner, spec, probe, n, axes, list(arrays))
-    except Exception:  # noqa: BLE001 - a length the model cannot take: per length, as before
+        probes = []
+        for g, n in enumerate(ns):
+            probe_arrays = []
+            for i, a in enumerate(arrays):
+                axes = input_axes.get(i, {})
+                shape = [n - 1 if axes.get(k) == g else d for k, d in enumerate(a.shape)]
+                probe_arrays.append(np.zeros(shape, a.dtype))
+            probe = _quietly(owner, probe_arrays)
+            if probe.host is not None or probe.function is None or probe.shapes is None:
+                return None
+            probes.append(probe)
+        return _masked(owner, spec, probes, ns, input_axes, list(arrays))
+    except Exception:  # noqa: BLE001 - lengths the model cannot take: per length, as before
         return None
 
 
@@ -308,68 +335,71 @@ def _quietly(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised:
 def _masked(
     owner: OnnxFunction,
     spec: Specialised,
-    probe: Specialised,
-    n: int,
-    input_axes: dict[int, tuple[int, ...]],
+    probes: list[Specialised],
+    ns: Sizes,
+    input_axes: dict[int, dict[int, int]],
     arrays: list[np.ndarray],
 ) -> Lengths | None:
+    """The masked program, when every probe (``probes[g]``: the import with
+    length ``g`` one shorter) differs from ``spec`` in sizes of that length
+    only and the program keeps positions (:func:`.lengths_rules.masks`)."""
     from .. import api
     from ..tile.parser import parse
     from . import lengths_rules as rules
 
     texts, numbers, starts = rules.numbers(spec.source)
-    texts_p, numbers_p, _ = rules.numbers(probe.source)
-    if texts != texts_p or len(numbers) != len(numbers_p):
-        return None
-    marked = set()
-    for k, (a, b) in enumerate(zip(numbers, numbers_p)):
-        if a != b:
-            if (a, b) != (str(n), str(n - 1)):
+    marked: dict[int, int] = {}
+    marks: rules.Marks = {}
+    assert spec.shapes is not None and spec.dtypes is not None
+    for g, (probe, n) in enumerate(zip(probes, ns)):
+        texts_p, numbers_p, _ = rules.numbers(probe.source)
+        if texts != texts_p or len(numbers) != len(numbers_p):
+            return None
+        for k, (a, b) in enumerate(zip(numbers, numbers_p)):
+            if a != b:
+                if (a, b) != (str(n), str(n - 1)) or k in marked:
+                    return None
+                marked[k] = g
+        if probe.shapes is None or spec.shapes.keys() != probe.shapes.keys():
+            return None
+        for name, shape in spec.shapes.items():
+            other = probe.shapes[name]
+            if len(shape) != len(other):
                 return None
-            marked.add(k)
-    assert spec.shapes is not None and probe.shapes is not None
-    if not marked or spec.shapes.keys() != probe.shapes.keys():
+            for k, (a, b) in enumerate(zip(shape, other)):
+                if a != b:
+                    if (a, b) != (n, n - 1) or k in marks.get(name, {}):
+                        return None
+                    marks.setdefault(name, {})[k] = g
+        for (kind, x), (_, y) in zip(spec.outputs, probe.outputs):
+            if kind == "const" and np.shape(x) != np.shape(y):
+                return None  # a folded output that the length sizes
+    if not marked:
         return None
-    marks: dict[str, tuple[int, ...]] = {}
-    for name, shape in spec.shapes.items():
-        other = probe.shapes[name]
-        if len(shape) != len(other):
-            return None
-        changed = tuple(k for k, (a, b) in enumerate(zip(shape, other)) if a != b)
-        if any((shape[k], other[k]) != (n, n - 1) for k in changed):
-            return None
-        if changed:
-            marks[name] = changed
     try:
         tree = parse(spec.source)
     except StripeError:
         return None
-    if not rules.where_numbers(spec.source, starts, marked) <= rules.size_positions(tree):
-        return None  # the length is a value, a bound or an offset somewhere
+    if not rules.where_numbers(spec.source, starts, set(marked)) <= rules.size_positions(tree):
+        return None  # a length is a value, a bound or an offset somewhere
     fn = spec.function
-    assert fn is not None and spec.dtypes is not None
+    assert fn is not None
     plan = rules.masks(tree, marks, spec.shapes, set(fn.constants))
     if plan is None:
         return None
     masks, gathered, least = plan
-    written = rules.write(spec.source, tree, masks, spec.dtypes)
+    written = rules.write(spec.source, tree, masks, spec.dtypes, len(ns))
     if written is None:
         return None
     source, fills = written
-    every = [*fn.every, "LEN", *fills]
+    every = [*fn.every, *(rules.len_name(g) for g in range(len(ns))), *fills]
     constants = {**fn.constants, **fills}
     function = api.Function(
         source, owner.resolved_target, fn.name, constants, names=(every, fn.outputs)
     )
-    out_axes = []
-    for kind, x in spec.outputs:
-        out_axes.append(marks.get(x, ()) if kind == "tile" else ())
-    for (kind, x), (_, y) in zip(spec.outputs, probe.outputs):
-        if kind == "const" and np.shape(x) != np.shape(y):
-            return None  # a folded output that the length sizes
+    out_axes = [marks.get(x, {}) if kind == "tile" else {} for kind, x in spec.outputs]
     const_axes = {name: marks[name] for name in fn.constants if name in marks}
     return Lengths(
-        n, spec, function, frozenset(marked), texts, numbers, input_axes,
-        const_axes, out_axes, gathered, [a.shape for a in arrays], [a.dtype for a in arrays],
-        source, least,
+        ns, spec, function, marked, texts, numbers, input_axes, const_axes, out_axes,
+        gathered, [a.shape for a in arrays], [a.dtype for a in arrays], source, least,
     )  # fmt: skip

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..tile import ast
 
-__all__ = ["masks", "numbers", "size_positions", "where_numbers", "write"]
+__all__ = ["Marks", "len_name", "masks", "numbers", "size_positions", "where_numbers", "write"]
 
 _NUMBER = re.compile(r"(?<![A-Za-z_0-9.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
@@ -68,20 +68,23 @@ def size_positions(tree: ast.Function) -> set[tuple[int, int]]:
 _FILLS = {"add": "0", "max": "-inf", "min": "inf", "mul": "1"}
 
 
+#: A tensor's marked axes: axis -> the length (group) that sizes it.
+Marks = dict[str, dict[int, int]]
+
+
 def masks(
-    tree: ast.Function,
-    marks: dict[str, tuple[int, ...]],
-    shapes: dict[str, tuple[int, ...]],
-    consts: set[str],
-) -> tuple[dict[int, list[tuple[str, int, str]]], list[str], int] | None:
-    """Per statement (its index), the operands to mask: ``(tensor, axis,
-    fill)``; the constant index tensors ``gather`` reads along a marked axis;
-    and the least length the program takes (a fixed position read, such as
-    the first token's, must exist).  None when a statement does not keep
-    positions."""
-    masks: dict[int, list[tuple[str, int, str]]] = {}
-    gathered: list[str] = []
-    least = [1]
+    tree: ast.Function, marks: Marks, shapes: dict[str, tuple[int, ...]], consts: set[str]
+) -> (
+    tuple[dict[int, list[tuple[str, int, str, int]]], list[tuple[str, int]], dict[int, int]] | None
+):
+    """Per statement (its index), the operands to mask: ``(tensor, axis, fill,
+    length)``; the constant index tensors ``gather`` reads along a marked axis
+    (with that axis's length); and per length the least it takes (a fixed
+    position read, such as the first token's, must exist).  None when a
+    statement does not keep positions."""
+    out: dict[int, list[tuple[str, int, str, int]]] = {}
+    gathered: list[tuple[str, int]] = []
+    least: dict[int, int] = {}
     for si, s in enumerate(tree.stmts):
         if isinstance(s, ast.Assignment):
             continue  # element-wise: position for position (its numbers were checked)
@@ -93,55 +96,57 @@ def masks(
         if got is None:
             return None
         if got:
-            masks[si] = got
-    return masks, gathered, least[0]
+            out[si] = got
+    return out, gathered, least
 
 
 def _contraction_masks(
-    c: ast.Contraction, marks: dict[str, tuple[int, ...]], least: list[int]
-) -> list[tuple[str, int, str]] | None:
+    c: ast.Contraction, marks: Marks, least: dict[int, int]
+) -> list[tuple[str, int, str, int]] | None:
     """The operands of ``c`` to mask, or None when ``c`` does not keep positions.
 
     Every marked axis (of the output or of an operand) must be indexed by a
     plain index, or, on an operand, a fixed position (``least`` is raised
-    past it).  An output index on a marked output axis carries a position
-    over, and may index only marked axes; any other index on a marked operand
-    axis is a reduction over positions: every operand must be read along it,
-    on marked axes only, and is masked with the aggregation's identity."""
-    out_axes = marks.get(c.output, ())
-    carried: set[str] = set()
+    past it), and an index moves positions of one length only.  An output
+    index on a marked output axis carries a position over, and may index only
+    marked axes; any other index on a marked operand axis is a reduction over
+    positions: every operand must be read along it, on marked axes only, and
+    is masked with the aggregation's identity."""
+    out_axes = marks.get(c.output, {})
+    carried: dict[str, int] = {}  # index -> its length
     free: set[str] = set()  # output indices on unmarked axes
     for k, e in enumerate(c.out_indices):
         if k in out_axes:
-            if not isinstance(e, ast.Name):
+            if not isinstance(e, ast.Name) or carried.get(e.name, out_axes[k]) != out_axes[k]:
                 return None
-            carried.add(e.name)
+            carried[e.name] = out_axes[k]
         else:
             free |= _names(e)
+    group = dict(carried)
     reduced: dict[str, list[tuple[int, str, int]]] = {}  # index -> (operand, tensor, axis)
     for n, op in enumerate(c.operands):
-        axes = marks.get(op.tensor, ())
+        axes = marks.get(op.tensor, {})
         for k, e in enumerate(op.indices):
             if k not in axes:
                 continue
             if isinstance(e, ast.IntLit):
-                least[0] = max(least[0], e.value + 1)
+                least[axes[k]] = max(least.get(axes[k], 1), e.value + 1)
                 continue
             if not isinstance(e, ast.Name) or e.name in free:
                 return None
+            if group.setdefault(e.name, axes[k]) != axes[k]:
+                return None
             if e.name not in carried:
                 reduced.setdefault(e.name, []).append((n, op.tensor, k))
-    if not reduced and not carried:
+    if not group:
         return []
-    position = carried | set(reduced)
-    for op in c.operands:  # a position index only on marked axes, once each
-        axes = marks.get(op.tensor, ())
+    for op in c.operands:  # a position index only on marked axes, alone
+        axes = marks.get(op.tensor, {})
         for k, e in enumerate(op.indices):
-            used = _names(e) & position
-            if used and (k not in axes or not isinstance(e, ast.Name)):
+            if _names(e) & group.keys() and (k not in axes or not isinstance(e, ast.Name)):
                 return None
     for t in c.constraints:
-        if (_names(t.poly) | _names(t.bound)) & position:
+        if (_names(t.poly) | _names(t.bound)) & group.keys():
             return None
     if not reduced:
         return []
@@ -151,15 +156,15 @@ def _contraction_masks(
         return None
     if c.agg in ("max", "min", "mul") and c.combo != "none":
         return None
-    out: list[tuple[str, int, str]] = []
-    for reads in reduced.values():
+    masked: list[tuple[str, int, str, int]] = []
+    for index, reads in reduced.items():
         if {n for n, _, _ in reads} != set(range(len(c.operands))):
             return None  # an operand the reduction does not move would count N times
         for _, tensor, axis in reads:
-            mask = (tensor, axis, _FILLS[c.agg])
-            if mask not in out:
-                out.append(mask)
-    return out
+            mask = (tensor, axis, _FILLS[c.agg], group[index])
+            if mask not in masked:
+                masked.append(mask)
+    return masked
 
 
 def _names(e: ast.Expr) -> set[str]:
@@ -181,10 +186,10 @@ def _names(e: ast.Expr) -> set[str]:
 
 def _builtin_keeps(
     s: ast.Builtin,
-    marks: dict[str, tuple[int, ...]],
+    marks: Marks,
     shapes: dict[str, tuple[int, ...]],
     consts: set[str],
-    gathered: list[str],
+    gathered: list[tuple[str, int]],
 ) -> bool:
     names = [a.name for a in s.args if isinstance(a, ast.Name)]
     if not marks.get(s.output) and not any(marks.get(x) for x in names):
@@ -199,26 +204,38 @@ def _builtin_keeps(
             return False
         if not isinstance(axis, ast.IntLit):
             return False
-        if axis.value in marks.get(x.name, ()):
+        along = marks.get(x.name, {}).get(axis.value)
+        if along is not None:
             if idx.name not in consts:
                 return False  # positions chosen at run time
-            gathered.append(idx.name)
+            gathered.append((idx.name, along))
         return True
     return False
 
 
 def _reshape_keeps(
-    s: ast.Builtin, x: str, marks: dict[str, tuple[int, ...]], shapes: dict[str, tuple[int, ...]]
+    s: ast.Builtin, x: str, marks: Marks, shapes: dict[str, tuple[int, ...]]
 ) -> bool:
-    """A reshape keeps positions when its input and output each have one marked
-    axis, with as many elements before it, and after it, on both sides."""
-    a, b = marks.get(x, ()), marks.get(s.output, ())
+    """A reshape keeps positions when it keeps each marked axis whole, in the
+    same order, of the same length, with as many elements before the first,
+    between each two and after the last on both sides."""
+    a, b = marks.get(x, {}), marks.get(s.output, {})
     shape, out = shapes.get(x), shapes.get(s.output)
-    if len(a) != 1 or len(b) != 1 or shape is None or out is None:
+    if shape is None or out is None or not a:
         return False
-    return _prod(shape[: a[0]]) == _prod(out[: b[0]]) and _prod(shape[a[0] + 1 :]) == _prod(
-        out[b[0] + 1 :]
-    )
+    if [a[k] for k in sorted(a)] != [b[k] for k in sorted(b)]:
+        return False
+    return _between(shape, sorted(a)) == _between(out, sorted(b))
+
+
+def _between(dims: Sequence[int], cuts: list[int]) -> list[int]:
+    """The element counts of ``dims`` before, between and after the axes ``cuts``."""
+    counts, last = [], 0
+    for c in cuts:
+        counts.append(_prod(dims[last:c]))
+        last = c + 1
+    counts.append(_prod(dims[last:]))
+    return counts
 
 
 def _prod(xs: Sequence[int]) -> int:
@@ -228,38 +245,41 @@ def _prod(xs: Sequence[int]) -> int:
     return out
 
 
+def len_name(group: int) -> str:
+    """The run-time parameter holding length ``group``: ``LEN``, ``LEN1``, ..."""
+    return "LEN" if group == 0 else f"LEN{group}"
+
+
 def write(
     source: str,
     tree: ast.Function,
-    masks: dict[int, list[tuple[str, int, str]]],
+    masks: dict[int, list[tuple[str, int, str, int]]],
     dtypes: dict[str, np.dtype],
+    groups: int,
 ) -> tuple[str, dict[str, np.ndarray]] | None:
-    """``source`` with a ``LEN`` parameter and the masks written before the
-    statements that read them; the constants the fills need."""
+    """``source`` with a parameter per length (:func:`len_name`) and the masks
+    written before the statements that read them; the constants the fills need."""
     lines = source.split("\n")
     fills: dict[str, np.ndarray] = {}
     made: set[str] = set()
     for si, todo in sorted(masks.items(), reverse=True):
-        s = tree.stmts[si]
-        row = s.pos.line - 1
+        row = tree.stmts[si].pos.line - 1
         line = lines[row]
         head, eq, rhs = line.partition(" = ")
         if not eq:
             return None
         before = []
-        for tensor, axis, fill in todo:
+        for tensor, axis, fill, group in todo:
             dtype = dtypes.get(tensor)
-            if dtype is None:
-                return None
-            value = _fill_name(fill, dtype, fills)
+            value = None if dtype is None else _fill_name(fill, dtype, fills)
             if value is None:
                 return None
-            name = f"{tensor}_len{axis}{'' if fill in ('0', '1') else '_' + fill.strip('-') + ('lo' if fill.startswith('-') else 'hi')}"
+            kind = {"0": "", "1": "_one", "-inf": "_lo", "inf": "_hi"}[fill]
+            name = f"{tensor}_len{axis}{kind}"
             if name not in made:
                 indent = line[: len(line) - len(line.lstrip())]
-                before.append(
-                    f"{indent}{name} = index({tensor}, {axis}) < LEN ? {tensor} : {value};"
-                )
+                cond = f"index({tensor}, {axis}) < {len_name(group)}"
+                before.append(f"{indent}{name} = {cond} ? {tensor} : {value};")
                 made.add(name)
             rhs = re.sub(rf"\b{re.escape(tensor)}\[", f"{name}[", rhs)
         lines[row] = head + eq + rhs
@@ -268,7 +288,7 @@ def write(
     head, sep, rest = text.partition(") -> (")
     if not sep:
         return None
-    extra = ", ".join(["LEN[]", *(f"{n}[]" for n in fills)])
+    extra = ", ".join([*(f"{len_name(g)}[]" for g in range(groups)), *(f"{n}[]" for n in fills)])
     return f"{head}, {extra}{sep}{rest}", fills
 
 
