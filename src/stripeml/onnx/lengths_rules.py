@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..tile import ast
+from ..tile.exprs import names_of
 
 __all__ = ["Marks", "len_name", "masks", "numbers", "size_positions", "where_numbers", "write"]
 
@@ -168,20 +169,7 @@ def _contraction_masks(
 
 
 def _names(e: ast.Expr) -> set[str]:
-    if isinstance(e, ast.Name):
-        return {e.name}
-    if isinstance(e, ast.Unary):
-        return _names(e.operand)
-    if isinstance(e, ast.Binary):
-        return _names(e.lhs) | _names(e.rhs)
-    if isinstance(e, ast.Ternary):
-        return _names(e.cond) | _names(e.then) | _names(e.other)
-    if isinstance(e, ast.Call):
-        out: set[str] = set()
-        for a in e.args:
-            out |= _names(a)
-        return out
-    return set()
+    return {n.name for n in names_of(e)}
 
 
 def _builtin_keeps(
