@@ -139,11 +139,11 @@ masked, so a padded value times a padded value is 0 times 0) and the
 statement has no constraint on it.  A `reshape` must keep the marked axes
 whole and in order, with as many elements before, between and after them.
 A `gather` may read along a marked axis only with constant indices, which
-each call checks are below its length.  Anything else keeps the model per length: a mean over the
-sequence (its `1/N` is a value), a convolution or pooling along it (a
-shifted read: the last position's neighbour would be padding, not the zero
-border), a flattening of the sequence into another axis, a concatenation
-that makes it `N + 1`.
+each call checks are below its length.  Anything else keeps the model per
+length: a mean over the sequence (its `1/N` is a value), a convolution or
+pooling along it (a shifted read: the last position's neighbour would be
+padding, not the zero border), a flattening of the sequence into another
+axis, a concatenation that makes it `N + 1`.
 
 **Measured** (BERT-base with a symbolic sequence, `bench_compile.py --no-tile
 --models bert_base_seq --repeats 3`, 2026-12-07 23:37-23:40 UTC, load
@@ -159,9 +159,11 @@ sum, the probabilities and the values before their product); one fuses
 into its neighbour, three are root kernels of their own (283 -> 319 root
 kernels), and `nest` forms the 12 attention nests as before.  A fresh
 process pays the probe import and the parse again before its first call,
-even with a warm disk cache.  Results at 64, 96, 100 and 37 through the program of 128
-match onnxruntime's to 1.1-1.6e-6 of the largest output, as the programs
-compiled for those lengths do.
+even with a warm disk cache.  Through the program of 128, BERT-base at 64,
+100 and 37 tokens matches onnxruntime to 1.3-1.6e-6 of the largest output,
+and GPT-2 small (causal attention, exported with a symbolic sequence) at 64,
+101 and 17 tokens to 1.6-2.0e-6, as the programs compiled for those
+lengths do.
 
 ### Functions, control flow and run-time sizes
 
