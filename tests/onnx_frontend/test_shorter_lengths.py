@@ -237,3 +237,54 @@ def test_a_reduction_that_leaves_an_operand_out_is_not_masked():
     assert masks == {0: [("A", 1, "0", 0), ("B", 1, "0", 0)], 1: [("A", 1, "-inf", 0)]}
     assert gathered == [] and least == {}
     assert lengths.CALLS_BEFORE_OWN >= 1
+
+
+_WARM_CHILD = """
+import json, sys
+sys.path.insert(0, {here!r})
+import numpy as np
+import stripeml.onnx
+from stripeml.onnx import lengths
+from test_shorter_lengths import _model, _inputs
+
+imports = []
+real = lengths._quietly
+lengths._quietly = lambda owner, arrays: imports.append(arrays[0].shape) or real(owner, arrays)
+fn = stripeml.onnx.compile(_model([], ["A"]), target="cpu")
+out = {{}}
+for seq, seed in ((12, 0), (7, 1)):
+    x, m = _inputs(seq, seed)
+    out[seq] = np.asarray(fn(X=x, M=m)).tolist()
+print(json.dumps({{"imports": imports, "out": out, "masked": fn._lengths is not None}}))
+"""
+
+
+def test_a_warm_start_does_not_probe_again(tmp_path):
+    """The first process probes the model at 11 and remembers what it found
+    (``lengths/`` in the disk cache); a second process imports it at 12 only
+    (and at 7 for that call's check), with the same results."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "STRIPEML_CACHE_DIR": str(tmp_path / "cache")}
+    code = _WARM_CHILD.format(here=str(Path(__file__).parent))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["masked"] and warm["masked"]
+    assert [1, 11, 8] in cold["imports"]  # the probe
+    assert warm["imports"] == [[1, 7, 8]]  # only the shorter call's check
+    assert (tmp_path / "cache" / "lengths").is_dir()
+    for seq, seed in ((12, 0), (7, 1)):
+        x, m = _inputs(seq, seed)
+        np.testing.assert_allclose(
+            np.array(warm["out"][str(seq)]), _attention(x, m), rtol=2e-5, atol=2e-5
+        )

@@ -515,6 +515,15 @@ def folded_values() -> Remembered:
     return Remembered("folds", b"STRPMLF\0", "fold cache")
 
 
+def length_facts() -> Remembered:
+    """For the ONNX frontend: the disk cache's record of what a model's first
+    program masks for shorter lengths (the ``lengths/`` folder), so a warm start
+    does not import the model at a probe length again (``stripeml/onnx/lengths.py``)."""
+    from ..runtime.cache_store import Remembered
+
+    return Remembered("lengths", b"STRPMLL\0", "length cache")
+
+
 @lru_cache(maxsize=1)
 def interpreter_fingerprint() -> str:
     """What a Tile program's results on the interpreter depend on besides its

@@ -60,6 +60,7 @@ from .narrow_types import is_narrow, wide_dtype
 
 if TYPE_CHECKING:
     from ..api import Function
+    from .lengths_memo import Facts
 
 # ``importer.OnnxFunction`` and ``importer.Specialised``: that module imports
 # this one, so they are not imported here.
@@ -93,8 +94,6 @@ class Lengths:
     base: Specialised  # the import at ns, unmasked: what a shorter import is compared with
     function: Function  # the masked program
     marked: dict[int, int]  # the source's numbers that are a length: position -> length
-    texts: list[str]
-    numbers: list[str]
     input_axes: dict[int, dict[int, int]]  # graph input -> its marked axes (axis -> length)
     const_axes: dict[str, dict[int, int]]
     out_axes: list[dict[int, int]]  # per entry of base.outputs
@@ -103,6 +102,8 @@ class Lengths:
     dtypes: list[np.dtype]  # and their dtypes
     source: str  # the masked program's source
     least: dict[int, int]  # per length, the shortest it takes
+    # the base source split around its numbers (made when a shorter call first asks)
+    _split: tuple[list[str], list[str]] | None = None
 
     @property
     def n(self) -> int:
@@ -168,10 +169,13 @@ class Lengths:
             return False
         from . import lengths_rules as rules
 
+        if self._split is None:
+            base_texts, base_numbers, _ = rules.numbers(self.base.source)
+            self._split = base_texts, base_numbers
         texts, numbers, _ = rules.numbers(spec.source)
-        if texts != self.texts or len(numbers) != len(self.numbers):
+        if texts != self._split[0] or len(numbers) != len(self._split[1]):
             return False
-        for k, (got, was) in enumerate(zip(numbers, self.numbers)):
+        for k, (got, was) in enumerate(zip(numbers, self._split[1])):
             g = self.marked.get(k)
             if got != (was if g is None else str(s[g])):
                 return False
@@ -305,21 +309,27 @@ def make(owner: OnnxFunction, arrays: Sequence[np.ndarray], spec: Specialised) -
         axes = {k: ns.index(arrays[i].shape[k]) for k in ks if arrays[i].shape[k] in ns}
         if axes:
             input_axes[i] = axes
-    try:
-        probes = []
-        for g, n in enumerate(ns):
-            probe_arrays = []
-            for i, a in enumerate(arrays):
-                axes = input_axes.get(i, {})
-                shape = [n - 1 if axes.get(k) == g else d for k, d in enumerate(a.shape)]
-                probe_arrays.append(np.zeros(shape, a.dtype))
-            probe = _quietly(owner, probe_arrays)
-            if probe.host is not None or probe.function is None or probe.shapes is None:
-                return None
-            probes.append(probe)
-        return _masked(owner, spec, probes, ns, input_axes, list(arrays))
-    except Exception:  # noqa: BLE001 - lengths the model cannot take: per length, as before
+    from . import lengths_memo as memo
+
+    key = memo.key(spec, ns, input_axes, arrays)
+    facts = memo.recall(key)
+    if facts is None:
+        try:
+            probes = []
+            for g, n in enumerate(ns):
+                probe_arrays = []
+                for i, a in enumerate(arrays):
+                    axes = input_axes.get(i, {})
+                    shape = [n - 1 if axes.get(k) == g else d for k, d in enumerate(a.shape)]
+                    probe_arrays.append(np.zeros(shape, a.dtype))
+                probes.append(_quietly(owner, probe_arrays))
+            facts = _analyse(spec, probes, ns)
+        except Exception:  # noqa: BLE001 - lengths the model cannot take: per length, as before
+            return None
+        memo.remember(key, facts)
+    if facts.refused:
         return None
+    return _assemble(owner, spec, facts, ns, input_axes, list(arrays))
 
 
 def _quietly(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised:
@@ -332,19 +342,13 @@ def _quietly(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised:
         owner.progress = said
 
 
-def _masked(
-    owner: OnnxFunction,
-    spec: Specialised,
-    probes: list[Specialised],
-    ns: Sizes,
-    input_axes: dict[int, dict[int, int]],
-    arrays: list[np.ndarray],
-) -> Lengths | None:
-    """The masked program, when every probe (``probes[g]``: the import with
-    length ``g`` one shorter) differs from ``spec`` in sizes of that length
-    only and the program keeps positions (:func:`.lengths_rules.masks`)."""
-    from .. import api
+def _analyse(spec: Specialised, probes: list[Specialised], ns: Sizes) -> Facts:
+    """What the masked program is, when every probe (``probes[g]``: the import
+    with length ``g`` one shorter) differs from ``spec`` in sizes of that
+    length only and the program keeps positions (:func:`.lengths_rules.masks`);
+    else :data:`.lengths_memo.REFUSED`."""
     from ..tile.parser import parse
+    from . import lengths_memo as memo
     from . import lengths_rules as rules
 
     texts, numbers, starts = rules.numbers(spec.source)
@@ -352,54 +356,70 @@ def _masked(
     marks: rules.Marks = {}
     assert spec.shapes is not None and spec.dtypes is not None
     for g, (probe, n) in enumerate(zip(probes, ns)):
+        if probe.host is not None or probe.function is None or probe.shapes is None:
+            return memo.REFUSED
         texts_p, numbers_p, _ = rules.numbers(probe.source)
         if texts != texts_p or len(numbers) != len(numbers_p):
-            return None
+            return memo.REFUSED
         for k, (a, b) in enumerate(zip(numbers, numbers_p)):
             if a != b:
                 if (a, b) != (str(n), str(n - 1)) or k in marked:
-                    return None
+                    return memo.REFUSED
                 marked[k] = g
-        if probe.shapes is None or spec.shapes.keys() != probe.shapes.keys():
-            return None
+        if spec.shapes.keys() != probe.shapes.keys():
+            return memo.REFUSED
         for name, shape in spec.shapes.items():
             other = probe.shapes[name]
             if len(shape) != len(other):
-                return None
+                return memo.REFUSED
             for k, (a, b) in enumerate(zip(shape, other)):
                 if a != b:
                     if (a, b) != (n, n - 1) or k in marks.get(name, {}):
-                        return None
+                        return memo.REFUSED
                     marks.setdefault(name, {})[k] = g
         for (kind, x), (_, y) in zip(spec.outputs, probe.outputs):
             if kind == "const" and np.shape(x) != np.shape(y):
-                return None  # a folded output that the length sizes
+                return memo.REFUSED  # a folded output that the length sizes
     if not marked:
-        return None
-    try:
-        tree = parse(spec.source)
-    except StripeError:
-        return None
+        return memo.REFUSED
+    tree = parse(spec.source)
     if not rules.where_numbers(spec.source, starts, set(marked)) <= rules.size_positions(tree):
-        return None  # a length is a value, a bound or an offset somewhere
-    fn = spec.function
-    assert fn is not None
-    plan = rules.masks(tree, marks, spec.shapes, set(fn.constants))
+        return memo.REFUSED  # a length is a value, a bound or an offset somewhere
+    assert spec.function is not None
+    plan = rules.masks(tree, marks, spec.shapes, set(spec.function.constants))
     if plan is None:
-        return None
+        return memo.REFUSED
     masks, gathered, least = plan
     written = rules.write(spec.source, tree, masks, spec.dtypes, len(ns))
     if written is None:
-        return None
+        return memo.REFUSED
     source, fills = written
-    every = [*fn.every, *(rules.len_name(g) for g in range(len(ns))), *fills]
-    constants = {**fn.constants, **fills}
+    return memo.Facts(False, marked, marks, least, gathered, source, fills)
+
+
+def _assemble(
+    owner: OnnxFunction,
+    spec: Specialised,
+    facts: Facts,
+    ns: Sizes,
+    input_axes: dict[int, dict[int, int]],
+    arrays: list[np.ndarray],
+) -> Lengths:
+    """The masked program ``facts`` describe, for ``spec``'s function."""
+    from .. import api
+    from . import lengths_rules as rules
+
+    fn = spec.function
+    assert fn is not None
+    every = [*fn.every, *(rules.len_name(g) for g in range(len(ns))), *facts.fills]
+    constants = {**fn.constants, **facts.fills}
     function = api.Function(
-        source, owner.resolved_target, fn.name, constants, names=(every, fn.outputs)
+        facts.source, owner.resolved_target, fn.name, constants, names=(every, fn.outputs)
     )
+    marks = facts.marks
     out_axes = [marks.get(x, {}) if kind == "tile" else {} for kind, x in spec.outputs]
     const_axes = {name: marks[name] for name in fn.constants if name in marks}
     return Lengths(
-        ns, spec, function, marked, texts, numbers, input_axes, const_axes, out_axes,
-        gathered, [a.shape for a in arrays], [a.dtype for a in arrays], source, least,
+        ns, spec, function, facts.marked, input_axes, const_axes, out_axes, facts.gathered,
+        [a.shape for a in arrays], [a.dtype for a in arrays], facts.source, facts.least,
     )  # fmt: skip

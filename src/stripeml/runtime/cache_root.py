@@ -29,7 +29,9 @@ KEY_BYTES = 32
 #: validated, so a warm start need not build the passes; models/: ONNX models
 #: that validated, so a warm start need not check them again; folds/: what
 #: constant programs computed on the interpreter, so a warm start need not fold
-#: a model's constants again; facts/: what the CPU runtime learned of a
+#: a model's constants again; lengths/: which sizes of a model with symbolic
+#: dimensions its first program masks, so a warm start need not import it at a
+#: probe length, :mod:`stripeml.onnx.lengths`; facts/: what the CPU runtime learned of a
 #: compiled program at its second call, so a later process need not analyse
 #: it again; layouts/: the constant layouts a program keeps, mapped at a warm
 #: start, :mod:`.kept_layouts`; weights/: copies of model files' weights, mapped
@@ -42,6 +44,7 @@ FOLDERS = {
     "pipelines": ".pipeline",
     "models": ".model",
     "folds": ".fold",
+    "lengths": ".lengths",
     "facts": ".facts",
     "layouts": ".layout",
     "weights": ".weights",
