@@ -163,6 +163,34 @@ def test_a_batch_and_a_sequence_each_shorter():
     assert not check(2, 3, 5)
 
 
+def test_each_reduction_is_masked_with_its_identity():
+    """A minimum (+inf), a product (1), and an int32 maximum (its least value)
+    and sum (0) over the sequence: the shorter lengths run the first program
+    and give NumPy's results."""
+    extra = [
+        helper.make_node("ReduceMin", ["A"], ["mn"], axes=[1], keepdims=1),
+        helper.make_node("Sigmoid", ["A"], ["sg"]),
+        helper.make_node("ReduceProd", ["sg"], ["pr"], axes=[1], keepdims=1),
+        helper.make_node("Cast", ["A"], ["ai"], to=TensorProto.INT32),
+        helper.make_node("ReduceMax", ["ai"], ["imx"], axes=[1], keepdims=1),
+        helper.make_node("ReduceSum", ["ai", "ax1"], ["isum"], keepdims=1),
+    ]
+    fn = stripeml.onnx.compile(_model(extra, ["mn", "pr", "imx", "isum"]), target="cpu")
+    for seq, seed, compiles in ((10, 0, True), (6, 1, False), (3, 2, False)):
+        x, m = _inputs(seq, seed)
+        (mn, pr, imx, isum), compiled = _call(fn, x * 5, m)
+        assert compiled == compiles
+        a = _attention(x * 5, m)
+        ai = a.astype(np.float32).astype(np.int32)  # as the model's Cast rounds
+        np.testing.assert_allclose(mn, a.min(1, keepdims=True), rtol=2e-5, atol=2e-5)
+        sig = 1 / (1 + np.exp(-a))
+        np.testing.assert_allclose(pr, sig.prod(1, keepdims=True), rtol=2e-5, atol=1e-9)
+        np.testing.assert_array_equal(imx, ai.max(1, keepdims=True))
+        np.testing.assert_array_equal(isum, ai.sum(1, keepdims=True))
+    fills = [line.split(" : ")[-1] for line in fn._lengths.source.splitlines() if "index(" in line]
+    assert {"LEN_HI_FLOAT32;", "1;", "LEN_LO_INT32;", "0;"} <= set(fills)
+
+
 def test_values_that_depend_on_the_length_keep_a_program_per_length():
     """A mean over the sequence divides by the length: no shorter-length
     program, and every length still computes the mean of its own."""
