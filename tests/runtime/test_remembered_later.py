@@ -22,12 +22,12 @@ def _files(root: Path) -> list[Path]:
 
 def test_a_fact_put_later_is_found_before_and_after_it_is_written(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
-    store = api.folded_values()
+    store = api.remembered("folds")
     with gc_pause.paused():  # a compile runs: the write waits for it to end
         store.put_later(b"key one", b"fact one")
         store.put_later(b"key two", b"fact two")
         assert store.get(b"key one") == b"fact one"
-        assert api.folded_values().get(b"key two") == b"fact two"  # any store of the folder
+        assert api.remembered("folds").get(b"key two") == b"fact two"  # any store of the folder
         assert store.get(b"key three") is None
         assert _files(tmp_path) == []
     kept_layouts.wait_writes()
@@ -47,7 +47,7 @@ def test_a_fact_put_later_is_found_before_and_after_it_is_written(tmp_path, monk
 
 def test_facts_put_while_a_write_runs_are_written_too(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
-    store = api.folded_values()
+    store = api.remembered("folds")
     entered, release = threading.Event(), threading.Event()
     real_store = cache_store.EntryFolder.store
 
@@ -78,7 +78,7 @@ def test_facts_put_during_a_compile_take_one_writer_thread(tmp_path, monkeypatch
     def writers() -> int:
         return sum(t.name == "stripeml-cache-write" for t in threading.enumerate())
 
-    store = api.folded_values()
+    store = api.remembered("folds")
     with gc_pause.paused():  # a compile runs: the writes wait for it to end
         for k in range(12):
             store.put_later(b"fold %d" % k, b"value %d" % k)
@@ -103,7 +103,7 @@ def test_a_forked_child_writes_what_it_puts(tmp_path, monkeypatch) -> None:
     not kept in its memory only)."""
     monkeypatch.setenv("STRIPEML_CACHE_DIR", str(tmp_path))
     kept_layouts.wait_writes()
-    store = api.folded_values()
+    store = api.remembered("folds")
     with gc_pause.paused():
         store.put_later(b"parent", b"p")  # its writer waits for the compile to end
         pid = os.fork()

@@ -496,32 +496,22 @@ def weights_copy(st: os.stat_result) -> Any:
     return open_copy(st)
 
 
-def validated_models() -> Remembered:
-    """For frontends: the disk cache's record of the models that validated (the
-    ``models/`` folder, :class:`stripeml.runtime.cache_store.Remembered`), so a
-    warm start does not check a model again (``stripeml/onnx/validated.py``)."""
+#: The disk cache's small records for frontends, folder -> (entry magic, label):
+#: the ONNX models that validated (``onnx/validated.py``), folded constants
+#: (``onnx/folding.py``) and shorter lengths' masks (``onnx/lengths_memo.py``).
+RECORDS = {
+    "models": (b"STRPMLM\0", "model cache"),
+    "folds": (b"STRPMLF\0", "fold cache"),
+    "lengths": (b"STRPMLL\0", "length cache"),
+}
+
+
+def remembered(folder: str) -> Remembered:
+    """The :class:`~stripeml.runtime.cache_store.Remembered` of ``folder``."""
     from ..runtime.cache_store import Remembered
 
-    return Remembered("models", b"STRPMLM\0", "model cache")
-
-
-def folded_values() -> Remembered:
-    """For frontends folding constants: the disk cache's record of what constant
-    Tile programs computed on the interpreter (the ``folds/`` folder; a key names
-    the program, its inputs and :func:`interpreter_fingerprint`), so a warm start
-    neither compiles nor runs them (nor imports the passes and isl to do so)."""
-    from ..runtime.cache_store import Remembered
-
-    return Remembered("folds", b"STRPMLF\0", "fold cache")
-
-
-def length_facts() -> Remembered:
-    """For the ONNX frontend: the disk cache's record of what a model's first
-    program masks for shorter lengths (the ``lengths/`` folder), so a warm start
-    does not import the model at a probe length again (``stripeml/onnx/lengths.py``)."""
-    from ..runtime.cache_store import Remembered
-
-    return Remembered("lengths", b"STRPMLL\0", "length cache")
+    magic, label = RECORDS[folder]
+    return Remembered(folder, magic, label)
 
 
 @lru_cache(maxsize=1)

@@ -133,7 +133,7 @@ def _program(api: Any, source: str, name: str) -> Any:
 # -- folds remembered across processes -----------------------------------------
 # What a constant program computes on the interpreter is a function of its source,
 # its inputs and the compiler's and interpreter's sources: kept in the disk cache
-# (``api.folded_values``, authenticated entries), a warm start takes it from there
+# (``api.remembered("folds")``, authenticated entries), a warm start takes it from there
 # and neither compiles nor runs the program (nor imports the passes and isl,
 # which lowering and the interpreter's pipeline need: BERT-base's warm start
 # folded 12 nodes that way, 0.08-0.11 s).  Only numeric arrays of at most
@@ -163,7 +163,7 @@ def _remembered(api: Any, key: bytes | None, shapes: list[tuple[int, ...]]) -> l
     """The results remembered for ``key`` (one per shape in ``shapes``), or None."""
     if key is None:
         return None
-    data = api.folded_values().get(key)
+    data = api.remembered("folds").get(key)
     if data is None:
         return None
     out, view = [], memoryview(data)
@@ -190,4 +190,4 @@ def _remember(api: Any, key: bytes | None, arrays: list[np.ndarray]) -> None:
         buf = io.BytesIO()
         np.lib.format.write_array(buf, np.ascontiguousarray(a), allow_pickle=False)
         parts += [len(buf.getvalue()).to_bytes(8, "little"), buf.getvalue()]
-    api.folded_values().put_later(key, b"".join(parts))  # written once the compile is done
+    api.remembered("folds").put_later(key, b"".join(parts))  # written once the compile is done

@@ -1,5 +1,5 @@
 """What :mod:`.lengths` found of a model's first program, kept in the disk
-cache (the ``lengths/`` folder, :func:`stripeml.api.length_facts`): a warm
+cache (the ``lengths/`` folder, :func:`stripeml.api.remembered`): a warm
 start neither imports the model at a probe length nor parses its program
 again (docs/onnx.md, "Shorter lengths through the first length's program").
 
@@ -67,7 +67,7 @@ def key(
 def _store() -> Any:
     from .. import api
 
-    return api.length_facts()
+    return api.remembered("lengths")
 
 
 def recall(k: bytes) -> Facts | None:

@@ -7,7 +7,7 @@ schema registry: 10-20 ms of every fresh process's import of a model, checking
 a model that the same sources checked before.
 
 So a model that passed both (and needed no conversion) is remembered in the
-disk cache's ``models/`` folder (``stripeml.api.validated_models``, an
+disk cache's ``models/`` folder (``stripeml.api.remembered("models")``, an
 authenticated entry like every other), keyed by the SHA-256 of what the checks
 read: the model's message as parsed (for a model read by path, its structure:
 the weights read into arrays are not in it, and their sizes are checked where
@@ -96,7 +96,7 @@ def opset_of(key: bytes | None) -> int | None:
         return None
     from .. import api
 
-    fact = api.validated_models().get(key)
+    fact = api.remembered("models").get(key)
     if fact is None:
         return None
     try:
@@ -111,4 +111,4 @@ def remember(key: bytes | None, opset: int) -> None:
         return
     from .. import api
 
-    api.validated_models().put(key, str(int(opset)).encode("ascii"))
+    api.remembered("models").put(key, str(int(opset)).encode("ascii"))
