@@ -334,16 +334,17 @@ class OnnxFunction:
             return self._run_spec(spec, arrays)
 
     def _run_spec(self, spec: Specialised, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        spec = lengths.due(self, spec, arrays)  # a shorter length's own program, when due
+        if spec.view is not None:  # a length through a longer one's program (lengths.py)
+            spec = lengths.due(self, spec, arrays)  # or its own program, when due
         results: dict[str, np.ndarray] = {}
         if spec.function is not None:
             outs = spec.function(*spec.call_args(arrays))
             if not isinstance(outs, tuple):
                 outs = (outs,)
             results = dict(zip(spec.function.outputs, outs))
-        values = lengths.cut(
-            spec, [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
-        )
+        values = [results[x] if kind == "tile" else np.array(x) for kind, x in spec.outputs]
+        if spec.view is not None:
+            values = spec.view.trim(values)  # cut to the call's lengths
         if spec.narrow is not None:  # exact: the program holds narrow values in a wider type
             values = [v if t is None else v.astype(t) for v, t in zip(values, spec.narrow)]
         split = spec.host

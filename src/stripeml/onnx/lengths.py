@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import StripeError
-from .narrow_types import is_narrow, wide_dtype
 
 if TYPE_CHECKING:
     from ..api import Function
@@ -67,7 +66,7 @@ if TYPE_CHECKING:
 OnnxFunction = Any
 Specialised = Any
 
-__all__ = ["CALLS_BEFORE_OWN", "Lengths", "View", "cut", "due", "enabled", "import_for", "make"]
+__all__ = ["CALLS_BEFORE_OWN", "Lengths", "View", "due", "enabled", "import_for", "make"]
 
 #: Calls a shorter length makes through the longer program before it is
 #: compiled for its own size (docs/onnx.md).
@@ -225,9 +224,8 @@ class View:
                 full[tuple(slice(0, d) for d in a.shape)] = a
                 a = full
             padded.append(a)
-        out = [padded[k] for k in g.base.inputs]
-        out = [a.astype(wide_dtype(a.dtype)) if is_narrow(a.dtype) else a for a in out]
-        return [*out, *(np.array(n, np.int64) for n in self.lengths)]
+        lens = [np.array(n, np.int64) for n in self.lengths]
+        return [*g.base.call_args(padded), *lens]  # base: the first import, not a view
 
     def trim(self, values: list[np.ndarray]) -> list[np.ndarray]:
         """The outputs cut to ``lengths`` along their marked axes."""
@@ -271,10 +269,10 @@ def import_for(owner: OnnxFunction, arrays: Sequence[np.ndarray]) -> Specialised
 
 
 def due(owner: OnnxFunction, spec: Specialised, arrays: Sequence[np.ndarray]) -> Specialised:
-    """``spec``, or, for a shorter length's view called more than
+    """``spec`` (a view), or, for a shorter length's view called more than
     :data:`CALLS_BEFORE_OWN` times, its own program (which replaces the view)."""
     v = spec.view
-    if v is None or v.own is None:
+    if v.own is None:
         return spec
     v.calls += 1
     if v.calls <= CALLS_BEFORE_OWN:
@@ -282,11 +280,6 @@ def due(owner: OnnxFunction, spec: Specialised, arrays: Sequence[np.ndarray]) ->
     own = v.own
     owner._cache.put(owner._key(list(arrays)), own)
     return own
-
-
-def cut(spec: Specialised, values: list[np.ndarray]) -> list[np.ndarray]:
-    """The outputs of ``spec``'s run, cut to the length where it is a view."""
-    return values if spec.view is None else spec.view.trim(values)
 
 
 def make(owner: OnnxFunction, arrays: Sequence[np.ndarray], spec: Specialised) -> Lengths | None:
